@@ -1,1 +1,17 @@
-//! placeholder
+//! Domain of workqueue: work items, phases, dimensions, actions, events and
+//! the `ItemType` trait that item types implement. This crate does no I/O;
+//! the store, engine and API build on it.
+
+pub mod clock;
+pub mod dimension;
+pub mod event;
+pub mod item;
+pub mod item_type;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use dimension::{Dimension, DimensionStatus, DimensionUpdate};
+pub use event::{EventResult, PendingEvent};
+pub use item::{ItemId, ItemView, Phase, WorkItem};
+pub use item_type::{
+    Action, ExecError, ExecOutcome, ItemType, RegistryError, TypeRegistry, TypeRegistryBuilder,
+};

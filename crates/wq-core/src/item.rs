@@ -1,0 +1,189 @@
+//! The work item: identity, coarse lifecycle phase and queue bookkeeping,
+//! and `ItemView`, the read-only snapshot a decider and handlers see.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::dimension::Dimension;
+
+/// A work item id: a UUIDv7, so ids sort by creation time (keyset pagination
+/// relies on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ItemId(pub Uuid);
+
+impl ItemId {
+    /// A new time-ordered id.
+    pub fn new_v7() -> Self {
+        Self(Uuid::now_v7())
+    }
+
+    /// The 63-bit key used for the per-item PostgreSQL advisory lock.
+    pub fn lock_key(&self) -> i64 {
+        let low = self.0.as_u128() as u64;
+        (low & 0x7FFF_FFFF_FFFF_FFFF) as i64
+    }
+}
+
+impl fmt::Display for ItemId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl FromStr for ItemId {
+    type Err = uuid::Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Uuid::parse_str(s).map(ItemId)
+    }
+}
+
+/// Coarse lifecycle (DDR-2). Only `active` items accept events (DDR-37).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Active,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 4] = [
+        Phase::Active,
+        Phase::Completed,
+        Phase::Failed,
+        Phase::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Active => "active",
+            Phase::Completed => "completed",
+            Phase::Failed => "failed",
+            Phase::Cancelled => "cancelled",
+        }
+    }
+
+    /// Completed and cancelled items free their idempotency key (DDR-39).
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Phase::Completed | Phase::Cancelled)
+    }
+
+    /// Failed and cancelled items may be retried (DDR-37).
+    pub fn is_retryable(self) -> bool {
+        matches!(self, Phase::Failed | Phase::Cancelled)
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Error for an unknown phase name.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown phase {0:?}: expected one of active, completed, failed, cancelled")]
+pub struct UnknownPhase(pub String);
+
+impl FromStr for Phase {
+    type Err = UnknownPhase;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "active" => Ok(Phase::Active),
+            "completed" => Ok(Phase::Completed),
+            "failed" => Ok(Phase::Failed),
+            "cancelled" => Ok(Phase::Cancelled),
+            other => Err(UnknownPhase(other.to_owned())),
+        }
+    }
+}
+
+/// The generic queue row (`work_items`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkItem {
+    pub id: ItemId,
+    pub item_type: String,
+    pub phase: Phase,
+    /// A wake-up signal for the sweep; written `true` when work is enqueued
+    /// and `false` only when the loop parks the item (DDR-49).
+    pub actionable: bool,
+    /// Consecutive executor failures (DDR-14).
+    pub attempts: i32,
+    pub error: Option<String>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub leased_until: Option<OffsetDateTime>,
+    pub idempotency_key: Option<String>,
+    pub caller_identity: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_event_at: Option<OffsetDateTime>,
+}
+
+/// What deciders and event handlers see: the item, its dimensions and the
+/// time of the snapshot. Read-only by construction.
+#[derive(Debug, Clone)]
+pub struct ItemView {
+    pub item: WorkItem,
+    pub dimensions: Vec<Dimension>,
+    pub now: OffsetDateTime,
+}
+
+impl ItemView {
+    /// The dimension row, if any.
+    pub fn dimension(&self, name: &str, variant: &str) -> Option<&Dimension> {
+        self.dimensions
+            .iter()
+            .find(|d| d.dimension == name && d.variant == variant)
+    }
+
+    /// DDR-48: a `needs_*` dimension asks for action when its row is absent,
+    /// or its status is not `"false"` and it is not deferred to the future.
+    pub fn needs(&self, name: &str) -> bool {
+        self.needs_variant(name, "")
+    }
+
+    /// Like [`ItemView::needs`] for one variant.
+    pub fn needs_variant(&self, name: &str, variant: &str) -> bool {
+        match self.dimension(name, variant) {
+            None => true,
+            Some(row) => row.is_actionable(self.now),
+        }
+    }
+
+    /// A dimension whose row exists and asks for action (absent is `false`).
+    pub fn needs_present(&self, name: &str, variant: &str) -> bool {
+        self.dimension(name, variant)
+            .is_some_and(|row| row.is_actionable(self.now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phase_round_trips_through_its_name() {
+        for phase in Phase::ALL {
+            assert_eq!(phase.as_str().parse::<Phase>().unwrap(), phase);
+        }
+        assert!("pending".parse::<Phase>().is_err());
+    }
+
+    #[test]
+    fn ids_are_time_ordered() {
+        let first = ItemId::new_v7();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let second = ItemId::new_v7();
+        assert!(first < second);
+        assert!(first.lock_key() >= 0);
+    }
+}

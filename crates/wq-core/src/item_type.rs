@@ -1,0 +1,248 @@
+//! The `ItemType` trait (decider, executors by action name, event handlers)
+//! and the `TypeRegistry` the binary builds in one place (DDR-8).
+//!
+//! The engine only ever talks to item types through this trait, so it never
+//! names a type.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::dimension::DimensionUpdate;
+use crate::event::{EventResult, PendingEvent};
+use crate::item::{ItemView, Phase};
+
+/// The single pending action the decider picked (DDR-5). `name` is one of
+/// the type's [`ItemType::actions`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Action {
+    pub name: &'static str,
+}
+
+impl Action {
+    pub const fn new(name: &'static str) -> Self {
+        Self { name }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// What a successful executor changed on the generic item. Executors decide
+/// the phase (DDR-15); the generic layer writes it together with the
+/// dimension upserts in one transaction and resets `attempts` (DDR-14).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExecOutcome {
+    pub phase: Option<Phase>,
+    pub dimensions: Vec<DimensionUpdate>,
+    /// Recorded as the item's `error` with a phase change (e.g. why an item
+    /// was cancelled); `None` clears a previous error.
+    pub reason: Option<String>,
+}
+
+impl ExecOutcome {
+    pub fn done() -> Self {
+        Self::default()
+    }
+
+    pub fn with_dimension(mut self, update: DimensionUpdate) -> Self {
+        self.dimensions.push(update);
+        self
+    }
+
+    pub fn with_phase(mut self, phase: Phase, reason: Option<String>) -> Self {
+        self.phase = Some(phase);
+        self.reason = reason;
+        self
+    }
+}
+
+/// An executor or handler failure. Counts as one consecutive failure unless
+/// `permanent`, which fails the item at once.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ExecError {
+    pub message: String,
+    /// The earliest time a retry makes sense (e.g. a forge's `Retry-After`).
+    pub retry_after: Option<Duration>,
+    pub permanent: bool,
+}
+
+impl ExecError {
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            retry_after: None,
+            permanent: false,
+        }
+    }
+
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            retry_after: None,
+            permanent: true,
+        }
+    }
+
+    pub fn retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
+    }
+}
+
+/// One kind of work item. Implementations hold their own dependencies
+/// (clients, their detail-table store) and are registered once.
+#[async_trait]
+pub trait ItemType: Send + Sync + 'static {
+    /// The `item_type` column value.
+    fn name(&self) -> &'static str;
+
+    /// Names of the actions this type can execute.
+    fn actions(&self) -> &'static [&'static str];
+
+    /// Pure: the next action for this state, or `None` to park (DDR-4).
+    /// Called only by the processing loop (DDR-49).
+    fn decide(&self, view: &ItemView) -> Option<Action>;
+
+    /// Runs `action` for the item. Called only with a name from
+    /// [`ItemType::actions`], while the caller holds the item's lease.
+    async fn execute(&self, action: Action, view: &ItemView) -> Result<ExecOutcome, ExecError>;
+
+    /// Interprets a raw event. Read-only: the result is its only output
+    /// (DDR-33). Unknown events yield [`EventResult::ignored`].
+    async fn handle_event(
+        &self,
+        view: &ItemView,
+        event: &PendingEvent,
+    ) -> Result<EventResult, ExecError>;
+}
+
+/// Building the registry failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("item type {0:?} is registered twice")]
+    Duplicate(String),
+    #[error("item type {0:?} declares no actions")]
+    NoActions(String),
+}
+
+/// Registered item types by name; built once, then shared read-only.
+#[derive(Clone, Default)]
+pub struct TypeRegistry {
+    types: BTreeMap<&'static str, Arc<dyn ItemType>>,
+}
+
+impl fmt::Debug for TypeRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.types.keys()).finish()
+    }
+}
+
+impl TypeRegistry {
+    pub fn builder() -> TypeRegistryBuilder {
+        TypeRegistryBuilder::default()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn ItemType>> {
+        self.types.get(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.types.keys().copied()
+    }
+
+    /// True when `action` is one the type declared.
+    pub fn knows_action(item_type: &dyn ItemType, action: Action) -> bool {
+        item_type.actions().contains(&action.name)
+    }
+}
+
+/// Collects item types; `build` refuses duplicates.
+#[derive(Default)]
+pub struct TypeRegistryBuilder {
+    types: Vec<Arc<dyn ItemType>>,
+}
+
+impl TypeRegistryBuilder {
+    pub fn register(mut self, item_type: Arc<dyn ItemType>) -> Self {
+        self.types.push(item_type);
+        self
+    }
+
+    pub fn build(self) -> Result<TypeRegistry, RegistryError> {
+        let mut types = BTreeMap::new();
+        for item_type in self.types {
+            let name = item_type.name();
+            if item_type.actions().is_empty() {
+                return Err(RegistryError::NoActions(name.to_owned()));
+            }
+            if types.insert(name, item_type).is_some() {
+                return Err(RegistryError::Duplicate(name.to_owned()));
+            }
+        }
+        Ok(TypeRegistry { types })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Named(&'static str, &'static [&'static str]);
+
+    #[async_trait]
+    impl ItemType for Named {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn actions(&self) -> &'static [&'static str] {
+            self.1
+        }
+        fn decide(&self, _view: &ItemView) -> Option<Action> {
+            None
+        }
+        async fn execute(
+            &self,
+            _action: Action,
+            _view: &ItemView,
+        ) -> Result<ExecOutcome, ExecError> {
+            Ok(ExecOutcome::done())
+        }
+        async fn handle_event(
+            &self,
+            _view: &ItemView,
+            _event: &PendingEvent,
+        ) -> Result<EventResult, ExecError> {
+            Ok(EventResult::ignored())
+        }
+    }
+
+    #[test]
+    fn registry_refuses_duplicates_and_empty_action_lists() {
+        let dup = TypeRegistry::builder()
+            .register(Arc::new(Named("a", &["x"])))
+            .register(Arc::new(Named("a", &["y"])))
+            .build();
+        assert_eq!(dup.unwrap_err(), RegistryError::Duplicate("a".into()));
+        let empty = TypeRegistry::builder()
+            .register(Arc::new(Named("b", &[])))
+            .build();
+        assert_eq!(empty.unwrap_err(), RegistryError::NoActions("b".into()));
+        let ok = TypeRegistry::builder()
+            .register(Arc::new(Named("a", &["x"])))
+            .register(Arc::new(Named("b", &["y"])))
+            .build()
+            .unwrap();
+        assert_eq!(ok.names().collect::<Vec<_>>(), vec!["a", "b"]);
+        let a = ok.get("a").unwrap();
+        assert!(TypeRegistry::knows_action(a.as_ref(), Action::new("x")));
+        assert!(!TypeRegistry::knows_action(a.as_ref(), Action::new("y")));
+    }
+}
