@@ -1,1 +1,280 @@
-//! placeholder
+//! The generic work-queue store: one [`Store`] trait, implemented for SQLite
+//! (the embedded default) and PostgreSQL. It owns the `work_items`,
+//! `work_item_statuses` and `pending_events` tables and every SQL statement
+//! on them; it knows no item type.
+//!
+//! Errors: every method returns [`StoreError`]; a missing row is `Ok(None)`
+//! or [`StoreError::NotFound`] where the caller named an id it expects.
+//!
+//! Time: callers pass every timestamp (from a `Clock`); no statement reads the
+//! database's own clock, so tests can move time. Timestamps are truncated to
+//! microseconds at this boundary so stored values compare equal to the ones
+//! the caller holds (lease compare-and-set relies on it).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+use wq_core::{
+    Dimension, DimensionUpdate, EventResult, ItemId, ItemView, PendingEvent, Phase, WorkItem,
+};
+
+mod common;
+pub mod postgres;
+pub mod sqlite;
+pub mod testing;
+
+/// Errors of the store layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("work item {0} not found")]
+    NotFound(ItemId),
+    /// A unique constraint refused the write (e.g. a live idempotency key).
+    #[error("duplicate: {0}")]
+    Duplicate(String),
+    /// The item is not in a state that allows the operation.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The caller's lease on the item is gone (expired and reclaimed, or
+    /// released): it must stop working on the item.
+    #[error("lease on work item {0} lost")]
+    LeaseLost(ItemId),
+    #[error("stored data is invalid: {0}")]
+    Corrupt(String),
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A new work item. It starts `active` and `actionable`.
+#[derive(Debug, Clone)]
+pub struct NewItem {
+    pub id: ItemId,
+    pub item_type: String,
+    pub idempotency_key: Option<String>,
+    pub caller_identity: Option<String>,
+    pub now: OffsetDateTime,
+    /// Dimension rows written with the item, in the same transaction.
+    pub dimensions: Vec<DimensionUpdate>,
+}
+
+/// Listing filter and keyset cursor. Items come newest first (ids are
+/// UUIDv7); `before` is the last id of the previous page.
+#[derive(Debug, Clone, Default)]
+pub struct ItemListParams {
+    pub phase: Option<Phase>,
+    pub item_type: Option<String>,
+    pub before: Option<ItemId>,
+    pub limit: u32,
+}
+
+/// Claim an item for one loop run.
+#[derive(Debug, Clone)]
+pub struct ClaimParams {
+    pub id: ItemId,
+    pub now: OffsetDateTime,
+    pub lease_until: OffsetDateTime,
+    /// Only items of these types are claimed.
+    pub handled_types: Vec<String>,
+}
+
+/// A held lease: the `leased_until` value the holder last wrote. Every loop
+/// write compares it, so a worker whose lease was reclaimed cannot write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub id: ItemId,
+    pub until: OffsetDateTime,
+}
+
+/// A successful executor's changes (attempts reset to 0).
+#[derive(Debug, Clone)]
+pub struct ApplyOutcome {
+    pub lease: Lease,
+    pub now: OffsetDateTime,
+    pub phase: Option<Phase>,
+    /// The item's `error` afterwards.
+    pub error: Option<String>,
+    pub dimensions: Vec<DimensionUpdate>,
+}
+
+/// An executor or handler failure.
+#[derive(Debug, Clone)]
+pub struct RecordFailure {
+    pub lease: Lease,
+    pub now: OffsetDateTime,
+    pub error: String,
+    /// Fail the item when `attempts` reaches this (after incrementing).
+    pub max_attempts: i32,
+    /// Fail the item at once.
+    pub permanent: bool,
+    /// While the item stays active: keep it leased until then (a backoff
+    /// that the sweep respects); it stays actionable.
+    pub retry_at: OffsetDateTime,
+}
+
+/// A new raw event for an item.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub item_id: ItemId,
+    pub event_type: String,
+    pub body: serde_json::Value,
+    pub now: OffsetDateTime,
+}
+
+/// Applying one handled event.
+#[derive(Debug, Clone)]
+pub struct ApplyEvent {
+    pub lease: Lease,
+    pub event_id: i64,
+    pub now: OffsetDateTime,
+    pub result: EventResult,
+}
+
+/// What applying an event did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventApplied {
+    /// Phase (if any) and dimensions applied.
+    Applied,
+    /// The phase part was older than `last_event_at`; dimensions applied.
+    StalePhase,
+    /// The item is not active: the event was discarded (DDR-37).
+    ItemNotActive,
+}
+
+/// Outcome of the loop's exit step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Park {
+    /// `actionable = false`, lease released.
+    Parked,
+    /// Events arrived: keep looping.
+    EventsPending,
+}
+
+/// Sweep query parameters.
+#[derive(Debug, Clone)]
+pub struct SweepParams {
+    pub handled_types: Vec<String>,
+    pub now: OffsetDateTime,
+    pub limit: u32,
+}
+
+/// Items per `(item_type, phase)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PhaseCount {
+    pub item_type: String,
+    pub phase: Phase,
+    pub count: i64,
+}
+
+/// Which backend a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Sqlite,
+    Postgres,
+}
+
+/// The generic store. Both backends pass one conformance suite.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    fn backend(&self) -> BackendKind;
+
+    /// Applies pending migrations.
+    async fn migrate(&self) -> StoreResult<()>;
+
+    /// A cheap round trip, for readiness.
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// Inserts an active, actionable item (and its initial dimensions).
+    /// A live idempotency key yields [`StoreError::Duplicate`].
+    async fn item_insert(&self, item: NewItem) -> StoreResult<WorkItem>;
+
+    async fn item_get(&self, id: ItemId) -> StoreResult<Option<WorkItem>>;
+
+    /// The item with its dimensions, as of `now`.
+    async fn item_view(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<Option<ItemView>>;
+
+    async fn item_list(&self, params: ItemListParams) -> StoreResult<Vec<WorkItem>>;
+
+    /// Sets `leased_until` when unleased or expired and the type is handled.
+    /// `None` when someone else holds it, or it does not exist.
+    async fn item_claim(&self, params: ClaimParams) -> StoreResult<Option<(WorkItem, Lease)>>;
+
+    /// Extends a held lease; [`StoreError::LeaseLost`] if it is not held.
+    async fn item_heartbeat(&self, lease: Lease, until: OffsetDateTime) -> StoreResult<Lease>;
+
+    /// Gives the lease up, leaving `actionable` as it is; the item is
+    /// claimable again at `until` (`None`: at once).
+    async fn item_release(&self, lease: Lease, until: Option<OffsetDateTime>) -> StoreResult<()>;
+
+    /// Writes a successful executor's changes, resets `attempts`.
+    async fn item_apply_outcome(&self, outcome: ApplyOutcome) -> StoreResult<WorkItem>;
+
+    /// Counts a failure; fails the item past the limit or when permanent.
+    async fn item_record_failure(&self, failure: RecordFailure) -> StoreResult<WorkItem>;
+
+    /// The loop's exit: atomically with "no pending events" (advisory lock on
+    /// PostgreSQL, the write lock on SQLite), sets `actionable = false`,
+    /// releases the lease and clears expired `pending_until` values.
+    async fn item_park(&self, lease: Lease, now: OffsetDateTime) -> StoreResult<Park>;
+
+    /// Failed or cancelled → active, actionable, attempts 0, error cleared.
+    /// Other phases: [`StoreError::Conflict`].
+    async fn item_retry(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<WorkItem>;
+
+    /// Sets `actionable = true` (e.g. after a content update).
+    async fn item_mark_actionable(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()>;
+
+    async fn item_count_by_phase(&self) -> StoreResult<Vec<PhaseCount>>;
+
+    async fn dimension_list(&self, id: ItemId) -> StoreResult<Vec<Dimension>>;
+
+    async fn dimension_upsert(
+        &self,
+        id: ItemId,
+        update: DimensionUpdate,
+        now: OffsetDateTime,
+    ) -> StoreResult<()>;
+
+    /// Stores a raw event and sets `actionable = true` in one transaction,
+    /// under the item's advisory lock on PostgreSQL.
+    async fn event_insert(&self, event: NewEvent) -> StoreResult<i64>;
+
+    /// The oldest pending event of the item.
+    async fn event_next(&self, id: ItemId) -> StoreResult<Option<PendingEvent>>;
+
+    /// Applies a handled event and deletes it, in one transaction.
+    async fn event_apply(&self, apply: ApplyEvent) -> StoreResult<EventApplied>;
+
+    /// Items the sweep should notify: actionable and not leased, with pending
+    /// events, or with an expired `pending_until` while active; only of
+    /// `handled_types` (none when empty).
+    async fn sweep_candidates(&self, params: SweepParams) -> StoreResult<Vec<ItemId>>;
+}
+
+/// Opens a store from a URL: `sqlite:PATH`, `sqlite::memory:`, or
+/// `postgres://...`. The backend is picked here, once.
+pub async fn connect(url: &str, max_connections: u32) -> StoreResult<Arc<dyn Store>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(
+            postgres::PgStore::connect(url, max_connections).await?,
+        ))
+    } else if url.starts_with("sqlite:") {
+        Ok(Arc::new(
+            sqlite::SqliteStore::connect(url, max_connections).await?,
+        ))
+    } else {
+        Err(StoreError::Conflict(format!(
+            "unsupported database url {url:?}: expected sqlite:PATH, sqlite::memory: or postgres://..."
+        )))
+    }
+}
+
+/// Truncates to whole microseconds, the precision both backends store.
+pub fn to_micros(at: OffsetDateTime) -> OffsetDateTime {
+    let nanos = at.nanosecond();
+    at.replace_nanosecond(nanos - nanos % 1_000)
+        .expect("truncating nanoseconds stays in range")
+}

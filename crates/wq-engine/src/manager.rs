@@ -1,0 +1,609 @@
+//! `ProcessingManager`: intake (`notify`, sweep), the bounded worker pool and
+//! the per-item loop of ARCHITECTURE.md.
+//!
+//! Invariants kept here:
+//! - the decider is called in exactly one place, [`ItemRun::step`];
+//! - `actionable` is never written `true` here and written `false` only by the
+//!   park step, atomically with "no pending events" (DDR-49);
+//! - every write of a run carries its lease, so a worker whose lease was
+//!   reclaimed can no longer change the item.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use wq_core::{Clock, EventResult, ItemId, ItemType, ItemView, Phase, TypeRegistry};
+use wq_store::{
+    ApplyEvent, ApplyOutcome, ClaimParams, EventApplied, Lease, Park, RecordFailure, Store,
+    StoreError, SweepParams,
+};
+
+use crate::config::EngineConfig;
+
+/// Points in the loop where a test can stop the engine as a crash would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailPoint {
+    /// The item is claimed; nothing else happened yet.
+    AfterClaim,
+    /// An event was applied and deleted (one transaction).
+    AfterEventApplied,
+    /// The executor returned; its outcome is not yet written.
+    AfterExecute,
+    /// The executor's outcome is written.
+    AfterOutcome,
+    /// The decider returned no action; the park step comes next.
+    BeforePark,
+}
+
+/// What a hook tells the loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// Stop now without another write, as a killed process would: the lease
+    /// stays until it expires.
+    Crash,
+}
+
+/// Test hooks called at each [`FailPoint`]. Production uses [`NoHooks`].
+#[async_trait]
+pub trait Hooks: Send + Sync + 'static {
+    async fn at(&self, point: FailPoint, id: ItemId) -> Flow;
+}
+
+/// Hooks that do nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoHooks;
+
+#[async_trait]
+impl Hooks for NoHooks {
+    async fn at(&self, _point: FailPoint, _id: ItemId) -> Flow {
+        Flow::Continue
+    }
+}
+
+/// How one loop run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// Someone else holds the lease, the item is gone or not handled here.
+    NotClaimed,
+    /// Nothing left to do: `actionable = false`.
+    Parked,
+    /// The deadline passed; the item stays actionable for the sweep.
+    Deadline,
+    /// A failure was recorded; the item waits out its backoff.
+    Backoff,
+    /// Shutdown: the lease was released, the item stays actionable.
+    Shutdown,
+    /// The lease was reclaimed by another worker.
+    LeaseLost,
+    /// A hook simulated a crash.
+    Crashed,
+    /// A store error ended the run; the lease expires on its own.
+    StoreFailed(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Track {
+    Queued,
+    Running { dirty: bool },
+}
+
+/// The engine. Create with [`ProcessingManager::new`], then `start`.
+pub struct ProcessingManager {
+    store: Arc<dyn Store>,
+    registry: Arc<TypeRegistry>,
+    clock: Arc<dyn Clock>,
+    config: EngineConfig,
+    hooks: Arc<dyn Hooks>,
+    intake: mpsc::UnboundedSender<ItemId>,
+    intake_rx: Mutex<Option<mpsc::UnboundedReceiver<ItemId>>>,
+    tracked: Mutex<HashMap<ItemId, Track>>,
+    idle: Notify,
+    workers: Arc<Semaphore>,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+/// The engine could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("handled type {0:?} is not a registered item type")]
+    UnknownHandledType(String),
+}
+
+impl ProcessingManager {
+    /// Builds an engine; every handled type must be registered.
+    pub fn new(
+        store: Arc<dyn Store>,
+        registry: Arc<TypeRegistry>,
+        clock: Arc<dyn Clock>,
+        config: EngineConfig,
+    ) -> Result<Arc<Self>, EngineError> {
+        Self::with_hooks(store, registry, clock, config, Arc::new(NoHooks))
+    }
+
+    /// Like [`ProcessingManager::new`], with test hooks.
+    pub fn with_hooks(
+        store: Arc<dyn Store>,
+        registry: Arc<TypeRegistry>,
+        clock: Arc<dyn Clock>,
+        config: EngineConfig,
+        hooks: Arc<dyn Hooks>,
+    ) -> Result<Arc<Self>, EngineError> {
+        for name in &config.handled_types {
+            if registry.get(name).is_none() {
+                return Err(EngineError::UnknownHandledType(name.clone()));
+            }
+        }
+        let (intake, intake_rx) = mpsc::unbounded_channel();
+        let workers = Arc::new(Semaphore::new(config.workers.max(1)));
+        Ok(Arc::new(Self {
+            store,
+            registry,
+            clock,
+            config,
+            hooks,
+            intake,
+            intake_rx: Mutex::new(Some(intake_rx)),
+            tracked: Mutex::new(HashMap::new()),
+            idle: Notify::new(),
+            workers,
+            shutdown: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        }))
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Starts the dispatcher and the sweep (which runs at once, DDR-35).
+    /// Calling it twice does nothing.
+    pub fn start(self: &Arc<Self>) {
+        let Some(intake_rx) = self.intake_rx.lock().expect("intake lock").take() else {
+            return;
+        };
+        let dispatcher = Arc::clone(self);
+        self.tasks
+            .spawn(async move { dispatcher.dispatch(intake_rx).await });
+        let sweeper = Arc::clone(self);
+        self.tasks
+            .spawn(async move { sweeper.sweep_forever().await });
+    }
+
+    /// Asks for the item to be processed. Deduplicated: an item queued or
+    /// running is not queued twice, but a notify during a run makes the item
+    /// run once more after it (so nothing that arrives mid-run is missed).
+    pub fn notify(&self, id: ItemId) {
+        if self.shutdown.is_cancelled() {
+            return;
+        }
+        let mut tracked = self.tracked.lock().expect("tracked lock");
+        match tracked.get_mut(&id) {
+            None => {
+                tracked.insert(id, Track::Queued);
+                if self.intake.send(id).is_err() {
+                    tracked.remove(&id);
+                }
+            }
+            Some(Track::Queued) => {}
+            Some(Track::Running { dirty }) => *dirty = true,
+        }
+    }
+
+    /// Number of items queued or running.
+    pub fn in_flight(&self) -> usize {
+        self.tracked.lock().expect("tracked lock").len()
+    }
+
+    /// Waits until nothing is queued or running.
+    pub async fn wait_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.in_flight() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Runs one sweep now and notifies what it found; returns how many.
+    pub async fn sweep_now(&self) -> Result<usize, StoreError> {
+        if self.config.handled_types.is_empty() {
+            return Ok(0);
+        }
+        let ids = self
+            .store
+            .sweep_candidates(SweepParams {
+                handled_types: self.config.handled_types.clone(),
+                now: self.clock.now(),
+                limit: self.config.sweep_batch,
+            })
+            .await?;
+        for id in &ids {
+            self.notify(*id);
+        }
+        Ok(ids.len())
+    }
+
+    /// Stops intake, lets running items finish their current step (they then
+    /// release their leases) and waits for them.
+    pub async fn shutdown(&self) {
+        self.shutdown.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+        self.tracked.lock().expect("tracked lock").clear();
+        self.idle.notify_waiters();
+    }
+
+    /// Runs one item's loop inline, outside the pool: the one step tests
+    /// drive deterministically.
+    pub async fn run_item(&self, id: ItemId) -> RunOutcome {
+        let started = Instant::now();
+        let outcome = self.run_item_inner(id).await;
+        metrics::histogram!("workqueue_loop_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        outcome
+    }
+
+    async fn dispatch(self: Arc<Self>, mut intake: mpsc::UnboundedReceiver<ItemId>) {
+        loop {
+            let id = tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                id = intake.recv() => match id { Some(id) => id, None => return },
+            };
+            let permit = tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                permit = Arc::clone(&self.workers).acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => return,
+                },
+            };
+            self.tracked
+                .lock()
+                .expect("tracked lock")
+                .insert(id, Track::Running { dirty: false });
+            let worker = Arc::clone(&self);
+            self.tasks
+                .spawn(async move { worker.work(id, permit).await });
+        }
+    }
+
+    async fn work(self: Arc<Self>, id: ItemId, permit: OwnedSemaphorePermit) {
+        let outcome = self.run_item(id).await;
+        drop(permit);
+        tracing::debug!(item_id = %id, ?outcome, "item run ended for {id}");
+        let mut tracked = self.tracked.lock().expect("tracked lock");
+        let again = matches!(tracked.get(&id), Some(Track::Running { dirty: true }))
+            && !self.shutdown.is_cancelled()
+            && !matches!(outcome, RunOutcome::Crashed);
+        if again {
+            tracked.insert(id, Track::Queued);
+            if self.intake.send(id).is_err() {
+                tracked.remove(&id);
+            }
+        } else {
+            tracked.remove(&id);
+        }
+        if tracked.is_empty() {
+            self.idle.notify_waiters();
+        }
+    }
+
+    async fn sweep_forever(self: Arc<Self>) {
+        loop {
+            let found = match self.sweep_now().await {
+                Ok(found) => found,
+                Err(error) => {
+                    tracing::warn!(%error, "sweep failed: {error}");
+                    0
+                }
+            };
+            // A full batch means a backlog: sweep again once most of it is
+            // processed instead of waiting a whole interval.
+            let backlog = found as u32 >= self.config.sweep_batch;
+            let pause = if backlog {
+                Duration::from_millis(5)
+            } else {
+                self.config.sweep_interval
+            };
+            let low_water = (self.config.sweep_batch as usize / 2).max(1);
+            loop {
+                tokio::select! {
+                    _ = self.shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+                if !backlog || self.in_flight() < low_water {
+                    break;
+                }
+            }
+        }
+    }
+
+    async fn run_item_inner(&self, id: ItemId) -> RunOutcome {
+        if self.config.handled_types.is_empty() {
+            return RunOutcome::NotClaimed;
+        }
+        let now = self.clock.now();
+        let claim = self
+            .store
+            .item_claim(ClaimParams {
+                id,
+                now,
+                lease_until: now + self.config.lease,
+                handled_types: self.config.handled_types.clone(),
+            })
+            .await;
+        let (item, lease) = match claim {
+            Ok(Some(claimed)) => claimed,
+            Ok(None) => return RunOutcome::NotClaimed,
+            Err(error) => return store_failed(id, error),
+        };
+        let Some(item_type) = self.registry.get(&item.item_type).cloned() else {
+            // Claim filters by handled types and `new` checked them.
+            return RunOutcome::NotClaimed;
+        };
+        let run = ItemRun {
+            manager: self,
+            id,
+            item_type,
+            lease: Arc::new(tokio::sync::Mutex::new(lease)),
+            lease_lost: CancellationToken::new(),
+        };
+        let heartbeat = run.start_heartbeat();
+        let outcome = run.run().await;
+        heartbeat.abort();
+        outcome
+    }
+}
+
+/// One claimed run of one item.
+struct ItemRun<'a> {
+    manager: &'a ProcessingManager,
+    id: ItemId,
+    item_type: Arc<dyn ItemType>,
+    /// The lease as last written; held while writing so the heartbeat and
+    /// the loop never race on the compare-and-set.
+    lease: Arc<tokio::sync::Mutex<Lease>>,
+    lease_lost: CancellationToken,
+}
+
+enum Step {
+    Continue,
+    Done(RunOutcome),
+}
+
+impl ItemRun<'_> {
+    fn start_heartbeat(&self) -> tokio::task::JoinHandle<()> {
+        let store = Arc::clone(&self.manager.store);
+        let clock = Arc::clone(&self.manager.clock);
+        let lease_length = self.manager.config.lease;
+        let period = (lease_length / 3).max(Duration::from_millis(10));
+        let lease = Arc::clone(&self.lease);
+        let lost = self.lease_lost.clone();
+        let id = self.id;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                let mut held = lease.lock().await;
+                if lost.is_cancelled() {
+                    return;
+                }
+                let until = clock.now() + lease_length;
+                match store.item_heartbeat(*held, until).await {
+                    Ok(renewed) => *held = renewed,
+                    Err(error) => {
+                        tracing::warn!(item_id = %id, %error, "heartbeat for {id} failed: {error}");
+                        if matches!(error, StoreError::LeaseLost(_)) {
+                            lost.cancel();
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    async fn hook(&self, point: FailPoint) -> Flow {
+        self.manager.hooks.at(point, self.id).await
+    }
+
+    async fn run(&self) -> RunOutcome {
+        if self.hook(FailPoint::AfterClaim).await == Flow::Crash {
+            return RunOutcome::Crashed;
+        }
+        let deadline = Instant::now() + self.manager.config.deadline;
+        loop {
+            if self.lease_lost.is_cancelled() {
+                return RunOutcome::LeaseLost;
+            }
+            if self.manager.shutdown.is_cancelled() {
+                return self.release(RunOutcome::Shutdown).await;
+            }
+            if Instant::now() >= deadline {
+                tracing::info!(item_id = %self.id, "item {} reached its deadline; the sweep resumes it", self.id);
+                return self.release(RunOutcome::Deadline).await;
+            }
+            match self.step().await {
+                Ok(Step::Continue) => {}
+                Ok(Step::Done(outcome)) => return outcome,
+                Err(StoreError::LeaseLost(_)) => return RunOutcome::LeaseLost,
+                Err(error) => return store_failed(self.id, error),
+            }
+        }
+    }
+
+    /// One iteration: an event if one is pending, else decide and execute,
+    /// else park.
+    async fn step(&self) -> Result<Step, StoreError> {
+        let store = &self.manager.store;
+        let now = self.manager.clock.now();
+        if let Some(event) = store.event_next(self.id).await? {
+            let view = self.view(now).await?;
+            let result = if view.item.phase == Phase::Active {
+                match self.item_type.handle_event(&view, &event).await {
+                    Ok(result) => result,
+                    Err(error) => {
+                        let message = format!("handling event {}: {}", event.event_type, error);
+                        return self.fail(now, message, &error).await;
+                    }
+                }
+            } else {
+                EventResult::ignored()
+            };
+            let applied = {
+                let lease = self.lease.lock().await;
+                store
+                    .event_apply(ApplyEvent {
+                        lease: *lease,
+                        event_id: event.id,
+                        now,
+                        result,
+                    })
+                    .await?
+            };
+            metrics::counter!("workqueue_events_total", "item_type" => self.item_type.name())
+                .increment(1);
+            if applied == EventApplied::StalePhase {
+                tracing::info!(item_id = %self.id, event_id = event.id, "stale phase change in event {} ignored for {}", event.id, self.id);
+            }
+            if self.hook(FailPoint::AfterEventApplied).await == Flow::Crash {
+                return Ok(Step::Done(RunOutcome::Crashed));
+            }
+            return Ok(Step::Continue);
+        }
+
+        let view = self.view(now).await?;
+        // The only call of the decider (DDR-49). Only active items act.
+        let action = if view.item.phase == Phase::Active {
+            self.item_type.decide(&view)
+        } else {
+            None
+        };
+        let Some(action) = action else {
+            if self.hook(FailPoint::BeforePark).await == Flow::Crash {
+                return Ok(Step::Done(RunOutcome::Crashed));
+            }
+            let parked = {
+                let lease = self.lease.lock().await;
+                store.item_park(*lease, now).await?
+            };
+            return Ok(match parked {
+                Park::Parked => Step::Done(RunOutcome::Parked),
+                Park::EventsPending => Step::Continue,
+            });
+        };
+
+        let type_name = self.item_type.name();
+        if !TypeRegistry::knows_action(self.item_type.as_ref(), action) {
+            let error = wq_core::ExecError::permanent(format!(
+                "decider of {type_name} chose unknown action {action}"
+            ));
+            return self.fail(now, error.message.clone(), &error).await;
+        }
+        metrics::counter!("workqueue_actions_total", "item_type" => type_name, "action" => action.name)
+            .increment(1);
+        let result = self.item_type.execute(action, &view).await;
+        if self.hook(FailPoint::AfterExecute).await == Flow::Crash {
+            return Ok(Step::Done(RunOutcome::Crashed));
+        }
+        let now = self.manager.clock.now();
+        match result {
+            Ok(outcome) => {
+                {
+                    let lease = self.lease.lock().await;
+                    store
+                        .item_apply_outcome(ApplyOutcome {
+                            lease: *lease,
+                            now,
+                            phase: outcome.phase,
+                            error: outcome.reason,
+                            dimensions: outcome.dimensions,
+                        })
+                        .await?;
+                }
+                if self.hook(FailPoint::AfterOutcome).await == Flow::Crash {
+                    return Ok(Step::Done(RunOutcome::Crashed));
+                }
+                Ok(Step::Continue)
+            }
+            Err(error) => {
+                metrics::counter!("workqueue_actions_failed_total", "item_type" => type_name, "action" => action.name)
+                    .increment(1);
+                let message = format!("{action}: {error}");
+                self.fail(now, message, &error).await
+            }
+        }
+    }
+
+    async fn view(&self, now: OffsetDateTime) -> Result<ItemView, StoreError> {
+        self.manager
+            .store
+            .item_view(self.id, now)
+            .await?
+            .ok_or(StoreError::NotFound(self.id))
+    }
+
+    /// Records a failure. A failed item loops on to park; an item still
+    /// active ends the run and waits out its backoff under its lease.
+    async fn fail(
+        &self,
+        now: OffsetDateTime,
+        message: String,
+        error: &wq_core::ExecError,
+    ) -> Result<Step, StoreError> {
+        let config = &self.manager.config;
+        let mut lease = self.lease.lock().await;
+        let attempts = self
+            .manager
+            .store
+            .item_get(self.id)
+            .await?
+            .map_or(1, |item| item.attempts + 1);
+        let retry_at = now + config.backoff(attempts, error.retry_after);
+        tracing::warn!(item_id = %self.id, attempts, error = %message, "item {} failed (attempt {attempts}): {message}", self.id);
+        let item = self
+            .manager
+            .store
+            .item_record_failure(RecordFailure {
+                lease: *lease,
+                now,
+                error: message,
+                max_attempts: config.max_attempts,
+                permanent: error.permanent,
+                retry_at,
+            })
+            .await?;
+        if item.phase == Phase::Active {
+            // The lease now runs until `retry_at`; stop renewing it.
+            self.lease_lost.cancel();
+            Ok(Step::Done(RunOutcome::Backoff))
+        } else {
+            *lease = Lease {
+                id: self.id,
+                until: item.leased_until.unwrap_or(lease.until),
+            };
+            Ok(Step::Continue)
+        }
+    }
+
+    async fn release(&self, outcome: RunOutcome) -> RunOutcome {
+        let lease = self.lease.lock().await;
+        match self.manager.store.item_release(*lease, None).await {
+            Ok(()) => outcome,
+            Err(StoreError::LeaseLost(_)) => RunOutcome::LeaseLost,
+            Err(error) => store_failed(self.id, error),
+        }
+    }
+}
+
+fn store_failed(id: ItemId, error: StoreError) -> RunOutcome {
+    tracing::error!(item_id = %id, %error, "store error while processing {id}: {error}");
+    RunOutcome::StoreFailed(error.to_string())
+}

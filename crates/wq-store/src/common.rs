@@ -1,0 +1,188 @@
+//! Backend-neutral pieces both stores share: building migrators, decoding
+//! phases, mapping constraint errors, and the event-ordering rule of
+//! `event_apply`, so both backends decide the same way.
+
+use std::borrow::Cow;
+
+use sqlx::SqlSafeStr;
+use sqlx::error::ErrorKind;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use time::OffsetDateTime;
+use wq_core::{EventResult, ItemId, Phase};
+
+use crate::{EventApplied, StoreError, StoreResult};
+
+/// One embedded migration file: version, description and SQL.
+pub(crate) struct EmbeddedMigration {
+    pub version: i64,
+    pub description: &'static str,
+    pub sql: &'static str,
+}
+
+/// A migrator over embedded files that ignores versions it does not know,
+/// so item types can record their own migrations in the same
+/// `_sqlx_migrations` table.
+pub(crate) fn migrator(files: &[EmbeddedMigration]) -> Migrator {
+    let migrations = files
+        .iter()
+        .map(|file| {
+            Migration::new(
+                file.version,
+                Cow::Borrowed(file.description),
+                MigrationType::Simple,
+                file.sql.into_sql_str(),
+                false,
+            )
+        })
+        .collect();
+    let mut migrator = Migrator::with_migrations(migrations);
+    migrator.set_ignore_missing(true);
+    migrator
+}
+
+pub(crate) fn parse_phase(stored: &str) -> StoreResult<Phase> {
+    stored
+        .parse()
+        .map_err(|error| StoreError::Corrupt(format!("work_items.phase: {error}")))
+}
+
+pub(crate) fn database_error_kind(error: &sqlx::Error) -> Option<ErrorKind> {
+    match error {
+        sqlx::Error::Database(database_error) => Some(database_error.kind()),
+        _ => None,
+    }
+}
+
+/// A unique violation becomes [`StoreError::Duplicate`] with `what` as the
+/// message; anything else stays a database error.
+pub(crate) fn duplicate_or_database(
+    error: sqlx::Error,
+    what: impl FnOnce() -> String,
+) -> StoreError {
+    if database_error_kind(&error) == Some(ErrorKind::UniqueViolation) {
+        StoreError::Duplicate(what())
+    } else {
+        StoreError::Database(error)
+    }
+}
+
+/// A foreign-key violation on a row that references `id` means the item does
+/// not exist.
+pub(crate) fn not_found_or_database(error: sqlx::Error, id: ItemId) -> StoreError {
+    if database_error_kind(&error) == Some(ErrorKind::ForeignKeyViolation) {
+        StoreError::NotFound(id)
+    } else {
+        StoreError::Database(error)
+    }
+}
+
+pub(crate) fn duplicate_key_message(key: Option<&str>) -> String {
+    match key {
+        Some(key) => format!("a live work item already holds idempotency key {key:?}"),
+        None => "a work item with this id already exists".to_owned(),
+    }
+}
+
+/// Why `item_retry` refused: the item exists but is not failed or cancelled.
+pub(crate) fn retry_conflict(phase: Phase) -> StoreError {
+    StoreError::Conflict(format!(
+        "work item is {phase}; only failed or cancelled items can be retried"
+    ))
+}
+
+/// The item row as `event_apply` reads it under the lease.
+pub(crate) struct EventTarget {
+    pub phase: Phase,
+    pub error: Option<String>,
+    pub last_event_at: Option<OffsetDateTime>,
+}
+
+/// What `event_apply` writes back to the item row.
+pub(crate) struct EventWrite {
+    pub phase: Phase,
+    pub error: Option<String>,
+    pub last_event_at: OffsetDateTime,
+    pub applied: EventApplied,
+}
+
+/// The `last_event_at` guard (DDR-30, DDR-31): a phase change applies unless
+/// the event is older than the newest one already applied; `last_event_at`
+/// only moves forward. Only called for active items (DDR-37).
+pub(crate) fn decide_event(
+    target: &EventTarget,
+    result: &EventResult,
+    now: OffsetDateTime,
+) -> EventWrite {
+    let event_at = result.event_ts.map(crate::to_micros).unwrap_or(now);
+    let last_event_at = match target.last_event_at {
+        Some(last) if last > event_at => last,
+        _ => event_at,
+    };
+    let Some(new_phase) = result.phase else {
+        return EventWrite {
+            phase: target.phase,
+            error: target.error.clone(),
+            last_event_at,
+            applied: EventApplied::Applied,
+        };
+    };
+    let in_order = match (result.event_ts, target.last_event_at) {
+        (Some(event_ts), Some(last)) => crate::to_micros(event_ts) >= last,
+        _ => true,
+    };
+    if in_order {
+        EventWrite {
+            phase: new_phase,
+            error: result.reason.clone(),
+            last_event_at,
+            applied: EventApplied::Applied,
+        }
+    } else {
+        EventWrite {
+            phase: target.phase,
+            error: target.error.clone(),
+            last_event_at,
+            applied: EventApplied::StalePhase,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::Duration;
+
+    fn target(last_event_at: Option<OffsetDateTime>) -> EventTarget {
+        EventTarget {
+            phase: Phase::Active,
+            error: Some("old".into()),
+            last_event_at,
+        }
+    }
+
+    #[test]
+    fn an_older_phase_event_is_stale_and_keeps_the_newest_time() {
+        let now = OffsetDateTime::UNIX_EPOCH + Duration::days(20_000);
+        let last = now - Duration::minutes(1);
+        let result = EventResult::ignored()
+            .with_phase(Phase::Completed)
+            .at(last - Duration::minutes(1));
+        let write = decide_event(&target(Some(last)), &result, now);
+        assert_eq!(write.applied, EventApplied::StalePhase);
+        assert_eq!(write.phase, Phase::Active);
+        assert_eq!(write.error.as_deref(), Some("old"));
+        assert_eq!(write.last_event_at, last);
+    }
+
+    #[test]
+    fn an_event_without_time_applies_and_records_now() {
+        let now = OffsetDateTime::UNIX_EPOCH + Duration::days(20_000);
+        let mut result = EventResult::ignored().with_phase(Phase::Cancelled);
+        result.reason = Some("closed".into());
+        let write = decide_event(&target(Some(now - Duration::hours(1))), &result, now);
+        assert_eq!(write.applied, EventApplied::Applied);
+        assert_eq!(write.phase, Phase::Cancelled);
+        assert_eq!(write.error.as_deref(), Some("closed"));
+        assert_eq!(write.last_event_at, now);
+    }
+}

@@ -1,0 +1,4 @@
+-- Stores a raw event (DDR-30). $1 item id, $2 event type, $3 body, $4 now.
+INSERT INTO pending_events (work_item_id, event_type, body, received_at)
+VALUES ($1, $2, $3, $4)
+RETURNING id

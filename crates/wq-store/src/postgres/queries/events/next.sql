@@ -1,0 +1,7 @@
+-- The oldest pending event of one item ($1); served by
+-- pending_events_work_item_id.
+SELECT id, work_item_id, event_type, body, received_at
+FROM pending_events
+WHERE work_item_id = $1
+ORDER BY id
+LIMIT 1

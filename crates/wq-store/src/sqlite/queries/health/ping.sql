@@ -1,0 +1,2 @@
+-- A cheap round trip for readiness.
+SELECT 1

@@ -1,0 +1,248 @@
+//! Fresh databases for tests: a uniquely named PostgreSQL database or a new
+//! SQLite file per test. PostgreSQL being unreachable is a panic with a clear
+//! message, never a silent skip.
+
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
+use uuid::Uuid;
+
+/// The environment variable naming the PostgreSQL admin URL for tests.
+pub const TEST_PG_URL_ENV: &str = "WQ_TEST_PG_URL";
+
+/// The admin URL used when [`TEST_PG_URL_ENV`] is unset.
+pub const DEFAULT_TEST_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// The prefix of every database [`fresh_postgres_url`] creates.
+pub const TEST_DATABASE_PREFIX: &str = "wq_test_";
+
+fn admin_url() -> String {
+    std::env::var(TEST_PG_URL_ENV).unwrap_or_else(|_| DEFAULT_TEST_PG_URL.to_owned())
+}
+
+async fn admin_connection(admin_url: &str) -> PgConnection {
+    PgConnection::connect(admin_url)
+        .await
+        .unwrap_or_else(|error| {
+            panic!(
+                "PostgreSQL is required for these tests and is unreachable at {admin_url} \
+             (set {TEST_PG_URL_ENV} to an admin URL): {error}"
+            )
+        })
+}
+
+/// `url` with its database name replaced by `database`.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let authority_start = base.find("://").map_or(0, |at| at + 3);
+    let host_part = match base[authority_start..].find('/') {
+        Some(slash) => &base[..authority_start + slash],
+        None => base,
+    };
+    match query {
+        Some(query) => format!("{host_part}/{database}?{query}"),
+        None => format!("{host_part}/{database}"),
+    }
+}
+
+/// The database name in a PostgreSQL URL.
+fn database_of(url: &str) -> Option<&str> {
+    let base = url.split_once('?').map_or(url, |(base, _)| base);
+    let authority_start = base.find("://")? + 3;
+    let slash = base[authority_start..].find('/')?;
+    Some(&base[authority_start + slash + 1..])
+}
+
+/// Creates an empty database `wq_test_<uuid>` through the admin URL in
+/// `WQ_TEST_PG_URL` (default [`DEFAULT_TEST_PG_URL`]) and returns its URL.
+/// Panics if PostgreSQL is unreachable.
+pub async fn fresh_postgres_url() -> String {
+    let admin_url = admin_url();
+    let database = format!("{TEST_DATABASE_PREFIX}{}", Uuid::new_v4().simple());
+    let mut admin = admin_connection(&admin_url).await;
+    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {database}")))
+        .execute(&mut admin)
+        .await
+        .unwrap_or_else(|error| panic!("cannot create test database {database}: {error}"));
+    admin.close().await.ok();
+    with_database(&admin_url, &database)
+}
+
+/// Drops a database made by [`fresh_postgres_url`], closing its remaining
+/// connections. Refuses any other database name.
+pub async fn drop_postgres_database(url: &str) {
+    let database = database_of(url).unwrap_or_default();
+    assert!(
+        database.starts_with(TEST_DATABASE_PREFIX)
+            && database[TEST_DATABASE_PREFIX.len()..]
+                .bytes()
+                .all(|byte| byte.is_ascii_hexdigit()),
+        "refusing to drop {database:?}: not a database made by fresh_postgres_url"
+    );
+    let admin_url = admin_url();
+    let mut admin = admin_connection(&admin_url).await;
+    sqlx::query(AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
+    )))
+    .execute(&mut admin)
+    .await
+    .unwrap_or_else(|error| panic!("cannot drop test database {database}: {error}"));
+    admin.close().await.ok();
+}
+
+/// A `sqlite:` URL for a database file in a new directory under the system
+/// temp dir: a real file, so several connections and reopening work.
+pub fn fresh_sqlite_url() -> String {
+    let directory = std::env::temp_dir().join(format!("wq-test-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&directory).unwrap_or_else(|error| {
+        panic!(
+            "cannot create test directory {}: {error}",
+            directory.display()
+        )
+    });
+    format!("sqlite:{}", directory.join("wq.db").display())
+}
+
+/// Inserts `count` active items of `item_type` in large batches, for
+/// benchmarks and scale tests. `actionable` items wait for the engine;
+/// `with_timer` gives each a `needs_reconcile` row deferred 30 minutes, as a
+/// parked merge request has.
+pub async fn seed_items(
+    url: &str,
+    item_type: &str,
+    count: u64,
+    actionable: bool,
+    with_timer: bool,
+) {
+    const BATCH: u64 = 20_000;
+    let now = crate::to_micros(time::OffsetDateTime::now_utc());
+    let pending_until = now + time::Duration::minutes(30);
+    let mut left = count;
+    if url.starts_with("sqlite:") {
+        let store = crate::sqlite::SqliteStore::connect(url, 1)
+            .await
+            .unwrap_or_else(|error| panic!("cannot open {url}: {error}"));
+        let micros = |at: time::OffsetDateTime| (at.unix_timestamp_nanos() / 1_000) as i64;
+        while left > 0 {
+            let batch = left.min(BATCH);
+            let ids: Vec<String> = (0..batch)
+                .map(|_| Uuid::now_v7().hyphenated().to_string())
+                .collect();
+            let ids = serde_json::to_string(&ids).expect("ids serialize");
+            let mut tx = store.begin_write().await.expect("begin");
+            sqlx::query(include_str!("sqlite/queries/testing/seed_items.sql"))
+                .bind(&ids)
+                .bind(item_type)
+                .bind(actionable)
+                .bind(micros(now))
+                .execute(&mut *tx)
+                .await
+                .expect("seed items");
+            if with_timer {
+                sqlx::query(include_str!("sqlite/queries/testing/seed_timers.sql"))
+                    .bind(&ids)
+                    .bind(micros(pending_until))
+                    .bind(micros(now))
+                    .execute(&mut *tx)
+                    .await
+                    .expect("seed timers");
+            }
+            tx.commit().await.expect("commit");
+            left -= batch;
+        }
+        sqlx::query("ANALYZE")
+            .execute(store.pool())
+            .await
+            .expect("analyze");
+    } else {
+        let store = crate::postgres::PgStore::connect(url, 1)
+            .await
+            .unwrap_or_else(|error| panic!("cannot open {url}: {error}"));
+        while left > 0 {
+            let batch = left.min(BATCH);
+            let ids: Vec<Uuid> = (0..batch).map(|_| Uuid::now_v7()).collect();
+            let mut tx = store.pool().begin().await.expect("begin");
+            sqlx::query(include_str!("postgres/queries/testing/seed_items.sql"))
+                .bind(&ids)
+                .bind(item_type)
+                .bind(actionable)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .expect("seed items");
+            if with_timer {
+                sqlx::query(include_str!("postgres/queries/testing/seed_timers.sql"))
+                    .bind(&ids)
+                    .bind(pending_until)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .expect("seed timers");
+            }
+            tx.commit().await.expect("commit");
+            left -= batch;
+        }
+        sqlx::query("ANALYZE")
+            .execute(store.pool())
+            .await
+            .expect("analyze");
+    }
+}
+
+/// The durability settings the store at `url` runs with, for benchmark
+/// reports (`synchronous_commit` on PostgreSQL; journal mode and
+/// `synchronous` on SQLite).
+pub async fn durability(url: &str) -> String {
+    if url.starts_with("sqlite:") {
+        let store = crate::sqlite::SqliteStore::connect(url, 1)
+            .await
+            .unwrap_or_else(|error| panic!("cannot open {url}: {error}"));
+        let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(store.pool())
+            .await
+            .expect("journal_mode");
+        let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(store.pool())
+            .await
+            .expect("synchronous");
+        let synchronous = match synchronous {
+            0 => "off",
+            1 => "normal",
+            2 => "full",
+            _ => "extra",
+        };
+        format!("sqlite journal_mode={journal} synchronous={synchronous}")
+    } else {
+        let store = crate::postgres::PgStore::connect(url, 1)
+            .await
+            .unwrap_or_else(|error| panic!("cannot open {url}: {error}"));
+        let commit: String = sqlx::query_scalar("SHOW synchronous_commit")
+            .fetch_one(store.pool())
+            .await
+            .expect("synchronous_commit");
+        let fsync: String = sqlx::query_scalar("SHOW fsync")
+            .fetch_one(store.pool())
+            .await
+            .expect("fsync");
+        format!("postgresql synchronous_commit={commit} fsync={fsync}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_database_name_is_replaced_and_read_back() {
+        let url = with_database("postgres://postgres@127.0.0.1:5432/postgres", "wq_test_ab");
+        assert_eq!(url, "postgres://postgres@127.0.0.1:5432/wq_test_ab");
+        assert_eq!(database_of(&url), Some("wq_test_ab"));
+        let url = with_database("postgres://u:p@db/admin?sslmode=disable", "x");
+        assert_eq!(url, "postgres://u:p@db/x?sslmode=disable");
+        assert_eq!(
+            with_database("postgres://db:5432", "x"),
+            "postgres://db:5432/x"
+        );
+    }
+}
