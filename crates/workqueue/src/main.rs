@@ -1,1 +1,64 @@
-fn main() {}
+//! `workqueue`: the service binary. `serve` runs the engine and the HTTP API
+//! over one database; `migrate`, `config check` and `items` are tools around
+//! it. Errors are `anyhow` here; each command prints one message and exits
+//! with 1 on failure.
+
+mod cli;
+mod config;
+mod items;
+mod logging;
+mod serve;
+mod types;
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser;
+
+use crate::cli::{Cli, Command, ConfigCommand};
+use crate::config::Config;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Config(ConfigCommand::Check { file }) => {
+            let config = Config::load(&file)?;
+            config
+                .check_against(&types::registry()?)
+                .with_context(|| format!("invalid config file {}", file.display()))?;
+            println!("ok");
+            Ok(())
+        }
+        Command::Serve(args) => {
+            logging::init(cli.log_format);
+            let config = Config::load_or_default(args.config.as_deref())?;
+            runtime()?.block_on(serve::serve(&config))
+        }
+        Command::Migrate(args) => {
+            logging::init(cli.log_format);
+            let config = Config::load_or_default(args.config.as_deref())?;
+            runtime()?.block_on(serve::migrate(&config))
+        }
+        Command::Items(args) => {
+            let output = runtime()?.block_on(items::run(args))?;
+            print!("{output}");
+            Ok(())
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}

@@ -1,1 +1,139 @@
-//! placeholder
+//! HTTP interface of workqueue: the axum [`router`] (health, readiness,
+//! `/api/v1` work items, Prometheus metrics), its middleware (request ids,
+//! tracing, timeout, body limit) and [`serve`] with graceful shutdown.
+//!
+//! Every error response is the JSON envelope of [`error::ApiError`].
+//! Authentication is not there yet: bind to loopback until it is.
+
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod metrics;
+pub mod models;
+pub mod routes;
+pub mod state;
+
+use std::future::Future;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderName, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tower::ServiceBuilder;
+use tower_http::LatencyUnit;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tracing::Level;
+
+pub use config::{ApiConfig, DEFAULT_BODY_LIMIT_BYTES, DEFAULT_REQUEST_TIMEOUT};
+pub use error::{ApiError, ErrorBody, ErrorEnvelope};
+pub use state::AppState;
+
+/// Header carrying the request id (set when absent, echoed in the response).
+const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The whole HTTP surface.
+pub fn router(state: AppState, config: &ApiConfig) -> Router {
+    let api = Router::new()
+        .route("/work-items", get(routes::items::list))
+        .route("/work-items/{id}", get(routes::items::show))
+        .route("/work-items/{id}/retry", post(routes::items::retry));
+
+    let middleware = ServiceBuilder::new()
+        .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|request: &Request| {
+                    let request_id = request
+                        .headers()
+                        .get(REQUEST_ID_HEADER)
+                        .and_then(|value| value.to_str().ok())
+                        .unwrap_or_default();
+                    tracing::info_span!(
+                        "http_request",
+                        method = %request.method(),
+                        path = %request.uri().path(),
+                        request_id,
+                    )
+                })
+                .on_response(
+                    DefaultOnResponse::new()
+                        .level(Level::INFO)
+                        .latency_unit(LatencyUnit::Millis),
+                )
+                // Server errors are logged once, where they are built.
+                .on_failure(()),
+        )
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
+        .layer(middleware::from_fn_with_state(
+            config.request_timeout,
+            request_timeout,
+        ))
+        .layer(middleware::from_fn_with_state(
+            config.body_limit_bytes,
+            content_length_limit,
+        ))
+        .layer(DefaultBodyLimit::max(config.body_limit_bytes));
+
+    Router::new()
+        .route("/healthz", get(routes::health::healthz))
+        .route("/readyz", get(routes::health::readyz))
+        .route("/metrics", get(metrics::scrape))
+        .nest("/api/v1", api)
+        .fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+        .layer(middleware)
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then stops
+/// accepting connections and waits for the open requests to finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+async fn no_route() -> ApiError {
+    ApiError::not_found("no such route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::method_not_allowed()
+}
+
+/// Answers a request that runs longer than the limit with a 503 envelope
+/// (the handler's future is dropped).
+async fn request_timeout(State(limit): State<Duration>, request: Request, next: Next) -> Response {
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_elapsed) => ApiError::timeout(limit).into_response(),
+    }
+}
+
+/// Refuses a declared body larger than the limit before anything reads it;
+/// bodies without a length are cut by `DefaultBodyLimit` when extracted.
+async fn content_length_limit(
+    State(limit_bytes): State<usize>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    match declared {
+        Some(length) if length > limit_bytes as u64 => {
+            ApiError::payload_too_large(limit_bytes).into_response()
+        }
+        _ => next.run(request).await,
+    }
+}

@@ -1,0 +1,92 @@
+//! The command line (clap derive): `serve`, `migrate`, `config check`,
+//! `items list|show|retry`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use wq_core::{ItemId, Phase};
+
+use crate::logging::LogFormat;
+
+/// Where the `items` commands find the API when neither `--url` nor
+/// `WORKQUEUE_URL` says.
+pub const DEFAULT_API_URL: &str = "http://127.0.0.1:8080";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "workqueue",
+    version,
+    about = "Owns merge requests from submission to merge."
+)]
+pub struct Cli {
+    /// Log line format (logs go to stderr; filter with RUST_LOG).
+    #[arg(long, value_enum, default_value_t = LogFormat::Human, global = true)]
+    pub log_format: LogFormat,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the service: migrations, the processing engine and the HTTP API.
+    Serve(ConfigArg),
+    /// Apply database migrations and exit.
+    Migrate(ConfigArg),
+    /// Work with the configuration file.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Inspect and retry work items through the API.
+    Items(ItemsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigArg {
+    /// The YAML configuration file; without one, the defaults (SQLite in
+    /// ./workqueue.db, listening on 127.0.0.1:8080).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Parse and validate FILE: prints "ok", or the errors and exits with 1.
+    Check { file: PathBuf },
+}
+
+#[derive(Debug, Args)]
+pub struct ItemsArgs {
+    /// Base URL of the workqueue API.
+    #[arg(long, env = "WORKQUEUE_URL", default_value = DEFAULT_API_URL, global = true)]
+    pub url: String,
+
+    /// Print the API's JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: ItemsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ItemsCommand {
+    /// List work items, newest first.
+    List {
+        /// Only items in this phase (active, completed, failed, cancelled).
+        #[arg(long)]
+        phase: Option<Phase>,
+        /// Only items of this type.
+        #[arg(long)]
+        item_type: Option<String>,
+        /// Page size (1 to 500; the API's default is 50).
+        #[arg(long)]
+        limit: Option<u32>,
+        /// Items older than this id (the previous page's `next` cursor).
+        #[arg(long)]
+        before: Option<ItemId>,
+    },
+    /// Show one item with its dimensions.
+    Show { id: ItemId },
+    /// Make a failed or cancelled item active again.
+    Retry { id: ItemId },
+}

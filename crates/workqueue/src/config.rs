@@ -1,0 +1,569 @@
+//! The service's configuration: ONE YAML file, parsed with serde-saphyr and
+//! validated with garde into the typed [`Config`]. Unknown keys are refused;
+//! every field is optional and its default is a named constant below. Errors
+//! name the field (`engine.workers: ...`) and, where the parser knows it, the
+//! line and column.
+//!
+//! ```yaml
+//! database:
+//!   url: "sqlite:./workqueue.db"   # or postgres://user@host/db
+//!   max_connections: 10
+//! server:
+//!   bind: "127.0.0.1:8080"
+//!   body_limit_bytes: 8388608
+//!   request_timeout_seconds: 30
+//! engine:
+//!   workers: 10
+//!   sweep_interval_seconds: 30
+//!   lease_seconds: 60
+//!   deadline_seconds: 60
+//!   max_attempts: 5
+//!   handled_types: []
+//! ```
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use garde::Validate;
+use serde::Deserialize;
+use wq_core::TypeRegistry;
+
+/// Where the data lives: a SQLite file next to the binary by default.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite:./workqueue.db";
+/// Connections in the database pool.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+/// Address of the HTTP server. Loopback until authentication exists.
+pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
+/// Largest accepted request body (8 MiB).
+pub const DEFAULT_BODY_LIMIT_BYTES: usize = wq_api::DEFAULT_BODY_LIMIT_BYTES;
+/// How long one HTTP request may take.
+pub const DEFAULT_REQUEST_TIMEOUT_SECONDS: u64 = wq_api::DEFAULT_REQUEST_TIMEOUT.as_secs();
+/// Items processed at once.
+pub const DEFAULT_WORKERS: usize = 10;
+/// Pause between two sweeps for forgotten work.
+pub const DEFAULT_SWEEP_INTERVAL_SECONDS: u64 = 30;
+/// Lease of one item's loop run; the heartbeat renews it.
+pub const DEFAULT_LEASE_SECONDS: u64 = 60;
+/// Wall-clock budget of one loop run before the sweep takes over.
+pub const DEFAULT_DEADLINE_SECONDS: u64 = 60;
+/// Consecutive executor failures that fail an item.
+pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Validate)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    #[garde(dive)]
+    pub database: DatabaseConfig,
+    #[garde(dive)]
+    pub server: ServerConfig,
+    #[garde(dive)]
+    pub engine: EngineSection,
+}
+
+/// `database:`
+#[derive(Debug, Clone, PartialEq, Deserialize, Validate)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `sqlite:PATH`, `sqlite::memory:` or `postgres://...`
+    /// (default [`DEFAULT_DATABASE_URL`]).
+    #[garde(custom(database_url))]
+    pub url: String,
+    /// Pool size, 1 to 1000 (default [`DEFAULT_MAX_CONNECTIONS`]).
+    #[garde(custom(between(1, 1000)))]
+    pub max_connections: u32,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: DEFAULT_DATABASE_URL.to_owned(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// `server:`
+#[derive(Debug, Clone, PartialEq, Deserialize, Validate)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// `HOST:PORT` to listen on (default [`DEFAULT_BIND`]).
+    #[garde(custom(socket_address))]
+    pub bind: String,
+    /// Largest request body in bytes, 1 KiB to 1 GiB
+    /// (default [`DEFAULT_BODY_LIMIT_BYTES`]).
+    #[garde(custom(between(1024, 1024 * 1024 * 1024)))]
+    pub body_limit_bytes: usize,
+    /// Longest request in seconds, 1 to 3600
+    /// (default [`DEFAULT_REQUEST_TIMEOUT_SECONDS`]).
+    #[garde(custom(between(1, 3600)))]
+    pub request_timeout_seconds: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            bind: DEFAULT_BIND.to_owned(),
+            body_limit_bytes: DEFAULT_BODY_LIMIT_BYTES,
+            request_timeout_seconds: DEFAULT_REQUEST_TIMEOUT_SECONDS,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The validated `bind` address.
+    pub fn bind_address(&self) -> anyhow::Result<SocketAddr> {
+        self.bind
+            .parse()
+            .with_context(|| format!("server.bind: {:?} is not HOST:PORT", self.bind))
+    }
+
+    pub fn api_config(&self) -> wq_api::ApiConfig {
+        wq_api::ApiConfig {
+            body_limit_bytes: self.body_limit_bytes,
+            request_timeout: Duration::from_secs(self.request_timeout_seconds),
+        }
+    }
+}
+
+/// `engine:` (mapped to [`wq_engine::EngineConfig`]).
+#[derive(Debug, Clone, PartialEq, Deserialize, Validate)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineSection {
+    /// Items processed at once, 1 to 1000 (default [`DEFAULT_WORKERS`]).
+    #[garde(custom(between(1, 1000)))]
+    pub workers: usize,
+    /// Seconds between sweeps, 1 to 86400
+    /// (default [`DEFAULT_SWEEP_INTERVAL_SECONDS`]).
+    #[garde(custom(between(1, 86_400)))]
+    pub sweep_interval_seconds: u64,
+    /// Lease of a loop run in seconds, 1 to 3600
+    /// (default [`DEFAULT_LEASE_SECONDS`]).
+    #[garde(custom(between(1, 3600)))]
+    pub lease_seconds: u64,
+    /// Budget of one loop run in seconds, 1 to 3600
+    /// (default [`DEFAULT_DEADLINE_SECONDS`]).
+    #[garde(custom(between(1, 3600)))]
+    pub deadline_seconds: u64,
+    /// Consecutive failures that fail an item, 1 to 100
+    /// (default [`DEFAULT_MAX_ATTEMPTS`]).
+    #[garde(custom(between(1, 100)))]
+    pub max_attempts: i32,
+    /// Item types this instance processes; each must be registered in
+    /// `types::registry()` (default: none, so nothing is processed).
+    #[garde(inner(length(min = 1, max = 100)))]
+    pub handled_types: Vec<String>,
+}
+
+impl Default for EngineSection {
+    fn default() -> Self {
+        Self {
+            workers: DEFAULT_WORKERS,
+            sweep_interval_seconds: DEFAULT_SWEEP_INTERVAL_SECONDS,
+            lease_seconds: DEFAULT_LEASE_SECONDS,
+            deadline_seconds: DEFAULT_DEADLINE_SECONDS,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            handled_types: Vec::new(),
+        }
+    }
+}
+
+impl EngineSection {
+    /// The engine's settings; those the file does not expose keep the
+    /// engine's defaults.
+    pub fn engine_config(&self) -> wq_engine::EngineConfig {
+        wq_engine::EngineConfig {
+            workers: self.workers,
+            sweep_interval: Duration::from_secs(self.sweep_interval_seconds),
+            lease: Duration::from_secs(self.lease_seconds),
+            deadline: Duration::from_secs(self.deadline_seconds),
+            max_attempts: self.max_attempts,
+            handled_types: self.handled_types.clone(),
+            ..wq_engine::EngineConfig::default()
+        }
+    }
+}
+
+impl Config {
+    /// Parses and validates YAML text. An empty document is all defaults.
+    pub fn parse(text: &str) -> Result<Config, ConfigErrors> {
+        if is_blank_yaml(text) {
+            return Ok(Config::default());
+        }
+        serde_saphyr::from_str_valid::<Config>(text)
+            .map_err(|error| ConfigErrors(describe(&error, text)))
+    }
+
+    /// Reads, parses and validates a file.
+    pub fn load(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        Config::parse(&text).map_err(|errors| {
+            anyhow::anyhow!(
+                "invalid config file {}:{}",
+                path.display(),
+                errors.indented()
+            )
+        })
+    }
+
+    /// The file at `path`, or the defaults without one.
+    pub fn load_or_default(path: Option<&Path>) -> anyhow::Result<Config> {
+        match path {
+            Some(path) => Config::load(path),
+            None => Ok(Config::default()),
+        }
+    }
+
+    /// Checks what the file alone cannot: every handled type is registered.
+    pub fn check_against(&self, registry: &TypeRegistry) -> anyhow::Result<()> {
+        for (index, name) in self.engine.handled_types.iter().enumerate() {
+            if registry.get(name).is_none() {
+                let known: Vec<&str> = registry.names().collect();
+                let known = if known.is_empty() {
+                    "none are registered yet".to_owned()
+                } else {
+                    format!("registered: {}", known.join(", "))
+                };
+                anyhow::bail!(
+                    "engine.handled_types[{index}]: {name:?} is not a registered item type ({known})"
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The problems found in a file, one `field: message (line L, column C)`
+/// per line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<String>);
+
+impl std::fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.join("\n"))
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+impl ConfigErrors {
+    /// `" one problem"`, or each problem on its own indented line.
+    fn indented(&self) -> String {
+        match self.0.as_slice() {
+            [single] => format!(" {single}"),
+            several => several.iter().map(|line| format!("\n  {line}")).collect(),
+        }
+    }
+}
+
+/// Turns a parser error into `field: message (line L, column C)` lines, in
+/// file order.
+fn describe(error: &serde_saphyr::Error, text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    describe_into(error, text, &mut found);
+    found.sort_by_key(|(location, _)| *location);
+    found.into_iter().map(|(_, line)| line).collect()
+}
+
+/// `(line, column)` for ordering; unknown locations sort last.
+type Position = (u64, u64);
+
+fn describe_into(error: &serde_saphyr::Error, text: &str, found: &mut Vec<(Position, String)>) {
+    use serde_saphyr::Error;
+    match error.without_snippet() {
+        Error::ValidationError {
+            issues, locations, ..
+        } => {
+            for issue in issues {
+                let message = issue.message.clone().unwrap_or_else(|| issue.code.clone());
+                let location = locations
+                    .locations_for(&issue.path)
+                    .map(|found| found.reference_location);
+                let line = format!(
+                    "{}: {message}{}",
+                    dotted(&issue.path),
+                    at_location(location)
+                );
+                found.push((position(location), line));
+            }
+        }
+        Error::ValidationErrors { errors, .. } => {
+            for inner in errors {
+                describe_into(inner, text, found);
+            }
+        }
+        other => {
+            let location = other.location().filter(|location| location.line() > 0);
+            let rendered = other.to_string();
+            let mut message = rendered.lines().next().unwrap_or_default();
+            // The parser puts the location in its text; it is printed once, at the end.
+            if let Some(location) = location {
+                let prefix = format!("line {} column {}: ", location.line(), location.column());
+                let suffix = format!(" at line {}, column {}", location.line(), location.column());
+                message = message.strip_prefix(prefix.as_str()).unwrap_or(message);
+                message = message.strip_suffix(suffix.as_str()).unwrap_or(message);
+            }
+            let line = match location.and_then(|location| key_path_at(text, location.line())) {
+                Some(field) => format!("{field}: {message}{}", at_location(location)),
+                None => format!("{message}{}", at_location(location)),
+            };
+            found.push((position(location), line));
+        }
+    }
+}
+
+fn position(location: Option<serde_saphyr::Location>) -> Position {
+    location
+        .filter(|location| location.line() > 0)
+        .map_or((u64::MAX, u64::MAX), |location| {
+            (location.line(), location.column())
+        })
+}
+
+fn at_location(location: Option<serde_saphyr::Location>) -> String {
+    match location {
+        Some(location) if location.line() > 0 => {
+            format!(" (line {}, column {})", location.line(), location.column())
+        }
+        _ => String::new(),
+    }
+}
+
+/// `engine.handled_types[0]` from a validation path.
+fn dotted(path: &serde_saphyr::path_map::PathKey) -> String {
+    use serde_saphyr::path_map::PathKind;
+    let mut dotted = String::new();
+    for (kind, name) in path.segments() {
+        match kind {
+            PathKind::Key if dotted.is_empty() => dotted.push_str(name),
+            PathKind::Key => {
+                dotted.push('.');
+                dotted.push_str(name);
+            }
+            PathKind::Index => dotted.push_str(&format!("[{name}]")),
+        }
+    }
+    if dotted.is_empty() {
+        dotted.push_str("(file)");
+    }
+    dotted
+}
+
+/// The dotted key path of the `key:` on 1-based `line` of a block-style YAML
+/// file (parents are the nearest less-indented keys above it). `None` when
+/// the line holds no plain key.
+fn key_path_at(text: &str, line: u64) -> Option<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let index = usize::try_from(line).ok()?.checked_sub(1)?;
+    let (mut indent, key) = plain_key(lines.get(index)?)?;
+    let mut path = vec![key];
+    for above in lines[..index].iter().rev() {
+        if let Some((above_indent, above_key)) = plain_key(above)
+            && above_indent < indent
+        {
+            path.push(above_key);
+            indent = above_indent;
+            if indent == 0 {
+                break;
+            }
+        }
+    }
+    path.reverse();
+    Some(path.join("."))
+}
+
+/// `(indentation, key)` of a `key: ...` line.
+fn plain_key(line: &str) -> Option<(usize, &str)> {
+    let trimmed = line.trim_start();
+    let indent = line.len() - trimmed.len();
+    let (key, _) = trimmed.split_once(':')?;
+    let valid = !key.is_empty()
+        && key.chars().all(|character| {
+            character.is_ascii_alphanumeric() || character == '_' || character == '-'
+        });
+    valid.then_some((indent, key))
+}
+
+/// Only whitespace and comments.
+fn is_blank_yaml(text: &str) -> bool {
+    text.lines().all(|line| {
+        let line = line.trim();
+        line.is_empty() || line.starts_with('#') || line == "---"
+    })
+}
+
+/// A garde rule: `min <= value <= max`, said as "must be between MIN and MAX".
+fn between<T>(min: T, max: T) -> impl FnOnce(&T, &()) -> garde::Result
+where
+    T: PartialOrd + std::fmt::Display + Copy,
+{
+    move |value, _context| {
+        if *value < min || *value > max {
+            return Err(garde::Error::new(format!(
+                "must be between {min} and {max}, got {value}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn database_url(url: &str, _context: &()) -> garde::Result {
+    let known = ["sqlite:", "postgres://", "postgresql://"];
+    if known.iter().any(|prefix| url.starts_with(prefix)) {
+        return Ok(());
+    }
+    Err(garde::Error::new(
+        "must start with sqlite: (e.g. sqlite:./workqueue.db) or postgres://",
+    ))
+}
+
+fn socket_address(bind: &str, _context: &()) -> garde::Result {
+    match bind.parse::<SocketAddr>() {
+        Ok(_) => Ok(()),
+        Err(_) => Err(garde::Error::new(format!(
+            "must be an IP address and port such as 127.0.0.1:8080, got {bind:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_of(text: &str) -> String {
+        Config::parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn an_empty_file_is_all_defaults() {
+        assert_eq!(Config::parse("").unwrap(), Config::default());
+        assert_eq!(Config::parse("# nothing\n").unwrap(), Config::default());
+        assert_eq!(Config::parse("{}").unwrap(), Config::default());
+        let config = Config::default();
+        assert_eq!(config.database.url, "sqlite:./workqueue.db");
+        assert_eq!(config.database.max_connections, 10);
+        assert_eq!(config.server.bind, "127.0.0.1:8080");
+        assert_eq!(config.server.body_limit_bytes, 8 * 1024 * 1024);
+        assert!(config.engine.handled_types.is_empty());
+    }
+
+    #[test]
+    fn engine_defaults_match_the_engine() {
+        let mapped = EngineSection::default().engine_config();
+        let engine = wq_engine::EngineConfig::default();
+        assert_eq!(mapped.workers, engine.workers);
+        assert_eq!(mapped.sweep_interval, engine.sweep_interval);
+        assert_eq!(mapped.lease, engine.lease);
+        assert_eq!(mapped.deadline, engine.deadline);
+        assert_eq!(mapped.max_attempts, engine.max_attempts);
+        assert_eq!(mapped.handled_types, engine.handled_types);
+    }
+
+    #[test]
+    fn a_full_file_parses_and_maps() {
+        let config = Config::parse(
+            "database:\n  url: postgres://postgres@127.0.0.1/wq\n  max_connections: 20\n\
+             server:\n  bind: 0.0.0.0:9000\n  body_limit_bytes: 4096\n  request_timeout_seconds: 5\n\
+             engine:\n  workers: 3\n  sweep_interval_seconds: 7\n  lease_seconds: 11\n  deadline_seconds: 13\n  max_attempts: 2\n  handled_types: [mr]\n",
+        )
+        .unwrap();
+        assert_eq!(config.database.url, "postgres://postgres@127.0.0.1/wq");
+        assert_eq!(config.database.max_connections, 20);
+        assert_eq!(
+            config.server.bind_address().unwrap(),
+            "0.0.0.0:9000".parse().unwrap()
+        );
+        assert_eq!(config.server.api_config().body_limit_bytes, 4096);
+        assert_eq!(
+            config.server.api_config().request_timeout,
+            Duration::from_secs(5)
+        );
+        let engine = config.engine.engine_config();
+        assert_eq!(engine.workers, 3);
+        assert_eq!(engine.sweep_interval, Duration::from_secs(7));
+        assert_eq!(engine.lease, Duration::from_secs(11));
+        assert_eq!(engine.deadline, Duration::from_secs(13));
+        assert_eq!(engine.max_attempts, 2);
+        assert_eq!(engine.handled_types, vec!["mr".to_owned()]);
+    }
+
+    #[test]
+    fn a_partial_section_keeps_the_other_defaults() {
+        let config = Config::parse("engine:\n  workers: 4\n").unwrap();
+        assert_eq!(config.engine.workers, 4);
+        assert_eq!(config.engine.lease_seconds, DEFAULT_LEASE_SECONDS);
+        assert_eq!(config.database, DatabaseConfig::default());
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(
+            error_of("engine:\n  workers: 0\n"),
+            "engine.workers: must be between 1 and 1000, got 0 (line 2, column 12)"
+        );
+        assert_eq!(
+            error_of("server:\n  bind: localhost\n"),
+            "server.bind: must be an IP address and port such as 127.0.0.1:8080, \
+             got \"localhost\" (line 2, column 9)"
+        );
+        assert_eq!(
+            error_of("database:\n  url: mysql://x\n  max_connections: 0\n"),
+            "database.url: must start with sqlite: (e.g. sqlite:./workqueue.db) or postgres:// \
+             (line 2, column 8)\n\
+             database.max_connections: must be between 1 and 1000, got 0 (line 3, column 20)"
+        );
+        assert_eq!(
+            error_of("engine:\n  handled_types: [\"\"]\n"),
+            "engine.handled_types[0]: length is lower than 1 (line 2, column 19)"
+        );
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_types_are_refused_with_a_location() {
+        let message = error_of("engine:\n  wrokers: 4\n");
+        assert!(
+            message
+                .starts_with("engine.wrokers: unknown field `wrokers`, expected one of workers,"),
+            "{message}"
+        );
+        assert!(message.ends_with("(line 2, column 3)"), "{message}");
+
+        let message = error_of("server:\n  bind: \"127.0.0.1:1\"\nengine:\n  workers: many\n");
+        assert_eq!(message, "engine.workers: invalid u64 (line 4, column 12)");
+
+        let message = error_of("engine:\n  workers: 1\n  workers: 2\n");
+        assert!(message.starts_with("engine.workers: "), "{message}");
+        assert!(message.contains("duplicate"), "{message}");
+        assert!(message.ends_with("(line 3, column 3)"), "{message}");
+
+        let message = error_of("engine: [\n");
+        assert!(message.contains("(line "), "{message}");
+
+        let message = error_of("databse:\n  url: x\n");
+        assert!(
+            message.starts_with("databse: unknown field `databse`"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn handled_types_must_be_registered() {
+        let config = Config::parse("engine:\n  handled_types: [mr]\n").unwrap();
+        let message = config
+            .check_against(&TypeRegistry::default())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            message,
+            "engine.handled_types[0]: \"mr\" is not a registered item type (none are registered yet)"
+        );
+        assert!(
+            Config::default()
+                .check_against(&TypeRegistry::default())
+                .is_ok()
+        );
+    }
+}

@@ -1,0 +1,361 @@
+//! End-to-end tests of the built binary: `config check`, `migrate`, and
+//! `serve` on a free port over a temp SQLite file, driven with `items
+//! list|show|retry`, then stopped with SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+use wq_core::{DimensionUpdate, ItemId, Phase, WorkItem};
+use wq_store::{ApplyOutcome, ClaimParams, NewItem, Store};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_workqueue");
+
+fn temp_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wq-cli-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+fn workqueue(args: &[&str]) -> Output {
+    Command::new(BINARY)
+        .args(args)
+        .env_remove("WORKQUEUE_URL")
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("run the workqueue binary")
+}
+
+fn stdout_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write file");
+    path.display().to_string()
+}
+
+#[test]
+fn config_check_accepts_a_good_file_and_names_bad_fields() {
+    let dir = temp_dir();
+    let good = write(
+        &dir,
+        "good.yaml",
+        "database:\n  url: \"sqlite:./x.db\"\nserver:\n  bind: \"127.0.0.1:9000\"\nengine:\n  workers: 4\n",
+    );
+    let output = workqueue(&["config", "check", &good]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    assert_eq!(stdout_of(&output), "ok\n");
+
+    let bad = write(
+        &dir,
+        "bad.yaml",
+        "engine:\n  workers: 0\n  lease_seconds: 0\n",
+    );
+    let output = workqueue(&["config", "check", &bad]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(stdout_of(&output), "");
+    assert_eq!(
+        stderr_of(&output),
+        format!(
+            "error: invalid config file {bad}:\n  \
+             engine.workers: must be between 1 and 1000, got 0 (line 2, column 12)\n  \
+             engine.lease_seconds: must be between 1 and 3600, got 0 (line 3, column 18)\n"
+        )
+    );
+
+    let unknown = write(&dir, "unknown.yaml", "server:\n  port: 80\n");
+    let output = workqueue(&["config", "check", &unknown]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = stderr_of(&output);
+    assert!(
+        stderr.contains("server.port: unknown field `port`, expected one of bind,"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(line 2, column 3)"), "{stderr}");
+
+    let unregistered = write(&dir, "types.yaml", "engine:\n  handled_types: [mr]\n");
+    let output = workqueue(&["config", "check", &unregistered]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr_of(&output).contains(
+            "engine.handled_types[0]: \"mr\" is not a registered item type (none are registered yet)"
+        ),
+        "{}",
+        stderr_of(&output)
+    );
+
+    let output = workqueue(&[
+        "config",
+        "check",
+        &dir.join("missing.yaml").display().to_string(),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr_of(&output).contains("cannot read config file"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A running `workqueue serve`; killed if still running when dropped.
+struct Server {
+    child: Child,
+    url: String,
+    logs: Option<JoinHandle<Vec<String>>>,
+}
+
+impl Server {
+    fn start(config: &str) -> Server {
+        let mut child = Command::new(BINARY)
+            .args(["serve", "--config", config, "--log-format", "json"])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn workqueue serve");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (address_tx, address_rx) = mpsc::channel::<String>();
+        let logs = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Ok(event) = serde_json::from_str::<serde_json::Value>(&line)
+                    && let Some(address) = event["address"].as_str()
+                {
+                    let _ = address_tx.send(address.to_owned());
+                }
+                lines.push(line);
+            }
+            lines
+        });
+        let address = match address_rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(address) => address,
+            Err(_) => {
+                let _ = child.kill();
+                let logs = logs.join().unwrap_or_default();
+                panic!(
+                    "serve did not report its address; logs:\n{}",
+                    logs.join("\n")
+                );
+            }
+        };
+        Server {
+            child,
+            url: format!("http://{address}"),
+            logs: Some(logs),
+        }
+    }
+
+    fn items(&self, args: &[&str]) -> Output {
+        let mut all = vec!["items", "--url", &self.url];
+        all.extend_from_slice(args);
+        workqueue(&all)
+    }
+
+    /// SIGTERM, then the exit status and the log lines.
+    fn terminate(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        let pid = self.child.id().to_string();
+        let killed = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("run kill");
+        assert!(killed.success());
+        let status = self.child.wait().expect("wait for serve");
+        let logs = self
+            .logs
+            .take()
+            .map(|logs| logs.join().unwrap_or_default())
+            .unwrap_or_default();
+        (status, logs)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.logs.is_some() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+async fn insert(store: &dyn Store, item_type: &str, dimensions: Vec<DimensionUpdate>) -> WorkItem {
+    store
+        .item_insert(NewItem {
+            id: ItemId::new_v7(),
+            item_type: item_type.to_owned(),
+            idempotency_key: None,
+            caller_identity: None,
+            now: OffsetDateTime::now_utc(),
+            dimensions,
+        })
+        .await
+        .expect("insert")
+}
+
+/// Fails an item as an executor would: claim, outcome, park.
+async fn fail(store: &dyn Store, item: &WorkItem) {
+    let now = OffsetDateTime::now_utc();
+    let (_, lease) = store
+        .item_claim(ClaimParams {
+            id: item.id,
+            now,
+            lease_until: now + time::Duration::minutes(1),
+            handled_types: vec![item.item_type.clone()],
+        })
+        .await
+        .expect("claim")
+        .expect("claimable");
+    store
+        .item_apply_outcome(ApplyOutcome {
+            lease,
+            now,
+            phase: Some(Phase::Failed),
+            error: Some("forge said no".to_owned()),
+            dimensions: Vec::new(),
+        })
+        .await
+        .expect("outcome");
+    store.item_park(lease, now).await.expect("park");
+}
+
+#[test]
+fn serve_answers_the_items_commands_and_stops_on_sigterm() {
+    let dir = temp_dir();
+    let database = dir.join("wq.db");
+    let database_url = format!("sqlite:{}", database.display());
+    let config = write(
+        &dir,
+        "workqueue.yaml",
+        &format!("database:\n  url: \"{database_url}\"\nserver:\n  bind: \"127.0.0.1:0\"\n"),
+    );
+
+    let output = workqueue(&["migrate", "--config", &config]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    assert_eq!(stdout_of(&output), "migrations applied\n");
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (active, failed) = runtime.block_on(async {
+        let store = wq_store::connect(&database_url, 1).await.expect("connect");
+        let active = insert(
+            store.as_ref(),
+            "alpha",
+            vec![DimensionUpdate::new("needs_ci", true).detail(serde_json::json!({"pipeline": 7}))],
+        )
+        .await;
+        let failed = insert(store.as_ref(), "beta", Vec::new()).await;
+        fail(store.as_ref(), &failed).await;
+        (active, failed)
+    });
+
+    let server = Server::start(&config);
+
+    // list: a table, newest first.
+    let output = server.items(&["list"]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let table = stdout_of(&output);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(lines[0].starts_with("ID "), "{table}");
+    assert!(lines[0].contains("PHASE"), "{table}");
+    assert!(lines[1].starts_with(&failed.id.to_string()), "{table}");
+    assert!(
+        lines[1].contains("failed") && lines[1].contains("forge said no"),
+        "{table}"
+    );
+    assert!(lines[2].starts_with(&active.id.to_string()), "{table}");
+
+    // list: filters, paging hint and JSON.
+    let output = server.items(&["list", "--phase", "active", "--json"]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON output");
+    assert_eq!(json["items"].as_array().map(Vec::len), Some(1));
+    assert_eq!(json["items"][0]["id"], active.id.to_string());
+    assert_eq!(json["next_before"], serde_json::Value::Null);
+    let output = server.items(&["list", "--limit", "1"]);
+    assert!(
+        stdout_of(&output).ends_with(&format!("more: --before {}\n", failed.id)),
+        "{}",
+        stdout_of(&output)
+    );
+    let output = server.items(&["list", "--limit", "1", "--before", &failed.id.to_string()]);
+    assert!(stdout_of(&output).contains(&active.id.to_string()));
+
+    // show: fields and dimensions.
+    let output = server.items(&["show", &active.id.to_string()]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let text = stdout_of(&output);
+    assert!(
+        text.starts_with(&format!("id:              {}\n", active.id)),
+        "{text}"
+    );
+    assert!(text.contains("phase:           active\n"), "{text}");
+    assert!(text.contains("needs_ci"), "{text}");
+    assert!(text.contains(r#"{"pipeline":7}"#), "{text}");
+
+    // retry: 200 for the failed item, the API's message for the active one.
+    let output = server.items(&["retry", &failed.id.to_string()]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    assert_eq!(
+        stdout_of(&output),
+        format!("retried {}: phase active, attempts 0\n", failed.id)
+    );
+    let output = server.items(&["retry", &active.id.to_string()]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr_of(&output),
+        format!(
+            "error: API error 409 (conflict): work item {} is active: only failed or cancelled items can be retried\n",
+            active.id
+        )
+    );
+
+    // Errors from the API are shown with their field.
+    let unknown = ItemId::new_v7();
+    let output = server.items(&["show", &unknown.to_string()]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr_of(&output),
+        format!("error: API error 404 (not_found): work item {unknown} not found\n")
+    );
+    let output = server.items(&["list", "--limit", "0"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr_of(&output).contains("[field: limit]"),
+        "{}",
+        stderr_of(&output)
+    );
+
+    let (status, logs) = server.terminate();
+    assert!(
+        status.success(),
+        "serve exited with {status}; logs:\n{}",
+        logs.join("\n")
+    );
+    let messages: Vec<String> = logs
+        .iter()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|event| event["message"].as_str().map(str::to_owned))
+        .collect();
+    let position = |wanted: &str| messages.iter().position(|message| message == wanted);
+    let signal = position("SIGTERM received; shutting down").expect("signal logged");
+    let http = position("HTTP server stopped; stopping the engine").expect("http stop logged");
+    let engine = position("engine stopped; bye").expect("engine stop logged");
+    assert!(signal < http && http < engine, "{messages:?}");
+
+    // Nothing answers any more.
+    let output = workqueue(&["items", "--url", "http://127.0.0.1:9", "list"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr_of(&output).contains("cannot reach the workqueue API at http://127.0.0.1:9"));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,0 +1,315 @@
+//! The API's one error type, [`ApiError`], and the JSON envelope every error
+//! response carries:
+//!
+//! ```json
+//! {"error": {"code": "invalid_parameter", "message": "...", "field": "limit"}}
+//! ```
+//!
+//! Handlers return `Result<_, ApiError>` and build errors with the helper
+//! constructors below; nothing else writes an error body. Store errors and
+//! axum extractor rejections convert into it. Internal errors are logged once,
+//! when the response is built, and answered with a generic message.
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use wq_store::StoreError;
+
+/// Machine-readable error codes (`error.code`).
+pub mod code {
+    pub const NOT_FOUND: &str = "not_found";
+    pub const INVALID_PARAMETER: &str = "invalid_parameter";
+    pub const INVALID_BODY: &str = "invalid_body";
+    pub const UNSUPPORTED_MEDIA_TYPE: &str = "unsupported_media_type";
+    pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
+    pub const CONFLICT: &str = "conflict";
+    pub const PAYLOAD_TOO_LARGE: &str = "payload_too_large";
+    pub const TIMEOUT: &str = "timeout";
+    pub const UNAVAILABLE: &str = "unavailable";
+    pub const INTERNAL: &str = "internal";
+}
+
+/// The message an internal error answers with; the detail goes to the log.
+pub const INTERNAL_MESSAGE: &str = "internal error; see the server log";
+
+/// The body of every error response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorEnvelope {
+    pub error: ErrorBody,
+}
+
+/// What went wrong: a stable `code`, a human `message` and, when one input
+/// was at fault, the `field` (query parameter, path parameter or body field).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: String,
+    pub message: String,
+    pub field: Option<String>,
+}
+
+/// An error answered as the JSON envelope with its HTTP status.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    field: Option<String>,
+    /// For internal errors: what is logged (never sent).
+    detail: Option<String>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            field: None,
+            detail: None,
+        }
+    }
+
+    /// 404: the named resource does not exist.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, code::NOT_FOUND, message)
+    }
+
+    /// 400: a query or path parameter is malformed; names it.
+    pub fn invalid_parameter(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code::INVALID_PARAMETER, message).with_field(field)
+    }
+
+    /// 400 (syntax) or 422 (valid JSON of the wrong shape): the request body.
+    pub fn invalid_body(status: StatusCode, message: impl Into<String>) -> Self {
+        debug_assert!(
+            status == StatusCode::BAD_REQUEST || status == StatusCode::UNPROCESSABLE_ENTITY
+        );
+        Self::new(status, code::INVALID_BODY, message)
+    }
+
+    /// 415: the body is not `application/json`.
+    pub fn unsupported_media_type(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            code::UNSUPPORTED_MEDIA_TYPE,
+            message,
+        )
+    }
+
+    /// 405: the route exists, the method does not.
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            code::METHOD_NOT_ALLOWED,
+            "method not allowed on this route",
+        )
+    }
+
+    /// 409: the resource is not in a state that allows the operation.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code::CONFLICT, message)
+    }
+
+    /// 413: the request body is larger than the configured limit.
+    pub fn payload_too_large(limit_bytes: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            code::PAYLOAD_TOO_LARGE,
+            format!("request body is larger than the limit of {limit_bytes} bytes"),
+        )
+    }
+
+    /// 503: the request took longer than the configured timeout.
+    pub fn timeout(after: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            code::TIMEOUT,
+            format!("request did not complete within {} ms", after.as_millis()),
+        )
+    }
+
+    /// 503: a dependency (the database) is not available.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE, message)
+    }
+
+    /// 500: logged with `detail` when answered; the client sees a generic
+    /// message.
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        let mut error = Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            code::INTERNAL,
+            INTERNAL_MESSAGE,
+        );
+        error.detail = Some(detail.to_string());
+        error
+    }
+
+    /// Names the input at fault.
+    pub fn with_field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub fn field(&self) -> Option<&str> {
+        self.field.as_deref()
+    }
+
+    /// The envelope this error answers with.
+    pub fn envelope(&self) -> ErrorEnvelope {
+        ErrorEnvelope {
+            error: ErrorBody {
+                code: self.code.to_owned(),
+                message: self.message.clone(),
+                field: self.field.clone(),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}): {}", self.status, self.code, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let Some(detail) = &self.detail {
+            tracing::error!(error.code = self.code, error.detail = %detail, "internal error: {detail}");
+        }
+        (self.status, Json(self.envelope())).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::NotFound(id) => ApiError::not_found(format!("work item {id} not found")),
+            StoreError::Duplicate(message) | StoreError::Conflict(message) => {
+                ApiError::conflict(message)
+            }
+            StoreError::LeaseLost(id) => {
+                ApiError::conflict(format!("work item {id} is being processed; try again"))
+            }
+            other @ (StoreError::Corrupt(_) | StoreError::Database(_) | StoreError::Migrate(_)) => {
+                ApiError::internal(other)
+            }
+        }
+    }
+}
+
+/// Maps an extractor rejection's status to an envelope, keeping its text.
+fn from_rejection(status: StatusCode, text: String, parameter_error: bool) -> ApiError {
+    match status {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(status, code::PAYLOAD_TOO_LARGE, text),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::unsupported_media_type(text),
+        status if status.is_server_error() => ApiError::internal(text),
+        status if parameter_error => ApiError::new(status, code::INVALID_PARAMETER, text),
+        StatusCode::UNPROCESSABLE_ENTITY => {
+            ApiError::invalid_body(StatusCode::UNPROCESSABLE_ENTITY, text)
+        }
+        _ => ApiError::invalid_body(StatusCode::BAD_REQUEST, text),
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        from_rejection(rejection.status(), rejection.body_text(), false)
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        from_rejection(rejection.status(), rejection.body_text(), true)
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        let field = match &rejection {
+            PathRejection::FailedToDeserializePathParams(inner) => path_key(inner.kind()),
+            _ => None,
+        };
+        let error = from_rejection(rejection.status(), rejection.body_text(), true);
+        match field {
+            Some(field) => error.with_field(field),
+            None => error,
+        }
+    }
+}
+
+fn path_key(kind: &axum::extract::path::ErrorKind) -> Option<String> {
+    use axum::extract::path::ErrorKind;
+    match kind {
+        ErrorKind::ParseErrorAtKey { key, .. } | ErrorKind::InvalidUtf8InPathParam { key } => {
+            Some(key.clone())
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_names_code_message_and_field() {
+        let error = ApiError::invalid_parameter("limit", "must be between 1 and 500");
+        assert_eq!(error.status(), StatusCode::BAD_REQUEST);
+        let json = serde_json::to_value(error.envelope()).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"error": {
+                "code": "invalid_parameter",
+                "message": "must be between 1 and 500",
+                "field": "limit",
+            }})
+        );
+    }
+
+    #[test]
+    fn internal_errors_hide_their_detail() {
+        let error = ApiError::internal("connection refused to 10.0.0.1");
+        assert_eq!(error.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(error.message(), INTERNAL_MESSAGE);
+        assert!(
+            !serde_json::to_string(&error.envelope())
+                .unwrap()
+                .contains("10.0.0.1")
+        );
+    }
+
+    #[test]
+    fn store_errors_map_to_statuses() {
+        let id = wq_core::ItemId::new_v7();
+        assert_eq!(
+            ApiError::from(StoreError::NotFound(id)).status(),
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            ApiError::from(StoreError::Conflict("x".into())).status(),
+            StatusCode::CONFLICT
+        );
+        assert_eq!(
+            ApiError::from(StoreError::Corrupt("x".into())).status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+}

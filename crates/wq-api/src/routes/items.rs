@@ -1,0 +1,251 @@
+//! `/api/v1/work-items`: list (filters and a keyset cursor), show (with
+//! dimensions) and retry.
+
+use axum::Json;
+use axum::extract::State;
+use wq_core::{ItemId, Phase};
+use wq_store::{ItemListParams, StoreError};
+
+use crate::error::ApiError;
+use crate::extract::{ApiPath, ApiQuery};
+use crate::models::{DimensionBody, ItemBody, ItemDetail, ItemList};
+use crate::state::AppState;
+
+/// Page size when `limit` is not given.
+pub const DEFAULT_PAGE_LIMIT: u32 = 50;
+/// Largest accepted `limit`.
+pub const MAX_PAGE_LIMIT: u32 = 500;
+/// Longest accepted `item_type` filter.
+const MAX_ITEM_TYPE_LEN: usize = 100;
+
+/// The parsed query of `GET /api/v1/work-items`.
+#[derive(Debug, Clone, PartialEq)]
+struct ListQuery {
+    phase: Option<Phase>,
+    item_type: Option<String>,
+    limit: u32,
+    before: Option<ItemId>,
+}
+
+impl ListQuery {
+    /// Parses the raw pairs; unknown, repeated and malformed parameters are
+    /// refused with an error naming them.
+    fn parse(pairs: Vec<(String, String)>) -> Result<Self, ApiError> {
+        let mut query = ListQuery {
+            phase: None,
+            item_type: None,
+            limit: DEFAULT_PAGE_LIMIT,
+            before: None,
+        };
+        let mut seen: Vec<String> = Vec::new();
+        for (name, value) in pairs {
+            if seen.contains(&name) {
+                return Err(ApiError::invalid_parameter(
+                    name.clone(),
+                    format!("query parameter {name:?} is given more than once"),
+                ));
+            }
+            match name.as_str() {
+                "phase" => {
+                    let phase = value
+                        .parse::<Phase>()
+                        .map_err(|error| ApiError::invalid_parameter("phase", error.to_string()))?;
+                    query.phase = Some(phase);
+                }
+                "item_type" => {
+                    if value.is_empty() || value.len() > MAX_ITEM_TYPE_LEN {
+                        return Err(ApiError::invalid_parameter(
+                            "item_type",
+                            format!("item_type must be 1 to {MAX_ITEM_TYPE_LEN} characters"),
+                        ));
+                    }
+                    query.item_type = Some(value);
+                }
+                "limit" => {
+                    query.limit = value
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|limit| (1..=MAX_PAGE_LIMIT).contains(limit))
+                        .ok_or_else(|| {
+                            ApiError::invalid_parameter(
+                                "limit",
+                                format!(
+                                    "limit must be an integer between 1 and {MAX_PAGE_LIMIT}, got {value:?}"
+                                ),
+                            )
+                        })?;
+                }
+                "before" => {
+                    let before = value.parse::<ItemId>().map_err(|_| {
+                        ApiError::invalid_parameter(
+                            "before",
+                            format!("before must be a work item id (a UUID), got {value:?}"),
+                        )
+                    })?;
+                    query.before = Some(before);
+                }
+                _ => {
+                    return Err(ApiError::invalid_parameter(
+                        name.clone(),
+                        format!(
+                            "unknown query parameter {name:?}: expected phase, item_type, limit or before"
+                        ),
+                    ));
+                }
+            }
+            seen.push(name);
+        }
+        Ok(query)
+    }
+}
+
+/// Parses the `{id}` path parameter.
+fn parse_id(raw: &str) -> Result<ItemId, ApiError> {
+    raw.parse::<ItemId>().map_err(|_| {
+        ApiError::invalid_parameter(
+            "id",
+            format!("id must be a work item id (a UUID), got {raw:?}"),
+        )
+    })
+}
+
+fn not_found(id: ItemId) -> ApiError {
+    ApiError::not_found(format!("work item {id} not found"))
+}
+
+/// `GET /api/v1/work-items`: newest first, filtered, one page.
+pub async fn list(
+    State(state): State<AppState>,
+    ApiQuery(pairs): ApiQuery<Vec<(String, String)>>,
+) -> Result<Json<ItemList>, ApiError> {
+    let query = ListQuery::parse(pairs)?;
+    // One row more than the page tells whether another page exists.
+    let mut items = state
+        .store
+        .item_list(ItemListParams {
+            phase: query.phase,
+            item_type: query.item_type,
+            before: query.before,
+            limit: query.limit + 1,
+        })
+        .await?;
+    let next_before = if items.len() > query.limit as usize {
+        items.truncate(query.limit as usize);
+        items.last().map(|item| item.id)
+    } else {
+        None
+    };
+    Ok(Json(ItemList {
+        items: items.into_iter().map(ItemBody::from).collect(),
+        next_before,
+    }))
+}
+
+/// `GET /api/v1/work-items/{id}`: the item with its dimensions.
+pub async fn show(
+    State(state): State<AppState>,
+    ApiPath(raw_id): ApiPath<String>,
+) -> Result<Json<ItemDetail>, ApiError> {
+    let id = parse_id(&raw_id)?;
+    let view = state
+        .store
+        .item_view(id, state.clock.now())
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    Ok(Json(ItemDetail {
+        item: ItemBody::from(view.item),
+        dimensions: view
+            .dimensions
+            .into_iter()
+            .map(DimensionBody::from)
+            .collect(),
+    }))
+}
+
+/// `POST /api/v1/work-items/{id}/retry`: a failed or cancelled item becomes
+/// active and actionable with no attempts, and the engine is notified.
+pub async fn retry(
+    State(state): State<AppState>,
+    ApiPath(raw_id): ApiPath<String>,
+) -> Result<Json<ItemBody>, ApiError> {
+    let id = parse_id(&raw_id)?;
+    let item = match state.store.item_retry(id, state.clock.now()).await {
+        Ok(item) => item,
+        Err(StoreError::NotFound(_)) => return Err(not_found(id)),
+        Err(StoreError::Conflict(detail)) => {
+            // Name the phase the item is in now; it may be gone meanwhile.
+            let current = state
+                .store
+                .item_get(id)
+                .await?
+                .ok_or_else(|| not_found(id))?;
+            tracing::debug!(item_id = %id, %detail, "retry of {id} refused: {detail}");
+            return Err(ApiError::conflict(format!(
+                "work item {id} is {}: only failed or cancelled items can be retried",
+                current.phase
+            )));
+        }
+        Err(other) => return Err(other.into()),
+    };
+    tracing::info!(item_id = %id, "work item {id} retried");
+    if let Some(engine) = &state.engine {
+        engine.notify(id);
+    }
+    Ok(Json(ItemBody::from(item)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(raw: &[(&str, &str)]) -> Vec<(String, String)> {
+        raw.iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect()
+    }
+
+    fn field_of(raw: &[(&str, &str)]) -> Option<String> {
+        ListQuery::parse(pairs(raw))
+            .unwrap_err()
+            .field()
+            .map(str::to_owned)
+    }
+
+    #[test]
+    fn defaults_and_valid_values_parse() {
+        let query = ListQuery::parse(Vec::new()).unwrap();
+        assert_eq!(query.limit, DEFAULT_PAGE_LIMIT);
+        let id = ItemId::new_v7();
+        let query = ListQuery::parse(pairs(&[
+            ("phase", "failed"),
+            ("item_type", "mr"),
+            ("limit", "500"),
+            ("before", &id.to_string()),
+        ]))
+        .unwrap();
+        assert_eq!(
+            query,
+            ListQuery {
+                phase: Some(Phase::Failed),
+                item_type: Some("mr".into()),
+                limit: 500,
+                before: Some(id),
+            }
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_parameter() {
+        assert_eq!(field_of(&[("phase", "pending")]).as_deref(), Some("phase"));
+        assert_eq!(field_of(&[("limit", "0")]).as_deref(), Some("limit"));
+        assert_eq!(field_of(&[("limit", "501")]).as_deref(), Some("limit"));
+        assert_eq!(field_of(&[("limit", "ten")]).as_deref(), Some("limit"));
+        assert_eq!(field_of(&[("before", "nope")]).as_deref(), Some("before"));
+        assert_eq!(field_of(&[("item_type", "")]).as_deref(), Some("item_type"));
+        assert_eq!(field_of(&[("phse", "active")]).as_deref(), Some("phse"));
+        assert_eq!(
+            field_of(&[("limit", "5"), ("limit", "6")]).as_deref(),
+            Some("limit")
+        );
+    }
+}

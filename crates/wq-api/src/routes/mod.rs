@@ -1,0 +1,4 @@
+//! Route handlers, one module per resource; [`crate::router`] mounts them.
+
+pub mod health;
+pub mod items;

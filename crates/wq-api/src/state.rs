@@ -1,0 +1,51 @@
+//! [`AppState`]: what every handler shares — the store, the engine (to
+//! notify), the clock and the Prometheus handle. Cheap to clone.
+
+use std::sync::Arc;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use wq_core::Clock;
+use wq_engine::ProcessingManager;
+use wq_store::Store;
+
+/// Shared state of the router.
+#[derive(Clone)]
+pub struct AppState {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) engine: Option<Arc<ProcessingManager>>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) metrics: Option<PrometheusHandle>,
+}
+
+impl AppState {
+    /// State with a store and a clock; no engine (nothing is notified) and no
+    /// Prometheus handle (`/metrics` shows only the item gauge).
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            store,
+            engine: None,
+            clock,
+            metrics: None,
+        }
+    }
+
+    /// The engine that `retry` notifies.
+    pub fn with_engine(mut self, engine: Arc<ProcessingManager>) -> Self {
+        self.engine = Some(engine);
+        self
+    }
+
+    /// The process's Prometheus handle (see [`crate::metrics::prometheus_handle`]).
+    pub fn with_metrics(mut self, handle: PrometheusHandle) -> Self {
+        self.metrics = Some(handle);
+        self
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn engine(&self) -> Option<&Arc<ProcessingManager>> {
+        self.engine.as_ref()
+    }
+}

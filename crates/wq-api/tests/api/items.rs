@@ -1,0 +1,219 @@
+//! `GET /api/v1/work-items` (filters, keyset pages) and
+//! `GET /api/v1/work-items/{id}` (dimensions, 404, 400).
+
+use serde_json::{Value, json};
+use wq_api::models::{ItemBody, ItemDetail, ItemList};
+use wq_core::{DimensionStatus, DimensionUpdate, ItemId, Phase};
+
+use crate::helpers::{Backend, error_of, json_of, on_both_backends, spawn_app};
+
+fn ids(list: &ItemList) -> Vec<ItemId> {
+    list.items.iter().map(|item| item.id).collect()
+}
+
+async fn list_filters_by_phase_and_type(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let mut alphas = Vec::new();
+    for _ in 0..3 {
+        alphas.push(app.insert("alpha").await);
+    }
+    let betas = [app.insert("beta").await, app.insert("beta").await];
+    let failed = app.set_phase(&alphas[0], Phase::Failed).await;
+
+    let all: ItemList = json_of(app.get("/api/v1/work-items").await).await;
+    let mut expected: Vec<ItemId> = alphas.iter().chain(&betas).map(|item| item.id).collect();
+    expected.sort_by(|a, b| b.cmp(a));
+    assert_eq!(ids(&all), expected, "newest first");
+    assert_eq!(all.next_before, None);
+
+    let list: ItemList = json_of(app.get("/api/v1/work-items?item_type=beta").await).await;
+    assert_eq!(ids(&list), vec![betas[1].id, betas[0].id]);
+
+    let list: ItemList = json_of(app.get("/api/v1/work-items?phase=failed").await).await;
+    assert_eq!(list.items, vec![ItemBody::from(failed)]);
+
+    let list: ItemList = json_of(
+        app.get("/api/v1/work-items?phase=active&item_type=alpha")
+            .await,
+    )
+    .await;
+    assert_eq!(ids(&list), vec![alphas[2].id, alphas[1].id]);
+
+    let list: ItemList = json_of(app.get("/api/v1/work-items?phase=cancelled").await).await;
+    assert_eq!(
+        list,
+        ItemList {
+            items: Vec::new(),
+            next_before: None
+        }
+    );
+    app.stop().await;
+}
+on_both_backends!(list_filters_by_phase_and_type);
+
+async fn list_pages_with_a_keyset_cursor(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let mut expected = Vec::new();
+    for _ in 0..5 {
+        expected.push(app.insert("alpha").await.id);
+    }
+    expected.sort_by(|a, b| b.cmp(a));
+
+    let mut seen = Vec::new();
+    let mut path = "/api/v1/work-items?limit=2".to_owned();
+    let mut pages = 0;
+    loop {
+        let page: ItemList = json_of(app.get(&path).await).await;
+        pages += 1;
+        assert!(page.items.len() <= 2);
+        seen.extend(ids(&page));
+        match page.next_before {
+            Some(cursor) => {
+                assert_eq!(
+                    Some(&cursor),
+                    seen.last(),
+                    "the cursor is the page's last id"
+                );
+                path = format!("/api/v1/work-items?limit=2&before={cursor}");
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen, expected);
+    assert_eq!(pages, 3);
+
+    // A full last page has no next cursor.
+    let page: ItemList = json_of(app.get("/api/v1/work-items?limit=5").await).await;
+    assert_eq!(page.items.len(), 5);
+    assert_eq!(page.next_before, None);
+    app.stop().await;
+}
+on_both_backends!(list_pages_with_a_keyset_cursor);
+
+async fn list_rejects_bad_parameters_by_name(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let cases = [
+        ("phase=pending", "phase"),
+        ("limit=0", "limit"),
+        ("limit=501", "limit"),
+        ("limit=-1", "limit"),
+        ("before=not-an-id", "before"),
+        ("item_type=", "item_type"),
+        ("colour=red", "colour"),
+        ("limit=5&limit=6", "limit"),
+    ];
+    for (query, field) in cases {
+        let envelope = error_of(app.get(&format!("/api/v1/work-items?{query}")).await, 400).await;
+        assert_eq!(envelope.error.code, "invalid_parameter", "{query}");
+        assert_eq!(envelope.error.field.as_deref(), Some(field), "{query}");
+    }
+    let envelope = error_of(app.get("/api/v1/work-items?phase=pending").await, 400).await;
+    assert_eq!(
+        envelope.error.message,
+        "unknown phase \"pending\": expected one of active, completed, failed, cancelled"
+    );
+    app.stop().await;
+}
+on_both_backends!(list_rejects_bad_parameters_by_name);
+
+async fn show_returns_the_item_with_its_dimensions(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let item = app
+        .insert_with(
+            "alpha",
+            vec![
+                DimensionUpdate::new("needs_ci", true).detail(json!({"pipeline": 7})),
+                DimensionUpdate::new("needs_review", false).variant("alice"),
+            ],
+        )
+        .await;
+
+    let response = app.get(&format!("/api/v1/work-items/{}", item.id)).await;
+    let raw: Value = json_of(response).await;
+    let mut keys: Vec<&str> = raw
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "actionable",
+            "attempts",
+            "caller_identity",
+            "created_at",
+            "dimensions",
+            "error",
+            "id",
+            "idempotency_key",
+            "item_type",
+            "last_event_at",
+            "leased_until",
+            "phase",
+            "updated_at",
+        ]
+    );
+    assert_eq!(raw["id"], json!(item.id.to_string()));
+    assert_eq!(raw["phase"], json!("active"));
+    assert_eq!(raw["caller_identity"], json!("tester"));
+
+    let mut detail: ItemDetail = serde_json::from_value(raw).unwrap();
+    assert_eq!(detail.item, ItemBody::from(item));
+    detail
+        .dimensions
+        .sort_by(|a, b| (&a.dimension, &a.variant).cmp(&(&b.dimension, &b.variant)));
+    let summary: Vec<(&str, &str, DimensionStatus, &Value)> = detail
+        .dimensions
+        .iter()
+        .map(|row| {
+            (
+                row.dimension.as_str(),
+                row.variant.as_str(),
+                row.status,
+                &row.detail,
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (
+                "needs_ci",
+                "",
+                DimensionStatus::True,
+                &json!({"pipeline": 7})
+            ),
+            ("needs_review", "alice", DimensionStatus::False, &json!({})),
+        ]
+    );
+    app.stop().await;
+}
+on_both_backends!(show_returns_the_item_with_its_dimensions);
+
+async fn show_answers_404_and_400(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let unknown = ItemId::new_v7();
+    let envelope = error_of(app.get(&format!("/api/v1/work-items/{unknown}")).await, 404).await;
+    assert_eq!(
+        serde_json::to_value(envelope).unwrap(),
+        json!({"error": {
+            "code": "not_found",
+            "message": format!("work item {unknown} not found"),
+            "field": null,
+        }})
+    );
+
+    let envelope = error_of(app.get("/api/v1/work-items/12345").await, 400).await;
+    assert_eq!(
+        serde_json::to_value(envelope).unwrap(),
+        json!({"error": {
+            "code": "invalid_parameter",
+            "message": "id must be a work item id (a UUID), got \"12345\"",
+            "field": "id",
+        }})
+    );
+    app.stop().await;
+}
+on_both_backends!(show_answers_404_and_400);

@@ -1,0 +1,11 @@
+//! Integration tests of the HTTP API: the real router on 127.0.0.1:0 against
+//! a fresh SQLite and a fresh PostgreSQL database per test, driven with
+//! reqwest. One binary; one module per area.
+
+mod helpers;
+
+mod errors;
+mod health;
+mod items;
+mod metrics;
+mod retry;

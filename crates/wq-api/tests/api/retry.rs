@@ -1,0 +1,121 @@
+//! `POST /api/v1/work-items/{id}/retry`: 200 and a notify for failed and
+//! cancelled items, 409 for the others, 404 and 400.
+
+use std::time::Duration;
+
+use serde_json::json;
+use wq_api::models::ItemBody;
+use wq_core::{ItemId, Phase};
+
+use crate::helpers::{Backend, PROBE_TYPE, error_of, json_of, on_both_backends, spawn_app};
+
+async fn retry_reactivates_a_failed_item_and_notifies_the_engine(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let item = app.insert(PROBE_TYPE).await;
+    let failed = app.set_phase(&item, Phase::Failed).await;
+    assert_eq!(failed.error.as_deref(), Some("boom"));
+    assert!(!failed.actionable);
+
+    let response = app
+        .post(&format!("/api/v1/work-items/{}/retry", item.id))
+        .await;
+    let body: ItemBody = json_of(response).await;
+    assert_eq!(body.id, item.id);
+    assert_eq!(body.phase, Phase::Active);
+    assert!(body.actionable);
+    assert_eq!(body.attempts, 0);
+    assert_eq!(body.error, None);
+    assert_eq!(body.leased_until, None);
+
+    // The engine is not started yet: the notify is queued for it.
+    assert_eq!(app.engine.in_flight(), 1, "retry notified the engine");
+
+    // Started, it runs the item, which has nothing to do and parks.
+    app.engine.start();
+    tokio::time::timeout(Duration::from_secs(20), app.engine.wait_idle())
+        .await
+        .expect("the engine goes idle");
+    let stored = app.store.item_get(item.id).await.unwrap().unwrap();
+    assert_eq!(stored.phase, Phase::Active);
+    assert_eq!(stored.attempts, 0);
+    assert!(!stored.actionable, "the engine ran and parked the item");
+    app.stop().await;
+}
+on_both_backends!(retry_reactivates_a_failed_item_and_notifies_the_engine);
+
+async fn retry_reactivates_a_cancelled_item(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let item = app.insert("alpha").await;
+    app.set_phase(&item, Phase::Cancelled).await;
+
+    let response = app
+        .post(&format!("/api/v1/work-items/{}/retry", item.id))
+        .await;
+    let body: ItemBody = json_of(response).await;
+    assert_eq!(body.phase, Phase::Active);
+    assert!(body.actionable);
+    let stored = app.store.item_get(item.id).await.unwrap().unwrap();
+    assert_eq!(body, ItemBody::from(stored));
+    app.stop().await;
+}
+on_both_backends!(retry_reactivates_a_cancelled_item);
+
+async fn retry_of_an_active_or_completed_item_is_409(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let active = app.insert("alpha").await;
+    let completed = app.insert("alpha").await;
+    app.set_phase(&completed, Phase::Completed).await;
+
+    for (item, phase) in [(&active, "active"), (&completed, "completed")] {
+        let response = app
+            .post(&format!("/api/v1/work-items/{}/retry", item.id))
+            .await;
+        let envelope = error_of(response, 409).await;
+        assert_eq!(
+            serde_json::to_value(envelope).unwrap(),
+            json!({"error": {
+                "code": "conflict",
+                "message": format!(
+                    "work item {} is {phase}: only failed or cancelled items can be retried",
+                    item.id
+                ),
+                "field": null,
+            }})
+        );
+    }
+    let stored = app.store.item_get(completed.id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.phase,
+        Phase::Completed,
+        "a refused retry changes nothing"
+    );
+    assert_eq!(
+        app.engine.in_flight(),
+        0,
+        "a refused retry notifies nothing"
+    );
+    app.stop().await;
+}
+on_both_backends!(retry_of_an_active_or_completed_item_is_409);
+
+async fn retry_of_an_unknown_or_malformed_id(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let unknown = ItemId::new_v7();
+    let envelope = error_of(
+        app.post(&format!("/api/v1/work-items/{unknown}/retry"))
+            .await,
+        404,
+    )
+    .await;
+    assert_eq!(envelope.error.code, "not_found");
+    assert_eq!(
+        envelope.error.message,
+        format!("work item {unknown} not found")
+    );
+
+    let envelope = error_of(app.post("/api/v1/work-items/nope/retry").await, 400).await;
+    assert_eq!(envelope.error.field.as_deref(), Some("id"));
+    assert_eq!(app.engine.in_flight(), 0);
+    app.stop().await;
+}
+on_both_backends!(retry_of_an_unknown_or_malformed_id);

@@ -1,0 +1,202 @@
+//! Queue benchmark, on SQLite and PostgreSQL in one run:
+//! - items per second through the full claim → event check → decide →
+//!   execute → park loop with a no-op executor, from a backlog;
+//! - API reads per second (item detail and list page);
+//! - sweep query time with 10,000 to 1,000,000 idle items.
+//!
+//! `cargo bench -p wq-testkit --bench queue`; sizes can be lowered with
+//! `WQ_BENCH_ITEMS` (backlog) and `WQ_BENCH_IDLE` (comma-separated idle
+//! counts). PostgreSQL comes from `WQ_TEST_PG_URL` like the tests.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use wq_core::{Clock, SystemClock, TypeRegistry};
+use wq_engine::{EngineConfig, ProcessingManager};
+use wq_store::{ItemListParams, SweepParams};
+use wq_testkit::types::{NOOP, NoopType};
+use wq_testkit::{Backend, open_store};
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
+
+fn idle_sizes() -> Vec<u64> {
+    std::env::var("WQ_BENCH_IDLE")
+        .ok()
+        .map(|value| {
+            value
+                .split(',')
+                .filter_map(|part| part.trim().parse().ok())
+                .collect()
+        })
+        .unwrap_or_else(|| vec![10_000, 100_000, 1_000_000])
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    // `cargo bench` passes `--bench`; nothing else is accepted.
+    let backlog = env_number("WQ_BENCH_ITEMS", 100_000);
+    let sizes = idle_sizes();
+    println!("# workqueue queue benchmark");
+    println!(
+        "machine: {} cores; backlog {backlog} items; idle sizes {sizes:?}",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        println!("\n## {backend:?}");
+        loop_throughput(backend, backlog).await;
+        api_reads(backend).await;
+        sweep_scaling(backend, &sizes).await;
+    }
+}
+
+async fn loop_throughput(backend: Backend, backlog: u64) {
+    let url = backend.fresh_url().await;
+    let store = open_store(&url).await;
+    println!("durability: {}", wq_store::testing::durability(&url).await);
+    wq_store::testing::seed_items(&url, NOOP, backlog, true, false).await;
+    let registry = Arc::new(
+        TypeRegistry::builder()
+            .register(Arc::new(NoopType))
+            .build()
+            .expect("registry"),
+    );
+    let engine = ProcessingManager::new(
+        store.clone(),
+        registry,
+        Arc::new(SystemClock),
+        EngineConfig {
+            handled_types: vec![NOOP.to_owned()],
+            sweep_interval: Duration::from_secs(3600),
+            ..EngineConfig::default()
+        },
+    )
+    .expect("engine");
+    let started = Instant::now();
+    engine.start();
+    loop {
+        engine.wait_idle().await;
+        if engine.sweep_now().await.expect("sweep") == 0 {
+            engine.wait_idle().await;
+            break;
+        }
+    }
+    let elapsed = started.elapsed();
+    engine.shutdown().await;
+    let left = store
+        .sweep_candidates(SweepParams {
+            handled_types: vec![NOOP.to_owned()],
+            now: SystemClock.now(),
+            limit: 10,
+        })
+        .await
+        .expect("sweep");
+    assert!(left.is_empty(), "items left after the run");
+    println!(
+        "loop: {backlog} items in {:.2} s = {:.0} items/s (workers {})",
+        elapsed.as_secs_f64(),
+        backlog as f64 / elapsed.as_secs_f64(),
+        wq_engine::EngineConfig::default().workers
+    );
+}
+
+async fn api_reads(backend: Backend) {
+    let url = backend.fresh_url().await;
+    let store = open_store(&url).await;
+    wq_store::testing::seed_items(&url, NOOP, 10_000, false, true).await;
+    let ids: Vec<_> = store
+        .item_list(ItemListParams {
+            limit: 500,
+            ..ItemListParams::default()
+        })
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|item| item.id)
+        .collect();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let state = wq_api::AppState::new(store, clock);
+    let router = wq_api::router(state, &wq_api::ApiConfig::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(wq_api::serve(listener, router, async move {
+        let _ = stopped.await;
+    }));
+    let base = format!("http://{address}");
+    for (name, detail) in [("item detail", true), ("list page of 50", false)] {
+        let client = reqwest::Client::new();
+        let done = Arc::new(AtomicU64::new(0));
+        let until = Instant::now() + Duration::from_secs(5);
+        let mut tasks = Vec::new();
+        for worker in 0..32usize {
+            let client = client.clone();
+            let done = done.clone();
+            let ids = ids.clone();
+            let base = base.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut n = worker;
+                while Instant::now() < until {
+                    let url = if detail {
+                        format!("{base}/api/v1/work-items/{}", ids[n % ids.len()])
+                    } else {
+                        format!("{base}/api/v1/work-items?limit=50")
+                    };
+                    let response = client.get(url).send().await.expect("request");
+                    assert!(response.status().is_success());
+                    response.bytes().await.expect("body");
+                    done.fetch_add(1, Ordering::Relaxed);
+                    n += 32;
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.expect("reader");
+        }
+        println!(
+            "api: {name}: {:.0} requests/s (32 concurrent clients, 5 s)",
+            done.load(Ordering::Relaxed) as f64 / 5.0
+        );
+    }
+    let _ = stop.send(());
+    let _ = server.await;
+}
+
+async fn sweep_scaling(backend: Backend, sizes: &[u64]) {
+    let mut first = None;
+    for &idle in sizes {
+        let url = backend.fresh_url().await;
+        let store = open_store(&url).await;
+        // Idle items: parked, each with a timer 30 minutes out, as parked
+        // merge requests have; plus 100 actionable ones to find.
+        wq_store::testing::seed_items(&url, NOOP, idle, false, true).await;
+        wq_store::testing::seed_items(&url, NOOP, 100, true, false).await;
+        let params = SweepParams {
+            handled_types: vec![NOOP.to_owned()],
+            now: SystemClock.now(),
+            limit: 1_000,
+        };
+        let mut timings = Vec::new();
+        for _ in 0..30 {
+            let started = Instant::now();
+            let found = store.sweep_candidates(params.clone()).await.expect("sweep");
+            timings.push(started.elapsed());
+            assert_eq!(found.len(), 100);
+        }
+        timings.sort();
+        let median = timings[timings.len() / 2];
+        let base = *first.get_or_insert(median);
+        println!(
+            "sweep: {idle:>9} idle items: median {:>8.3} ms ({:.2}x the smallest)",
+            median.as_secs_f64() * 1000.0,
+            median.as_secs_f64() / base.as_secs_f64()
+        );
+    }
+}

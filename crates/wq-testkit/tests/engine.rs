@@ -1,0 +1,595 @@
+//! Acceptance tests of the processing engine on SQLite and PostgreSQL: the
+//! chained loop, crash safety at every step, two engines on one database,
+//! lease reclaim, events arriving during exit, handled types, failures,
+//! deadline and shutdown.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+use wq_core::{Clock, DimensionStatus, ItemId, ManualClock, Phase, SystemClock, TypeRegistry};
+use wq_engine::{EngineConfig, FailPoint, Flow, Hooks, NoHooks, ProcessingManager, RunOutcome};
+use wq_store::{ItemListParams, NewEvent, NewItem, Store};
+use wq_testkit::types::{CHAIN, CHAIN_STEPS, ChainType};
+use wq_testkit::{Backend, backend_tests, open_store};
+
+fn registry(chain: &ChainType) -> Arc<TypeRegistry> {
+    Arc::new(
+        TypeRegistry::builder()
+            .register(Arc::new(chain.clone()))
+            .build()
+            .expect("registry builds"),
+    )
+}
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        handled_types: vec![CHAIN.to_owned()],
+        sweep_interval: Duration::from_secs(3600),
+        ..EngineConfig::default()
+    }
+}
+
+fn manual_clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(OffsetDateTime::now_utc()))
+}
+
+async fn insert_chain(store: &Arc<dyn Store>, clock: &dyn Clock) -> ItemId {
+    let item = store
+        .item_insert(NewItem {
+            id: ItemId::new_v7(),
+            item_type: CHAIN.to_owned(),
+            idempotency_key: None,
+            caller_identity: Some("test".to_owned()),
+            now: clock.now(),
+            dimensions: Vec::new(),
+        })
+        .await
+        .expect("insert item");
+    item.id
+}
+
+async fn insert_event(store: &Arc<dyn Store>, id: ItemId, event_type: &str, clock: &dyn Clock) {
+    store
+        .event_insert(NewEvent {
+            item_id: id,
+            event_type: event_type.to_owned(),
+            body: serde_json::json!({ "kind": event_type }),
+            now: clock.now(),
+        })
+        .await
+        .expect("insert event");
+}
+
+/// Sweeps and waits until a sweep finds nothing left to do.
+async fn drain(engine: &ProcessingManager) {
+    for _ in 0..10_000 {
+        let found = engine.sweep_now().await.expect("sweep");
+        engine.wait_idle().await;
+        if found == 0 {
+            return;
+        }
+    }
+    panic!("the engine did not reach quiescence");
+}
+
+async fn all_items(store: &Arc<dyn Store>) -> Vec<wq_core::WorkItem> {
+    let mut items = Vec::new();
+    let mut before = None;
+    loop {
+        let page = store
+            .item_list(ItemListParams {
+                before,
+                limit: 500,
+                ..ItemListParams::default()
+            })
+            .await
+            .expect("list items");
+        let Some(last) = page.last() else {
+            return items;
+        };
+        before = Some(last.id);
+        items.extend(page);
+    }
+}
+
+async fn assert_done(store: &Arc<dyn Store>, id: ItemId, with_extra: bool) {
+    let view = store
+        .item_view(id, OffsetDateTime::now_utc())
+        .await
+        .expect("view")
+        .expect("item exists");
+    assert_eq!(view.item.phase, Phase::Active, "item {id}");
+    assert!(!view.item.actionable, "item {id} was left actionable");
+    assert!(view.item.leased_until.is_none(), "item {id} kept its lease");
+    for step in CHAIN_STEPS {
+        let row = view
+            .dimension(&format!("needs_{step}"), "")
+            .unwrap_or_else(|| panic!("item {id} has no needs_{step} row"));
+        assert_eq!(row.status, DimensionStatus::False, "item {id} {step}");
+    }
+    if with_extra {
+        let extra = view
+            .dimension("needs_extra", "")
+            .unwrap_or_else(|| panic!("item {id} lost its event"));
+        assert_eq!(extra.status, DimensionStatus::False);
+    }
+    assert!(
+        store.event_next(id).await.expect("events").is_none(),
+        "item {id} has an unprocessed event"
+    );
+}
+
+async fn chained_actions_run_in_order_and_park(backend: Backend) {
+    let store = backend.fresh_store().await;
+    let chain = ChainType::new();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let engine =
+        ProcessingManager::new(store.clone(), registry(&chain), clock.clone(), config()).unwrap();
+    let id = insert_chain(&store, clock.as_ref()).await;
+
+    assert_eq!(engine.run_item(id).await, RunOutcome::Parked);
+    assert_eq!(chain.executions.order(id), vec!["step1", "step2", "step3"]);
+    assert_done(&store, id, false).await;
+
+    // A second run finds nothing to do and runs nothing.
+    assert_eq!(engine.run_item(id).await, RunOutcome::Parked);
+    assert_eq!(chain.executions.order(id).len(), 3);
+
+    // An event wakes it: the handler's dimension drives the next action.
+    insert_event(&store, id, "extra", clock.as_ref()).await;
+    let item = store.item_get(id).await.unwrap().unwrap();
+    assert!(item.actionable, "event insert sets actionable");
+    engine.start();
+    engine.notify(id);
+    engine.wait_idle().await;
+    assert_eq!(
+        chain.executions.order(id),
+        vec!["step1", "step2", "step3", "extra"]
+    );
+    assert_done(&store, id, true).await;
+    engine.shutdown().await;
+}
+
+/// Crashes each item once at `point`, then lets a fresh engine recover.
+struct CrashOnce {
+    point: FailPoint,
+    crashed: Mutex<HashSet<ItemId>>,
+}
+
+#[async_trait]
+impl Hooks for CrashOnce {
+    async fn at(&self, point: FailPoint, id: ItemId) -> Flow {
+        if point == self.point && self.crashed.lock().unwrap().insert(id) {
+            Flow::Crash
+        } else {
+            Flow::Continue
+        }
+    }
+}
+
+async fn crash_at_every_step_converges(backend: Backend) {
+    let points = [
+        FailPoint::AfterClaim,
+        FailPoint::AfterEventApplied,
+        FailPoint::AfterExecute,
+        FailPoint::AfterOutcome,
+        FailPoint::BeforePark,
+    ];
+    for point in points {
+        let url = backend.fresh_url().await;
+        let store = open_store(&url).await;
+        let chain = ChainType::new();
+        let clock = manual_clock();
+        let mut ids = Vec::new();
+        for _ in 0..10 {
+            let id = insert_chain(&store, clock.as_ref()).await;
+            insert_event(&store, id, "extra", clock.as_ref()).await;
+            ids.push(id);
+        }
+
+        let hooks = Arc::new(CrashOnce {
+            point,
+            crashed: Mutex::new(HashSet::new()),
+        });
+        let crashing = ProcessingManager::with_hooks(
+            store.clone(),
+            registry(&chain),
+            clock.clone(),
+            config(),
+            hooks.clone(),
+        )
+        .unwrap();
+        for id in &ids {
+            assert_eq!(
+                crashing.run_item(*id).await,
+                RunOutcome::Crashed,
+                "{point:?}"
+            );
+        }
+        drop(crashing);
+
+        // "Restart": a new engine on a new connection pool, after the dead
+        // worker's leases expired.
+        let store = open_store(&url).await;
+        clock.advance(time::Duration::seconds(61));
+        let restarted =
+            ProcessingManager::new(store.clone(), registry(&chain), clock.clone(), config())
+                .unwrap();
+        restarted.start();
+        drain(&restarted).await;
+        restarted.shutdown().await;
+
+        for id in &ids {
+            assert_done(&store, *id, true).await;
+            let order = chain.executions.order(*id);
+            let expected_runs = if point == FailPoint::AfterExecute {
+                // The crashed action's effect never committed: it runs again.
+                5
+            } else {
+                4
+            };
+            assert_eq!(order.len(), expected_runs, "{point:?}: {order:?}");
+            for action in ["step1", "step2", "step3", "extra"] {
+                assert!(chain.executions.count(*id, action) >= 1, "{point:?}");
+            }
+        }
+        if point != FailPoint::AfterExecute {
+            assert!(
+                chain.executions.repeated().is_empty(),
+                "{point:?}: committed actions repeated: {:?}",
+                chain.executions.repeated()
+            );
+        }
+    }
+}
+
+async fn two_engines_process_each_item_exactly_once(backend: Backend) {
+    let url = backend.fresh_url().await;
+    let store_a = open_store(&url).await;
+    let store_b = open_store(&url).await;
+    let chain = ChainType::new();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let count = 2_000;
+    for _ in 0..count {
+        insert_chain(&store_a, clock.as_ref()).await;
+    }
+    let settings = EngineConfig {
+        sweep_batch: 500,
+        ..config()
+    };
+    let engine_a = ProcessingManager::new(
+        store_a.clone(),
+        registry(&chain),
+        clock.clone(),
+        settings.clone(),
+    )
+    .unwrap();
+    let engine_b =
+        ProcessingManager::new(store_b.clone(), registry(&chain), clock.clone(), settings).unwrap();
+    engine_a.start();
+    engine_b.start();
+    for _ in 0..1_000 {
+        let found_a = engine_a.sweep_now().await.unwrap();
+        let found_b = engine_b.sweep_now().await.unwrap();
+        engine_a.wait_idle().await;
+        engine_b.wait_idle().await;
+        if found_a == 0 && found_b == 0 {
+            break;
+        }
+    }
+    engine_a.shutdown().await;
+    engine_b.shutdown().await;
+
+    assert_eq!(chain.executions.total(), (count * 3) as u64);
+    assert!(
+        chain.executions.repeated().is_empty(),
+        "repeated: {:?}",
+        chain.executions.repeated()
+    );
+    let items = all_items(&store_a).await;
+    assert_eq!(items.len(), count);
+    let left: Vec<_> = items.iter().filter(|item| item.actionable).collect();
+    assert!(left.is_empty(), "{} items left actionable", left.len());
+}
+
+async fn expired_lease_is_reclaimed_by_another_engine(backend: Backend) {
+    let url = backend.fresh_url().await;
+    let store_a = open_store(&url).await;
+    let store_b = open_store(&url).await;
+    let chain = ChainType::new();
+    let clock = manual_clock();
+    let id = insert_chain(&store_a, clock.as_ref()).await;
+
+    let dead = ProcessingManager::with_hooks(
+        store_a,
+        registry(&chain),
+        clock.clone(),
+        config(),
+        Arc::new(CrashOnce {
+            point: FailPoint::AfterClaim,
+            crashed: Mutex::new(HashSet::new()),
+        }),
+    )
+    .unwrap();
+    assert_eq!(dead.run_item(id).await, RunOutcome::Crashed);
+
+    let other =
+        ProcessingManager::new(store_b.clone(), registry(&chain), clock.clone(), config()).unwrap();
+    assert_eq!(other.run_item(id).await, RunOutcome::NotClaimed);
+    assert_eq!(
+        other.sweep_now().await.unwrap(),
+        0,
+        "a leased item is not swept"
+    );
+
+    clock.advance(time::Duration::seconds(61));
+    assert_eq!(other.run_item(id).await, RunOutcome::Parked);
+    assert_eq!(chain.executions.order(id), vec!["step1", "step2", "step3"]);
+    assert_done(&store_b, id, false).await;
+}
+
+/// Inserts an event at the moment the worker decided to exit.
+struct EventAtExit {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    fired: Mutex<bool>,
+}
+
+#[async_trait]
+impl Hooks for EventAtExit {
+    async fn at(&self, point: FailPoint, id: ItemId) -> Flow {
+        if point == FailPoint::BeforePark
+            && !std::mem::replace(&mut *self.fired.lock().unwrap(), true)
+        {
+            insert_event(&self.store, id, "extra", self.clock.as_ref()).await;
+        }
+        Flow::Continue
+    }
+}
+
+async fn event_during_exit_is_processed_promptly(backend: Backend) {
+    let url = backend.fresh_url().await;
+    let store = open_store(&url).await;
+    let other_replica = open_store(&url).await;
+    let chain = ChainType::new();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let id = insert_chain(&store, clock.as_ref()).await;
+    let hooks = Arc::new(EventAtExit {
+        store: other_replica,
+        clock: clock.clone(),
+        fired: Mutex::new(false),
+    });
+    // The sweep interval is an hour: only the park step can catch it.
+    let engine =
+        ProcessingManager::with_hooks(store.clone(), registry(&chain), clock, config(), hooks)
+            .unwrap();
+    assert_eq!(engine.run_item(id).await, RunOutcome::Parked);
+    assert_eq!(
+        chain.executions.order(id),
+        vec!["step1", "step2", "step3", "extra"],
+        "the event that arrived during exit was handled in the same run"
+    );
+    assert_done(&store, id, true).await;
+}
+
+async fn empty_handled_types_claim_nothing(backend: Backend) {
+    let store = backend.fresh_store().await;
+    let chain = ChainType::new();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let id = insert_chain(&store, clock.as_ref()).await;
+    let idle = ProcessingManager::new(
+        store.clone(),
+        registry(&chain),
+        clock.clone(),
+        EngineConfig::default(),
+    )
+    .unwrap();
+    idle.start();
+    assert_eq!(idle.sweep_now().await.unwrap(), 0);
+    assert_eq!(idle.run_item(id).await, RunOutcome::NotClaimed);
+    idle.notify(id);
+    idle.wait_idle().await;
+    idle.shutdown().await;
+    let item = store.item_get(id).await.unwrap().unwrap();
+    assert!(item.actionable && item.leased_until.is_none());
+    assert_eq!(chain.executions.total(), 0);
+
+    // An engine for another type leaves it alone too.
+    let noop_registry = Arc::new(
+        TypeRegistry::builder()
+            .register(Arc::new(chain.clone()))
+            .register(Arc::new(wq_testkit::types::NoopType))
+            .build()
+            .unwrap(),
+    );
+    let other = ProcessingManager::new(
+        store.clone(),
+        noop_registry,
+        clock,
+        EngineConfig {
+            handled_types: vec![wq_testkit::types::NOOP.to_owned()],
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(other.sweep_now().await.unwrap(), 0);
+    assert_eq!(other.run_item(id).await, RunOutcome::NotClaimed);
+    assert_eq!(chain.executions.total(), 0);
+}
+
+async fn failures_back_off_then_fail_at_the_limit(backend: Backend) {
+    let store = backend.fresh_store().await;
+    let chain = ChainType::new();
+    let clock = manual_clock();
+    let settings = EngineConfig {
+        max_attempts: 3,
+        ..config()
+    };
+    let engine =
+        ProcessingManager::new(store.clone(), registry(&chain), clock.clone(), settings).unwrap();
+
+    // Two transient failures, then success: attempts count consecutive
+    // failures and reset on success.
+    let flaky = insert_chain(&store, clock.as_ref()).await;
+    chain.fail_next(flaky, 2, false);
+    assert_eq!(engine.run_item(flaky).await, RunOutcome::Backoff);
+    let item = store.item_get(flaky).await.unwrap().unwrap();
+    assert_eq!(item.attempts, 1);
+    assert!(
+        item.error
+            .as_deref()
+            .unwrap()
+            .contains("scripted failure of step1")
+    );
+    assert!(item.actionable);
+    assert_eq!(engine.sweep_now().await.unwrap(), 0, "backoff is respected");
+    assert_eq!(engine.run_item(flaky).await, RunOutcome::NotClaimed);
+    clock.advance(time::Duration::seconds(3));
+    assert_eq!(engine.run_item(flaky).await, RunOutcome::Backoff);
+    assert_eq!(store.item_get(flaky).await.unwrap().unwrap().attempts, 2);
+    clock.advance(time::Duration::seconds(5));
+    assert_eq!(engine.run_item(flaky).await, RunOutcome::Parked);
+    let item = store.item_get(flaky).await.unwrap().unwrap();
+    assert_eq!((item.attempts, item.error.as_deref()), (0, None));
+    assert_eq!(
+        chain.executions.order(flaky),
+        vec!["step1", "step2", "step3"]
+    );
+
+    // Failing past the limit fails the item, visibly; retry recovers it.
+    let broken = insert_chain(&store, clock.as_ref()).await;
+    chain.fail_next(broken, 3, false);
+    for _ in 0..3 {
+        clock.advance(time::Duration::seconds(600));
+        engine.run_item(broken).await;
+    }
+    let item = store.item_get(broken).await.unwrap().unwrap();
+    assert_eq!(item.phase, Phase::Failed);
+    assert_eq!(item.attempts, 3);
+    assert!(!item.actionable, "a failed item parks");
+    assert!(item.error.as_deref().unwrap().contains("step1"));
+    store.item_retry(broken, clock.now()).await.unwrap();
+    assert_eq!(engine.run_item(broken).await, RunOutcome::Parked);
+    assert_done(&store, broken, false).await;
+
+    // A permanent failure fails at once.
+    let doomed = insert_chain(&store, clock.as_ref()).await;
+    chain.fail_next(doomed, 1, true);
+    assert_eq!(engine.run_item(doomed).await, RunOutcome::Parked);
+    let item = store.item_get(doomed).await.unwrap().unwrap();
+    assert_eq!(item.phase, Phase::Failed);
+    assert_eq!(item.attempts, 1);
+
+    // Events for a failed item are discarded, not applied (DDR-37).
+    insert_event(&store, doomed, "finish", clock.as_ref()).await;
+    assert_eq!(engine.run_item(doomed).await, RunOutcome::Parked);
+    let item = store.item_get(doomed).await.unwrap().unwrap();
+    assert_eq!(item.phase, Phase::Failed);
+    assert!(store.event_next(doomed).await.unwrap().is_none());
+}
+
+async fn deadline_leaves_the_item_to_the_sweep(backend: Backend) {
+    let store = backend.fresh_store().await;
+    let chain = ChainType::new();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let id = insert_chain(&store, clock.as_ref()).await;
+    let hurried = ProcessingManager::new(
+        store.clone(),
+        registry(&chain),
+        clock.clone(),
+        EngineConfig {
+            deadline: Duration::ZERO,
+            ..config()
+        },
+    )
+    .unwrap();
+    assert_eq!(hurried.run_item(id).await, RunOutcome::Deadline);
+    let item = store.item_get(id).await.unwrap().unwrap();
+    assert!(item.actionable && item.leased_until.is_none());
+    let patient = ProcessingManager::new(store.clone(), registry(&chain), clock, config()).unwrap();
+    assert_eq!(patient.sweep_now().await.unwrap(), 1);
+    patient.start();
+    patient.wait_idle().await;
+    patient.shutdown().await;
+    assert_done(&store, id, false).await;
+}
+
+/// Holds every item at `AfterOutcome` until released.
+struct Gate {
+    reached: tokio::sync::Notify,
+    release: tokio::sync::Semaphore,
+}
+
+#[async_trait]
+impl Hooks for Gate {
+    async fn at(&self, point: FailPoint, _id: ItemId) -> Flow {
+        if point == FailPoint::AfterOutcome {
+            self.reached.notify_one();
+            let _permit = self.release.acquire().await.expect("gate open");
+        }
+        Flow::Continue
+    }
+}
+
+async fn shutdown_finishes_the_step_and_releases_the_lease(backend: Backend) {
+    let store = backend.fresh_store().await;
+    let chain = ChainType::new();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let id = insert_chain(&store, clock.as_ref()).await;
+    let gate = Arc::new(Gate {
+        reached: tokio::sync::Notify::new(),
+        release: tokio::sync::Semaphore::new(0),
+    });
+    let engine = ProcessingManager::with_hooks(
+        store.clone(),
+        registry(&chain),
+        clock.clone(),
+        config(),
+        gate.clone(),
+    )
+    .unwrap();
+    engine.start();
+    engine.notify(id);
+    gate.reached.notified().await;
+    let stopping = {
+        let engine = engine.clone();
+        tokio::spawn(async move { engine.shutdown().await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !stopping.is_finished(),
+        "shutdown waits for the running step"
+    );
+    gate.release.add_permits(100);
+    stopping.await.unwrap();
+
+    assert_eq!(chain.executions.order(id), vec!["step1"]);
+    let item = store.item_get(id).await.unwrap().unwrap();
+    assert!(
+        item.actionable,
+        "unfinished work stays visible to the sweep"
+    );
+    assert!(item.leased_until.is_none(), "the lease was released");
+    engine.notify(id);
+    assert_eq!(engine.in_flight(), 0, "no intake after shutdown");
+
+    let next = ProcessingManager::new(store.clone(), registry(&chain), clock, config()).unwrap();
+    assert_eq!(next.run_item(id).await, RunOutcome::Parked);
+    assert_eq!(chain.executions.order(id), vec!["step1", "step2", "step3"]);
+    let _ = NoHooks;
+}
+
+backend_tests!(
+    chained_actions_run_in_order_and_park,
+    crash_at_every_step_converges,
+    two_engines_process_each_item_exactly_once,
+    expired_lease_is_reclaimed_by_another_engine,
+    event_during_exit_is_processed_promptly,
+    empty_handled_types_claim_nothing,
+    failures_back_off_then_fail_at_the_limit,
+    deadline_leaves_the_item_to_the_sweep,
+    shutdown_finishes_the_step_and_releases_the_lease,
+);
