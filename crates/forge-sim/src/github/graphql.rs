@@ -1,0 +1,1115 @@
+//! `POST /graphql`: a pragmatic resolver for the pull-request / merge-queue subset of GitHub's schema.
+//!
+//! Queries may batch pull requests by alias, use variables and fragments; unknown fields are
+//! reported like GitHub does (HTTP 200 with an `errors` array and no `data`). Mutations:
+//! `enqueuePullRequest` and `dequeuePullRequest`.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::post;
+use serde_json::{Map, Value, json};
+
+use super::error::ApiError;
+use super::gql::{self, Document, Field, OperationKind, Selection};
+use super::json::{ts, ts_opt, user_id};
+use super::model::{GhRepo, PullRequest, QueueEntry};
+use super::rest::reply;
+use super::{Ctx, GithubState, authenticate, ops, with_github};
+use crate::state::Shared;
+
+const GRAPHQL_DOCS: &str = "https://docs.github.com/graphql";
+
+pub fn router() -> Router<Shared> {
+    Router::new().route("/graphql", post(handle))
+}
+
+async fn handle(State(st): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let login = match authenticate(&st, &headers) {
+        Ok(l) => l,
+        Err(_) => {
+            return ApiError::with_docs(StatusCode::UNAUTHORIZED, "Bad credentials", GRAPHQL_DOCS)
+                .into_response_();
+        }
+    };
+    let ctx = Ctx::new(&st, &login);
+    let Ok(req) = serde_json::from_slice::<Value>(&body) else {
+        return ApiError::with_docs(
+            StatusCode::BAD_REQUEST,
+            "Problems parsing JSON",
+            GRAPHQL_DOCS,
+        )
+        .into_response_();
+    };
+    let Some(query) = req.get("query").and_then(Value::as_str) else {
+        return reply(
+            StatusCode::OK,
+            json!({ "errors": [{ "message": "A query attribute must be specified and must be a string." }] }),
+        );
+    };
+    let variables = match req.get("variables") {
+        Some(Value::Object(m)) => m.clone(),
+        Some(Value::String(s)) if !s.is_empty() => match serde_json::from_str::<Value>(s) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        },
+        _ => Map::new(),
+    };
+    let op_name = req
+        .get("operationName")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let doc = match gql::parse(query) {
+        Ok(d) => d,
+        Err(e) => {
+            return reply(
+                StatusCode::OK,
+                json!({ "errors": [{
+                    "message": e.message,
+                    "locations": [{ "line": e.line, "column": e.column }],
+                }] }),
+            );
+        }
+    };
+    let body = with_github(&st, |gh| {
+        execute(gh, &ctx, &doc, op_name.as_deref(), variables)
+    });
+    reply(StatusCode::OK, body)
+}
+
+trait IntoResp {
+    fn into_response_(self) -> Response;
+}
+
+impl IntoResp for ApiError {
+    fn into_response_(self) -> Response {
+        axum::response::IntoResponse::into_response(self)
+    }
+}
+
+/// Executes a parsed document against the state and returns the GraphQL response body.
+pub fn execute(
+    gh: &mut GithubState,
+    ctx: &Ctx,
+    doc: &Document,
+    op_name: Option<&str>,
+    mut vars: Map<String, Value>,
+) -> Value {
+    let op = match doc.operation(op_name) {
+        Ok(op) => op,
+        Err(m) => return json!({ "errors": [{ "message": m }] }),
+    };
+    for def in &op.variables {
+        if !vars.contains_key(&def.name)
+            && let Some(d) = &def.default
+        {
+            vars.insert(def.name.clone(), d.to_json(&Map::new()));
+        }
+    }
+    let mut ex = Exec {
+        doc,
+        vars,
+        ctx: ctx.clone(),
+        errors: Vec::new(),
+        invalid: false,
+    };
+    let data = match op.kind {
+        OperationKind::Query => {
+            let fields = ex.collect(&op.selection, "Query");
+            let mut out = Map::new();
+            for f in fields {
+                let v = ex.query_field(gh, &f, &[]);
+                out.insert(f.response_key().to_string(), v);
+            }
+            Value::Object(out)
+        }
+        OperationKind::Mutation => {
+            let fields = ex.collect(&op.selection, "Mutation");
+            let mut out = Map::new();
+            for f in fields {
+                let v = ex.mutation_field(gh, &f);
+                out.insert(f.response_key().to_string(), v);
+            }
+            Value::Object(out)
+        }
+        OperationKind::Subscription => {
+            return json!({ "errors": [{ "message": "Subscriptions are not supported" }] });
+        }
+    };
+    if ex.invalid {
+        return json!({ "errors": ex.errors });
+    }
+    if ex.errors.is_empty() {
+        json!({ "data": data })
+    } else {
+        json!({ "data": data, "errors": ex.errors })
+    }
+}
+
+/// Something a selection set can be resolved on.
+enum Obj<'a> {
+    Repo(&'a GhRepo),
+    Pr(&'a GhRepo, &'a PullRequest),
+    Entry(&'a GhRepo, &'a QueueEntry),
+    Queue(&'a GhRepo, String),
+    /// A mutation payload: type name, clientMutationId, and the entry it reports.
+    Payload(&'static str, Value, Option<Box<Obj<'a>>>),
+    /// A plain JSON object whose `__typename` key names its type.
+    Static(Value),
+}
+
+/// Concrete type names; a fragment on any other name is treated as an interface that matches.
+const CONCRETE: &[&str] = &[
+    "Query",
+    "Mutation",
+    "Repository",
+    "PullRequest",
+    "MergeQueueEntry",
+    "MergeQueue",
+    "User",
+    "Bot",
+    "Issue",
+    "Commit",
+    "PullRequestReview",
+    "PullRequestReviewThread",
+    "Label",
+    "Organization",
+];
+
+struct Exec<'d> {
+    doc: &'d Document,
+    vars: Map<String, Value>,
+    ctx: Ctx,
+    errors: Vec<Value>,
+    invalid: bool,
+}
+
+fn path_json(path: &[String], key: &str) -> Value {
+    let mut p: Vec<Value> = path.iter().map(|s| json!(s)).collect();
+    p.push(json!(key));
+    Value::Array(p)
+}
+
+impl Exec<'_> {
+    fn arg(&self, f: &Field, name: &str) -> Value {
+        f.arg(name)
+            .map(|v| v.to_json(&self.vars))
+            .unwrap_or(Value::Null)
+    }
+
+    fn included(&self, directives: &[gql::Directive]) -> bool {
+        for d in directives {
+            let cond = d
+                .args
+                .iter()
+                .find(|(k, _)| k == "if")
+                .map(|(_, v)| v.to_json(&self.vars).as_bool().unwrap_or(false));
+            match (d.name.as_str(), cond) {
+                ("skip", Some(true)) => return false,
+                ("include", Some(false)) => return false,
+                _ => {}
+            }
+        }
+        true
+    }
+
+    /// Flattens fragments into the fields that apply to `type_name`.
+    fn collect(&mut self, sel: &[Selection], type_name: &str) -> Vec<Field> {
+        let mut out = Vec::new();
+        self.collect_into(sel, type_name, &mut out, 0);
+        out
+    }
+
+    fn collect_into(
+        &mut self,
+        sel: &[Selection],
+        type_name: &str,
+        out: &mut Vec<Field>,
+        depth: usize,
+    ) {
+        if depth > 32 {
+            return;
+        }
+        let applies = |cond: &str| cond == type_name || !CONCRETE.contains(&cond);
+        for s in sel {
+            match s {
+                Selection::Field(f) => {
+                    if self.included(&f.directives) {
+                        out.push(f.clone());
+                    }
+                }
+                Selection::InlineFragment {
+                    type_condition,
+                    directives,
+                    selection,
+                } => {
+                    if self.included(directives) && type_condition.as_deref().is_none_or(applies) {
+                        self.collect_into(selection, type_name, out, depth + 1);
+                    }
+                }
+                Selection::FragmentSpread { name, directives } => {
+                    if !self.included(directives) {
+                        continue;
+                    }
+                    if let Some(frag) = self.doc.fragments.get(name) {
+                        if applies(&frag.type_condition) {
+                            self.collect_into(&frag.selection, type_name, out, depth + 1);
+                        }
+                    } else {
+                        self.invalid = true;
+                        self.errors.push(json!({
+                            "message": format!("Fragment {name} was used, but not defined"),
+                            "extensions": { "code": "useAndDefineFragment", "fragmentName": name },
+                        }));
+                    }
+                }
+            }
+        }
+    }
+
+    fn undefined(&mut self, type_name: &str, f: &Field, path: &[String]) -> Value {
+        self.invalid = true;
+        self.errors.push(json!({
+            "path": path_json(path, f.response_key()),
+            "extensions": { "code": "undefinedField", "typeName": type_name, "fieldName": f.name },
+            "locations": [{ "line": f.line, "column": f.column }],
+            "message": format!("Field '{}' doesn't exist on type '{type_name}'", f.name),
+        }));
+        Value::Null
+    }
+
+    fn exec_error(&mut self, kind: &str, message: String, f: &Field, path: &[String]) -> Value {
+        self.errors.push(json!({
+            "type": kind,
+            "path": path_json(path, f.response_key()),
+            "locations": [{ "line": f.line, "column": f.column }],
+            "message": message,
+        }));
+        Value::Null
+    }
+
+    fn query_field(&mut self, gh: &GithubState, f: &Field, path: &[String]) -> Value {
+        match f.name.as_str() {
+            "__typename" => json!("Query"),
+            "repository" => {
+                let owner = self.arg(f, "owner");
+                let name = self.arg(f, "name");
+                let (Some(owner), Some(name)) = (owner.as_str(), name.as_str()) else {
+                    return self.exec_error(
+                        "ARGUMENT_ERROR",
+                        "Field 'repository' is missing required arguments: owner, name".into(),
+                        f,
+                        path,
+                    );
+                };
+                match gh.repo(owner, name) {
+                    Some(r) => self.resolve(gh, &Obj::Repo(r), f, path),
+                    None => self.exec_error(
+                        "NOT_FOUND",
+                        format!(
+                            "Could not resolve to a Repository with the name '{owner}/{name}'."
+                        ),
+                        f,
+                        path,
+                    ),
+                }
+            }
+            "viewer" => {
+                let v = actor(&self.ctx.sender);
+                self.resolve(gh, &Obj::Static(v), f, path)
+            }
+            "node" => {
+                let id = self.arg(f, "id");
+                let id = id.as_str().unwrap_or_default().to_string();
+                match find_node(gh, &id) {
+                    Some(obj) => self.resolve(gh, &obj, f, path),
+                    None => self.exec_error(
+                        "NOT_FOUND",
+                        format!("Could not resolve to a node with the global id of '{id}'"),
+                        f,
+                        path,
+                    ),
+                }
+            }
+            "rateLimit" => {
+                let v = json!({
+                    "__typename": "RateLimit", "limit": 5000, "cost": 1, "remaining": 4999,
+                    "used": 1, "resetAt": ts(self.ctx.now + time::Duration::hours(1)), "nodeCount": 1,
+                });
+                self.resolve(gh, &Obj::Static(v), f, path)
+            }
+            _ => self.undefined("Query", f, path),
+        }
+    }
+
+    fn mutation_field(&mut self, gh: &mut GithubState, f: &Field) -> Value {
+        let input = self.arg(f, "input");
+        let cmid = input
+            .get("clientMutationId")
+            .cloned()
+            .unwrap_or(Value::Null);
+        match f.name.as_str() {
+            "__typename" => json!("Mutation"),
+            "enqueuePullRequest" => {
+                let pr_id = input
+                    .get("pullRequestId")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                let expected = input
+                    .get("expectedHeadOid")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+                let Some((key, number)) = find_pr(gh, &pr_id) else {
+                    return self.exec_error(
+                        "NOT_FOUND",
+                        format!("Could not resolve to a node with the global id of '{pr_id}'"),
+                        f,
+                        &[],
+                    );
+                };
+                let ctx = self.ctx.clone();
+                let result = match gh.repos.get_mut(&key) {
+                    Some(r) => ops::enqueue(r, &mut gh.env, &ctx, number, expected.as_deref()),
+                    None => Err("Repository not found".into()),
+                };
+                match result {
+                    Err(m) => self.exec_error("UNPROCESSABLE", m, f, &[]),
+                    Ok(_) => {
+                        let Some(r) = gh.repos.get(&key) else {
+                            return Value::Null;
+                        };
+                        let entry = r
+                            .queue
+                            .iter()
+                            .find(|e| e.pr == number)
+                            .map(|e| Box::new(Obj::Entry(r, e)));
+                        let obj = Obj::Payload("EnqueuePullRequestPayload", cmid, entry);
+                        self.resolve(gh, &obj, f, &[])
+                    }
+                }
+            }
+            "dequeuePullRequest" => {
+                let id = input
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                let target = find_pr(gh, &id).or_else(|| {
+                    gh.repos.iter().find_map(|(k, r)| {
+                        r.queue
+                            .iter()
+                            .find(|e| e.id == id)
+                            .map(|e| (k.clone(), e.pr))
+                    })
+                });
+                let Some((key, number)) = target else {
+                    return self.exec_error(
+                        "NOT_FOUND",
+                        format!("Could not resolve to a node with the global id of '{id}'"),
+                        f,
+                        &[],
+                    );
+                };
+                let ctx = self.ctx.clone();
+                let Some(r) = gh.repos.get_mut(&key) else {
+                    return Value::Null;
+                };
+                let Some((pos, _)) = r.queue_position(number) else {
+                    return self.exec_error(
+                        "UNPROCESSABLE",
+                        "The pull request is not in the merge queue.".into(),
+                        f,
+                        &[],
+                    );
+                };
+                let snapshot = r
+                    .queue
+                    .iter()
+                    .find(|e| e.pr == number)
+                    .map(|e| entry_json(r, e, pos));
+                ops::dequeue(r, &mut gh.env, &ctx, number, "MANUAL");
+                let entry = snapshot.map(|mut v| {
+                    // The removed entry still reports its pull request.
+                    if let Some(pr) = gh.repos.get(&key).and_then(|r| r.pulls.get(&number)) {
+                        v["pullRequest"] = json!({ "__typename": "PullRequest", "id": pr.node_id, "number": pr.number });
+                    }
+                    Box::new(Obj::Static(v))
+                });
+                let obj = Obj::Payload("DequeuePullRequestPayload", cmid, entry);
+                self.resolve(gh, &obj, f, &[])
+            }
+            _ => self.undefined("Mutation", f, &[]),
+        }
+    }
+
+    /// Resolves `f`'s selection set on `obj` (or reports a missing selection set).
+    fn resolve(&mut self, gh: &GithubState, obj: &Obj<'_>, f: &Field, path: &[String]) -> Value {
+        let type_name = type_of(obj);
+        if f.selection.is_empty() {
+            self.invalid = true;
+            self.errors.push(json!({
+                "path": path_json(path, f.response_key()),
+                "extensions": { "code": "selectionMismatch", "nodeName": format!("field '{}'", f.name), "typeName": type_name },
+                "locations": [{ "line": f.line, "column": f.column }],
+                "message": format!(
+                    "Field must have selections (field '{}' returns {type_name} but has no selections. Did you mean '{} {{ ... }}'?)",
+                    f.name, f.name
+                ),
+            }));
+            return Value::Null;
+        }
+        let mut sub_path = path.to_vec();
+        sub_path.push(f.response_key().to_string());
+        let fields = self.collect(&f.selection, &type_name);
+        let stat = static_json(&self.ctx, obj);
+        let mut out = Map::new();
+        for sf in fields {
+            let v = self.field(gh, obj, &stat, &sf, &sub_path);
+            out.insert(sf.response_key().to_string(), v);
+        }
+        Value::Object(out)
+    }
+
+    fn field(
+        &mut self,
+        gh: &GithubState,
+        obj: &Obj<'_>,
+        stat: &Value,
+        f: &Field,
+        path: &[String],
+    ) -> Value {
+        if f.name == "__typename" {
+            return json!(type_of(obj));
+        }
+        match (obj, f.name.as_str()) {
+            (Obj::Repo(r), "pullRequest") => {
+                let n = self.arg(f, "number");
+                let Some(n) = n.as_u64() else {
+                    return self.exec_error(
+                        "ARGUMENT_ERROR",
+                        "Field 'pullRequest' is missing required arguments: number".into(),
+                        f,
+                        path,
+                    );
+                };
+                match r.pulls.get(&n) {
+                    Some(pr) => self.resolve(gh, &Obj::Pr(r, pr), f, path),
+                    None => self.exec_error(
+                        "NOT_FOUND",
+                        format!("Could not resolve to a PullRequest with the number of {n}."),
+                        f,
+                        path,
+                    ),
+                }
+            }
+            (Obj::Repo(r), "mergeQueue") => {
+                let branch = self.arg(f, "branch");
+                let branch = branch
+                    .as_str()
+                    .unwrap_or(r.git.default_branch())
+                    .to_string();
+                if r.queue_enabled_for(&branch) {
+                    self.resolve(gh, &Obj::Queue(r, branch), f, path)
+                } else {
+                    Value::Null
+                }
+            }
+            (Obj::Repo(r), "pullRequests") => {
+                let states = self.arg(f, "states");
+                let states: Vec<String> = match states {
+                    Value::Array(a) => a
+                        .iter()
+                        .filter_map(|s| s.as_str().map(str::to_string))
+                        .collect(),
+                    Value::String(s) => vec![s],
+                    _ => Vec::new(),
+                };
+                let head = self.arg(f, "headRefName");
+                let base = self.arg(f, "baseRefName");
+                let items: Vec<Obj> = r
+                    .pulls
+                    .values()
+                    .filter(|p| states.is_empty() || states.iter().any(|s| s == gql_state(p)))
+                    .filter(|p| head.as_str().is_none_or(|h| p.head_ref == h))
+                    .filter(|p| base.as_str().is_none_or(|b| p.base_ref == b))
+                    .map(|p| Obj::Pr(r, p))
+                    .collect();
+                self.connection(gh, "PullRequestConnection", items, f, path)
+            }
+            (Obj::Pr(r, pr), "mergeQueueEntry") => match r.queue.iter().find(|e| e.pr == pr.number)
+            {
+                Some(e) => self.resolve(gh, &Obj::Entry(r, e), f, path),
+                None => Value::Null,
+            },
+            (Obj::Pr(r, _), "repository") | (Obj::Queue(r, _), "repository") => {
+                self.resolve(gh, &Obj::Repo(r), f, path)
+            }
+            (Obj::Pr(_, pr), "reviewThreads") => {
+                let items: Vec<Obj> = pr
+                    .threads
+                    .iter()
+                    .map(|t| {
+                        Obj::Static(json!({
+                            "__typename": "PullRequestReviewThread",
+                            "id": t.id,
+                            "isResolved": t.is_resolved,
+                            "isOutdated": false,
+                            "isCollapsed": t.is_resolved,
+                            "path": t.path,
+                            "line": t.line,
+                            "comments": empty_connection("PullRequestReviewCommentConnection"),
+                        }))
+                    })
+                    .collect();
+                self.connection(gh, "PullRequestReviewThreadConnection", items, f, path)
+            }
+            (Obj::Pr(_, pr), "reviews") => {
+                let states = self.arg(f, "states");
+                let states: Vec<String> = match states {
+                    Value::Array(a) => a
+                        .iter()
+                        .filter_map(|s| s.as_str().map(str::to_string))
+                        .collect(),
+                    Value::String(s) => vec![s],
+                    _ => Vec::new(),
+                };
+                let items: Vec<Obj> = pr
+                    .reviews
+                    .iter()
+                    .filter(|rv| states.is_empty() || states.contains(&rv.state))
+                    .map(|rv| {
+                        Obj::Static(json!({
+                            "__typename": "PullRequestReview",
+                            "id": rv.node_id,
+                            "databaseId": rv.id,
+                            "state": rv.state,
+                            "body": rv.body,
+                            "submittedAt": ts(rv.submitted_at),
+                            "author": actor(&rv.user),
+                            "commit": { "__typename": "Commit", "oid": rv.commit_id },
+                        }))
+                    })
+                    .collect();
+                self.connection(gh, "PullRequestReviewConnection", items, f, path)
+            }
+            (Obj::Pr(_, pr), "labels") => {
+                let items: Vec<Obj> = pr
+                    .labels
+                    .iter()
+                    .map(|l| Obj::Static(json!({ "__typename": "Label", "id": format!("LA_{}", user_id(l)), "name": l, "color": "ededed" })))
+                    .collect();
+                self.connection(gh, "LabelConnection", items, f, path)
+            }
+            (Obj::Pr(r, pr), "commits") => {
+                let base = r.git.branch_head(&pr.base_ref).unwrap_or_default();
+                let items: Vec<Obj> = r
+                    .git
+                    .commits_between(base, &pr.head_sha)
+                    .iter()
+                    .map(|c| {
+                        Obj::Static(json!({
+                            "__typename": "PullRequestCommit",
+                            "id": format!("PRC_{}", &c.sha[..12.min(c.sha.len())]),
+                            "commit": commit_json(r, &c.sha),
+                        }))
+                    })
+                    .collect();
+                self.connection(gh, "PullRequestCommitConnection", items, f, path)
+            }
+            (Obj::Entry(r, e), "pullRequest") => match r.pulls.get(&e.pr) {
+                Some(pr) => self.resolve(gh, &Obj::Pr(r, pr), f, path),
+                None => Value::Null,
+            },
+            (Obj::Queue(r, branch), "entries") => {
+                let items: Vec<Obj> = r
+                    .queue
+                    .iter()
+                    .filter(|e| &e.base_ref == branch)
+                    .map(|e| Obj::Entry(r, e))
+                    .collect();
+                self.connection(gh, "MergeQueueEntryConnection", items, f, path)
+            }
+            (Obj::Payload(_, _, entry), "mergeQueueEntry") => match entry {
+                Some(e) => self.resolve(gh, e, f, path),
+                None => Value::Null,
+            },
+            _ => self.project(gh, stat, f, path, &type_of(obj)),
+        }
+    }
+
+    /// Reads a field from a JSON object (nested objects resolved recursively).
+    fn project(
+        &mut self,
+        gh: &GithubState,
+        stat: &Value,
+        f: &Field,
+        path: &[String],
+        type_name: &str,
+    ) -> Value {
+        let Some(v) = stat.get(&f.name) else {
+            return self.undefined(type_name, f, path);
+        };
+        match v {
+            Value::Object(_) => {
+                if v.get("nodes").is_some() {
+                    let items: Vec<Obj> = v["nodes"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(Obj::Static)
+                        .collect();
+                    let tn = v["__typename"].as_str().unwrap_or("Connection").to_string();
+                    return self.connection(gh, &tn, items, f, path);
+                }
+                self.resolve(gh, &Obj::Static(v.clone()), f, path)
+            }
+            Value::Array(items) if items.iter().all(Value::is_object) && !items.is_empty() => {
+                let mut sub = path.to_vec();
+                sub.push(f.response_key().to_string());
+                Value::Array(
+                    items
+                        .iter()
+                        .map(|i| self.resolve(gh, &Obj::Static(i.clone()), f, path))
+                        .collect(),
+                )
+            }
+            scalar => {
+                if !f.selection.is_empty() {
+                    self.invalid = true;
+                    self.errors.push(json!({
+                        "path": path_json(path, f.response_key()),
+                        "extensions": { "code": "selectionMismatch", "typeName": type_name },
+                        "locations": [{ "line": f.line, "column": f.column }],
+                        "message": format!(
+                            "Selections can't be made on scalars (field '{}' returns a scalar but has selections)",
+                            f.name
+                        ),
+                    }));
+                    return Value::Null;
+                }
+                scalar.clone()
+            }
+        }
+    }
+
+    /// A connection over `items` honouring `first` / `last`.
+    fn connection(
+        &mut self,
+        gh: &GithubState,
+        type_name: &str,
+        items: Vec<Obj<'_>>,
+        f: &Field,
+        path: &[String],
+    ) -> Value {
+        let first = self.arg(f, "first").as_u64();
+        let last = self.arg(f, "last").as_u64();
+        if first.is_none() && last.is_none() && type_name != "Connection" {
+            let name = &f.name;
+            return self.exec_error(
+                "MISSING_PAGINATION_BOUNDARIES",
+                format!("You must provide a `first` or `last` value to properly paginate the `{name}` connection."),
+                f,
+                path,
+            );
+        }
+        if first.is_some_and(|n| n > 100) || last.is_some_and(|n| n > 100) {
+            let name = &f.name;
+            return self.exec_error(
+                "EXCESSIVE_PAGINATION",
+                format!("Requesting {} records on the `{name}` connection exceeds the `first` limit of 100 records.", first.or(last).unwrap_or(0)),
+                f,
+                path,
+            );
+        }
+        let total = items.len();
+        let (start, end) = match (first, last) {
+            (Some(n), _) => (0, (n as usize).min(total)),
+            (None, Some(n)) => (total.saturating_sub(n as usize), total),
+            (None, None) => (0, total),
+        };
+        if f.selection.is_empty() {
+            return self.resolve(
+                gh,
+                &Obj::Static(json!({ "__typename": type_name })),
+                f,
+                path,
+            );
+        }
+        let mut sub = path.to_vec();
+        sub.push(f.response_key().to_string());
+        let fields = self.collect(&f.selection, type_name);
+        let mut out = Map::new();
+        for sf in fields {
+            let v = match sf.name.as_str() {
+                "__typename" => json!(type_name),
+                "totalCount" => json!(total),
+                "nodes" => {
+                    let mut vals = Vec::new();
+                    for item in &items[start..end] {
+                        vals.push(self.resolve(gh, item, &sf, &sub));
+                    }
+                    Value::Array(vals)
+                }
+                "edges" => {
+                    let mut vals = Vec::new();
+                    for (i, item) in items[start..end].iter().enumerate() {
+                        let cursor = cursor(start + i);
+                        let efields = self.collect(&sf.selection, "Edge");
+                        let mut e = Map::new();
+                        for ef in efields {
+                            let v = match ef.name.as_str() {
+                                "node" => {
+                                    let mut epath = sub.clone();
+                                    epath.push(sf.response_key().to_string());
+                                    self.resolve(gh, item, &ef, &epath)
+                                }
+                                "cursor" => json!(cursor),
+                                "__typename" => json!("Edge"),
+                                _ => self.undefined("Edge", &ef, &sub),
+                            };
+                            e.insert(ef.response_key().to_string(), v);
+                        }
+                        vals.push(Value::Object(e));
+                    }
+                    Value::Array(vals)
+                }
+                "pageInfo" => {
+                    let info = json!({
+                        "__typename": "PageInfo",
+                        "hasNextPage": end < total,
+                        "hasPreviousPage": start > 0,
+                        "startCursor": if start < end { json!(cursor(start)) } else { Value::Null },
+                        "endCursor": if start < end { json!(cursor(end - 1)) } else { Value::Null },
+                    });
+                    self.resolve(gh, &Obj::Static(info), &sf, &sub)
+                }
+                _ => self.undefined(type_name, &sf, &sub),
+            };
+            out.insert(sf.response_key().to_string(), v);
+        }
+        Value::Object(out)
+    }
+}
+
+fn cursor(i: usize) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(format!("cursor:v2:{i}"))
+}
+
+fn empty_connection(type_name: &str) -> Value {
+    json!({ "__typename": type_name, "totalCount": 0, "nodes": [] })
+}
+
+fn type_of(obj: &Obj<'_>) -> String {
+    match obj {
+        Obj::Repo(_) => "Repository".into(),
+        Obj::Pr(..) => "PullRequest".into(),
+        Obj::Entry(..) => "MergeQueueEntry".into(),
+        Obj::Queue(..) => "MergeQueue".into(),
+        Obj::Payload(t, ..) => (*t).into(),
+        Obj::Static(v) => v["__typename"].as_str().unwrap_or("Object").to_string(),
+    }
+}
+
+fn actor(login: &str) -> Value {
+    let id = user_id(login);
+    json!({
+        "__typename": if login.ends_with("[bot]") { "Bot" } else { "User" },
+        "login": login,
+        "id": format!("U_kgDO{id}"),
+        "databaseId": id,
+        "name": login,
+        "url": format!("https://github.com/{login}"),
+        "avatarUrl": format!("https://avatars.githubusercontent.com/u/{id}"),
+    })
+}
+
+fn gql_state(pr: &PullRequest) -> &'static str {
+    if pr.merged {
+        "MERGED"
+    } else if pr.open {
+        "OPEN"
+    } else {
+        "CLOSED"
+    }
+}
+
+fn commit_json(r: &GhRepo, sha: &str) -> Value {
+    let rollup =
+        ops::rollup(r, sha).map(|s| json!({ "__typename": "StatusCheckRollup", "state": s }));
+    let c = r.git.commit(sha);
+    json!({
+        "__typename": "Commit",
+        "id": format!("C_kwDO{}", &sha[..12.min(sha.len())]),
+        "oid": sha,
+        "abbreviatedOid": &sha[..7.min(sha.len())],
+        "message": c.map(|c| c.message.clone()),
+        "messageHeadline": c.map(|c| c.title().to_string()),
+        "committedDate": c.map(|c| ts(c.created_at)),
+        "statusCheckRollup": rollup,
+    })
+}
+
+/// The queue entry's leaf fields.
+fn entry_json(r: &GhRepo, e: &QueueEntry, position: usize) -> Value {
+    let eta = r
+        .settings
+        .queue_eta_seconds_per_entry
+        .map(|s| s * position as u64);
+    json!({
+        "__typename": "MergeQueueEntry",
+        "id": e.id,
+        "state": e.state.as_graphql(),
+        "position": position,
+        "estimatedTimeToMerge": eta,
+        "enqueuedAt": ts(e.enqueued_at),
+        "headCommit": { "__typename": "Commit", "oid": e.head_sha },
+        "baseCommit": e.group.as_ref().map(|g| json!({ "__typename": "Commit", "oid": g.base_sha })),
+        "solo": false,
+        "jump": false,
+        "enqueuer": actor("workqueue"),
+    })
+}
+
+/// The leaf (argument-less) fields of an object.
+fn static_json(ctx: &Ctx, obj: &Obj<'_>) -> Value {
+    match obj {
+        Obj::Static(v) => v.clone(),
+        Obj::Payload(t, cmid, _) => json!({ "__typename": t, "clientMutationId": cmid }),
+        Obj::Repo(r) => {
+            let full = r.full_name();
+            let head = r
+                .git
+                .branch_head(r.git.default_branch())
+                .unwrap_or_default();
+            json!({
+                "__typename": "Repository",
+                "id": r.node_id,
+                "databaseId": r.id,
+                "name": r.name,
+                "nameWithOwner": full,
+                "url": format!("{}/{full}", ctx.base_url),
+                "owner": actor(&r.owner),
+                "isPrivate": false,
+                "isArchived": false,
+                "mergeCommitAllowed": true,
+                "squashMergeAllowed": true,
+                "rebaseMergeAllowed": true,
+                "defaultBranchRef": {
+                    "__typename": "Ref",
+                    "name": r.git.default_branch(),
+                    "target": commit_json(r, head),
+                },
+            })
+        }
+        Obj::Queue(r, branch) => {
+            let first = r.queue.iter().filter(|e| &e.base_ref == branch).count();
+            json!({
+                "__typename": "MergeQueue",
+                "id": ops::node_id("MQ", &format!("{}:{branch}", r.id)),
+                "url": format!("{}/{}/queue/{branch}", ctx.base_url, r.full_name()),
+                "nextEntryEstimatedTimeToMerge": r.settings.queue_eta_seconds_per_entry.map(|s| s * (first as u64 + 1)),
+                "configuration": {
+                    "__typename": "MergeQueueConfiguration",
+                    "mergeMethod": r.settings.queue_merge_method.to_ascii_uppercase(),
+                    "mergingStrategy": "ALLGREEN",
+                    "maximumEntriesToBuild": 1,
+                    "maximumEntriesToMerge": 1,
+                    "minimumEntriesToMerge": 1,
+                    "minimumEntriesToMergeWaitTime": 0,
+                    "checkResponseTimeout": 3600,
+                },
+            })
+        }
+        Obj::Entry(r, e) => {
+            let pos = r.queue_position(e.pr).map(|(p, _)| p).unwrap_or(1);
+            entry_json(r, e, pos)
+        }
+        Obj::Pr(r, pr) => {
+            let full = r.full_name();
+            let base_sha = r
+                .git
+                .branch_head(&pr.base_ref)
+                .unwrap_or_default()
+                .to_string();
+            let (_, additions, deletions, changed) = ops::pr_stats(r, pr);
+            let rollup = ops::rollup(r, &pr.head_sha)
+                .map(|s| json!({ "__typename": "StatusCheckRollup", "state": s }));
+            json!({
+                "__typename": "PullRequest",
+                "id": pr.node_id,
+                "databaseId": pr.id,
+                "number": pr.number,
+                "title": pr.title,
+                "body": pr.body.clone().unwrap_or_default(),
+                "url": format!("{}/{full}/pull/{}", ctx.base_url, pr.number),
+                "permalink": format!("{}/{full}/pull/{}", ctx.base_url, pr.number),
+                "state": gql_state(pr),
+                "merged": pr.merged,
+                "mergedAt": ts_opt(pr.merged_at),
+                "closed": !pr.open,
+                "closedAt": ts_opt(pr.closed_at),
+                "createdAt": ts(pr.created_at),
+                "updatedAt": ts(pr.updated_at),
+                "isDraft": pr.draft,
+                "locked": false,
+                "headRefName": pr.head_ref,
+                "headRefOid": pr.head_sha,
+                "baseRefName": pr.base_ref,
+                "baseRefOid": base_sha,
+                "headRef": if r.git.branch_head(&pr.head_ref).is_some() {
+                    json!({ "__typename": "Ref", "name": pr.head_ref, "target": commit_json(r, &pr.head_sha) })
+                } else { Value::Null },
+                "baseRef": { "__typename": "Ref", "name": pr.base_ref, "target": commit_json(r, &base_sha) },
+                "mergeable": ops::graphql_mergeable(pr),
+                "mergeStateStatus": ops::merge_state_status(r, pr),
+                "reviewDecision": ops::review_decision(r, pr),
+                "isInMergeQueue": r.queue.iter().any(|e| e.pr == pr.number),
+                "isMergeQueueEnabled": r.queue_enabled_for(&pr.base_ref),
+                "author": actor(&pr.user),
+                "mergedBy": pr.merged_by.as_deref().map(actor),
+                "mergeCommit": pr.merge_commit_sha.as_deref().map(|s| commit_json(r, s)),
+                "statusCheckRollup": rollup,
+                "autoMergeRequest": Value::Null,
+                "additions": additions,
+                "deletions": deletions,
+                "changedFiles": changed,
+            })
+        }
+    }
+}
+
+/// Finds a pull request by node id: (repo key, number).
+fn find_pr(gh: &GithubState, id: &str) -> Option<(String, u64)> {
+    gh.repos.iter().find_map(|(k, r)| {
+        r.pulls
+            .values()
+            .find(|p| p.node_id == id)
+            .map(|p| (k.clone(), p.number))
+    })
+}
+
+fn find_node<'a>(gh: &'a GithubState, id: &str) -> Option<Obj<'a>> {
+    for r in gh.repos.values() {
+        if r.node_id == id {
+            return Some(Obj::Repo(r));
+        }
+        if let Some(p) = r.pulls.values().find(|p| p.node_id == id) {
+            return Some(Obj::Pr(r, p));
+        }
+        if let Some(e) = r.queue.iter().find(|e| e.id == id) {
+            return Some(Obj::Entry(r, e));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::github::model::RepoSettings;
+
+    fn ctx() -> Ctx {
+        Ctx {
+            now: time::OffsetDateTime::UNIX_EPOCH + time::Duration::days(20_000),
+            base_url: "http://sim".into(),
+            sender: "bot".into(),
+        }
+    }
+
+    fn state_with_pr() -> GithubState {
+        let mut gh = GithubState::default();
+        let ctx = ctx();
+        let settings = RepoSettings {
+            merge_queue: true,
+            ..RepoSettings::default()
+        };
+        ops::create_repo(&mut gh, &ctx, "o", "r", "main", settings).unwrap();
+        let (r, env) = gh.repo_env("o", "r").unwrap();
+        let main = r.git.branch_head("main").unwrap().to_string();
+        let tree = r.git.commit(&main).unwrap().tree.clone();
+        let mut t = (*tree).clone();
+        t.insert("f.txt".into(), crate::repo::FileEntry::new("x"));
+        let sha = r
+            .git
+            .create_commit(vec![main], std::sync::Arc::new(t), "c", "a", "a@x", ctx.now);
+        ops::set_branch(r, env, &ctx, "feature", Some(&sha));
+        ops::open_pr(r, env, &ctx, "T", "feature", "main", None, false).unwrap();
+        gh
+    }
+
+    fn run(gh: &mut GithubState, q: &str, vars: Value) -> Value {
+        let doc = gql::parse(q).unwrap();
+        let Value::Object(vars) = vars else {
+            panic!("object vars")
+        };
+        execute(gh, &ctx(), &doc, None, vars)
+    }
+
+    #[test]
+    fn batched_aliases_variables_and_queue_entry() {
+        let mut gh = state_with_pr();
+        let q = r#"query($n: Int!) { repository(owner: "o", name: "r") {
+            a: pullRequest(number: $n) { number state mergeQueueEntry { state } }
+            b: pullRequest(number: 1) { __typename headRefName } } }"#;
+        let out = run(&mut gh, q, json!({ "n": 1 }));
+        assert_eq!(out["data"]["repository"]["a"]["state"], "OPEN");
+        assert!(out["data"]["repository"]["a"]["mergeQueueEntry"].is_null());
+        assert_eq!(out["data"]["repository"]["b"]["headRefName"], "feature");
+
+        let id = gh.repo("o", "r").unwrap().pulls[&1].node_id.clone();
+        let m = run(
+            &mut gh,
+            "mutation($id: ID!) { enqueuePullRequest(input: {pullRequestId: $id}) { mergeQueueEntry { state position } } }",
+            json!({ "id": id }),
+        );
+        assert_eq!(
+            m["data"]["enqueuePullRequest"]["mergeQueueEntry"],
+            json!({ "state": "QUEUED", "position": 1 })
+        );
+        let out = run(&mut gh, q, json!({ "n": 1 }));
+        assert_eq!(
+            out["data"]["repository"]["a"]["mergeQueueEntry"]["state"],
+            "QUEUED"
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_validation_errors() {
+        let mut gh = state_with_pr();
+        let out = run(
+            &mut gh,
+            r#"{ repository(owner: "o", name: "r") { nope } }"#,
+            json!({}),
+        );
+        assert!(out.get("data").is_none());
+        assert_eq!(out["errors"][0]["extensions"]["typeName"], "Repository");
+        let out = run(
+            &mut gh,
+            r#"{ repository(owner: "o", name: "r") { pullRequest(number: 1) { number { x } } } }"#,
+            json!({}),
+        );
+        assert!(
+            out["errors"][0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("scalars")
+        );
+        let out = run(
+            &mut gh,
+            r#"{ repository(owner: "o", name: "r") { owner } }"#,
+            json!({}),
+        );
+        assert!(
+            out["errors"][0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("must have selections")
+        );
+        assert_ne!(cursor(0), cursor(1));
+    }
+}

@@ -1,0 +1,774 @@
+//! Git data API (blobs, trees, commits, refs), commits, contents, compare, repository and `/user`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::{get, post};
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{auth, query_param, reply, with_repo};
+use crate::github::error::{ApiError, ApiResult, parse_body};
+use crate::github::json as js;
+use crate::github::ops;
+use crate::repo::{FileEntry, Tree};
+use crate::state::Shared;
+
+pub fn router() -> Router<Shared> {
+    Router::new()
+        .route("/user", get(get_user))
+        .route("/repos/{owner}/{repo}", get(get_repo))
+        .route("/repos/{owner}/{repo}/branches/{*branch}", get(get_branch))
+        .route("/repos/{owner}/{repo}/git/blobs", post(create_blob))
+        .route("/repos/{owner}/{repo}/git/blobs/{sha}", get(get_blob))
+        .route("/repos/{owner}/{repo}/git/trees", post(create_tree))
+        .route("/repos/{owner}/{repo}/git/trees/{sha}", get(get_tree))
+        .route("/repos/{owner}/{repo}/git/commits", post(create_commit))
+        .route(
+            "/repos/{owner}/{repo}/git/commits/{sha}",
+            get(get_git_commit),
+        )
+        .route("/repos/{owner}/{repo}/git/ref/{*reference}", get(get_ref))
+        .route(
+            "/repos/{owner}/{repo}/git/matching-refs/{*reference}",
+            get(matching_refs),
+        )
+        .route(
+            "/repos/{owner}/{repo}/git/refs",
+            post(create_ref).get(list_refs),
+        )
+        .route(
+            "/repos/{owner}/{repo}/git/refs/{*reference}",
+            get(get_refs_legacy).patch(update_ref).delete(delete_ref),
+        )
+        .route("/repos/{owner}/{repo}/commits/{reference}", get(get_commit))
+        .route("/repos/{owner}/{repo}/contents/{*path}", get(get_contents))
+        .route("/repos/{owner}/{repo}/compare/{*basehead}", get(compare))
+}
+
+type P2 = Path<(String, String)>;
+type P3 = Path<(String, String, String)>;
+
+async fn get_user(State(st): State<Shared>, headers: HeaderMap) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    let mut u = js::user(&ctx, &ctx.sender);
+    u["name"] = json!(ctx.sender);
+    u["email"] = json!(format!("{}@example.com", ctx.sender));
+    Ok(reply(StatusCode::OK, u))
+}
+
+async fn get_repo(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r)): P2,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    with_repo(&st, &o, &r, |repo, _| {
+        Ok(reply(StatusCode::OK, js::repo(&ctx, repo)))
+    })
+}
+
+async fn get_branch(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r, b)): P3,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    with_repo(&st, &o, &r, |repo, _| {
+        let sha = repo
+            .git
+            .branch_head(&b)
+            .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "Branch not found"))?;
+        let commit = js::commit(&ctx, repo, sha).unwrap_or(Value::Null);
+        Ok(reply(
+            StatusCode::OK,
+            json!({
+                "name": b,
+                "commit": commit,
+                "protected": b == repo.git.default_branch(),
+            }),
+        ))
+    })
+}
+
+#[derive(Deserialize)]
+struct BlobBody {
+    content: Option<String>,
+    encoding: Option<String>,
+}
+
+async fn create_blob(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r)): P2,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    let body: BlobBody = parse_body(&body)?;
+    let content = body
+        .content
+        .ok_or_else(|| ApiError::missing_field("Blob", "content"))?;
+    let bytes = match body.encoding.as_deref().unwrap_or("utf-8") {
+        "utf-8" | "utf8" => content.into_bytes(),
+        "base64" => {
+            let cleaned: String = content.chars().filter(|c| !c.is_whitespace()).collect();
+            base64::engine::general_purpose::STANDARD
+                .decode(cleaned)
+                .map_err(|_| ApiError::invalid_field("Blob", "content"))?
+        }
+        _ => return Err(ApiError::invalid_field("Blob", "encoding")),
+    };
+    with_repo(&st, &o, &r, |repo, _| {
+        let sha = FileEntry::new(bytes.clone()).blob_id();
+        repo.blobs.insert(sha.clone(), bytes);
+        Ok(reply(
+            StatusCode::CREATED,
+            json!({ "sha": sha, "url": format!("{}/repos/{}/git/blobs/{sha}", ctx.base_url, repo.full_name()) }),
+        ))
+    })
+}
+
+/// The content of a blob: stored blobs first, then any file in a reachable tree.
+fn blob_content(repo: &crate::github::model::GhRepo, sha: &str) -> Option<Vec<u8>> {
+    if let Some(b) = repo.blobs.get(sha) {
+        return Some(b.clone());
+    }
+    for tree in repo.trees.values() {
+        if let Some(f) = tree.values().find(|f| f.blob_id() == sha) {
+            return Some(f.content.clone());
+        }
+    }
+    let heads: Vec<String> = repo.git.branches().map(|(_, s)| s.clone()).collect();
+    for head in heads {
+        if let Some(c) = repo.git.commit(&head)
+            && let Some(f) = c.tree.values().find(|f| f.blob_id() == sha)
+        {
+            return Some(f.content.clone());
+        }
+    }
+    None
+}
+
+async fn get_blob(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r, sha)): P3,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    with_repo(&st, &o, &r, |repo, _| {
+        let content = blob_content(repo, &sha).ok_or_else(ApiError::not_found)?;
+        Ok(reply(
+            StatusCode::OK,
+            json!({
+                "sha": sha,
+                "node_id": format!("B_kwDO{}", sha.chars().take(12).collect::<String>()),
+                "size": content.len(),
+                "url": format!("{}/repos/{}/git/blobs/{sha}", ctx.base_url, repo.full_name()),
+                "content": base64::engine::general_purpose::STANDARD.encode(&content),
+                "encoding": "base64",
+            }),
+        ))
+    })
+}
+
+#[derive(Deserialize)]
+struct TreeItem {
+    path: Option<String>,
+    mode: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    #[serde(default, deserialize_with = "explicit_null")]
+    sha: Option<Option<String>>,
+    content: Option<String>,
+}
+
+/// Distinguishes `"sha": null` (delete) from an absent `sha`.
+fn explicit_null<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<String>>, D::Error> {
+    Ok(Some(Option::deserialize(d)?))
+}
+
+#[derive(Deserialize)]
+struct TreeBody {
+    base_tree: Option<String>,
+    tree: Option<Vec<TreeItem>>,
+}
+
+fn tree_json(ctx: &crate::github::Ctx, full: &str, sha: &str, tree: &Tree) -> Value {
+    let entries: Vec<Value> = tree
+        .iter()
+        .map(|(path, f)| {
+            let blob = f.blob_id();
+            json!({
+                "path": path,
+                "mode": f.mode(),
+                "type": "blob",
+                "sha": blob,
+                "size": f.content.len(),
+                "url": format!("{}/repos/{full}/git/blobs/{blob}", ctx.base_url),
+            })
+        })
+        .collect();
+    json!({
+        "sha": sha,
+        "url": format!("{}/repos/{full}/git/trees/{sha}", ctx.base_url),
+        "tree": entries,
+        "truncated": false,
+    })
+}
+
+async fn create_tree(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r)): P2,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    let body: TreeBody = parse_body(&body)?;
+    let items = body
+        .tree
+        .ok_or_else(|| ApiError::missing_field("Tree", "tree"))?;
+    with_repo(&st, &o, &r, |repo, _| {
+        let mut tree: Tree = match &body.base_tree {
+            Some(base) => ops::find_tree(repo, base)
+                .map(|t| (*t).clone())
+                .ok_or_else(|| ApiError::unprocessable("base_tree is not a valid tree oid"))?,
+            None => Tree::new(),
+        };
+        for item in items {
+            let path = item
+                .path
+                .filter(|p| !p.is_empty() && !p.starts_with('/') && !p.ends_with('/'))
+                .ok_or_else(|| {
+                    ApiError::unprocessable("tree.path contains a malformed path component")
+                })?;
+            let executable = match item.mode.as_deref() {
+                Some("100644") | None => false,
+                Some("100755") => true,
+                Some(other) => {
+                    return Err(ApiError::unprocessable(format!(
+                        "tree.mode {other} is not supported by this simulator (only 100644 and 100755)"
+                    )));
+                }
+            };
+            if let Some(kind) = item.kind.as_deref()
+                && kind != "blob"
+            {
+                return Err(ApiError::unprocessable(format!(
+                    "tree.type {kind} is not supported by this simulator (only blob)"
+                )));
+            }
+            match (item.sha, item.content) {
+                (Some(None), _) => {
+                    // "sha": null deletes the path (and anything below it).
+                    let prefix = format!("{path}/");
+                    tree.retain(|p, _| p != &path && !p.starts_with(&prefix));
+                }
+                (Some(Some(sha)), None) => {
+                    let content = blob_content(repo, &sha).ok_or_else(|| {
+                        ApiError::unprocessable(format!("tree.sha {sha} is not a valid blob"))
+                    })?;
+                    tree.insert(
+                        path,
+                        FileEntry {
+                            content,
+                            executable,
+                        },
+                    );
+                }
+                (None, Some(content)) => {
+                    let bytes = content.into_bytes();
+                    repo.blobs
+                        .insert(FileEntry::new(bytes.clone()).blob_id(), bytes.clone());
+                    tree.insert(
+                        path,
+                        FileEntry {
+                            content: bytes,
+                            executable,
+                        },
+                    );
+                }
+                (Some(Some(_)), Some(_)) => {
+                    return Err(ApiError::unprocessable(
+                        "Must supply either tree.sha or tree.content, not both",
+                    ));
+                }
+                (None, None) => {
+                    return Err(ApiError::unprocessable(
+                        "Must supply either tree.sha or tree.content",
+                    ));
+                }
+            }
+        }
+        let sha = ops::tree_sha(&tree);
+        let body = tree_json(&ctx, &repo.full_name(), &sha, &tree);
+        repo.trees.insert(sha, Arc::new(tree));
+        Ok(reply(StatusCode::CREATED, body))
+    })
+}
+
+async fn get_tree(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r, sha)): P3,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    with_repo(&st, &o, &r, |repo, _| {
+        let tree = ops::find_tree(repo, &sha).ok_or_else(ApiError::not_found)?;
+        let tree_sha = ops::tree_sha(&tree);
+        Ok(reply(
+            StatusCode::OK,
+            tree_json(&ctx, &repo.full_name(), &tree_sha, &tree),
+        ))
+    })
+}
+
+#[derive(Deserialize)]
+struct Person {
+    name: Option<String>,
+    email: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct CommitBody {
+    message: Option<String>,
+    tree: Option<String>,
+    #[serde(default)]
+    parents: Vec<String>,
+    author: Option<Person>,
+}
+
+async fn create_commit(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r)): P2,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    let body: CommitBody = parse_body(&body)?;
+    let message = body
+        .message
+        .ok_or_else(|| ApiError::missing_field("Commit", "message"))?;
+    let tree_sha = body
+        .tree
+        .ok_or_else(|| ApiError::missing_field("Commit", "tree"))?;
+    with_repo(&st, &o, &r, |repo, _| {
+        let tree = ops::find_tree(repo, &tree_sha)
+            .ok_or_else(|| ApiError::unprocessable("Tree SHA does not exist"))?;
+        for p in &body.parents {
+            if repo.git.commit(p).is_none() {
+                return Err(ApiError::unprocessable(
+                    "Parent SHA does not exist or is not a commit object",
+                ));
+            }
+        }
+        let name = body
+            .author
+            .as_ref()
+            .and_then(|a| a.name.clone())
+            .unwrap_or_else(|| ctx.sender.clone());
+        let email = body
+            .author
+            .as_ref()
+            .and_then(|a| a.email.clone())
+            .unwrap_or_else(|| format!("{}@example.com", ctx.sender));
+        let sha =
+            repo.git
+                .create_commit(body.parents.clone(), tree, &message, &name, &email, ctx.now);
+        let json = js::git_commit(&ctx, repo, &sha).unwrap_or(Value::Null);
+        Ok(reply(StatusCode::CREATED, json))
+    })
+}
+
+async fn get_git_commit(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r, sha)): P3,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    with_repo(&st, &o, &r, |repo, _| {
+        js::git_commit(&ctx, repo, &sha)
+            .map(|v| reply(StatusCode::OK, v))
+            .ok_or_else(ApiError::not_found)
+    })
+}
+
+/// `heads/<branch>` (or `refs/heads/<branch>`) → branch name.
+fn branch_of(reference: &str) -> Option<&str> {
+    let r = reference.strip_prefix("refs/").unwrap_or(reference);
+    r.strip_prefix("heads/").filter(|b| !b.is_empty())
+}
+
+async fn get_ref(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r, reference)): P3,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    with_repo(&st, &o, &r, |repo, _| {
+        let branch = branch_of(&reference).ok_or_else(ApiError::not_found)?;
+        let sha = repo
+            .git
+            .branch_head(branch)
+            .ok_or_else(ApiError::not_found)?;
+        Ok(reply(StatusCode::OK, js::git_ref(&ctx, repo, branch, sha)))
+    })
+}
+
+fn refs_with_prefix(
+    ctx: &crate::github::Ctx,
+    repo: &crate::github::model::GhRepo,
+    prefix: &str,
+) -> Vec<Value> {
+    repo.git
+        .branches()
+        .filter(|(name, _)| format!("heads/{name}").starts_with(prefix))
+        .map(|(name, sha)| js::git_ref(ctx, repo, name, sha))
+        .collect()
+}
+
+async fn matching_refs(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r, reference)): P3,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    with_repo(&st, &o, &r, |repo, _| {
+        let prefix = reference.strip_prefix("refs/").unwrap_or(&reference);
+        Ok(reply(
+            StatusCode::OK,
+            Value::Array(refs_with_prefix(&ctx, repo, prefix)),
+        ))
+    })
+}
+
+async fn list_refs(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r)): P2,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    with_repo(&st, &o, &r, |repo, _| {
+        Ok(reply(
+            StatusCode::OK,
+            Value::Array(refs_with_prefix(&ctx, repo, "heads/")),
+        ))
+    })
+}
+
+/// Legacy `GET /git/refs/{ref}`: the exact ref, else every ref under the prefix.
+async fn get_refs_legacy(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r, reference)): P3,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    with_repo(&st, &o, &r, |repo, _| {
+        if let Some(branch) = branch_of(&reference)
+            && let Some(sha) = repo.git.branch_head(branch)
+        {
+            return Ok(reply(StatusCode::OK, js::git_ref(&ctx, repo, branch, sha)));
+        }
+        let prefix = reference.strip_prefix("refs/").unwrap_or(&reference);
+        let refs = refs_with_prefix(&ctx, repo, prefix);
+        if refs.is_empty() {
+            return Err(ApiError::not_found());
+        }
+        Ok(reply(StatusCode::OK, Value::Array(refs)))
+    })
+}
+
+#[derive(Deserialize)]
+struct CreateRefBody {
+    #[serde(rename = "ref")]
+    reference: Option<String>,
+    sha: Option<String>,
+}
+
+async fn create_ref(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r)): P2,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    let body: CreateRefBody = parse_body(&body)?;
+    let reference = body
+        .reference
+        .ok_or_else(|| ApiError::missing_field("Reference", "ref"))?;
+    let sha = body
+        .sha
+        .ok_or_else(|| ApiError::missing_field("Reference", "sha"))?;
+    if !reference.starts_with("refs/") || reference.matches('/').count() < 2 {
+        return Err(ApiError::unprocessable(
+            "Reference name must start with 'refs' and have at least two slashes.",
+        ));
+    }
+    let Some(branch) = reference.strip_prefix("refs/heads/").map(str::to_string) else {
+        return Err(ApiError::unprocessable(
+            "Only refs/heads/* references are supported by this simulator",
+        ));
+    };
+    if branch.is_empty() || branch.contains("..") || branch.ends_with('/') || branch.contains(' ') {
+        return Err(ApiError::unprocessable("Reference name is invalid"));
+    }
+    with_repo(&st, &o, &r, |repo, env| {
+        if repo.git.branch_head(&branch).is_some() {
+            return Err(ApiError::unprocessable("Reference already exists"));
+        }
+        if repo.git.commit(&sha).is_none() {
+            return Err(ApiError::unprocessable("Object does not exist"));
+        }
+        ops::set_branch(repo, env, &ctx, &branch, Some(&sha));
+        Ok(reply(
+            StatusCode::CREATED,
+            js::git_ref(&ctx, repo, &branch, &sha),
+        ))
+    })
+}
+
+#[derive(Deserialize)]
+struct UpdateRefBody {
+    sha: Option<String>,
+    #[serde(default)]
+    force: bool,
+}
+
+async fn update_ref(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r, reference)): P3,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    let body: UpdateRefBody = parse_body(&body)?;
+    let sha = body
+        .sha
+        .ok_or_else(|| ApiError::missing_field("Reference", "sha"))?;
+    with_repo(&st, &o, &r, |repo, env| {
+        let branch = branch_of(&reference)
+            .map(str::to_string)
+            .ok_or_else(|| ApiError::unprocessable("Reference does not exist"))?;
+        let current = repo
+            .git
+            .branch_head(&branch)
+            .map(str::to_string)
+            .ok_or_else(|| ApiError::unprocessable("Reference does not exist"))?;
+        if repo.git.commit(&sha).is_none() {
+            return Err(ApiError::unprocessable("Object does not exist"));
+        }
+        if !body.force && !repo.git.is_ancestor(&current, &sha) {
+            return Err(ApiError::unprocessable("Update is not a fast forward"));
+        }
+        ops::set_branch(repo, env, &ctx, &branch, Some(&sha));
+        Ok(reply(
+            StatusCode::OK,
+            js::git_ref(&ctx, repo, &branch, &sha),
+        ))
+    })
+}
+
+async fn delete_ref(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r, reference)): P3,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    with_repo(&st, &o, &r, |repo, env| {
+        let branch = branch_of(&reference)
+            .map(str::to_string)
+            .ok_or_else(|| ApiError::unprocessable("Reference does not exist"))?;
+        if repo.git.branch_head(&branch).is_none() {
+            return Err(ApiError::unprocessable("Reference does not exist"));
+        }
+        if branch == repo.git.default_branch() {
+            return Err(ApiError::unprocessable("Cannot delete the default branch"));
+        }
+        ops::set_branch(repo, env, &ctx, &branch, None);
+        Ok(reply(StatusCode::NO_CONTENT, Value::Null))
+    })
+}
+
+async fn get_commit(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r, reference)): P3,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    with_repo(&st, &o, &r, |repo, _| {
+        let sha = repo
+            .git
+            .resolve(&reference)
+            .map(|c| c.sha.clone())
+            .ok_or_else(|| {
+                ApiError::unprocessable(format!("No commit found for SHA: {reference}"))
+            })?;
+        Ok(reply(
+            StatusCode::OK,
+            js::commit(&ctx, repo, &sha).unwrap_or(Value::Null),
+        ))
+    })
+}
+
+async fn get_contents(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r, path)): P3,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    with_repo(&st, &o, &r, |repo, _| {
+        let reference =
+            query_param(&query, "ref").unwrap_or_else(|| repo.git.default_branch().to_string());
+        let commit = repo.git.resolve(&reference).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("No commit found for the ref {reference}"),
+            )
+        })?;
+        let full = repo.full_name();
+        let path = path.trim_matches('/').to_string();
+        let file_json = |p: &str, f: &FileEntry, with_content: bool| {
+            let blob = f.blob_id();
+            let name = p.rsplit('/').next().unwrap_or(p);
+            let mut v = json!({
+                "type": "file",
+                "name": name,
+                "path": p,
+                "sha": blob,
+                "size": f.content.len(),
+                "url": format!("{}/repos/{full}/contents/{p}?ref={reference}", ctx.base_url),
+                "html_url": format!("{}/{full}/blob/{reference}/{p}", ctx.base_url),
+                "git_url": format!("{}/repos/{full}/git/blobs/{blob}", ctx.base_url),
+                "download_url": format!("{}/{full}/raw/{reference}/{p}", ctx.base_url),
+            });
+            if with_content {
+                let encoded = base64::engine::general_purpose::STANDARD.encode(&f.content);
+                // GitHub wraps the base64 content at 60 characters.
+                let wrapped: Vec<String> = encoded
+                    .as_bytes()
+                    .chunks(60)
+                    .map(|c| String::from_utf8_lossy(c).into_owned())
+                    .collect();
+                v["content"] = json!(format!("{}\n", wrapped.join("\n")));
+                v["encoding"] = json!("base64");
+            }
+            v
+        };
+        if let Some(f) = commit.tree.get(&path) {
+            return Ok(reply(StatusCode::OK, file_json(&path, f, true)));
+        }
+        // A directory: list its direct children.
+        let prefix = if path.is_empty() {
+            String::new()
+        } else {
+            format!("{path}/")
+        };
+        let mut entries: Vec<Value> = Vec::new();
+        let mut dirs: Vec<String> = Vec::new();
+        for (p, f) in commit.tree.iter().filter(|(p, _)| p.starts_with(&prefix)) {
+            let rest = &p[prefix.len()..];
+            match rest.split_once('/') {
+                None => entries.push(file_json(p, f, false)),
+                Some((dir, _)) => {
+                    let d = format!("{prefix}{dir}");
+                    if !dirs.contains(&d) {
+                        dirs.push(d);
+                    }
+                }
+            }
+        }
+        for d in dirs {
+            let name = d.rsplit('/').next().unwrap_or(&d).to_string();
+            entries.push(json!({
+                "type": "dir",
+                "name": name,
+                "path": d,
+                "url": format!("{}/repos/{full}/contents/{d}?ref={reference}", ctx.base_url),
+            }));
+        }
+        if entries.is_empty() {
+            return Err(ApiError::not_found());
+        }
+        Ok(reply(StatusCode::OK, Value::Array(entries)))
+    })
+}
+
+async fn compare(
+    State(st): State<Shared>,
+    headers: HeaderMap,
+    Path((o, r, basehead)): P3,
+) -> ApiResult<Response> {
+    let ctx = auth(&st, &headers)?;
+    let (base, head) = basehead.split_once("...").ok_or_else(ApiError::not_found)?;
+    let (base, head) = (base.to_string(), head.to_string());
+    with_repo(&st, &o, &r, |repo, _| {
+        let base_sha = repo
+            .git
+            .resolve(&base)
+            .map(|c| c.sha.clone())
+            .ok_or_else(ApiError::not_found)?;
+        let head_sha = repo
+            .git
+            .resolve(&head)
+            .map(|c| c.sha.clone())
+            .ok_or_else(ApiError::not_found)?;
+        let ahead: Vec<String> = repo
+            .git
+            .commits_between(&base_sha, &head_sha)
+            .iter()
+            .map(|c| c.sha.clone())
+            .collect();
+        let behind_by = repo.git.commits_between(&head_sha, &base_sha).len();
+        let status = if base_sha == head_sha {
+            "identical"
+        } else if behind_by == 0 {
+            "ahead"
+        } else if ahead.is_empty() {
+            "behind"
+        } else {
+            "diverged"
+        };
+        let merge_base = repo
+            .git
+            .merge_base(&base_sha, &head_sha)
+            .unwrap_or_default();
+        let files = js::files(&repo.git.diff(&merge_base, &head_sha));
+        let full = repo.full_name();
+        let commits: Vec<Value> = ahead
+            .iter()
+            .filter_map(|sha| js::commit(&ctx, repo, sha))
+            .map(|mut c| {
+                if let Some(o) = c.as_object_mut() {
+                    o.remove("files");
+                    o.remove("stats");
+                }
+                c
+            })
+            .collect();
+        Ok(reply(
+            StatusCode::OK,
+            json!({
+                "url": format!("{}/repos/{full}/compare/{basehead}", ctx.base_url),
+                "html_url": format!("{}/{full}/compare/{basehead}", ctx.base_url),
+                "permalink_url": format!("{}/{full}/compare/{base_sha}...{head_sha}", ctx.base_url),
+                "diff_url": format!("{}/{full}/compare/{basehead}.diff", ctx.base_url),
+                "patch_url": format!("{}/{full}/compare/{basehead}.patch", ctx.base_url),
+                "base_commit": js::commit(&ctx, repo, &base_sha),
+                "merge_base_commit": js::commit(&ctx, repo, &merge_base),
+                "status": status,
+                "ahead_by": ahead.len(),
+                "behind_by": behind_by,
+                "total_commits": ahead.len(),
+                "commits": commits,
+                "files": files,
+            }),
+        ))
+    })
+}

@@ -1,0 +1,1171 @@
+//! GitLab merge requests: create/get/list/update, mergeability (`detailed_merge_status`),
+//! approvals, merge (immediate, merge-when-pipeline-succeeds, via merge train) and rebase.
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde_json::{Map, Value, json};
+use time::OffsetDateTime;
+
+use super::notes::Note;
+use super::pipelines::{create_pipeline, head_pipeline, pipeline_basic_json};
+use super::{
+    ApiError, ApiResult, Ctx, Params, Project, created, hooks, ok, opt_ts, trains, ts, user_json,
+    with_project,
+};
+use crate::repo::MergeMethod;
+use crate::state::{Shared, User};
+
+/// Automatic merge configured on an MR.
+#[derive(Debug, Clone)]
+pub struct AutoMerge {
+    /// `merge_when_pipeline_succeeds`, `merge_train` or `add_to_merge_train_when_pipeline_succeeds`.
+    pub strategy: String,
+    pub user: User,
+    pub squash: bool,
+    pub remove_source_branch: bool,
+    pub commit_message: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct MergeRequest {
+    pub id: u64,
+    pub iid: u64,
+    pub project_id: u64,
+    pub title: String,
+    pub description: String,
+    /// `opened`, `closed`, `merged`, `locked`.
+    pub state: String,
+    pub source_branch: String,
+    pub target_branch: String,
+    pub labels: Vec<String>,
+    pub author: User,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+    pub merged_at: Option<OffsetDateTime>,
+    pub closed_at: Option<OffsetDateTime>,
+    pub merged_by: Option<User>,
+    pub closed_by: Option<User>,
+    /// Head of the source branch (kept after the branch is deleted).
+    pub sha: String,
+    pub merge_commit_sha: Option<String>,
+    pub squash_commit_sha: Option<String>,
+    pub squash: bool,
+    pub force_remove_source_branch: bool,
+    pub approved_by: Vec<User>,
+    /// Unresolved blocking discussions (set through the control API).
+    pub unresolved_discussions: u32,
+    pub auto_merge: Option<AutoMerge>,
+    pub merge_error: Option<String>,
+    pub notes: Vec<Note>,
+}
+
+impl MergeRequest {
+    pub fn is_open(&self) -> bool {
+        self.state == "opened"
+    }
+
+    pub fn draft(&self) -> bool {
+        is_draft_title(&self.title)
+    }
+
+    pub fn web_url(&self, project: &Project, base: &str) -> String {
+        format!("{}/-/merge_requests/{}", project.web_url(base), self.iid)
+    }
+}
+
+/// GitLab's draft title prefixes: `Draft:`, `[Draft]`, `(Draft)` (case-insensitive).
+pub fn is_draft_title(title: &str) -> bool {
+    let lower = title.trim_start().to_ascii_lowercase();
+    ["draft:", "[draft]", "(draft)", "draft -", "wip:", "[wip]"]
+        .iter()
+        .any(|prefix| lower.starts_with(prefix))
+}
+
+pub fn approvals_left(project: &Project, mr: &MergeRequest) -> u32 {
+    project
+        .settings
+        .approvals_required
+        .saturating_sub(mr.approved_by.len() as u32)
+}
+
+pub fn has_conflicts(project: &Project, mr: &MergeRequest) -> bool {
+    mr.is_open() && project.repo.has_conflicts(&mr.target_branch, &mr.sha)
+}
+
+/// GitLab's `detailed_merge_status` (checks in GitLab's order; `ci_*` only when the project
+/// requires a successful pipeline).
+pub fn detailed_merge_status(project: &Project, mr: &MergeRequest) -> &'static str {
+    if !mr.is_open() {
+        return "not_open";
+    }
+    if mr.draft() {
+        return "draft_status";
+    }
+    if project.repo.branch_head(&mr.source_branch).is_none()
+        || project.repo.branch_head(&mr.target_branch).is_none()
+    {
+        return "broken_status";
+    }
+    if has_conflicts(project, mr) {
+        return "conflict";
+    }
+    if project.settings.merge_method == MergeMethod::Rebase {
+        let target = project
+            .repo
+            .branch_head(&mr.target_branch)
+            .unwrap_or_default();
+        if !project.repo.is_ancestor(target, &mr.sha) {
+            return "need_rebase";
+        }
+    }
+    if project
+        .settings
+        .only_allow_merge_if_all_discussions_are_resolved
+        && mr.unresolved_discussions > 0
+    {
+        return "discussions_not_resolved";
+    }
+    if project.settings.only_allow_merge_if_pipeline_succeeds {
+        match head_pipeline(project, &mr.source_branch, &mr.sha).map(|p| p.status.as_str()) {
+            None => return "ci_must_pass",
+            Some("success") => {}
+            Some("created" | "pending" | "running") => return "ci_still_running",
+            Some(_) => return "ci_must_pass",
+        }
+    }
+    if approvals_left(project, mr) > 0 {
+        return "not_approved";
+    }
+    "mergeable"
+}
+
+/// The MR entity; `full` adds the single-MR fields (head_pipeline, diff_refs, user...).
+pub fn mr_json(project: &Project, mr: &MergeRequest, base: &str, full: bool) -> Value {
+    let detailed = detailed_merge_status(project, mr);
+    let conflicts = has_conflicts(project, mr);
+    let auto_merge_strategy = mr.auto_merge.as_ref().map(|a| a.strategy.clone());
+    let mut body = json!({
+        "id": mr.id,
+        "iid": mr.iid,
+        "project_id": project.id,
+        "title": mr.title,
+        "description": mr.description,
+        "state": mr.state,
+        "created_at": ts(mr.created_at),
+        "updated_at": ts(mr.updated_at),
+        "merged_by": mr.merged_by.as_ref().map(|u| user_json(u, base)),
+        "merge_user": mr.merged_by.as_ref().or(mr.auto_merge.as_ref().map(|a| &a.user)).map(|u| user_json(u, base)),
+        "merged_at": opt_ts(mr.merged_at),
+        "closed_by": mr.closed_by.as_ref().map(|u| user_json(u, base)),
+        "closed_at": opt_ts(mr.closed_at),
+        "target_branch": mr.target_branch,
+        "source_branch": mr.source_branch,
+        "user_notes_count": mr.notes.iter().filter(|n| !n.system).count(),
+        "upvotes": 0,
+        "downvotes": 0,
+        "author": user_json(&mr.author, base),
+        "assignees": [],
+        "assignee": Value::Null,
+        "reviewers": [],
+        "source_project_id": project.id,
+        "target_project_id": project.id,
+        "labels": mr.labels,
+        "draft": mr.draft(),
+        "work_in_progress": mr.draft(),
+        "milestone": Value::Null,
+        "merge_when_pipeline_succeeds": mr.auto_merge.is_some(),
+        "auto_merge_strategy": auto_merge_strategy,
+        "merge_status": if detailed == "mergeable" { "can_be_merged" } else if conflicts { "cannot_be_merged" } else if mr.is_open() { "can_be_merged" } else { "unchecked" },
+        "detailed_merge_status": detailed,
+        "sha": mr.sha,
+        "merge_commit_sha": mr.merge_commit_sha,
+        "squash_commit_sha": mr.squash_commit_sha,
+        "discussion_locked": Value::Null,
+        "should_remove_source_branch": Value::Null,
+        "force_remove_source_branch": mr.force_remove_source_branch,
+        "prepared_at": ts(mr.created_at),
+        "reference": format!("!{}", mr.iid),
+        "references": {
+            "short": format!("!{}", mr.iid),
+            "relative": format!("!{}", mr.iid),
+            "full": format!("{}!{}", project.path_with_namespace, mr.iid),
+        },
+        "web_url": mr.web_url(project, base),
+        "time_stats": { "time_estimate": 0, "total_time_spent": 0, "human_time_estimate": Value::Null, "human_total_time_spent": Value::Null },
+        "squash": mr.squash,
+        "squash_on_merge": mr.squash,
+        "task_completion_status": { "count": 0, "completed_count": 0 },
+        "has_conflicts": conflicts,
+        "blocking_discussions_resolved": mr.unresolved_discussions == 0,
+        "approvals_before_merge": Value::Null,
+    });
+    if full {
+        let head = head_pipeline(project, &mr.source_branch, &mr.sha);
+        let head_json = head.map(|p| {
+            let mut pipeline = super::pipelines::pipeline_json(project, p, base);
+            pipeline["project_id"] = json!(project.id);
+            pipeline
+        });
+        let target_head = project
+            .repo
+            .branch_head(&mr.target_branch)
+            .unwrap_or_default()
+            .to_string();
+        let base_sha = project
+            .repo
+            .merge_base(&target_head, &mr.sha)
+            .unwrap_or_else(|| target_head.clone());
+        let changes = project.repo.diff(&base_sha, &mr.sha).len();
+        let extra = json!({
+            "pipeline": head.map(|p| pipeline_basic_json(project, p, base)),
+            "head_pipeline": head_json,
+            "diff_refs": { "base_sha": base_sha, "head_sha": mr.sha, "start_sha": target_head },
+            "merge_error": mr.merge_error,
+            "first_contribution": false,
+            "user": { "can_merge": true },
+            "changes_count": changes.to_string(),
+            "latest_build_started_at": opt_ts(head.and_then(|p| p.started_at)),
+            "latest_build_finished_at": opt_ts(head.and_then(|p| p.finished_at)),
+            "first_deployed_to_production_at": Value::Null,
+            "diverged_commits_count": 0,
+            "rebase_in_progress": false,
+        });
+        if let (Value::Object(body), Value::Object(extra)) = (&mut body, extra) {
+            body.extend(extra);
+        }
+    }
+    body
+}
+
+fn parse_iid(raw: &str) -> Result<u64, ApiError> {
+    raw.parse()
+        .map_err(|_| ApiError::param("merge_request_iid is invalid"))
+}
+
+fn mr_ref(project: &Project, iid: u64) -> Result<&MergeRequest, ApiError> {
+    project
+        .merge_requests
+        .get(&iid)
+        .ok_or_else(|| ApiError::not_found(""))
+}
+
+fn mr_mut(project: &mut Project, iid: u64) -> Result<&mut MergeRequest, ApiError> {
+    project
+        .merge_requests
+        .get_mut(&iid)
+        .ok_or_else(|| ApiError::not_found(""))
+}
+
+/// Emits a `Merge Request Hook` for an MR.
+pub fn emit_mr_hook(
+    ctx: &Ctx<'_>,
+    pid: u64,
+    iid: u64,
+    action: &str,
+    user: &User,
+    changes: Value,
+    oldrev: Option<&str>,
+) {
+    let project = ctx.project(pid);
+    let Some(mr) = project.merge_requests.get(&iid) else {
+        return;
+    };
+    let payload = hooks::merge_request_hook(project, mr, action, user, changes, oldrev, ctx.base);
+    ctx.emit(pid, "Merge Request Hook", payload);
+}
+
+/// Adds a system note (e.g. train removal) to an MR.
+pub fn add_system_note(ctx: &mut Ctx<'_>, pid: u64, iid: u64, body: &str, user: &User) {
+    let id = ctx.gl.alloc_note_id();
+    let now = ctx.now;
+    if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(&iid) {
+        mr.notes.push(Note {
+            id,
+            body: body.to_string(),
+            author: user.clone(),
+            created_at: now,
+            updated_at: now,
+            system: true,
+        });
+    }
+}
+
+fn duplicate_check(
+    project: &Project,
+    source: &str,
+    target: &str,
+    except: Option<u64>,
+) -> Result<(), ApiError> {
+    if let Some(other) = project.merge_requests.values().find(|m| {
+        m.is_open()
+            && m.source_branch == source
+            && m.target_branch == target
+            && Some(m.iid) != except
+    }) {
+        return Err(ApiError::message(
+            StatusCode::CONFLICT,
+            json!([format!(
+                "Another open merge request already exists for this source branch: !{}",
+                other.iid
+            )]),
+        ));
+    }
+    Ok(())
+}
+
+/// Starts a pipeline for the MR head when it has none.
+fn ensure_pipeline(ctx: &mut Ctx<'_>, pid: u64, iid: u64, user: &User) {
+    let project = ctx.project(pid);
+    let Some(mr) = project.merge_requests.get(&iid) else {
+        return;
+    };
+    if head_pipeline(project, &mr.source_branch, &mr.sha).is_some() {
+        return;
+    }
+    let (branch, sha) = (mr.source_branch.clone(), mr.sha.clone());
+    create_pipeline(
+        ctx,
+        pid,
+        &branch,
+        &sha,
+        None,
+        "merge_request_event",
+        user,
+        Some(iid),
+    );
+}
+
+pub async fn create(
+    State(state): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(id): Path<String>,
+    params: Params,
+) -> ApiResult {
+    params.require(&["source_branch", "target_branch", "title"])?;
+    let source = params.req_str("source_branch")?;
+    let target = params.req_str("target_branch")?;
+    let title = params.req_str("title")?;
+    let description = params.str("description").unwrap_or_default();
+    let labels = params.labels("labels").unwrap_or_default();
+    let remove_source = params.flag("remove_source_branch")?;
+    let squash = params.flag("squash")?;
+    with_project(&state, &id, |ctx, pid| {
+        let now = ctx.now;
+        let project = ctx.project(pid);
+        if source == target {
+            return Err(ApiError::message(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                json!(["You can't use same project/branch for source and target"]),
+            ));
+        }
+        let Some(sha) = project.repo.branch_head(&source).map(str::to_string) else {
+            return Err(ApiError::message(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                json!([format!("Source branch \"{source}\" does not exist")]),
+            ));
+        };
+        if project.repo.branch_head(&target).is_none() {
+            return Err(ApiError::message(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                json!([format!("Target branch \"{target}\" does not exist")]),
+            ));
+        }
+        duplicate_check(project, &source, &target, None)?;
+        let id = ctx.gl.alloc_mr_id();
+        let project = ctx.project_mut(pid);
+        project.next_mr_iid += 1;
+        let iid = project.next_mr_iid;
+        project.merge_requests.insert(
+            iid,
+            MergeRequest {
+                id,
+                iid,
+                project_id: pid,
+                title,
+                description,
+                state: "opened".to_string(),
+                source_branch: source,
+                target_branch: target,
+                labels,
+                author: user.clone(),
+                created_at: now,
+                updated_at: now,
+                merged_at: None,
+                closed_at: None,
+                merged_by: None,
+                closed_by: None,
+                sha,
+                merge_commit_sha: None,
+                squash_commit_sha: None,
+                squash,
+                force_remove_source_branch: remove_source,
+                approved_by: Vec::new(),
+                unresolved_discussions: 0,
+                auto_merge: None,
+                merge_error: None,
+                notes: Vec::new(),
+            },
+        );
+        emit_mr_hook(ctx, pid, iid, "open", &user, json!({}), None);
+        ensure_pipeline(ctx, pid, iid, &user);
+        let project = ctx.project(pid);
+        created(mr_json(project, mr_ref(project, iid)?, ctx.base, true))
+    })
+}
+
+pub async fn list(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    params: Params,
+) -> ApiResult {
+    let state_filter = params.str("state").unwrap_or_else(|| "all".to_string());
+    if !["opened", "closed", "locked", "merged", "all"].contains(&state_filter.as_str()) {
+        return Err(ApiError::param("state does not have a valid value"));
+    }
+    let source = params.str("source_branch");
+    let target = params.str("target_branch");
+    let labels = params.labels("labels").unwrap_or_default();
+    let iids: Vec<u64> = ["iids", "iids[]"]
+        .iter()
+        .filter_map(|k| params.0.get(*k))
+        .flat_map(|v| match v {
+            Value::Array(items) => items
+                .iter()
+                .filter_map(|i| i.as_u64().or_else(|| i.as_str()?.parse().ok()))
+                .collect(),
+            Value::String(s) => s.split(',').filter_map(|i| i.trim().parse().ok()).collect(),
+            Value::Number(n) => n.as_u64().into_iter().collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let ascending = params.str("sort").as_deref() == Some("asc");
+    with_project(&state, &id, |ctx, pid| {
+        let project = ctx.project(pid);
+        let mut mrs: Vec<&MergeRequest> = project
+            .merge_requests
+            .values()
+            .filter(|m| state_filter == "all" || m.state == state_filter)
+            .filter(|m| source.as_ref().is_none_or(|s| &m.source_branch == s))
+            .filter(|m| target.as_ref().is_none_or(|t| &m.target_branch == t))
+            .filter(|m| labels.iter().all(|l| m.labels.contains(l)))
+            .filter(|m| iids.is_empty() || iids.contains(&m.iid))
+            .collect();
+        mrs.sort_by_key(|m| (m.created_at, m.iid));
+        if !ascending {
+            mrs.reverse();
+        }
+        ok(Value::Array(
+            mrs.into_iter()
+                .map(|m| mr_json(project, m, ctx.base, false))
+                .collect(),
+        ))
+    })
+}
+
+pub async fn get_one(
+    State(state): State<Shared>,
+    Path((id, iid)): Path<(String, String)>,
+) -> ApiResult {
+    let iid = parse_iid(&iid)?;
+    with_project(&state, &id, |ctx, pid| {
+        let project = ctx.project(pid);
+        ok(mr_json(project, mr_ref(project, iid)?, ctx.base, true))
+    })
+}
+
+const UPDATE_KEYS: [&str; 12] = [
+    "assignee_id",
+    "description",
+    "labels",
+    "add_labels",
+    "remove_labels",
+    "milestone_id",
+    "remove_source_branch",
+    "state_event",
+    "target_branch",
+    "title",
+    "discussion_locked",
+    "squash",
+];
+
+pub async fn update(
+    State(state): State<Shared>,
+    Extension(user): Extension<User>,
+    Path((id, iid)): Path<(String, String)>,
+    params: Params,
+) -> ApiResult {
+    let iid = parse_iid(&iid)?;
+    if !UPDATE_KEYS.iter().any(|k| params.0.contains_key(*k)) {
+        return Err(ApiError::param(format!(
+            "{} are missing, at least one parameter must be provided",
+            UPDATE_KEYS.join(", ")
+        )));
+    }
+    let state_event = params.str("state_event");
+    if let Some(event) = &state_event
+        && event != "close"
+        && event != "reopen"
+    {
+        return Err(ApiError::param("state_event does not have a valid value"));
+    }
+    if params.0.contains_key("title") && params.str("title").is_none_or(|t| t.trim().is_empty()) {
+        return Err(ApiError::param("title is empty"));
+    }
+    if params.0.contains_key("target_branch")
+        && params.str("target_branch").is_none_or(|t| t.is_empty())
+    {
+        return Err(ApiError::param("target_branch is empty"));
+    }
+    let remove_source = params.bool("remove_source_branch")?;
+    let squash = params.bool("squash")?;
+    with_project(&state, &id, |ctx, pid| {
+        let now = ctx.now;
+        let project = ctx.project(pid);
+        let current = mr_ref(project, iid)?.clone();
+        if let Some(target) = params.str("target_branch") {
+            if project.repo.branch_head(&target).is_none() {
+                return Err(ApiError::message(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    json!([format!("Target branch \"{target}\" does not exist")]),
+                ));
+            }
+            if target == current.source_branch {
+                return Err(ApiError::message(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    json!(["You can't use same project/branch for source and target"]),
+                ));
+            }
+        }
+        if state_event.as_deref() == Some("reopen") && current.state == "closed" {
+            let target = params
+                .str("target_branch")
+                .unwrap_or_else(|| current.target_branch.clone());
+            duplicate_check(project, &current.source_branch, &target, Some(iid))?;
+        }
+        let mut changes = Map::new();
+        let mr = mr_mut(ctx.project_mut(pid), iid)?;
+        if let Some(title) = params.str("title")
+            && title != mr.title
+        {
+            changes.insert(
+                "title".into(),
+                json!({ "previous": mr.title, "current": title }),
+            );
+            if is_draft_title(&title) != mr.draft() {
+                changes.insert(
+                    "draft".into(),
+                    json!({ "previous": mr.draft(), "current": is_draft_title(&title) }),
+                );
+            }
+            mr.title = title;
+        }
+        if let Some(description) = params.str("description")
+            && description != mr.description
+        {
+            changes.insert(
+                "description".into(),
+                json!({ "previous": mr.description, "current": description }),
+            );
+            mr.description = description;
+        }
+        let mut labels = mr.labels.clone();
+        if let Some(replace) = params.labels("labels") {
+            labels = replace;
+        }
+        for label in params.labels("add_labels").unwrap_or_default() {
+            if !labels.contains(&label) {
+                labels.push(label);
+            }
+        }
+        let removed = params.labels("remove_labels").unwrap_or_default();
+        labels.retain(|l| !removed.contains(l));
+        if labels != mr.labels {
+            changes.insert(
+                "labels".into(),
+                json!({
+                    "previous": mr.labels.iter().map(|l| json!({"title": l})).collect::<Vec<_>>(),
+                    "current": labels.iter().map(|l| json!({"title": l})).collect::<Vec<_>>(),
+                }),
+            );
+            mr.labels = labels;
+        }
+        if let Some(target) = params.str("target_branch")
+            && target != mr.target_branch
+        {
+            changes.insert(
+                "target_branch".into(),
+                json!({ "previous": mr.target_branch, "current": target }),
+            );
+            mr.target_branch = target;
+        }
+        if let Some(remove) = remove_source {
+            mr.force_remove_source_branch = remove;
+        }
+        if let Some(squash) = squash {
+            mr.squash = squash;
+        }
+        let mut action = "update";
+        match state_event.as_deref() {
+            Some("close") if mr.state == "opened" => {
+                mr.state = "closed".to_string();
+                mr.closed_at = Some(now);
+                mr.closed_by = Some(user.clone());
+                mr.auto_merge = None;
+                changes.insert("state_id".into(), json!({ "previous": 1, "current": 2 }));
+                action = "close";
+            }
+            Some("reopen") if mr.state == "closed" => {
+                mr.state = "opened".to_string();
+                mr.closed_at = None;
+                mr.closed_by = None;
+                changes.insert("state_id".into(), json!({ "previous": 2, "current": 1 }));
+                action = "reopen";
+            }
+            _ => {}
+        }
+        let source_head = ctx
+            .project(pid)
+            .repo
+            .branch_head(&current.source_branch)
+            .map(str::to_string);
+        let mr = mr_mut(ctx.project_mut(pid), iid)?;
+        if action == "reopen"
+            && let Some(head) = source_head
+        {
+            mr.sha = head;
+        }
+        if !changes.is_empty() {
+            mr.updated_at = now;
+        }
+        if action == "close" {
+            trains::drop_car(ctx, pid, iid, None);
+        }
+        if !changes.is_empty() {
+            emit_mr_hook(ctx, pid, iid, action, &user, Value::Object(changes), None);
+        }
+        if action == "reopen" {
+            ensure_pipeline(ctx, pid, iid, &user);
+        }
+        let project = ctx.project(pid);
+        ok(mr_json(project, mr_ref(project, iid)?, ctx.base, true))
+    })
+}
+
+pub fn approvals_json(project: &Project, mr: &MergeRequest, base: &str, user: &User) -> Value {
+    let left = approvals_left(project, mr);
+    json!({
+        "id": mr.id,
+        "iid": mr.iid,
+        "project_id": project.id,
+        "title": mr.title,
+        "description": mr.description,
+        "state": mr.state,
+        "created_at": ts(mr.created_at),
+        "updated_at": ts(mr.updated_at),
+        "merge_status": if has_conflicts(project, mr) { "cannot_be_merged" } else { "can_be_merged" },
+        "approved": left == 0,
+        "approvals_required": project.settings.approvals_required,
+        "approvals_left": left,
+        "require_password_to_approve": false,
+        "approved_by": mr.approved_by.iter().map(|u| json!({ "user": user_json(u, base) })).collect::<Vec<_>>(),
+        "suggested_approvers": [],
+        "approvers": [],
+        "approver_groups": [],
+        "user_has_approved": mr.approved_by.iter().any(|u| u.id == user.id),
+        "user_can_approve": !mr.approved_by.iter().any(|u| u.id == user.id),
+        "approval_rules_left": [],
+        "has_approval_rules": project.settings.approvals_required > 0,
+        "merge_request_approvers_available": true,
+        "multiple_approval_rules_available": false,
+        "invalid_approvers_rules": [],
+    })
+}
+
+pub async fn approvals(
+    State(state): State<Shared>,
+    Extension(user): Extension<User>,
+    Path((id, iid)): Path<(String, String)>,
+) -> ApiResult {
+    let iid = parse_iid(&iid)?;
+    with_project(&state, &id, |ctx, pid| {
+        let project = ctx.project(pid);
+        ok(approvals_json(
+            project,
+            mr_ref(project, iid)?,
+            ctx.base,
+            &user,
+        ))
+    })
+}
+
+/// Records an approval (control API and `POST .../approve`); false when already approved.
+pub fn approve_mr(ctx: &mut Ctx<'_>, pid: u64, iid: u64, user: &User) -> Result<bool, ApiError> {
+    let now = ctx.now;
+    let mr = mr_mut(ctx.project_mut(pid), iid)?;
+    if mr.approved_by.iter().any(|u| u.id == user.id) {
+        return Ok(false);
+    }
+    mr.approved_by.push(user.clone());
+    mr.updated_at = now;
+    emit_mr_hook(ctx, pid, iid, "approval", user, json!({}), None);
+    let project = ctx.project(pid);
+    if approvals_left(project, mr_ref(project, iid)?) == 0 {
+        emit_mr_hook(ctx, pid, iid, "approved", user, json!({}), None);
+    }
+    Ok(true)
+}
+
+pub async fn approve(
+    State(state): State<Shared>,
+    Extension(user): Extension<User>,
+    Path((id, iid)): Path<(String, String)>,
+    params: Params,
+) -> ApiResult {
+    let iid = parse_iid(&iid)?;
+    let sha = params.str("sha");
+    with_project(&state, &id, |ctx, pid| {
+        let mr = mr_ref(ctx.project(pid), iid)?;
+        if let Some(sha) = &sha
+            && sha != &mr.sha
+        {
+            return Err(ApiError::message(
+                StatusCode::CONFLICT,
+                format!("SHA does not match HEAD of source branch: {}", mr.sha),
+            ));
+        }
+        if !approve_mr(ctx, pid, iid, &user)? {
+            return Err(ApiError::unauthorized());
+        }
+        let project = ctx.project(pid);
+        created(approvals_json(
+            project,
+            mr_ref(project, iid)?,
+            ctx.base,
+            &user,
+        ))
+    })
+}
+
+pub async fn unapprove(
+    State(state): State<Shared>,
+    Extension(user): Extension<User>,
+    Path((id, iid)): Path<(String, String)>,
+) -> ApiResult {
+    let iid = parse_iid(&iid)?;
+    with_project(&state, &id, |ctx, pid| {
+        let mr = mr_mut(ctx.project_mut(pid), iid)?;
+        let before = mr.approved_by.len();
+        mr.approved_by.retain(|u| u.id != user.id);
+        if mr.approved_by.len() == before {
+            return Err(ApiError::not_found(""));
+        }
+        emit_mr_hook(ctx, pid, iid, "unapproval", &user, json!({}), None);
+        let project = ctx.project(pid);
+        created(approvals_json(
+            project,
+            mr_ref(project, iid)?,
+            ctx.base,
+            &user,
+        ))
+    })
+}
+
+/// Merges an MR now. Conflicts → 422 "Branch cannot be merged".
+pub fn do_merge(
+    ctx: &mut Ctx<'_>,
+    pid: u64,
+    iid: u64,
+    user: &User,
+    squash: bool,
+    message: Option<String>,
+    remove_source: bool,
+) -> Result<(), ApiError> {
+    let now = ctx.now;
+    let project = ctx.project_mut(pid);
+    let mr = mr_ref(project, iid)?.clone();
+    let method = if squash {
+        MergeMethod::Squash
+    } else {
+        project.settings.merge_method
+    };
+    let before = project
+        .repo
+        .branch_head(&mr.target_branch)
+        .map(str::to_string);
+    let message = message.unwrap_or_else(|| match method {
+        MergeMethod::Squash => mr.title.clone(),
+        _ => format!(
+            "Merge branch '{}' into '{}'\n\n{}\n\nSee merge request {}!{}",
+            mr.source_branch, mr.target_branch, mr.title, project.path_with_namespace, mr.iid
+        ),
+    });
+    let new_head = project
+        .repo
+        .merge_into(&mr.target_branch, &mr.sha, method, &message, now)
+        .map_err(|_| {
+            ApiError::message(StatusCode::UNPROCESSABLE_ENTITY, "Branch cannot be merged")
+        })?;
+    finish_merge(
+        ctx,
+        pid,
+        iid,
+        user,
+        &new_head,
+        squash,
+        remove_source || mr.force_remove_source_branch,
+    );
+    ctx.on_branch_updated(pid, &mr.target_branch, before.as_deref(), &new_head, user);
+    Ok(())
+}
+
+/// Marks an MR merged at `merge_sha` (the target already points there) and emits the hook.
+pub fn finish_merge(
+    ctx: &mut Ctx<'_>,
+    pid: u64,
+    iid: u64,
+    user: &User,
+    merge_sha: &str,
+    squashed: bool,
+    remove_source: bool,
+) {
+    let now = ctx.now;
+    let project = ctx.project_mut(pid);
+    let default_branch = project.repo.default_branch().to_string();
+    let Some(mr) = project.merge_requests.get_mut(&iid) else {
+        return;
+    };
+    mr.state = "merged".to_string();
+    mr.merged_at = Some(now);
+    mr.updated_at = now;
+    mr.merged_by = Some(user.clone());
+    mr.merge_commit_sha = Some(merge_sha.to_string());
+    if squashed {
+        mr.squash_commit_sha = Some(merge_sha.to_string());
+    }
+    mr.auto_merge = None;
+    mr.merge_error = None;
+    let source = mr.source_branch.clone();
+    let source_sha = mr.sha.clone();
+    if remove_source
+        && source != default_branch
+        && project.repo.branch_head(&source) == Some(source_sha.as_str())
+    {
+        project.repo.delete_branch(&source);
+    }
+    emit_mr_hook(
+        ctx,
+        pid,
+        iid,
+        "merge",
+        user,
+        json!({ "state_id": { "previous": 1, "current": 3 } }),
+        None,
+    );
+}
+
+pub async fn merge(
+    State(state): State<Shared>,
+    Extension(user): Extension<User>,
+    Path((id, iid)): Path<(String, String)>,
+    params: Params,
+) -> ApiResult {
+    let iid = parse_iid(&iid)?;
+    let auto = params.flag("auto_merge")? || params.flag("merge_when_pipeline_succeeds")?;
+    let sha = params.str("sha");
+    let squash_param = params.bool("squash")?;
+    let message = params
+        .str("merge_commit_message")
+        .or_else(|| params.str("squash_commit_message"))
+        .filter(|m| !m.is_empty());
+    let remove_source = params.flag("should_remove_source_branch")?;
+    with_project(&state, &id, |ctx, pid| {
+        let project = ctx.project(pid);
+        let mr = mr_ref(project, iid)?.clone();
+        let status = detailed_merge_status(project, &mr);
+        let pipeline_status =
+            head_pipeline(project, &mr.source_branch, &mr.sha).map(|p| p.status.clone());
+        let pipeline_active = matches!(
+            pipeline_status.as_deref(),
+            Some("created" | "pending" | "running")
+        );
+        let trains_enabled = project.settings.merge_trains_enabled;
+        // GitLab order: mergeable state (405) → conflicts (422) → sha (409).
+        let mergeable_state = match status {
+            "mergeable" | "conflict" => true,
+            "ci_still_running" => auto,
+            _ => false,
+        };
+        if !mergeable_state {
+            return Err(ApiError::method_not_allowed());
+        }
+        if status == "conflict" {
+            return Err(ApiError::message(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Branch cannot be merged",
+            ));
+        }
+        if let Some(sha) = &sha
+            && sha != &mr.sha
+        {
+            return Err(ApiError::message(
+                StatusCode::CONFLICT,
+                format!("SHA does not match HEAD of source branch: {}", mr.sha),
+            ));
+        }
+        let squash = squash_param.unwrap_or(mr.squash);
+        if let Some(squash) = squash_param {
+            mr_mut(ctx.project_mut(pid), iid)?.squash = squash;
+        }
+        if auto && trains_enabled {
+            if pipeline_active {
+                set_auto_merge(
+                    ctx,
+                    pid,
+                    iid,
+                    "add_to_merge_train_when_pipeline_succeeds",
+                    &user,
+                    squash,
+                    remove_source,
+                    message,
+                );
+            } else {
+                set_auto_merge(
+                    ctx,
+                    pid,
+                    iid,
+                    "merge_train",
+                    &user,
+                    squash,
+                    remove_source,
+                    message,
+                );
+                trains::add_car(ctx, pid, iid, &user, squash)?;
+            }
+        } else if auto && pipeline_active {
+            set_auto_merge(
+                ctx,
+                pid,
+                iid,
+                "merge_when_pipeline_succeeds",
+                &user,
+                squash,
+                remove_source,
+                message,
+            );
+        } else {
+            do_merge(ctx, pid, iid, &user, squash, message, remove_source)?;
+        }
+        let project = ctx.project(pid);
+        ok(mr_json(project, mr_ref(project, iid)?, ctx.base, true))
+    })
+}
+
+#[allow(
+    clippy::too_many_arguments,
+    reason = "plain data handed through from the merge request"
+)]
+fn set_auto_merge(
+    ctx: &mut Ctx<'_>,
+    pid: u64,
+    iid: u64,
+    strategy: &str,
+    user: &User,
+    squash: bool,
+    remove_source: bool,
+    message: Option<String>,
+) {
+    let now = ctx.now;
+    if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(&iid) {
+        mr.auto_merge = Some(AutoMerge {
+            strategy: strategy.to_string(),
+            user: user.clone(),
+            squash,
+            remove_source_branch: remove_source,
+            commit_message: message,
+        });
+        mr.updated_at = now;
+    }
+    emit_mr_hook(
+        ctx,
+        pid,
+        iid,
+        "update",
+        user,
+        json!({ "merge_when_pipeline_succeeds": { "previous": false, "current": true } }),
+        None,
+    );
+}
+
+/// Carries out pending automatic merges whose pipeline finished; true when anything changed.
+pub fn progress_auto_merge(ctx: &mut Ctx<'_>, pid: u64) -> bool {
+    let project = ctx.project(pid);
+    let pending: Vec<(u64, AutoMerge, Option<String>, &'static str)> = project
+        .merge_requests
+        .values()
+        .filter(|m| m.is_open())
+        .filter_map(|m| {
+            let auto = m.auto_merge.clone()?;
+            if auto.strategy == "merge_train" {
+                return None;
+            }
+            let status = head_pipeline(project, &m.source_branch, &m.sha).map(|p| p.status.clone());
+            Some((m.iid, auto, status, detailed_merge_status(project, m)))
+        })
+        .collect();
+    let mut changed = false;
+    for (iid, auto, pipeline_status, detailed) in pending {
+        match pipeline_status.as_deref() {
+            Some("success") if detailed == "mergeable" => {
+                if auto.strategy == "add_to_merge_train_when_pipeline_succeeds" {
+                    if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(&iid)
+                        && let Some(auto_merge) = mr.auto_merge.as_mut()
+                    {
+                        auto_merge.strategy = "merge_train".to_string();
+                    }
+                    if trains::add_car(ctx, pid, iid, &auto.user, auto.squash).is_err() {
+                        cancel_auto_merge(
+                            ctx,
+                            pid,
+                            iid,
+                            &auto.user,
+                            "the merge request could not be added to the merge train",
+                        );
+                    }
+                } else if let Err(error) = do_merge(
+                    ctx,
+                    pid,
+                    iid,
+                    &auto.user,
+                    auto.squash,
+                    auto.commit_message.clone(),
+                    auto.remove_source_branch,
+                ) {
+                    let reason = error.body["message"]
+                        .as_str()
+                        .unwrap_or("merge failed")
+                        .to_string();
+                    cancel_auto_merge(ctx, pid, iid, &auto.user, &reason);
+                }
+                changed = true;
+            }
+            Some("failed" | "canceled") => {
+                cancel_auto_merge(ctx, pid, iid, &auto.user, "the pipeline did not succeed");
+                changed = true;
+            }
+            _ => {}
+        }
+    }
+    changed
+}
+
+/// Turns off auto-merge with a system note and `merge_error`.
+pub fn cancel_auto_merge(ctx: &mut Ctx<'_>, pid: u64, iid: u64, user: &User, reason: &str) {
+    if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(&iid) {
+        mr.auto_merge = None;
+        mr.merge_error = Some(reason.to_string());
+    }
+    add_system_note(
+        ctx,
+        pid,
+        iid,
+        &format!("aborted the automatic merge because {reason}"),
+        user,
+    );
+}
+
+/// A push to `branch`: updates open MRs whose source it is, starts their pipeline, emits hooks.
+pub fn on_source_pushed(
+    ctx: &mut Ctx<'_>,
+    pid: u64,
+    branch: &str,
+    before: Option<&str>,
+    after: &str,
+    user: &User,
+) {
+    let now = ctx.now;
+    let iids: Vec<u64> = ctx
+        .project(pid)
+        .merge_requests
+        .values()
+        .filter(|m| m.is_open() && m.source_branch == branch)
+        .map(|m| m.iid)
+        .collect();
+    if iids.is_empty() {
+        return;
+    }
+    for iid in &iids {
+        let mut oldrev = None;
+        if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(iid)
+            && mr.sha != after
+        {
+            oldrev = Some(std::mem::replace(&mut mr.sha, after.to_string()));
+            mr.updated_at = now;
+            mr.merge_error = None;
+        }
+        if let Some(oldrev) = oldrev {
+            trains::drop_car(ctx, pid, *iid, Some("the source branch was updated"));
+            emit_mr_hook(ctx, pid, *iid, "update", user, json!({}), Some(&oldrev));
+        }
+    }
+    create_pipeline(
+        ctx,
+        pid,
+        branch,
+        after,
+        before,
+        "push",
+        user,
+        iids.first().copied(),
+    );
+}
+
+/// `PUT .../rebase`: replays the MR's changes on the target head (a push to the source branch).
+pub async fn rebase(
+    State(state): State<Shared>,
+    Extension(user): Extension<User>,
+    Path((id, iid)): Path<(String, String)>,
+) -> ApiResult {
+    let iid = parse_iid(&iid)?;
+    with_project(&state, &id, |ctx, pid| {
+        let now = ctx.now;
+        let project = ctx.project_mut(pid);
+        let mr = mr_ref(project, iid)?.clone();
+        if !mr.is_open() {
+            return Err(ApiError::forbidden("Cannot push to source branch"));
+        }
+        let target = project
+            .repo
+            .branch_head(&mr.target_branch)
+            .map(str::to_string)
+            .ok_or_else(|| ApiError::not_found("Branch"))?;
+        if !project.repo.is_ancestor(&target, &mr.sha) {
+            let tree = project
+                .repo
+                .merge_trees(&target, &mr.sha)
+                .map_err(|_| ApiError::forbidden("Rebase failed: conflicts"))?;
+            let source_commit = project.repo.commit(&mr.sha).cloned();
+            let (message, name, email) = source_commit
+                .map(|c| (c.message, c.author_name, c.author_email))
+                .unwrap_or_else(|| (mr.title.clone(), user.name.clone(), user.email.clone()));
+            let sha = project.repo.create_commit(
+                vec![target],
+                Arc::new((*tree).clone()),
+                &message,
+                &name,
+                &email,
+                now,
+            );
+            project.repo.set_branch(&mr.source_branch, &sha);
+            ctx.on_branch_updated(pid, &mr.source_branch, Some(&mr.sha), &sha, &user);
+        }
+        Ok((
+            StatusCode::ACCEPTED,
+            axum::Json(json!({ "rebase_in_progress": false })),
+        )
+            .into_response())
+    })
+}

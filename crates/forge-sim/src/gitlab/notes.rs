@@ -1,0 +1,211 @@
+//! GitLab merge request notes (comments): create, update, list, get; each emits a `Note Hook`.
+
+use axum::Extension;
+use axum::extract::{Path, State};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+
+use super::merge_requests::MergeRequest;
+use super::{
+    ApiError, ApiResult, Ctx, Params, Project, created, hooks, ok, ts, user_json, with_project,
+};
+use crate::state::{Shared, User};
+
+#[derive(Debug, Clone)]
+pub struct Note {
+    pub id: u64,
+    pub body: String,
+    pub author: User,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+    pub system: bool,
+}
+
+pub fn note_json(project: &Project, mr: &MergeRequest, note: &Note, base: &str) -> Value {
+    json!({
+        "id": note.id,
+        "type": Value::Null,
+        "body": note.body,
+        "attachment": Value::Null,
+        "author": user_json(&note.author, base),
+        "created_at": ts(note.created_at),
+        "updated_at": ts(note.updated_at),
+        "system": note.system,
+        "noteable_id": mr.id,
+        "noteable_type": "MergeRequest",
+        "noteable_iid": mr.iid,
+        "project_id": project.id,
+        "commit_id": Value::Null,
+        "resolvable": false,
+        "confidential": false,
+        "internal": false,
+        "imported": false,
+        "imported_from": "none",
+    })
+}
+
+fn ids(iid: &str, note_id: Option<&str>) -> Result<(u64, Option<u64>), ApiError> {
+    let iid = iid
+        .parse()
+        .map_err(|_| ApiError::param("noteable_id is invalid"))?;
+    let note_id = match note_id {
+        Some(raw) => Some(
+            raw.parse()
+                .map_err(|_| ApiError::param("note_id is invalid"))?,
+        ),
+        None => None,
+    };
+    Ok((iid, note_id))
+}
+
+fn emit_note_hook(ctx: &Ctx<'_>, pid: u64, iid: u64, note_id: u64, action: &str) {
+    let project = ctx.project(pid);
+    let Some(mr) = project.merge_requests.get(&iid) else {
+        return;
+    };
+    let Some(note) = mr.notes.iter().find(|n| n.id == note_id) else {
+        return;
+    };
+    let payload = hooks::note_hook(project, mr, note, action, ctx.base);
+    ctx.emit(pid, "Note Hook", payload);
+}
+
+pub async fn list(
+    State(state): State<Shared>,
+    Path((id, iid)): Path<(String, String)>,
+    params: Params,
+) -> ApiResult {
+    let (iid, _) = ids(&iid, None)?;
+    let ascending = params.str("sort").as_deref() == Some("asc");
+    with_project(&state, &id, |ctx, pid| {
+        let project = ctx.project(pid);
+        let mr = project
+            .merge_requests
+            .get(&iid)
+            .ok_or_else(|| ApiError::not_found(""))?;
+        let mut notes: Vec<Value> = mr
+            .notes
+            .iter()
+            .map(|n| note_json(project, mr, n, ctx.base))
+            .collect();
+        if !ascending {
+            notes.reverse();
+        }
+        ok(Value::Array(notes))
+    })
+}
+
+pub async fn get_one(
+    State(state): State<Shared>,
+    Path((id, iid, note_id)): Path<(String, String, String)>,
+) -> ApiResult {
+    let (iid, note_id) = ids(&iid, Some(&note_id))?;
+    with_project(&state, &id, |ctx, pid| {
+        let project = ctx.project(pid);
+        let mr = project
+            .merge_requests
+            .get(&iid)
+            .ok_or_else(|| ApiError::not_found(""))?;
+        let note = mr
+            .notes
+            .iter()
+            .find(|n| Some(n.id) == note_id)
+            .ok_or_else(|| ApiError::not_found("Note"))?;
+        ok(note_json(project, mr, note, ctx.base))
+    })
+}
+
+/// Adds a user note to an MR and emits the hook; returns the note id.
+pub fn add_note(
+    ctx: &mut Ctx<'_>,
+    pid: u64,
+    iid: u64,
+    body: &str,
+    user: &User,
+) -> Result<u64, ApiError> {
+    let now = ctx.now;
+    if !ctx.project(pid).merge_requests.contains_key(&iid) {
+        return Err(ApiError::not_found(""));
+    }
+    let note_id = ctx.gl.alloc_note_id();
+    let mr = ctx
+        .project_mut(pid)
+        .merge_requests
+        .get_mut(&iid)
+        .ok_or_else(|| ApiError::not_found(""))?;
+    mr.notes.push(Note {
+        id: note_id,
+        body: body.to_string(),
+        author: user.clone(),
+        created_at: now,
+        updated_at: now,
+        system: false,
+    });
+    emit_note_hook(ctx, pid, iid, note_id, "create");
+    Ok(note_id)
+}
+
+pub async fn create(
+    State(state): State<Shared>,
+    Extension(user): Extension<User>,
+    Path((id, iid)): Path<(String, String)>,
+    params: Params,
+) -> ApiResult {
+    let (iid, _) = ids(&iid, None)?;
+    let body = params.req_str("body")?;
+    with_project(&state, &id, |ctx, pid| {
+        let note_id = add_note(ctx, pid, iid, &body, &user)?;
+        let project = ctx.project(pid);
+        let mr = project
+            .merge_requests
+            .get(&iid)
+            .ok_or_else(|| ApiError::not_found(""))?;
+        let note = mr
+            .notes
+            .iter()
+            .find(|n| n.id == note_id)
+            .ok_or_else(|| ApiError::not_found("Note"))?;
+        created(note_json(project, mr, note, ctx.base))
+    })
+}
+
+pub async fn update(
+    State(state): State<Shared>,
+    Extension(user): Extension<User>,
+    Path((id, iid, note_id)): Path<(String, String, String)>,
+    params: Params,
+) -> ApiResult {
+    let (iid, note_id) = ids(&iid, Some(&note_id))?;
+    let body = params.req_str("body")?;
+    with_project(&state, &id, |ctx, pid| {
+        let now = ctx.now;
+        let mr = ctx
+            .project_mut(pid)
+            .merge_requests
+            .get_mut(&iid)
+            .ok_or_else(|| ApiError::not_found(""))?;
+        let note = mr
+            .notes
+            .iter_mut()
+            .find(|n| Some(n.id) == note_id)
+            .ok_or_else(|| ApiError::not_found("Note"))?;
+        if note.system || note.author.id != user.id {
+            return Err(ApiError::forbidden("You are not allowed to edit this note"));
+        }
+        note.body = body;
+        note.updated_at = now;
+        let note_id = note.id;
+        emit_note_hook(ctx, pid, iid, note_id, "update");
+        let project = ctx.project(pid);
+        let mr = project
+            .merge_requests
+            .get(&iid)
+            .ok_or_else(|| ApiError::not_found(""))?;
+        let note = mr
+            .notes
+            .iter()
+            .find(|n| n.id == note_id)
+            .ok_or_else(|| ApiError::not_found("Note"))?;
+        ok(note_json(project, mr, note, ctx.base))
+    })
+}

@@ -1,0 +1,697 @@
+//! GitLab pipelines and jobs: creation, progression in sim time, retry, REST endpoints.
+//!
+//! Stages run in order; a job starts when every earlier stage's latest jobs succeeded and ends
+//! `duration_secs` of sim time later with the outcome scripted for its name. A stage that ends
+//! with a failed job marks later stages `skipped`; retrying the failed job (a new job; the old one
+//! keeps `retried: true`) puts the pipeline back to `running` and un-skips later stages on success.
+
+use axum::Extension;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+
+use super::{
+    ApiError, ApiResult, Ctx, Params, Project, created, hooks, ok, opt_ts, ts, user_json,
+    with_project,
+};
+use crate::state::{Shared, User};
+
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    pub id: u64,
+    pub iid: u64,
+    pub project_id: u64,
+    pub sha: String,
+    pub ref_name: String,
+    pub before_sha: String,
+    /// `push`, `merge_request_event`, `web`...
+    pub source: String,
+    /// `created`, `pending`, `running`, `success`, `failed`, `canceled`.
+    pub status: String,
+    pub stages: Vec<String>,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+    pub started_at: Option<OffsetDateTime>,
+    pub finished_at: Option<OffsetDateTime>,
+    pub user: User,
+    pub job_ids: Vec<u64>,
+    /// Set for merge request and merge train pipelines.
+    pub mr_iid: Option<u64>,
+}
+
+impl Pipeline {
+    pub fn is_finished(&self) -> bool {
+        matches!(
+            self.status.as_str(),
+            "success" | "failed" | "canceled" | "skipped"
+        )
+    }
+
+    pub fn duration_secs(&self) -> Option<i64> {
+        match (self.started_at, self.finished_at) {
+            (Some(start), Some(end)) => Some((end - start).whole_seconds()),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub id: u64,
+    pub pipeline_id: u64,
+    pub name: String,
+    pub stage: String,
+    /// `created`, `pending`, `running`, `success`, `failed`, `canceled`, `skipped`.
+    pub status: String,
+    pub created_at: OffsetDateTime,
+    pub started_at: Option<OffsetDateTime>,
+    pub finished_at: Option<OffsetDateTime>,
+    pub duration_secs: u64,
+    pub failure_reason: Option<String>,
+    pub trace: String,
+    pub retried: bool,
+    pub retries_count: u32,
+    pub user: User,
+}
+
+impl Job {
+    pub fn duration(&self) -> Value {
+        match (self.started_at, self.finished_at) {
+            (Some(start), Some(end)) => json!((end - start).as_seconds_f64()),
+            _ => Value::Null,
+        }
+    }
+
+    pub fn queued_duration(&self) -> Value {
+        match self.started_at {
+            Some(start) => json!((start - self.created_at).as_seconds_f64()),
+            None => Value::Null,
+        }
+    }
+}
+
+/// Creates a pipeline with the project's scripted jobs; `None` when the project has no jobs.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "plain pipeline attributes, each used once"
+)]
+pub fn create_pipeline(
+    ctx: &mut Ctx<'_>,
+    pid: u64,
+    ref_name: &str,
+    sha: &str,
+    before_sha: Option<&str>,
+    source: &str,
+    user: &User,
+    mr_iid: Option<u64>,
+) -> Option<u64> {
+    let now = ctx.now;
+    let specs = ctx.project(pid).ci.jobs.clone();
+    if specs.is_empty() {
+        return None;
+    }
+    let stages = ctx.project(pid).ci.stages();
+    let id = ctx.gl.alloc_pipeline_id();
+    let job_ids: Vec<u64> = specs.iter().map(|_| ctx.gl.alloc_job_id()).collect();
+    let project = ctx.project_mut(pid);
+    project.next_pipeline_iid += 1;
+    let iid = project.next_pipeline_iid;
+    for (spec, job_id) in specs.iter().zip(&job_ids) {
+        project.jobs.insert(
+            *job_id,
+            Job {
+                id: *job_id,
+                pipeline_id: id,
+                name: spec.name.clone(),
+                stage: spec.stage.clone(),
+                status: if stages.first() == Some(&spec.stage) {
+                    "pending"
+                } else {
+                    "created"
+                }
+                .to_string(),
+                created_at: now,
+                started_at: None,
+                finished_at: None,
+                duration_secs: spec.duration_secs,
+                failure_reason: None,
+                trace: String::new(),
+                retried: false,
+                retries_count: 0,
+                user: user.clone(),
+            },
+        );
+    }
+    project.pipelines.insert(
+        id,
+        Pipeline {
+            id,
+            iid,
+            project_id: pid,
+            sha: sha.to_string(),
+            ref_name: ref_name.to_string(),
+            before_sha: before_sha
+                .unwrap_or("0000000000000000000000000000000000000000")
+                .to_string(),
+            source: source.to_string(),
+            status: "pending".to_string(),
+            stages,
+            created_at: now,
+            updated_at: now,
+            started_at: None,
+            finished_at: None,
+            user: user.clone(),
+            job_ids,
+            mr_iid,
+        },
+    );
+    let payload = hooks::pipeline_hook(ctx.project(pid), id, ctx.base);
+    ctx.emit(pid, "Pipeline Hook", payload);
+    // Runners pick the first stage up at once.
+    progress_pipelines(ctx, pid);
+    Some(id)
+}
+
+/// The latest (not retried) jobs of a pipeline, in creation order.
+pub fn latest_jobs<'a>(project: &'a Project, pipeline: &Pipeline) -> Vec<&'a Job> {
+    pipeline
+        .job_ids
+        .iter()
+        .filter_map(|id| project.jobs.get(id))
+        .filter(|job| !job.retried)
+        .collect()
+}
+
+fn derive_status(jobs: &[&Job]) -> &'static str {
+    if jobs
+        .iter()
+        .any(|j| matches!(j.status.as_str(), "running" | "pending"))
+    {
+        "running"
+    } else if jobs.iter().any(|j| j.status == "failed") {
+        "failed"
+    } else if jobs.iter().any(|j| j.status == "created") {
+        "running"
+    } else if jobs.iter().any(|j| j.status == "canceled") {
+        "canceled"
+    } else {
+        "success"
+    }
+}
+
+/// Progresses every unfinished pipeline of a project; true when anything changed.
+pub fn progress_pipelines(ctx: &mut Ctx<'_>, pid: u64) -> bool {
+    let now = ctx.now;
+    let open: Vec<u64> = ctx
+        .project(pid)
+        .pipelines
+        .values()
+        .filter(|p| !p.is_finished())
+        .map(|p| p.id)
+        .collect();
+    let mut changed = false;
+    for pipeline_id in open {
+        let mut job_events: Vec<u64> = Vec::new();
+        {
+            let project = ctx.project_mut(pid);
+            let Some(pipeline) = project.pipelines.get(&pipeline_id).cloned() else {
+                continue;
+            };
+            // 1. Finish running jobs whose sim duration elapsed.
+            for job_id in &pipeline.job_ids {
+                let Some(job) = project.jobs.get(job_id) else {
+                    continue;
+                };
+                if job.retried || job.status != "running" {
+                    continue;
+                }
+                // A job never finishes in the tick that started it (so `running` is observable).
+                let started = job.started_at.unwrap_or(now);
+                if started >= now
+                    || now < started + time::Duration::seconds(job.duration_secs as i64)
+                {
+                    continue;
+                }
+                let result = project.ci.run(&job.name, &pipeline.sha);
+                if let Some(job) = project.jobs.get_mut(job_id) {
+                    job.status = if result.success { "success" } else { "failed" }.to_string();
+                    job.failure_reason = result.failure_reason;
+                    job.trace = result.trace;
+                    job.finished_at = Some(now);
+                    job_events.push(*job_id);
+                }
+            }
+            // 2. Walk stages: start runnable jobs, skip jobs behind a failed stage.
+            let mut failed_before = false;
+            let mut waiting_before = false;
+            for stage in &pipeline.stages {
+                let stage_jobs: Vec<u64> = pipeline
+                    .job_ids
+                    .iter()
+                    .filter(|id| {
+                        project
+                            .jobs
+                            .get(id)
+                            .is_some_and(|j| !j.retried && &j.stage == stage)
+                    })
+                    .copied()
+                    .collect();
+                for job_id in &stage_jobs {
+                    let Some(job) = project.jobs.get_mut(job_id) else {
+                        continue;
+                    };
+                    let startable =
+                        matches!(job.status.as_str(), "created" | "pending" | "skipped");
+                    if !startable {
+                        continue;
+                    }
+                    if failed_before {
+                        if job.status != "skipped" {
+                            job.status = "skipped".to_string();
+                            job_events.push(*job_id);
+                        }
+                    } else if !waiting_before {
+                        job.status = "running".to_string();
+                        job.started_at = Some(now);
+                        job.finished_at = None;
+                        job_events.push(*job_id);
+                    }
+                }
+                let statuses: Vec<String> = stage_jobs
+                    .iter()
+                    .filter_map(|id| project.jobs.get(id).map(|j| j.status.clone()))
+                    .collect();
+                if statuses
+                    .iter()
+                    .any(|s| matches!(s.as_str(), "running" | "pending" | "created"))
+                {
+                    waiting_before = true;
+                } else if statuses.iter().any(|s| s == "failed" || s == "canceled") {
+                    failed_before = true;
+                }
+            }
+        }
+        for job_id in &job_events {
+            let payload = hooks::job_hook(ctx.project(pid), *job_id, ctx.base);
+            ctx.emit(pid, "Job Hook", payload);
+        }
+        changed |= !job_events.is_empty();
+        // 3. Derive the pipeline status from the latest jobs.
+        let project = ctx.project_mut(pid);
+        let Some(pipeline) = project.pipelines.get(&pipeline_id) else {
+            continue;
+        };
+        let status = derive_status(&latest_jobs(project, pipeline)).to_string();
+        if status != pipeline.status {
+            if let Some(pipeline) = project.pipelines.get_mut(&pipeline_id) {
+                pipeline.status = status.clone();
+                pipeline.updated_at = now;
+                if status == "running" {
+                    pipeline.started_at.get_or_insert(now);
+                    pipeline.finished_at = None;
+                } else {
+                    pipeline.finished_at = Some(now);
+                }
+            }
+            let payload = hooks::pipeline_hook(ctx.project(pid), pipeline_id, ctx.base);
+            ctx.emit(pid, "Pipeline Hook", payload);
+            changed = true;
+        }
+    }
+    changed
+}
+
+/// Cancels a pipeline's unfinished jobs (used when a train car is rebuilt).
+pub fn cancel_pipeline(ctx: &mut Ctx<'_>, pid: u64, pipeline_id: u64) {
+    let now = ctx.now;
+    let project = ctx.project_mut(pid);
+    let Some(pipeline) = project.pipelines.get(&pipeline_id).cloned() else {
+        return;
+    };
+    if pipeline.is_finished() {
+        return;
+    }
+    for job_id in &pipeline.job_ids {
+        if let Some(job) = project.jobs.get_mut(job_id)
+            && matches!(job.status.as_str(), "created" | "pending" | "running")
+        {
+            job.status = "canceled".to_string();
+            job.finished_at = Some(now);
+        }
+    }
+    if let Some(pipeline) = project.pipelines.get_mut(&pipeline_id) {
+        pipeline.status = "canceled".to_string();
+        pipeline.finished_at = Some(now);
+        pipeline.updated_at = now;
+    }
+    let payload = hooks::pipeline_hook(ctx.project(pid), pipeline_id, ctx.base);
+    ctx.emit(pid, "Pipeline Hook", payload);
+}
+
+/// The MR's head pipeline: the newest branch pipeline for its source branch at its head sha.
+pub fn head_pipeline<'a>(
+    project: &'a Project,
+    source_branch: &str,
+    sha: &str,
+) -> Option<&'a Pipeline> {
+    project
+        .pipelines
+        .values()
+        .rev()
+        .find(|p| p.ref_name == source_branch && p.sha == sha)
+}
+
+pub fn detailed_status(status: &str) -> Value {
+    let text = match status {
+        "success" => "passed",
+        other => other,
+    };
+    json!({
+        "icon": format!("status_{status}"),
+        "text": text,
+        "label": text,
+        "group": status,
+        "tooltip": text,
+        "has_details": true,
+        "favicon": format!("favicon_status_{status}"),
+    })
+}
+
+pub fn pipeline_basic_json(project: &Project, pipeline: &Pipeline, base: &str) -> Value {
+    json!({
+        "id": pipeline.id,
+        "iid": pipeline.iid,
+        "project_id": project.id,
+        "sha": pipeline.sha,
+        "ref": pipeline.ref_name,
+        "status": pipeline.status,
+        "source": pipeline.source,
+        "created_at": ts(pipeline.created_at),
+        "updated_at": ts(pipeline.updated_at),
+        "web_url": format!("{}/-/pipelines/{}", project.web_url(base), pipeline.id),
+    })
+}
+
+pub fn pipeline_json(project: &Project, pipeline: &Pipeline, base: &str) -> Value {
+    let mut body = pipeline_basic_json(project, pipeline, base);
+    let extra = json!({
+        "before_sha": pipeline.before_sha,
+        "tag": false,
+        "yaml_errors": Value::Null,
+        "user": user_json(&pipeline.user, base),
+        "started_at": opt_ts(pipeline.started_at),
+        "finished_at": opt_ts(pipeline.finished_at),
+        "committed_at": Value::Null,
+        "duration": pipeline.duration_secs(),
+        "queued_duration": Value::Null,
+        "coverage": Value::Null,
+        "name": Value::Null,
+        "detailed_status": detailed_status(&pipeline.status),
+    });
+    if let (Value::Object(body), Value::Object(extra)) = (&mut body, extra) {
+        body.extend(extra);
+    }
+    body
+}
+
+pub fn job_json(project: &Project, job: &Job, base: &str) -> Value {
+    let pipeline = project.pipelines.get(&job.pipeline_id);
+    let commit = pipeline
+        .and_then(|p| project.repo.commit(&p.sha))
+        .map(|c| super::repository::commit_json(project, c, base))
+        .unwrap_or(Value::Null);
+    let mut body = json!({
+        "id": job.id,
+        "status": job.status,
+        "stage": job.stage,
+        "name": job.name,
+        "ref": pipeline.map(|p| p.ref_name.clone()),
+        "tag": false,
+        "coverage": Value::Null,
+        "allow_failure": false,
+        "created_at": ts(job.created_at),
+        "started_at": opt_ts(job.started_at),
+        "finished_at": opt_ts(job.finished_at),
+        "erased_at": Value::Null,
+        "duration": job.duration(),
+        "queued_duration": job.queued_duration(),
+        "user": user_json(&job.user, base),
+        "commit": commit,
+        "pipeline": pipeline.map(|p| pipeline_basic_json(project, p, base)),
+        "web_url": format!("{}/-/jobs/{}", project.web_url(base), job.id),
+        "project": { "ci_job_token_scope_enabled": false },
+        "artifacts": [],
+        "artifacts_expire_at": Value::Null,
+        "runner": job.started_at.map(|_| runner_json()),
+        "archived": false,
+        "tag_list": [],
+        "retried": job.retried,
+        "retries_count": job.retries_count,
+    });
+    if job.status == "failed" {
+        body["failure_reason"] = json!(
+            job.failure_reason
+                .clone()
+                .unwrap_or_else(|| "unknown_failure".to_string())
+        );
+    }
+    body
+}
+
+pub fn runner_json() -> Value {
+    json!({
+        "id": 1,
+        "description": "forge-sim shared runner",
+        "active": true,
+        "paused": false,
+        "is_shared": true,
+        "runner_type": "instance_type",
+        "name": "gitlab-runner",
+        "online": true,
+        "status": "online",
+        "tags": [],
+    })
+}
+
+pub async fn list(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    params: Params,
+) -> ApiResult {
+    let ref_filter = params.str("ref");
+    let sha_filter = params.str("sha");
+    let status_filter = params.str("status");
+    let source_filter = params.str("source");
+    with_project(&state, &id, |ctx, pid| {
+        let project = ctx.project(pid);
+        let pipelines: Vec<Value> = project
+            .pipelines
+            .values()
+            .rev()
+            .filter(|p| ref_filter.as_ref().is_none_or(|r| &p.ref_name == r))
+            .filter(|p| sha_filter.as_ref().is_none_or(|s| &p.sha == s))
+            .filter(|p| status_filter.as_ref().is_none_or(|s| &p.status == s))
+            .filter(|p| source_filter.as_ref().is_none_or(|s| &p.source == s))
+            .map(|p| pipeline_basic_json(project, p, ctx.base))
+            .collect();
+        ok(Value::Array(pipelines))
+    })
+}
+
+fn parse_id(raw: &str, what: &str) -> Result<u64, ApiError> {
+    raw.parse()
+        .map_err(|_| ApiError::param(format!("{what} is invalid")))
+}
+
+pub async fn get_one(
+    State(state): State<Shared>,
+    Path((id, pipeline_id)): Path<(String, String)>,
+) -> ApiResult {
+    let pipeline_id = parse_id(&pipeline_id, "pipeline_id")?;
+    with_project(&state, &id, |ctx, pid| {
+        let project = ctx.project(pid);
+        let pipeline = project
+            .pipelines
+            .get(&pipeline_id)
+            .ok_or_else(|| ApiError::not_found(""))?;
+        ok(pipeline_json(project, pipeline, ctx.base))
+    })
+}
+
+fn scopes(params: &Params) -> Vec<String> {
+    let mut scopes = Vec::new();
+    for key in ["scope", "scope[]"] {
+        match params.0.get(key) {
+            Some(Value::String(s)) => scopes.extend(s.split(',').map(str::to_string)),
+            Some(Value::Array(items)) => {
+                scopes.extend(items.iter().filter_map(|v| v.as_str().map(str::to_string)))
+            }
+            _ => {}
+        }
+    }
+    scopes
+}
+
+pub async fn pipeline_jobs(
+    State(state): State<Shared>,
+    Path((id, pipeline_id)): Path<(String, String)>,
+    params: Params,
+) -> ApiResult {
+    let pipeline_id = parse_id(&pipeline_id, "pipeline_id")?;
+    let include_retried = params.flag("include_retried")?;
+    let scopes = scopes(&params);
+    with_project(&state, &id, |ctx, pid| {
+        let project = ctx.project(pid);
+        let pipeline = project
+            .pipelines
+            .get(&pipeline_id)
+            .ok_or_else(|| ApiError::not_found(""))?;
+        let jobs: Vec<Value> = pipeline
+            .job_ids
+            .iter()
+            .rev()
+            .filter_map(|id| project.jobs.get(id))
+            .filter(|job| include_retried || !job.retried)
+            .filter(|job| scopes.is_empty() || scopes.contains(&job.status))
+            .map(|job| job_json(project, job, ctx.base))
+            .collect();
+        ok(Value::Array(jobs))
+    })
+}
+
+pub async fn get_job(
+    State(state): State<Shared>,
+    Path((id, job_id)): Path<(String, String)>,
+) -> ApiResult {
+    let job_id = parse_id(&job_id, "job_id")?;
+    with_project(&state, &id, |ctx, pid| {
+        let project = ctx.project(pid);
+        let job = project
+            .jobs
+            .get(&job_id)
+            .ok_or_else(|| ApiError::not_found(""))?;
+        ok(job_json(project, job, ctx.base))
+    })
+}
+
+pub async fn job_trace(
+    State(state): State<Shared>,
+    Path((id, job_id)): Path<(String, String)>,
+) -> ApiResult {
+    let job_id = parse_id(&job_id, "job_id")?;
+    let trace = with_project(&state, &id, |ctx, pid| {
+        let job = ctx
+            .project(pid)
+            .jobs
+            .get(&job_id)
+            .ok_or_else(|| ApiError::not_found(""))?;
+        Ok(job.trace.clone())
+    })?;
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        trace,
+    )
+        .into_response())
+}
+
+/// Retries a finished job: a new job (pending) replaces it in the pipeline, which runs again.
+pub fn retry(ctx: &mut Ctx<'_>, pid: u64, job_id: u64, user: &User) -> Result<u64, ApiError> {
+    let now = ctx.now;
+    let old = ctx
+        .project(pid)
+        .jobs
+        .get(&job_id)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(""))?;
+    if old.retried || !matches!(old.status.as_str(), "success" | "failed" | "canceled") {
+        return Err(ApiError::forbidden("Job is not retryable"));
+    }
+    let new_id = ctx.gl.alloc_job_id();
+    let project = ctx.project_mut(pid);
+    if let Some(job) = project.jobs.get_mut(&job_id) {
+        job.retried = true;
+    }
+    project.jobs.insert(
+        new_id,
+        Job {
+            id: new_id,
+            pipeline_id: old.pipeline_id,
+            name: old.name.clone(),
+            stage: old.stage.clone(),
+            status: "pending".to_string(),
+            created_at: now,
+            started_at: None,
+            finished_at: None,
+            duration_secs: project
+                .ci
+                .spec(&old.name)
+                .map(|s| s.duration_secs)
+                .unwrap_or(old.duration_secs),
+            failure_reason: None,
+            trace: String::new(),
+            retried: false,
+            retries_count: old.retries_count + 1,
+            user: user.clone(),
+        },
+    );
+    let mut pipeline_restarted = false;
+    if let Some(pipeline) = project.pipelines.get_mut(&old.pipeline_id) {
+        pipeline.job_ids.push(new_id);
+        pipeline.updated_at = now;
+        pipeline.finished_at = None;
+        if pipeline.status != "running" {
+            pipeline.status = "running".to_string();
+            pipeline_restarted = true;
+        }
+    }
+    if pipeline_restarted {
+        let payload = hooks::pipeline_hook(ctx.project(pid), old.pipeline_id, ctx.base);
+        ctx.emit(pid, "Pipeline Hook", payload);
+    }
+    let payload = hooks::job_hook(ctx.project(pid), new_id, ctx.base);
+    ctx.emit(pid, "Job Hook", payload);
+    Ok(new_id)
+}
+
+pub async fn retry_job(
+    State(state): State<Shared>,
+    Extension(user): Extension<User>,
+    Path((id, job_id)): Path<(String, String)>,
+) -> ApiResult {
+    let job_id = parse_id(&job_id, "job_id")?;
+    with_project(&state, &id, |ctx, pid| {
+        let new_id = retry(ctx, pid, job_id, &user)?;
+        let project = ctx.project(pid);
+        let job = project
+            .jobs
+            .get(&new_id)
+            .expect("retried job just inserted");
+        created(job_json(project, job, ctx.base))
+    })
+}
+
+pub async fn mr_pipelines(
+    State(state): State<Shared>,
+    Path((id, iid)): Path<(String, String)>,
+) -> ApiResult {
+    let iid = parse_id(&iid, "merge_request_iid")?;
+    with_project(&state, &id, |ctx, pid| {
+        let project = ctx.project(pid);
+        let mr = project
+            .merge_requests
+            .get(&iid)
+            .ok_or_else(|| ApiError::not_found(""))?;
+        let train_ref = super::trains::train_ref(iid);
+        let pipelines: Vec<Value> = project
+            .pipelines
+            .values()
+            .rev()
+            .filter(|p| p.ref_name == mr.source_branch || p.ref_name == train_ref)
+            .map(|p| pipeline_basic_json(project, p, ctx.base))
+            .collect();
+        ok(Value::Array(pipelines))
+    })
+}

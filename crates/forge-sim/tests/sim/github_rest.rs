@@ -1,0 +1,704 @@
+//! GitHub REST over HTTP: auth, git data, contents, compare, pulls, merges, checks, reviews, comments.
+
+use crate::github_support::{Gh, REPO, create_repo, start};
+use forge_sim::JobOutcome;
+use forge_sim::github::{CheckScript, GithubRepoSpec};
+use reqwest::StatusCode;
+use serde_json::json;
+
+#[tokio::test]
+async fn requests_without_valid_credentials_get_401() {
+    let sim = start().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let gh = Gh::new(&sim);
+
+    let (status, body) = gh.with_auth(None).get("/repos/octo/app").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(body["message"], "Bad credentials");
+    assert!(
+        body["documentation_url"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("https://docs.github.com"))
+    );
+    let (status, _) = gh
+        .with_auth(Some("Bearer wrong"))
+        .get("/repos/octo/app")
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = gh.with_auth(Some("Basic abc")).get("/user").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, body) = gh
+        .with_auth(None)
+        .post("/graphql", json!({ "query": "{ viewer { login } }" }))
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(body["message"], "Bad credentials");
+
+    // Both `Bearer` and `token` schemes work.
+    let (status, user) = gh.get("/user").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(user["login"], forge_sim::DEFAULT_USERNAME);
+    let (status, _) = gh
+        .with_auth(Some(&format!("token {}", crate::github_support::TOKEN)))
+        .get("/repos/octo/app")
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = gh.get("/repos/octo/missing").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["message"], "Not Found");
+}
+
+#[tokio::test]
+async fn git_data_api_builds_branches_and_guards_refs() {
+    let sim = start().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let gh = Gh::new(&sim);
+
+    // Blobs in both encodings, a tree on the main tree with one deletion, a commit, a ref.
+    let (_, main_ref) = gh.get("/repos/octo/app/git/ref/heads/main").await;
+    let main_sha = main_ref["object"]["sha"].as_str().unwrap().to_string();
+    assert_eq!(main_ref["ref"], "refs/heads/main");
+    let (status, b64) = gh
+        .post(
+            "/repos/octo/app/git/blobs",
+            json!({ "content": "aGVsbG8K", "encoding": "base64" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (_, main_commit) = gh
+        .get(&format!("/repos/octo/app/git/commits/{main_sha}"))
+        .await;
+    let (status, tree) = gh
+        .post(
+            "/repos/octo/app/git/trees",
+            json!({
+                "base_tree": main_commit["tree"]["sha"],
+                "tree": [
+                    { "path": "hello.txt", "mode": "100644", "type": "blob", "sha": b64["sha"] },
+                    { "path": "bin/run.sh", "mode": "100755", "type": "blob", "content": "#!/bin/sh\n" },
+                    { "path": "README.md", "mode": "100644", "type": "blob", "sha": null },
+                ],
+            }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{tree}");
+    let paths: Vec<&str> = tree["tree"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, vec!["bin/run.sh", "hello.txt"]);
+    let (status, commit) = gh
+        .post(
+            "/repos/octo/app/git/commits",
+            json!({ "message": "Add hello", "tree": tree["sha"], "parents": [main_sha] }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(commit["parents"][0]["sha"], main_sha.as_str());
+    let sha = commit["sha"].as_str().unwrap().to_string();
+    let (status, created) = gh
+        .post(
+            "/repos/octo/app/git/refs",
+            json!({ "ref": "refs/heads/feature", "sha": sha }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(created["object"]["sha"], sha.as_str());
+
+    // Errors: existing ref, unknown object, bad ref name, bad tree, missing content.
+    let (status, body) = gh
+        .post(
+            "/repos/octo/app/git/refs",
+            json!({ "ref": "refs/heads/feature", "sha": sha }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["message"], "Reference already exists");
+    let (status, body) = gh
+        .post(
+            "/repos/octo/app/git/refs",
+            json!({ "ref": "refs/heads/x", "sha": "0".repeat(40) }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["message"], "Object does not exist");
+    let (status, _) = gh
+        .post(
+            "/repos/octo/app/git/refs",
+            json!({ "ref": "heads/x", "sha": sha }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, _) = gh
+        .post(
+            "/repos/octo/app/git/commits",
+            json!({ "message": "m", "tree": "f".repeat(40) }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, body) = gh.post("/repos/octo/app/git/blobs", json!({})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["errors"][0]["code"], "missing_field");
+    let (status, body) = gh
+        .post(
+            "/repos/octo/app/git/blobs",
+            json!({ "content": "x", "encoding": "latin1" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, body) = gh
+        .send(
+            gh.client
+                .post(format!("{}/repos/octo/app/git/blobs", gh.base))
+                .body("{not json"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["message"], "Problems parsing JSON");
+
+    // Fast-forward rules: moving `feature` back to main is not a fast forward unless forced.
+    let (status, body) = gh
+        .patch(
+            "/repos/octo/app/git/refs/heads/feature",
+            json!({ "sha": main_sha }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["message"], "Update is not a fast forward");
+    let (status, body) = gh
+        .patch(
+            "/repos/octo/app/git/refs/heads/feature",
+            json!({ "sha": main_sha, "force": true }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["object"]["sha"], main_sha.as_str());
+    let (status, _) = gh
+        .patch(
+            "/repos/octo/app/git/refs/heads/feature",
+            json!({ "sha": sha }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "forward again is a fast forward");
+    let (status, _) = gh
+        .patch("/repos/octo/app/git/refs/heads/nope", json!({ "sha": sha }))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+
+    // Reading back: commit, contents (file and directory), matching refs, compare.
+    let (status, c) = gh.get(&format!("/repos/octo/app/commits/{sha}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(c["commit"]["message"], "Add hello");
+    let statuses: Vec<&str> = c["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["status"].as_str().unwrap())
+        .collect();
+    assert!(
+        statuses.contains(&"added") && statuses.contains(&"removed"),
+        "{statuses:?}"
+    );
+    let (status, _) = gh
+        .get(&format!("/repos/octo/app/commits/{}", "a".repeat(40)))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, file) = gh
+        .get("/repos/octo/app/contents/hello.txt?ref=feature")
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(file["encoding"], "base64");
+    let decoded = file["content"].as_str().unwrap().replace('\n', "");
+    assert_eq!(decoded, "aGVsbG8K");
+    let (status, dir) = gh.get("/repos/octo/app/contents/bin?ref=feature").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(dir[0]["path"], "bin/run.sh");
+    let (status, _) = gh.get("/repos/octo/app/contents/hello.txt").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "not on main");
+    let (_, refs) = gh.get("/repos/octo/app/git/matching-refs/heads/feat").await;
+    assert_eq!(refs.as_array().unwrap().len(), 1);
+
+    let (status, cmp) = gh.get("/repos/octo/app/compare/main...feature").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(cmp["status"], "ahead");
+    assert_eq!(cmp["ahead_by"], 1);
+    assert_eq!(cmp["behind_by"], 0);
+    assert_eq!(cmp["files"].as_array().unwrap().len(), 3);
+    let (_, cmp) = gh.get("/repos/octo/app/compare/feature...main").await;
+    assert_eq!(cmp["status"], "behind");
+    let (_, cmp) = gh.get("/repos/octo/app/compare/main...main").await;
+    assert_eq!(cmp["status"], "identical");
+    sim.github_push_human_commit(REPO, "main", &[("other.txt", Some("x"))], "main moves")
+        .unwrap();
+    let (_, cmp) = gh.get("/repos/octo/app/compare/main...feature").await;
+    assert_eq!(cmp["status"], "diverged");
+    assert_eq!(cmp["behind_by"], 1);
+
+    // Deleting a ref.
+    let (status, _) = gh.delete("/repos/octo/app/git/refs/heads/feature").await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = gh.get("/repos/octo/app/git/ref/heads/feature").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn pull_requests_open_update_list_label_and_comment() {
+    let sim = start().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let gh = Gh::new(&sim);
+    let head = gh
+        .commit_files(REPO, "feature", &[("a.txt", "a\n")], "Add a")
+        .await;
+
+    let (status, pr) = gh
+        .post(
+            "/repos/octo/app/pulls",
+            json!({ "title": "Add a", "head": "octo:feature", "base": "main", "body": "hi", "draft": true }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(pr["number"], 1);
+    assert_eq!(pr["state"], "open");
+    assert_eq!(pr["draft"], true);
+    assert_eq!(pr["merged"], false);
+    assert_eq!(pr["head"]["ref"], "feature");
+    assert_eq!(pr["head"]["sha"], head.as_str());
+    assert_eq!(pr["base"]["ref"], "main");
+    assert!(
+        pr["mergeable"].is_null(),
+        "mergeability is computed after the push"
+    );
+    assert!(
+        pr["html_url"]
+            .as_str()
+            .unwrap()
+            .ends_with("/octo/app/pull/1")
+    );
+    assert!(pr["node_id"].as_str().unwrap().starts_with("PR_kwDO"));
+
+    // Duplicate, missing branch, missing title, no commits.
+    let (status, body) = gh
+        .post(
+            "/repos/octo/app/pulls",
+            json!({ "title": "again", "head": "feature", "base": "main" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["message"], "Validation Failed");
+    assert_eq!(
+        body["errors"][0]["message"],
+        "A pull request already exists for octo:feature."
+    );
+    let (status, body) = gh
+        .post(
+            "/repos/octo/app/pulls",
+            json!({ "title": "x", "head": "nope", "base": "main" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["errors"][0]["field"], "head");
+    let (status, _) = gh
+        .post(
+            "/repos/octo/app/pulls",
+            json!({ "head": "feature", "base": "main" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, body) = gh
+        .post(
+            "/repos/octo/app/pulls",
+            json!({ "title": "x", "head": "main", "base": "main" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+
+    // Mergeability becomes known after a tick (every request ticks).
+    let pr = gh.mergeable(REPO, 1).await;
+    assert_eq!(pr["mergeable"], true);
+    assert_eq!(pr["mergeable_state"], "draft");
+
+    // Update title/body/state; list with filters.
+    let (status, pr) = gh
+        .patch(
+            "/repos/octo/app/pulls/1",
+            json!({ "title": "Add a (v2)", "body": "new" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(pr["title"], "Add a (v2)");
+    assert_eq!(pr["body"], "new");
+    let (_, list) = gh
+        .get("/repos/octo/app/pulls?head=octo:feature&state=open")
+        .await;
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    let (_, list) = gh.get("/repos/octo/app/pulls?head=octo:other").await;
+    assert_eq!(list.as_array().unwrap().len(), 0);
+    let (status, pr) = gh
+        .patch("/repos/octo/app/pulls/1", json!({ "state": "closed" }))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(pr["state"], "closed");
+    assert_eq!(pr["merged"], false);
+    let (_, list) = gh.get("/repos/octo/app/pulls").await;
+    assert_eq!(list.as_array().unwrap().len(), 0);
+    let (_, list) = gh.get("/repos/octo/app/pulls?state=closed").await;
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    let (status, pr) = gh
+        .patch("/repos/octo/app/pulls/1", json!({ "state": "open" }))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(pr["state"], "open");
+    let (status, _) = gh
+        .patch("/repos/octo/app/pulls/1", json!({ "state": "weird" }))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, _) = gh.get("/repos/octo/app/pulls/99").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // Labels.
+    let (status, labels) = gh
+        .post(
+            "/repos/octo/app/issues/1/labels",
+            json!({ "labels": ["workqueue", "auto"] }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(labels.as_array().unwrap().len(), 2);
+    let (_, pr) = gh.get("/repos/octo/app/pulls/1").await;
+    assert_eq!(pr["labels"][0]["name"], "workqueue");
+
+    // Issue comments: create, update, list.
+    let (status, c) = gh
+        .post(
+            "/repos/octo/app/issues/1/comments",
+            json!({ "body": "status: queued" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let id = c["id"].as_u64().unwrap();
+    let (status, c) = gh
+        .patch(
+            &format!("/repos/octo/app/issues/comments/{id}"),
+            json!({ "body": "status: merged" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(c["body"], "status: merged");
+    let (_, list) = gh.get("/repos/octo/app/issues/1/comments").await;
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["body"], "status: merged");
+    assert_eq!(list[0]["user"]["login"], forge_sim::DEFAULT_USERNAME);
+    let (status, _) = gh
+        .post("/repos/octo/app/issues/1/comments", json!({}))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, _) = gh
+        .patch(
+            "/repos/octo/app/issues/comments/12345",
+            json!({ "body": "x" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // A human push synchronizes the PR head; mergeability is recomputed.
+    let new_head = sim
+        .github_push_human_commit(REPO, "feature", &[("b.txt", Some("b"))], "human")
+        .unwrap();
+    let (_, pr) = gh.get("/repos/octo/app/pulls/1").await;
+    assert_eq!(pr["head"]["sha"], new_head.as_str());
+}
+
+#[tokio::test]
+async fn synchronous_merge_and_its_errors() {
+    let sim = start().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let gh = Gh::new(&sim);
+    let head1 = gh
+        .commit_files(REPO, "one", &[("same.txt", "one\n")], "one")
+        .await;
+    gh.commit_files(REPO, "two", &[("same.txt", "two\n")], "two")
+        .await;
+    let n1 = gh.open_pr(REPO, "one", "One").await;
+    let n2 = gh.open_pr(REPO, "two", "Two").await;
+    gh.mergeable(REPO, n1).await;
+
+    // 422 bad merge_method / malformed sha; 409 head mismatch.
+    let (status, body) = gh
+        .put(
+            &format!("/repos/octo/app/pulls/{n1}/merge"),
+            json!({ "merge_method": "octopus" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["errors"][0]["field"], "merge_method");
+    let (status, _) = gh
+        .put(
+            &format!("/repos/octo/app/pulls/{n1}/merge"),
+            json!({ "sha": "abc" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, body) = gh
+        .put(
+            &format!("/repos/octo/app/pulls/{n1}/merge"),
+            json!({ "sha": "b".repeat(40) }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(
+        body["message"],
+        "Head branch was modified. Review and try the merge again."
+    );
+
+    // 200 with the expected head.
+    let (status, body) = gh
+        .put(
+            &format!("/repos/octo/app/pulls/{n1}/merge"),
+            json!({ "sha": head1, "merge_method": "squash", "commit_title": "One (#1)" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["merged"], true);
+    assert_eq!(body["message"], "Pull Request successfully merged");
+    let merged_sha = body["sha"].as_str().unwrap().to_string();
+    assert_eq!(
+        sim.github_branch_head(REPO, "main").as_deref(),
+        Some(merged_sha.as_str())
+    );
+    let (_, pr) = gh.get(&format!("/repos/octo/app/pulls/{n1}")).await;
+    assert_eq!(pr["merged"], true);
+    assert_eq!(pr["state"], "closed");
+    assert_eq!(pr["merge_commit_sha"], merged_sha.as_str());
+    let (status, _) = gh.get(&format!("/repos/octo/app/pulls/{n1}/merge")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (_, c) = gh
+        .get(&format!("/repos/octo/app/commits/{merged_sha}"))
+        .await;
+    assert_eq!(c["commit"]["message"], "One (#1)");
+    assert_eq!(
+        c["parents"].as_array().unwrap().len(),
+        1,
+        "squash has one parent"
+    );
+
+    // 405: the second PR now conflicts; merging a closed PR is also 405.
+    let pr2 = gh
+        .poll(&format!("/repos/octo/app/pulls/{n2}"), |p| {
+            p["mergeable"] == false
+        })
+        .await;
+    assert_eq!(pr2["mergeable_state"], "dirty");
+    let (status, body) = gh
+        .put(&format!("/repos/octo/app/pulls/{n2}/merge"), json!({}))
+        .await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(body["message"], "Pull Request is not mergeable");
+    let (status, _) = gh
+        .put(&format!("/repos/octo/app/pulls/{n1}/merge"), json!({}))
+        .await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+
+    // Branch protection: required approvals block with 405 until approved.
+    sim.github_update_repo(REPO, GithubRepoSpec::default().required_approvals(1))
+        .unwrap();
+    gh.commit_files(REPO, "three", &[("three.txt", "3\n")], "three")
+        .await;
+    let n3 = gh.open_pr(REPO, "three", "Three").await;
+    let pr3 = gh.mergeable(REPO, n3).await;
+    assert_eq!(pr3["mergeable_state"], "blocked");
+    let (status, body) = gh
+        .put(&format!("/repos/octo/app/pulls/{n3}/merge"), json!({}))
+        .await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("approving review"),
+        "{body}"
+    );
+    sim.github_approve(REPO, n3, "alice").unwrap();
+    let (status, body) = gh
+        .put(
+            &format!("/repos/octo/app/pulls/{n3}/merge"),
+            json!({ "merge_method": "merge" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, c) = gh
+        .get(&format!(
+            "/repos/octo/app/commits/{}",
+            body["sha"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(
+        c["parents"].as_array().unwrap().len(),
+        2,
+        "merge commit has two parents"
+    );
+}
+
+#[tokio::test]
+async fn checks_statuses_reruns_and_reviews() {
+    let sim = start().await;
+    create_repo(
+        &sim,
+        GithubRepoSpec::new("octo", "app").checks(&[
+            CheckScript::new("ci", JobOutcome::Success),
+            CheckScript::new(
+                "lint",
+                JobOutcome::flaky(1, "script_failure", "lint exploded"),
+            ),
+            CheckScript::new("legacy", JobOutcome::Success).as_status(),
+        ]),
+    );
+    let gh = Gh::new(&sim);
+    let head = gh
+        .commit_files(REPO, "feature", &[("a.txt", "a\n")], "a")
+        .await;
+    let n = gh.open_pr(REPO, "feature", "A").await;
+
+    let runs_path = format!("/repos/octo/app/commits/{head}/check-runs");
+    let (status, runs) = gh.get(&runs_path).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(runs["total_count"], 2);
+    let done = gh
+        .poll(&runs_path, |b| {
+            b["check_runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r["status"] == "completed")
+        })
+        .await;
+    let by_name = |body: &serde_json::Value, name: &str| {
+        body["check_runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(by_name(&done, "ci")["conclusion"], "success");
+    let lint = by_name(&done, "lint");
+    assert_eq!(lint["conclusion"], "failure");
+    assert_eq!(lint["head_sha"], head.as_str());
+    assert_eq!(lint["pull_requests"][0]["number"], n);
+    assert!(
+        lint["output"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("lint exploded")
+    );
+
+    // The commit-status check shows in the combined status.
+    let status_path = format!("/repos/octo/app/commits/{head}/status");
+    let combined = gh.poll(&status_path, |b| b["state"] != "pending").await;
+    assert_eq!(combined["state"], "success");
+    assert_eq!(combined["statuses"][0]["context"], "legacy");
+    let (_, pr) = gh.get(&format!("/repos/octo/app/pulls/{n}")).await;
+    assert_eq!(pr["mergeable_state"], "unstable");
+
+    // A manual status can fail the combined state; the branch name resolves too.
+    let (status, _) = gh
+        .post(
+            &format!("/repos/octo/app/statuses/{head}"),
+            json!({ "state": "failure", "context": "manual" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (_, combined) = gh.get("/repos/octo/app/commits/feature/status").await;
+    assert_eq!(combined["state"], "failure");
+    let (status, _) = gh
+        .post(
+            &format!("/repos/octo/app/statuses/{head}"),
+            json!({ "state": "bogus" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+
+    // Re-running the flaky check makes it pass (the latest run per name is what counts).
+    let lint_id = lint["id"].as_u64().unwrap();
+    let (status, _) = gh
+        .post(
+            &format!("/repos/octo/app/check-runs/{lint_id}/rerequest"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let rerun = gh
+        .poll(&runs_path, |b| {
+            let l = b["check_runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["name"] == "lint")
+                .cloned();
+            l.is_some_and(|l| l["id"] != lint_id && l["status"] == "completed")
+        })
+        .await;
+    assert_eq!(by_name(&rerun, "lint")["conclusion"], "success");
+    let (_, all) = gh.get(&format!("{runs_path}?filter=all")).await;
+    assert_eq!(all["total_count"], 3);
+    let (status, _) = gh
+        .post("/repos/octo/app/check-runs/42/rerequest", json!({}))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // Reviews: the bot cannot approve its own PR; humans can; GraphQL shows the decision.
+    let (status, body) = gh
+        .post(
+            &format!("/repos/octo/app/pulls/{n}/reviews"),
+            json!({ "event": "APPROVE" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, rv) = gh
+        .post(
+            &format!("/repos/octo/app/pulls/{n}/reviews"),
+            json!({ "event": "COMMENT", "body": "nice" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(rv["state"], "COMMENTED");
+    assert_eq!(rv["commit_id"], head.as_str());
+    let (status, _) = gh
+        .post(
+            &format!("/repos/octo/app/pulls/{n}/reviews"),
+            json!({ "event": "NOPE" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(decision(&gh, n).await, "REVIEW_REQUIRED");
+    sim.github_request_changes(REPO, n, "bob", "please fix")
+        .unwrap();
+    assert_eq!(decision(&gh, n).await, "CHANGES_REQUESTED");
+    sim.github_approve(REPO, n, "bob").unwrap();
+    assert_eq!(decision(&gh, n).await, "APPROVED");
+    let (_, reviews) = gh.get(&format!("/repos/octo/app/pulls/{n}/reviews")).await;
+    let states: Vec<&str> = reviews
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, vec!["COMMENTED", "CHANGES_REQUESTED", "APPROVED"]);
+
+    // With stale-review dismissal, a new push makes the approval stale.
+    sim.github_update_repo(REPO, GithubRepoSpec::default().dismiss_stale_reviews(true))
+        .unwrap();
+    assert_eq!(decision(&gh, n).await, "APPROVED");
+    sim.github_push_human_commit(REPO, "feature", &[("b.txt", Some("b"))], "more")
+        .unwrap();
+    assert_eq!(decision(&gh, n).await, "REVIEW_REQUIRED");
+}
+
+async fn decision(gh: &Gh, n: u64) -> serde_json::Value {
+    let q = format!(
+        "query {{ repository(owner: \"octo\", name: \"app\") {{ pullRequest(number: {n}) {{ reviewDecision }} }} }}"
+    );
+    gh.graphql(&q, json!({})).await["data"]["repository"]["pullRequest"]["reviewDecision"].clone()
+}
