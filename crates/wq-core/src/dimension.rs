@@ -139,7 +139,10 @@ mod tests {
 
     #[test]
     fn stored_status_other_than_false_asks_for_action() {
-        assert_eq!(DimensionStatus::from_stored("false"), DimensionStatus::False);
+        assert_eq!(
+            DimensionStatus::from_stored("false"),
+            DimensionStatus::False
+        );
         assert_eq!(DimensionStatus::from_stored("true"), DimensionStatus::True);
         assert_eq!(DimensionStatus::from_stored("odd"), DimensionStatus::True);
     }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::dimension::Dimension;
+use crate::dimension::{Dimension, DimensionUpdate};
 
 /// A work item id: a UUIDv7, so ids sort by creation time (keyset pagination
 /// relies on it).
@@ -159,6 +159,51 @@ impl ItemView {
         }
     }
 
+    /// This view with a successful executor's changes applied, as the store
+    /// writes them: phase (if given), error, attempts reset, dimension
+    /// upserts (a `None` detail keeps the stored one).
+    pub fn apply_outcome(
+        &mut self,
+        phase: Option<Phase>,
+        error: Option<String>,
+        updates: &[DimensionUpdate],
+        now: OffsetDateTime,
+    ) {
+        if let Some(phase) = phase {
+            self.item.phase = phase;
+        }
+        self.item.error = error;
+        self.item.attempts = 0;
+        self.item.updated_at = now;
+        for update in updates {
+            let existing = self
+                .dimensions
+                .iter_mut()
+                .find(|row| row.dimension == update.dimension && row.variant == update.variant);
+            match existing {
+                Some(row) => {
+                    row.status = update.status;
+                    if let Some(detail) = &update.detail {
+                        row.detail = detail.clone();
+                    }
+                    row.pending_until = update.pending_until;
+                    row.updated_at = now;
+                }
+                None => self.dimensions.push(Dimension {
+                    dimension: update.dimension.clone(),
+                    variant: update.variant.clone(),
+                    status: update.status,
+                    detail: update
+                        .detail
+                        .clone()
+                        .unwrap_or_else(|| serde_json::json!({})),
+                    pending_until: update.pending_until,
+                    updated_at: now,
+                }),
+            }
+        }
+    }
+
     /// A dimension whose row exists and asks for action (absent is `false`).
     pub fn needs_present(&self, name: &str, variant: &str) -> bool {
         self.dimension(name, variant)
@@ -176,6 +221,51 @@ mod tests {
             assert_eq!(phase.as_str().parse::<Phase>().unwrap(), phase);
         }
         assert!("pending".parse::<Phase>().is_err());
+    }
+
+    #[test]
+    fn applying_an_outcome_matches_what_the_store_writes() {
+        let now = OffsetDateTime::UNIX_EPOCH + time::Duration::days(1);
+        let mut view = ItemView {
+            item: WorkItem {
+                id: ItemId::new_v7(),
+                item_type: "t".into(),
+                phase: Phase::Active,
+                actionable: true,
+                attempts: 2,
+                error: Some("old".into()),
+                leased_until: None,
+                idempotency_key: None,
+                caller_identity: None,
+                created_at: now,
+                updated_at: now,
+                last_event_at: None,
+            },
+            dimensions: Vec::new(),
+            now,
+        };
+        view.apply_outcome(
+            None,
+            None,
+            &[DimensionUpdate::new("needs_a", false).detail(serde_json::json!({"n": 1}))],
+            now,
+        );
+        assert_eq!((view.item.attempts, view.item.error.clone()), (0, None));
+        assert!(!view.needs("needs_a"));
+        view.apply_outcome(
+            Some(Phase::Cancelled),
+            Some("why".into()),
+            &[DimensionUpdate::new("needs_a", true)],
+            now,
+        );
+        assert_eq!(view.item.phase, Phase::Cancelled);
+        let row = view.dimension("needs_a", "").unwrap();
+        assert_eq!(
+            row.detail,
+            serde_json::json!({"n": 1}),
+            "None keeps the detail"
+        );
+        assert!(view.needs("needs_a"));
     }
 
     #[test]

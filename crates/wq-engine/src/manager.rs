@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use wq_core::{Clock, EventResult, ItemId, ItemType, ItemView, Phase, TypeRegistry};
 use wq_store::{
-    ApplyEvent, ApplyOutcome, ClaimParams, EventApplied, Lease, Park, RecordFailure, Store,
-    StoreError, SweepParams,
+    ApplyEvent, ApplyOutcome, ClaimParams, EventApplied, Lease, OutcomeChanges, Park, ParkParams,
+    RecordFailure, Snapshot, Store, StoreError, SweepParams,
 };
 
 use crate::config::EngineConfig;
@@ -35,9 +35,11 @@ pub enum FailPoint {
     AfterEventApplied,
     /// The executor returned; its outcome is not yet written.
     AfterExecute,
-    /// The executor's outcome is written.
+    /// The executor's outcome is written on its own, because another
+    /// action or an event comes next.
     AfterOutcome,
-    /// The decider returned no action; the park step comes next.
+    /// The decider returned no action; the park step, which also writes the
+    /// last executor's outcome, comes next.
     BeforePark,
 }
 
@@ -379,6 +381,16 @@ enum Step {
     Done(RunOutcome),
 }
 
+/// What one run carries between iterations.
+#[derive(Default)]
+struct LoopState {
+    /// The item as last read or as changed by the last outcome; `None`
+    /// means read it again.
+    snapshot: Option<Snapshot>,
+    /// The last executor's outcome, not written yet.
+    pending: Option<OutcomeChanges>,
+}
+
 impl ItemRun<'_> {
     fn start_heartbeat(&self) -> tokio::task::JoinHandle<()> {
         let store = Arc::clone(&self.manager.store);
@@ -419,18 +431,19 @@ impl ItemRun<'_> {
             return RunOutcome::Crashed;
         }
         let deadline = Instant::now() + self.manager.config.deadline;
+        let mut state = LoopState::default();
         loop {
             if self.lease_lost.is_cancelled() {
                 return RunOutcome::LeaseLost;
             }
             if self.manager.shutdown.is_cancelled() {
-                return self.release(RunOutcome::Shutdown).await;
+                return self.release(&mut state, RunOutcome::Shutdown).await;
             }
             if Instant::now() >= deadline {
                 tracing::info!(item_id = %self.id, "item {} reached its deadline; the sweep resumes it", self.id);
-                return self.release(RunOutcome::Deadline).await;
+                return self.release(&mut state, RunOutcome::Deadline).await;
             }
-            match self.step().await {
+            match self.step(&mut state).await {
                 Ok(Step::Continue) => {}
                 Ok(Step::Done(outcome)) => return outcome,
                 Err(StoreError::LeaseLost(_)) => return RunOutcome::LeaseLost,
@@ -441,17 +454,34 @@ impl ItemRun<'_> {
 
     /// One iteration: an event if one is pending, else decide and execute,
     /// else park.
-    async fn step(&self) -> Result<Step, StoreError> {
+    ///
+    /// The last executor's outcome is kept in `state.pending` and applied to
+    /// the in-memory view; it is written before anything else happens to the
+    /// item (the next action, an event, a release) or together with the park,
+    /// so a run whose last action needs no follow-up commits once.
+    async fn step(&self, state: &mut LoopState) -> Result<Step, StoreError> {
         let store = &self.manager.store;
         let now = self.manager.clock.now();
-        if let Some(event) = store.event_next(self.id).await? {
-            let view = self.view(now).await?;
+        let mut snapshot = match state.snapshot.take() {
+            Some(snapshot) => snapshot,
+            None => self.snapshot(now).await?,
+        };
+        snapshot.view.now = now;
+
+        if snapshot.has_events {
+            if self.flush(state, now).await? == Flow::Crash {
+                return Ok(Step::Done(RunOutcome::Crashed));
+            }
+            let Some(event) = store.event_next(self.id).await? else {
+                return Ok(Step::Continue);
+            };
+            let view = &snapshot.view;
             let result = if view.item.phase == Phase::Active {
-                match self.item_type.handle_event(&view, &event).await {
+                match self.item_type.handle_event(view, &event).await {
                     Ok(result) => result,
                     Err(error) => {
                         let message = format!("handling event {}: {}", event.event_type, error);
-                        return self.fail(now, message, &error).await;
+                        return self.fail(view, now, message, &error).await;
                     }
                 }
             } else {
@@ -479,10 +509,9 @@ impl ItemRun<'_> {
             return Ok(Step::Continue);
         }
 
-        let view = self.view(now).await?;
         // The only call of the decider (DDR-49). Only active items act.
-        let action = if view.item.phase == Phase::Active {
-            self.item_type.decide(&view)
+        let action = if snapshot.view.item.phase == Phase::Active {
+            self.item_type.decide(&snapshot.view)
         } else {
             None
         };
@@ -492,7 +521,13 @@ impl ItemRun<'_> {
             }
             let parked = {
                 let lease = self.lease.lock().await;
-                store.item_park(*lease, now).await?
+                store
+                    .item_park_with(ParkParams {
+                        lease: *lease,
+                        now,
+                        outcome: state.pending.take(),
+                    })
+                    .await?
             };
             return Ok(match parked {
                 Park::Parked => Step::Done(RunOutcome::Parked),
@@ -500,72 +535,91 @@ impl ItemRun<'_> {
             });
         };
 
+        if self.flush(state, now).await? == Flow::Crash {
+            return Ok(Step::Done(RunOutcome::Crashed));
+        }
         let type_name = self.item_type.name();
         if !TypeRegistry::knows_action(self.item_type.as_ref(), action) {
             let error = wq_core::ExecError::permanent(format!(
                 "decider of {type_name} chose unknown action {action}"
             ));
-            return self.fail(now, error.message.clone(), &error).await;
+            return self
+                .fail(&snapshot.view, now, error.message.clone(), &error)
+                .await;
         }
         metrics::counter!("workqueue_actions_total", "item_type" => type_name, "action" => action.name)
             .increment(1);
-        let result = self.item_type.execute(action, &view).await;
+        let result = self.item_type.execute(action, &snapshot.view).await;
         if self.hook(FailPoint::AfterExecute).await == Flow::Crash {
             return Ok(Step::Done(RunOutcome::Crashed));
         }
         let now = self.manager.clock.now();
         match result {
             Ok(outcome) => {
-                {
-                    let lease = self.lease.lock().await;
-                    store
-                        .item_apply_outcome(ApplyOutcome {
-                            lease: *lease,
-                            now,
-                            phase: outcome.phase,
-                            error: outcome.reason,
-                            dimensions: outcome.dimensions,
-                        })
-                        .await?;
-                }
-                if self.hook(FailPoint::AfterOutcome).await == Flow::Crash {
-                    return Ok(Step::Done(RunOutcome::Crashed));
-                }
+                snapshot.view.apply_outcome(
+                    outcome.phase,
+                    outcome.reason.clone(),
+                    &outcome.dimensions,
+                    now,
+                );
+                state.pending = Some(OutcomeChanges {
+                    phase: outcome.phase,
+                    error: outcome.reason,
+                    dimensions: outcome.dimensions,
+                });
+                state.snapshot = Some(snapshot);
                 Ok(Step::Continue)
             }
             Err(error) => {
                 metrics::counter!("workqueue_actions_failed_total", "item_type" => type_name, "action" => action.name)
                     .increment(1);
                 let message = format!("{action}: {error}");
-                self.fail(now, message, &error).await
+                self.fail(&snapshot.view, now, message, &error).await
             }
         }
     }
 
-    async fn view(&self, now: OffsetDateTime) -> Result<ItemView, StoreError> {
+    async fn snapshot(&self, now: OffsetDateTime) -> Result<Snapshot, StoreError> {
         self.manager
             .store
-            .item_view(self.id, now)
+            .item_snapshot(self.id, now)
             .await?
             .ok_or(StoreError::NotFound(self.id))
+    }
+
+    /// Writes the pending outcome, if any.
+    async fn flush(&self, state: &mut LoopState, now: OffsetDateTime) -> Result<Flow, StoreError> {
+        let Some(changes) = state.pending.take() else {
+            return Ok(Flow::Continue);
+        };
+        {
+            let lease = self.lease.lock().await;
+            self.manager
+                .store
+                .item_apply_outcome(ApplyOutcome {
+                    lease: *lease,
+                    now,
+                    phase: changes.phase,
+                    error: changes.error,
+                    dimensions: changes.dimensions,
+                })
+                .await?;
+        }
+        Ok(self.hook(FailPoint::AfterOutcome).await)
     }
 
     /// Records a failure. A failed item loops on to park; an item still
     /// active ends the run and waits out its backoff under its lease.
     async fn fail(
         &self,
+        view: &ItemView,
         now: OffsetDateTime,
         message: String,
         error: &wq_core::ExecError,
     ) -> Result<Step, StoreError> {
         let config = &self.manager.config;
         let mut lease = self.lease.lock().await;
-        let attempts = self
-            .manager
-            .store
-            .item_get(self.id)
-            .await?
-            .map_or(1, |item| item.attempts + 1);
+        let attempts = view.item.attempts + 1;
         let retry_at = now + config.backoff(attempts, error.retry_after);
         tracing::warn!(item_id = %self.id, attempts, error = %message, "item {} failed (attempt {attempts}): {message}", self.id);
         let item = self
@@ -593,7 +647,14 @@ impl ItemRun<'_> {
         }
     }
 
-    async fn release(&self, outcome: RunOutcome) -> RunOutcome {
+    async fn release(&self, state: &mut LoopState, outcome: RunOutcome) -> RunOutcome {
+        let now = self.manager.clock.now();
+        match self.flush(state, now).await {
+            Ok(Flow::Continue) => {}
+            Ok(Flow::Crash) => return RunOutcome::Crashed,
+            Err(StoreError::LeaseLost(_)) => return RunOutcome::LeaseLost,
+            Err(error) => return store_failed(self.id, error),
+        }
         let lease = self.lease.lock().await;
         match self.manager.store.item_release(*lease, None).await {
             Ok(()) => outcome,

@@ -144,6 +144,33 @@ pub enum EventApplied {
     ItemNotActive,
 }
 
+/// The changes of a successful executor, without lease and time (see
+/// [`ParkParams`]).
+#[derive(Debug, Clone, Default)]
+pub struct OutcomeChanges {
+    pub phase: Option<Phase>,
+    pub error: Option<String>,
+    pub dimensions: Vec<DimensionUpdate>,
+}
+
+/// The loop's exit step.
+#[derive(Debug, Clone)]
+pub struct ParkParams {
+    pub lease: Lease,
+    pub now: OffsetDateTime,
+    /// The last executor's outcome, written in the same transaction whether
+    /// the item parks or not (attempts reset to 0), so a run whose last
+    /// action needs no follow-up commits once.
+    pub outcome: Option<OutcomeChanges>,
+}
+
+/// An item as the loop needs it: its view and whether events wait.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub view: ItemView,
+    pub has_events: bool,
+}
+
 /// Outcome of the loop's exit step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Park {
@@ -196,6 +223,11 @@ pub trait Store: Send + Sync + 'static {
     /// The item with its dimensions, as of `now`.
     async fn item_view(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<Option<ItemView>>;
 
+    /// The view plus whether events are pending, in one round trip where the
+    /// backend allows: what the loop reads each iteration.
+    async fn item_snapshot(&self, id: ItemId, now: OffsetDateTime)
+    -> StoreResult<Option<Snapshot>>;
+
     async fn item_list(&self, params: ItemListParams) -> StoreResult<Vec<WorkItem>>;
 
     /// Sets `leased_until` when unleased or expired and the type is handled.
@@ -216,9 +248,21 @@ pub trait Store: Send + Sync + 'static {
     async fn item_record_failure(&self, failure: RecordFailure) -> StoreResult<WorkItem>;
 
     /// The loop's exit: atomically with "no pending events" (advisory lock on
-    /// PostgreSQL, the write lock on SQLite), sets `actionable = false`,
-    /// releases the lease and clears expired `pending_until` values.
-    async fn item_park(&self, lease: Lease, now: OffsetDateTime) -> StoreResult<Park>;
+    /// PostgreSQL, the write lock on SQLite), writes the pending outcome if
+    /// any, sets `actionable = false`, releases the lease and clears expired
+    /// `pending_until` values. With events pending it writes only the
+    /// outcome and answers [`Park::EventsPending`].
+    async fn item_park_with(&self, params: ParkParams) -> StoreResult<Park>;
+
+    /// [`Store::item_park_with`] without an outcome.
+    async fn item_park(&self, lease: Lease, now: OffsetDateTime) -> StoreResult<Park> {
+        self.item_park_with(ParkParams {
+            lease,
+            now,
+            outcome: None,
+        })
+        .await
+    }
 
     /// Failed or cancelled → active, actionable, attempts 0, error cleared.
     /// Other phases: [`StoreError::Conflict`].

@@ -152,7 +152,7 @@ pub async fn seed_items(
             left -= batch;
         }
         sqlx::query("ANALYZE")
-            .execute(store.pool())
+            .execute(store.writer())
             .await
             .expect("analyze");
     } else {

@@ -13,7 +13,8 @@ use wq_store::sqlite::SqliteStore;
 use wq_store::testing::{drop_postgres_database, fresh_postgres_url, fresh_sqlite_url};
 use wq_store::{
     ApplyEvent, ApplyOutcome, BackendKind, ClaimParams, EventApplied, ItemListParams, Lease,
-    NewEvent, NewItem, Park, PhaseCount, RecordFailure, Store, StoreError, SweepParams, to_micros,
+    NewEvent, NewItem, OutcomeChanges, Park, ParkParams, PhaseCount, RecordFailure, Store,
+    StoreError, SweepParams, to_micros,
 };
 
 // --- harness -----------------------------------------------------------------
@@ -75,7 +76,7 @@ impl TestDb {
             Backend::Sqlite(store) => {
                 sqlx::query("UPDATE work_items SET actionable = 0 WHERE id = ?1")
                     .bind(id.0.hyphenated().to_string())
-                    .execute(store.pool())
+                    .execute(store.writer())
                     .await
                     .expect("force actionable = 0");
             }
@@ -129,6 +130,10 @@ conformance_suite!(
     record_failure_counts_backs_off_and_fails,
     park_parks_and_clears_expired_timers,
     park_refuses_while_events_are_pending,
+    snapshot_reports_the_view_and_pending_events,
+    park_with_outcome_writes_it_and_parks,
+    park_with_outcome_while_events_are_pending_keeps_the_lease,
+    park_with_stale_lease_writes_nothing,
     event_insert_wakes_the_item,
     event_next_returns_the_oldest_event,
     event_apply_applies_phase_and_dimensions,
@@ -952,6 +957,193 @@ mod cases {
         assert_eq!(store.item_park(lease, now).await.unwrap(), Park::Parked);
     }
 
+    pub async fn snapshot_reports_the_view_and_pending_events(db: &TestDb) {
+        let store = db.store();
+        let store = store.as_ref();
+        let now = t0();
+        let mut new = new_item(TYPE_A, None, now);
+        new.dimensions = vec![DimensionUpdate::new("needs_mr", true)];
+        let id = store.item_insert(new).await.unwrap().id;
+
+        let later = now + Duration::seconds(3);
+        let snapshot = store.item_snapshot(id, later).await.unwrap().unwrap();
+        assert!(!snapshot.has_events);
+        assert_eq!(snapshot.view.item, get(store, id).await);
+        assert_eq!(snapshot.view.now, to_micros(later));
+        assert_eq!(
+            snapshot.view.dimensions,
+            store.dimension_list(id).await.unwrap()
+        );
+        assert!(snapshot.view.dimension("needs_mr", "").is_some());
+
+        add_event(store, id, "push", now).await;
+        let snapshot = store.item_snapshot(id, later).await.unwrap().unwrap();
+        assert!(snapshot.has_events);
+        let view = store.item_view(id, later).await.unwrap().unwrap();
+        assert_eq!(snapshot.view.item, view.item);
+        assert_eq!(snapshot.view.dimensions, view.dimensions);
+
+        assert!(
+            store
+                .item_snapshot(ItemId::new_v7(), later)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    pub async fn park_with_outcome_writes_it_and_parks(db: &TestDb) {
+        let store = db.store();
+        let store = store.as_ref();
+        let now = t0();
+        let mut new = new_item(TYPE_A, None, now);
+        new.dimensions = vec![
+            DimensionUpdate::new("needs_reconcile", true).pending_until(now - Duration::minutes(1)),
+        ];
+        let id = store.item_insert(new).await.unwrap().id;
+        let lease = claim(store, id, now).await;
+        let retry_at = now + Duration::seconds(5);
+        store
+            .item_record_failure(RecordFailure {
+                lease,
+                now,
+                error: "transient".into(),
+                max_attempts: 5,
+                permanent: false,
+                retry_at,
+            })
+            .await
+            .unwrap();
+        let lease = claim(store, id, retry_at).await;
+
+        let later = retry_at + Duration::seconds(1);
+        let park = store
+            .item_park_with(ParkParams {
+                lease,
+                now: later,
+                outcome: Some(OutcomeChanges {
+                    phase: Some(Phase::Completed),
+                    error: Some("done".into()),
+                    dimensions: vec![
+                        DimensionUpdate::new("needs_mr", false)
+                            .detail(serde_json::json!({ "mr": 7 })),
+                    ],
+                }),
+            })
+            .await
+            .unwrap();
+        assert_eq!(park, Park::Parked);
+
+        let item = get(store, id).await;
+        assert_eq!(item.phase, Phase::Completed);
+        assert_eq!(item.error.as_deref(), Some("done"));
+        assert_eq!(item.attempts, 0, "success resets consecutive failures");
+        assert_eq!(item.updated_at, to_micros(later));
+        assert!(!item.actionable, "parked");
+        assert_eq!(item.leased_until, None, "lease released");
+        let dimensions = store.dimension_list(id).await.unwrap();
+        let mr = dimensions
+            .iter()
+            .find(|row| row.dimension == "needs_mr")
+            .expect("outcome dimension written");
+        assert_eq!(mr.detail, serde_json::json!({ "mr": 7 }));
+        assert!(
+            dimensions.iter().all(|row| row.pending_until.is_none()),
+            "expired timers consumed: {dimensions:?}"
+        );
+        assert_lease_lost(store.item_park(lease, later).await, id, "park twice");
+    }
+
+    pub async fn park_with_outcome_while_events_are_pending_keeps_the_lease(db: &TestDb) {
+        let store = db.store();
+        let store = store.as_ref();
+        let now = t0();
+        let id = insert(store, TYPE_A, now).await.id;
+        let lease = claim(store, id, now).await;
+        let event_id = add_event(store, id, "note", now).await;
+
+        let later = now + Duration::seconds(1);
+        let park = store
+            .item_park_with(ParkParams {
+                lease,
+                now: later,
+                outcome: Some(OutcomeChanges {
+                    phase: Some(Phase::Completed),
+                    error: None,
+                    dimensions: vec![DimensionUpdate::new("needs_mr", false)],
+                }),
+            })
+            .await
+            .unwrap();
+        assert_eq!(park, Park::EventsPending);
+
+        let item = get(store, id).await;
+        assert_eq!(item.phase, Phase::Completed, "outcome committed");
+        assert_eq!(item.updated_at, to_micros(later));
+        assert!(item.actionable);
+        assert_eq!(item.leased_until, Some(lease.until), "lease kept");
+        assert_eq!(store.dimension_list(id).await.unwrap().len(), 1);
+        assert_eq!(
+            store.event_next(id).await.unwrap().map(|event| event.id),
+            Some(event_id)
+        );
+
+        store
+            .event_apply(ApplyEvent {
+                lease,
+                event_id,
+                now: later,
+                result: EventResult::ignored(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(store.item_park(lease, later).await.unwrap(), Park::Parked);
+    }
+
+    pub async fn park_with_stale_lease_writes_nothing(db: &TestDb) {
+        let store = db.store();
+        let store = store.as_ref();
+        let now = t0();
+        let item = insert(store, TYPE_A, now).await;
+        let stale = claim(store, item.id, now).await;
+        let later = now + LEASE + Duration::seconds(1);
+        let current = claim(store, item.id, later).await;
+        let before = get(store, item.id).await;
+
+        for with_events in [false, true] {
+            if with_events {
+                add_event(store, item.id, "push", later).await;
+            }
+            let result = store
+                .item_park_with(ParkParams {
+                    lease: stale,
+                    now: later + Duration::seconds(1),
+                    outcome: Some(OutcomeChanges {
+                        phase: Some(Phase::Completed),
+                        error: Some("stale".into()),
+                        dimensions: vec![DimensionUpdate::new("needs_mr", false)],
+                    }),
+                })
+                .await;
+            assert_lease_lost(result, item.id, "park_with outcome");
+            assert_lease_lost(
+                store.item_park(stale, later + Duration::seconds(1)).await,
+                item.id,
+                "park_with without outcome",
+            );
+        }
+        let after = get(store, item.id).await;
+        assert_eq!(after.phase, Phase::Active);
+        assert_eq!(after.error, None);
+        assert_eq!(after.updated_at, before.updated_at);
+        assert_eq!(
+            after.leased_until,
+            Some(current.until),
+            "current lease kept"
+        );
+        assert!(store.dimension_list(item.id).await.unwrap().is_empty());
+    }
+
     pub async fn event_insert_wakes_the_item(db: &TestDb) {
         let store = db.store();
         let store = store.as_ref();
@@ -1698,6 +1890,156 @@ async fn sqlite_memory_database_is_shared_by_the_pool() {
     let other = wq_store::connect("sqlite::memory:", 2).await.unwrap();
     other.migrate().await.unwrap();
     assert!(other.item_get(ids[0]).await.unwrap().is_none());
+}
+
+/// Group commit: many concurrent writers, each claiming and parking its own
+/// items (with reads in between), all succeed; on a file database and on
+/// `sqlite::memory:`, whose single connection serves reads and the batches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_concurrent_writers_share_batches() {
+    let file = TestDb::sqlite().await;
+    let memory: Arc<dyn Store> = wq_store::connect("sqlite::memory:", 4).await.unwrap();
+    memory.migrate().await.unwrap();
+    for store in [file.store(), memory] {
+        let now = t0();
+        let mut tasks = Vec::new();
+        for _ in 0..50 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut ids = Vec::new();
+                for _ in 0..3 {
+                    let id = insert(store.as_ref(), TYPE_A, now).await.id;
+                    let lease = claim(store.as_ref(), id, now).await;
+                    assert!(get(store.as_ref(), id).await.leased_until.is_some());
+                    assert_eq!(store.item_park(lease, now).await.unwrap(), Park::Parked);
+                    ids.push(id);
+                }
+                ids
+            }));
+        }
+        let mut ids = Vec::new();
+        for task in tasks {
+            ids.extend(task.await.unwrap());
+        }
+        assert_eq!(ids.len(), 150);
+        for id in ids {
+            let item = get(store.as_ref(), id).await;
+            assert!(!item.actionable, "parked");
+            assert_eq!(item.leased_until, None);
+        }
+    }
+}
+
+/// Group commit: a write that fails inside a batch (stale lease, missing
+/// item, duplicate key) is rolled back alone; the batch's other writes
+/// commit, and each caller gets its own result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_failing_write_does_not_roll_back_its_batch() {
+    let db = TestDb::sqlite().await;
+    let Backend::Sqlite(sqlite) = &db.backend else {
+        unreachable!()
+    };
+    let store = db.store();
+    let now = t0();
+    let later = now + LEASE + Duration::seconds(1);
+    let mut leases = Vec::new();
+    for _ in 0..10 {
+        let id = insert(store.as_ref(), TYPE_A, now).await.id;
+        leases.push(claim(store.as_ref(), id, now).await);
+    }
+    let contested = insert(store.as_ref(), TYPE_A, now).await.id;
+    let stale = claim(store.as_ref(), contested, now).await;
+    let current = claim(store.as_ref(), contested, later).await;
+    store
+        .item_insert(new_item(TYPE_A, Some("taken"), now))
+        .await
+        .unwrap();
+
+    // Hold the writer connection so the writes below queue up and run as one
+    // batch once it is released.
+    let held = sqlite.begin_write().await.unwrap();
+    let blocker = {
+        let store = store.clone();
+        tokio::spawn(async move { insert(store.as_ref(), TYPE_B, now).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let mut good = Vec::new();
+    let mut bad = Vec::new();
+    for (n, lease) in leases.iter().copied().enumerate() {
+        let writer = store.clone();
+        good.push(tokio::spawn(async move {
+            writer
+                .item_apply_outcome(ApplyOutcome {
+                    lease,
+                    now: later,
+                    phase: Some(Phase::Completed),
+                    error: None,
+                    dimensions: vec![DimensionUpdate::new("needs_mr", false)],
+                })
+                .await
+        }));
+        let store = store.clone();
+        bad.push(tokio::spawn(async move {
+            let result = match n % 3 {
+                0 => store
+                    .item_park_with(ParkParams {
+                        lease: stale,
+                        now: later,
+                        outcome: Some(OutcomeChanges {
+                            phase: Some(Phase::Cancelled),
+                            error: Some("stale".into()),
+                            dimensions: vec![DimensionUpdate::new("stale", true)],
+                        }),
+                    })
+                    .await
+                    .map(|_| ()),
+                1 => store
+                    .event_insert(NewEvent {
+                        item_id: ItemId::new_v7(),
+                        event_type: "push".into(),
+                        body: serde_json::json!({}),
+                        now,
+                    })
+                    .await
+                    .map(|_| ()),
+                _ => store
+                    .item_insert(new_item(TYPE_A, Some("taken"), now))
+                    .await
+                    .map(|_| ()),
+            };
+            (n, result)
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    held.commit().await.unwrap();
+    blocker.await.unwrap();
+
+    for task in good {
+        let item = task.await.unwrap().expect("the good writes commit");
+        assert_eq!(item.phase, Phase::Completed);
+    }
+    for task in bad {
+        match task.await.unwrap() {
+            (n, Err(StoreError::LeaseLost(id))) if n % 3 == 0 => assert_eq!(id, contested),
+            (n, Err(StoreError::NotFound(_))) if n % 3 == 1 => {}
+            (n, Err(StoreError::Duplicate(_))) if n % 3 == 2 => {}
+            other => panic!("unexpected result {other:?}"),
+        }
+    }
+    for lease in &leases {
+        assert_eq!(get(store.as_ref(), lease.id).await.phase, Phase::Completed);
+        assert_eq!(store.dimension_list(lease.id).await.unwrap().len(), 1);
+    }
+    let contested_item = get(store.as_ref(), contested).await;
+    assert_eq!(
+        contested_item.phase,
+        Phase::Active,
+        "the stale write left nothing"
+    );
+    assert_eq!(contested_item.error, None);
+    assert_eq!(contested_item.leased_until, Some(current.until));
+    assert!(store.dimension_list(contested).await.unwrap().is_empty());
+    db.finish().await;
 }
 
 /// A file database survives reopening, and `synchronous=normal` is accepted.

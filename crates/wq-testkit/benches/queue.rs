@@ -6,7 +6,8 @@
 //!
 //! `cargo bench -p wq-testkit --bench queue`; sizes can be lowered with
 //! `WQ_BENCH_ITEMS` (backlog) and `WQ_BENCH_IDLE` (comma-separated idle
-//! counts). PostgreSQL comes from `WQ_TEST_PG_URL` like the tests.
+//! counts), and one backend picked with `WQ_BENCH_BACKENDS=sqlite|postgres`.
+//! PostgreSQL comes from `WQ_TEST_PG_URL` like the tests.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,7 +48,12 @@ async fn main() {
         "machine: {} cores; backlog {backlog} items; idle sizes {sizes:?}",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    for backend in [Backend::Sqlite, Backend::Postgres] {
+    let backends: Vec<Backend> = match std::env::var("WQ_BENCH_BACKENDS").as_deref() {
+        Ok("sqlite") => vec![Backend::Sqlite],
+        Ok("postgres") => vec![Backend::Postgres],
+        _ => vec![Backend::Sqlite, Backend::Postgres],
+    };
+    for backend in backends {
         println!("\n## {backend:?}");
         loop_throughput(backend, backlog).await;
         api_reads(backend).await;
@@ -73,6 +79,8 @@ async fn loop_throughput(backend: Backend, backlog: u64) {
         EngineConfig {
             handled_types: vec![NOOP.to_owned()],
             sweep_interval: Duration::from_secs(3600),
+            workers: env_number("WQ_BENCH_WORKERS", EngineConfig::default().workers as u64)
+                as usize,
             ..EngineConfig::default()
         },
     )
@@ -101,7 +109,7 @@ async fn loop_throughput(backend: Backend, backlog: u64) {
         "loop: {backlog} items in {:.2} s = {:.0} items/s (workers {})",
         elapsed.as_secs_f64(),
         backlog as f64 / elapsed.as_secs_f64(),
-        wq_engine::EngineConfig::default().workers
+        env_number("WQ_BENCH_WORKERS", EngineConfig::default().workers as u64)
     );
 }
 

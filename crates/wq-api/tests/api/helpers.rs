@@ -286,6 +286,13 @@ impl Store for FaultyStore {
     async fn item_view(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<Option<ItemView>> {
         self.inner.item_view(id, now).await
     }
+    async fn item_snapshot(
+        &self,
+        id: ItemId,
+        now: OffsetDateTime,
+    ) -> StoreResult<Option<wq_store::Snapshot>> {
+        self.inner.item_snapshot(id, now).await
+    }
     async fn item_list(&self, params: wq_store::ItemListParams) -> StoreResult<Vec<WorkItem>> {
         if let Some(delay) = self.faults.list_delay {
             tokio::time::sleep(delay).await;
@@ -307,8 +314,8 @@ impl Store for FaultyStore {
     async fn item_record_failure(&self, failure: RecordFailure) -> StoreResult<WorkItem> {
         self.inner.item_record_failure(failure).await
     }
-    async fn item_park(&self, lease: Lease, now: OffsetDateTime) -> StoreResult<Park> {
-        self.inner.item_park(lease, now).await
+    async fn item_park_with(&self, params: wq_store::ParkParams) -> StoreResult<Park> {
+        self.inner.item_park_with(params).await
     }
     async fn item_retry(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<WorkItem> {
         self.inner.item_retry(id, now).await

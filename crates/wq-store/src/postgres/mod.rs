@@ -58,8 +58,8 @@ use wq_core::{
 use crate::common::{self, EmbeddedMigration, EventTarget};
 use crate::{
     ApplyEvent, ApplyOutcome, BackendKind, ClaimParams, EventApplied, ItemListParams, Lease,
-    NewEvent, NewItem, Park, PhaseCount, RecordFailure, Store, StoreError, StoreResult,
-    SweepParams, to_micros,
+    NewEvent, NewItem, Park, ParkParams, PhaseCount, RecordFailure, Snapshot, Store, StoreError,
+    StoreResult, SweepParams, to_micros,
 };
 
 /// Loads one statement from `queries/`.
@@ -72,11 +72,18 @@ macro_rules! sql {
 /// The generic queue's migrations for PostgreSQL. Ignores versions it does
 /// not know (an item type's own migrations).
 pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
-    common::migrator(&[EmbeddedMigration {
-        version: 1,
-        description: "generic_queue",
-        sql: include_str!("../../migrations/postgres/0001_generic_queue.sql"),
-    }])
+    common::migrator(&[
+        EmbeddedMigration {
+            version: 1,
+            description: "generic_queue",
+            sql: include_str!("../../migrations/postgres/0001_generic_queue.sql"),
+        },
+        EmbeddedMigration {
+            version: 2,
+            description: "loop_functions",
+            sql: include_str!("../../migrations/postgres/0002_loop_functions.sql"),
+        },
+    ])
 });
 
 /// The PostgreSQL store. Cloning shares the pool.
@@ -135,6 +142,40 @@ fn dimension_from_row(row: &PgRow) -> StoreResult<Dimension> {
         pending_until: row.try_get("pending_until")?,
         updated_at: row.try_get("updated_at")?,
     })
+}
+
+/// A dimension row as `items/snapshot.sql` renders it.
+#[derive(serde::Deserialize)]
+struct SnapshotDimension {
+    dimension: String,
+    variant: String,
+    status: String,
+    detail: serde_json::Value,
+    pending_until: Option<i64>,
+    updated_at: i64,
+}
+
+impl SnapshotDimension {
+    fn into_dimension(self) -> StoreResult<Dimension> {
+        let time = |micros: i64| {
+            OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1_000)
+                .map_err(|error| StoreError::Corrupt(format!("timestamp {micros}: {error}")))
+        };
+        Ok(Dimension {
+            dimension: self.dimension,
+            variant: self.variant,
+            status: DimensionStatus::from_stored(&self.status),
+            detail: self.detail,
+            pending_until: self.pending_until.map(time).transpose()?,
+            updated_at: time(self.updated_at)?,
+        })
+    }
+}
+
+/// RFC 3339 text that PostgreSQL parses back to the same microsecond.
+fn rfc3339(at: OffsetDateTime) -> String {
+    at.format(&time::format_description::well_known::Rfc3339)
+        .expect("a UTC timestamp formats as RFC 3339")
 }
 
 fn event_from_row(row: &PgRow) -> StoreResult<PendingEvent> {
@@ -278,6 +319,35 @@ impl Store for PgStore {
         }))
     }
 
+    async fn item_snapshot(
+        &self,
+        id: ItemId,
+        now: OffsetDateTime,
+    ) -> StoreResult<Option<Snapshot>> {
+        let Some(row) = sqlx::query(sql!("items/snapshot.sql"))
+            .bind(id.0)
+            .fetch_optional(&self.pool)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let item = item_from_row(&row)?;
+        let has_events: bool = row.try_get("has_events")?;
+        let Json(rows) = row.try_get::<Json<Vec<SnapshotDimension>>, _>("dimensions")?;
+        let dimensions = rows
+            .into_iter()
+            .map(SnapshotDimension::into_dimension)
+            .collect::<StoreResult<_>>()?;
+        Ok(Some(Snapshot {
+            view: ItemView {
+                item,
+                dimensions,
+                now: to_micros(now),
+            },
+            has_events,
+        }))
+    }
+
     async fn item_list(&self, params: ItemListParams) -> StoreResult<Vec<WorkItem>> {
         let rows = sqlx::query(sql!("items/list.sql"))
             .bind(params.phase.map(Phase::as_str))
@@ -374,33 +444,47 @@ impl Store for PgStore {
         item_from_row(&row)
     }
 
-    async fn item_park(&self, lease: Lease, now: OffsetDateTime) -> StoreResult<Park> {
-        let mut tx = self.pool.begin().await?;
-        // DDR-34: event_insert holds the same lock while it inserts and sets
-        // actionable. Under READ COMMITTED the check below runs after the
-        // lock is granted, so it sees any event committed before.
-        lock_item(&mut tx, lease.id).await?;
-        let pending: bool = sqlx::query_scalar(sql!("events/exists.sql"))
-            .bind(lease.id.0)
-            .fetch_one(&mut *tx)
-            .await?;
-        if pending {
-            tx.rollback().await?;
-            return Ok(Park::EventsPending);
-        }
-        let result = sqlx::query(sql!("items/park.sql"))
+    async fn item_park_with(&self, params: ParkParams) -> StoreResult<Park> {
+        let ParkParams {
+            lease,
+            now,
+            outcome,
+        } = params;
+        let write_outcome = outcome.is_some();
+        let outcome = outcome.unwrap_or_default();
+        let dimensions: Vec<serde_json::Value> = outcome
+            .dimensions
+            .iter()
+            .map(|update| {
+                let mut row = serde_json::json!({
+                    "dimension": update.dimension,
+                    "variant": update.variant,
+                    "status": update.status.as_str(),
+                    "pending_until": update.pending_until.map(|at| rfc3339(to_micros(at))),
+                });
+                if let Some(detail) = &update.detail {
+                    row["detail"] = detail.clone();
+                }
+                row
+            })
+            .collect();
+        let answer: String = sqlx::query_scalar(sql!("items/park_with.sql"))
             .bind(lease.id.0)
             .bind(to_micros(lease.until))
-            .execute(&mut *tx)
-            .await?;
-        lease_lost_unless_one_row(result.rows_affected(), lease.id)?;
-        sqlx::query(sql!("dimensions/clear_consumed_timers.sql"))
-            .bind(lease.id.0)
             .bind(to_micros(now))
-            .execute(&mut *tx)
+            .bind(lease.id.lock_key())
+            .bind(write_outcome)
+            .bind(outcome.phase.map(Phase::as_str))
+            .bind(outcome.error.as_deref())
+            .bind(Json(serde_json::Value::Array(dimensions)))
+            .fetch_one(&self.pool)
             .await?;
-        tx.commit().await?;
-        Ok(Park::Parked)
+        match answer.as_str() {
+            "parked" => Ok(Park::Parked),
+            "events_pending" => Ok(Park::EventsPending),
+            "lease_lost" => Err(StoreError::LeaseLost(lease.id)),
+            other => Err(StoreError::Corrupt(format!("wq_park answered {other:?}"))),
+        }
     }
 
     async fn item_retry(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<WorkItem> {

@@ -20,12 +20,22 @@
 //!
 //! # Writes
 //!
-//! SQLite has one writer. Every multi-statement write starts with
-//! `BEGIN IMMEDIATE` ([`SqliteStore::begin_write`]), taking the write lock
-//! first, so two transactions never both read and then deadlock trying to
-//! upgrade (`SQLITE_BUSY`). Single-statement writes take the lock by
-//! themselves. The loop's exit ([`Store::item_park`]) and
-//! [`Store::event_insert`] are serialised by that lock (DDR-34).
+//! SQLite has one writer, and under `synchronous = FULL` every commit costs
+//! an fsync. So every `Store` write goes through group commit (`batch`): a
+//! task on the single writer connection collects the writes queued by
+//! concurrent callers, runs them in one `BEGIN IMMEDIATE` transaction, each
+//! in its own savepoint (a failing write is rolled back alone), and commits
+//! once. **A caller gets its result only after that commit succeeded**; if
+//! the commit fails, every write of the batch gets the error. `BEGIN
+//! IMMEDIATE` takes the write lock first, so two transactions never both
+//! read and then deadlock trying to upgrade (`SQLITE_BUSY`). The loop's exit
+//! ([`Store::item_park_with`]) and [`Store::event_insert`] are serialised by
+//! that lock (DDR-34); inside a batch each write sees the batch's earlier
+//! writes, as one writer's consecutive transactions would.
+//!
+//! An item type's own transactions ([`SqliteStore::begin_write`]) bypass
+//! group commit; they share the writer connection with it, so they
+//! serialise with the batches.
 //!
 //! # Extending from an item type
 //!
@@ -70,12 +80,15 @@ use wq_core::{
     Dimension, DimensionStatus, DimensionUpdate, ItemId, ItemView, PendingEvent, Phase, WorkItem,
 };
 
+use self::batch::{Batcher, BoxFuture};
 use crate::common::{self, EmbeddedMigration, EventTarget};
 use crate::{
     ApplyEvent, ApplyOutcome, BackendKind, ClaimParams, EventApplied, ItemListParams, Lease,
-    NewEvent, NewItem, Park, PhaseCount, RecordFailure, Store, StoreError, StoreResult,
-    SweepParams,
+    NewEvent, NewItem, Park, ParkParams, PhaseCount, RecordFailure, Snapshot, Store, StoreError,
+    StoreResult, SweepParams,
 };
+
+mod batch;
 
 /// Loads one statement from `queries/`.
 macro_rules! sql {
@@ -87,11 +100,18 @@ macro_rules! sql {
 /// The generic queue's migrations for SQLite. Ignores versions it does not
 /// know (an item type's own migrations).
 pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
-    common::migrator(&[EmbeddedMigration {
-        version: 1,
-        description: "generic_queue",
-        sql: include_str!("../../migrations/sqlite/0001_generic_queue.sql"),
-    }])
+    common::migrator(&[
+        EmbeddedMigration {
+            version: 1,
+            description: "generic_queue",
+            sql: include_str!("../../migrations/sqlite/0001_generic_queue.sql"),
+        },
+        EmbeddedMigration {
+            version: 2,
+            description: "loop_functions",
+            sql: include_str!("../../migrations/sqlite/0002_loop_functions.sql"),
+        },
+    ])
 });
 
 /// How long a connection waits for the write lock before `SQLITE_BUSY`.
@@ -127,7 +147,16 @@ impl FromStr for Synchronous {
 /// The SQLite store. Cloning shares the pool.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
+    /// Readers (WAL lets them run beside the writer).
     pool: SqlitePool,
+    /// The one writer connection. SQLite has one writer per database; queuing
+    /// writers here, in the pool's async queue, instead of in SQLite's busy
+    /// handler (which sleeps in steps of milliseconds) is what makes
+    /// concurrent workers fast. Other processes on the same file still wait
+    /// through the busy timeout.
+    writer: SqlitePool,
+    /// The group-commit task that runs every `Store` write on `writer`.
+    batcher: Batcher,
 }
 
 impl SqliteStore {
@@ -157,34 +186,74 @@ impl SqliteStore {
                 Synchronous::Full => SqliteSynchronous::Full,
                 Synchronous::Normal => SqliteSynchronous::Normal,
             });
-        let pool = if in_memory {
+        if in_memory {
             // The named in-memory database lives as long as one connection
-            // to it: keep exactly one, forever.
-            SqlitePoolOptions::new()
+            // to it: keep exactly one, forever, for reads and writes.
+            let pool = SqlitePoolOptions::new()
                 .max_connections(1)
                 .min_connections(1)
                 .idle_timeout(None)
                 .max_lifetime(None)
                 .connect_with(options)
-                .await?
-        } else {
-            SqlitePoolOptions::new()
-                .max_connections(max_connections.max(1))
-                .connect_with(options.journal_mode(SqliteJournalMode::Wal))
-                .await?
-        };
-        Ok(Self { pool })
+                .await?;
+            return Ok(Self {
+                batcher: Batcher::spawn(pool.clone()),
+                writer: pool.clone(),
+                pool,
+            });
+        }
+        let options = options.journal_mode(SqliteJournalMode::Wal);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .connect_with(options)
+            .await?;
+        Ok(Self {
+            batcher: Batcher::spawn(writer.clone()),
+            pool,
+            writer,
+        })
     }
 
-    /// The pool, for an item type's own tables and statements.
+    /// The reader pool, for an item type's own queries.
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
 
+    /// The single-connection writer pool, for an item type's own writes and
+    /// migrations (prefer [`SqliteStore::begin_write`] for transactions).
+    /// Like [`SqliteStore::begin_write`], it bypasses group commit.
+    pub fn writer(&self) -> &SqlitePool {
+        &self.writer
+    }
+
     /// A write transaction that holds the write lock from its first
-    /// statement (`BEGIN IMMEDIATE`).
+    /// statement (`BEGIN IMMEDIATE`), for an item type's own transactions.
+    ///
+    /// It bypasses group commit (see "Writes" in the module docs) and holds
+    /// the one writer connection until it ends, so `Store` writes wait for
+    /// it and it waits for the running batch. Do not call this store's
+    /// `Store` write methods while holding it: they need that connection
+    /// and would wait forever.
     pub async fn begin_write(&self) -> StoreResult<Transaction<'static, Sqlite>> {
-        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+        Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    /// Runs `statements` through group commit: inside the next batch's
+    /// `BEGIN IMMEDIATE` transaction, in its own savepoint (rolled back if
+    /// it returns an error). The result comes back only after the batch has
+    /// committed.
+    async fn write<T, F>(&self, statements: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, StoreResult<T>>
+            + Send
+            + 'static,
+    {
+        self.batcher.write(statements).await
     }
 }
 
@@ -343,6 +412,147 @@ async fn has_pending_events(conn: &mut SqliteConnection, id: ItemId) -> StoreRes
         .await?)
 }
 
+/// The item and its dimensions, on the caller's (read) transaction.
+async fn read_view(
+    conn: &mut SqliteConnection,
+    id: ItemId,
+    now: OffsetDateTime,
+) -> StoreResult<Option<ItemView>> {
+    let Some(row) = sqlx::query(sql!("items/get.sql"))
+        .bind(id_text(id))
+        .fetch_optional(&mut *conn)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let item = item_from_row(&row)?;
+    let rows = sqlx::query(sql!("dimensions/list.sql"))
+        .bind(id_text(id))
+        .fetch_all(&mut *conn)
+        .await?;
+    let dimensions = rows
+        .iter()
+        .map(dimension_from_row)
+        .collect::<StoreResult<_>>()?;
+    Ok(Some(ItemView {
+        item,
+        dimensions,
+        now: crate::to_micros(now),
+    }))
+}
+
+/// A successful executor's changes under the lease: attempts 0, error,
+/// phase if given, dimension upserts, `updated_at`. Runs inside the caller's
+/// write transaction.
+async fn apply_outcome(
+    conn: &mut SqliteConnection,
+    lease: Lease,
+    now: OffsetDateTime,
+    phase: Option<Phase>,
+    error: Option<&str>,
+    dimensions: &[DimensionUpdate],
+) -> StoreResult<WorkItem> {
+    let row = sqlx::query(sql!("items/apply_outcome.sql"))
+        .bind(id_text(lease.id))
+        .bind(micros(lease.until))
+        .bind(phase.map(Phase::as_str))
+        .bind(error)
+        .bind(micros(now))
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or(StoreError::LeaseLost(lease.id))?;
+    let item = item_from_row(&row)?;
+    for update in dimensions {
+        upsert_dimension(&mut *conn, lease.id, update, now).await?;
+    }
+    Ok(item)
+}
+
+/// The loop's exit inside the caller's write transaction (`BEGIN
+/// IMMEDIATE`, so no event can commit between the check and the update,
+/// DDR-34): lease check, the outcome if any, then park unless events wait.
+/// With events pending the outcome stays written and the lease held.
+async fn park_with(conn: &mut SqliteConnection, params: &ParkParams) -> StoreResult<Park> {
+    let lease = params.lease;
+    match &params.outcome {
+        Some(outcome) => {
+            apply_outcome(
+                &mut *conn,
+                lease,
+                params.now,
+                outcome.phase,
+                outcome.error.as_deref(),
+                &outcome.dimensions,
+            )
+            .await?;
+        }
+        None => {
+            sqlx::query(sql!("items/lease_state.sql"))
+                .bind(id_text(lease.id))
+                .bind(micros(lease.until))
+                .fetch_optional(&mut *conn)
+                .await?
+                .ok_or(StoreError::LeaseLost(lease.id))?;
+        }
+    }
+    if has_pending_events(&mut *conn, lease.id).await? {
+        return Ok(Park::EventsPending);
+    }
+    let result = sqlx::query(sql!("items/park.sql"))
+        .bind(id_text(lease.id))
+        .bind(micros(lease.until))
+        .execute(&mut *conn)
+        .await?;
+    lease_lost_unless_one_row(result.rows_affected(), lease.id)?;
+    sqlx::query(sql!("dimensions/clear_consumed_timers.sql"))
+        .bind(id_text(lease.id))
+        .bind(micros(params.now))
+        .execute(&mut *conn)
+        .await?;
+    Ok(Park::Parked)
+}
+
+/// Applies a handled event and deletes it, inside the caller's write
+/// transaction.
+async fn apply_event(conn: &mut SqliteConnection, apply: &ApplyEvent) -> StoreResult<EventApplied> {
+    let id = apply.lease.id;
+    let row = sqlx::query(sql!("items/lease_state.sql"))
+        .bind(id_text(id))
+        .bind(micros(apply.lease.until))
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or(StoreError::LeaseLost(id))?;
+    let target = EventTarget {
+        phase: common::parse_phase(row.try_get("phase")?)?,
+        error: row.try_get("error")?,
+        last_event_at: optional_micros(row.try_get("last_event_at")?)?,
+    };
+    let outcome = if target.phase == Phase::Active {
+        for update in &apply.result.dimensions {
+            upsert_dimension(&mut *conn, id, update, apply.now).await?;
+        }
+        let write = common::decide_event(&target, &apply.result, crate::to_micros(apply.now));
+        sqlx::query(sql!("items/update_from_event.sql"))
+            .bind(id_text(id))
+            .bind(write.phase.as_str())
+            .bind(write.error.as_deref())
+            .bind(micros(write.last_event_at))
+            .bind(micros(apply.now))
+            .execute(&mut *conn)
+            .await?;
+        write.applied
+    } else {
+        // DDR-37: only active items accept events; discard it.
+        EventApplied::ItemNotActive
+    };
+    sqlx::query(sql!("events/delete.sql"))
+        .bind(apply.event_id)
+        .bind(id_text(id))
+        .execute(&mut *conn)
+        .await?;
+    Ok(outcome)
+}
+
 fn lease_lost_unless_one_row(rows_affected: u64, id: ItemId) -> StoreResult<()> {
     if rows_affected == 1 {
         Ok(())
@@ -358,7 +568,7 @@ impl Store for SqliteStore {
     }
 
     async fn migrate(&self) -> StoreResult<()> {
-        MIGRATOR.run(&self.pool).await?;
+        MIGRATOR.run(&self.writer).await?;
         Ok(())
     }
 
@@ -370,10 +580,8 @@ impl Store for SqliteStore {
     }
 
     async fn item_insert(&self, item: NewItem) -> StoreResult<WorkItem> {
-        let mut tx = self.begin_write().await?;
-        let work_item = insert_item(&mut tx, &item).await?;
-        tx.commit().await?;
-        Ok(work_item)
+        self.write(move |conn| Box::pin(async move { insert_item(conn, &item).await }))
+            .await
     }
 
     async fn item_get(&self, id: ItemId) -> StoreResult<Option<WorkItem>> {
@@ -387,28 +595,24 @@ impl Store for SqliteStore {
     async fn item_view(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<Option<ItemView>> {
         // A read transaction: the item and its dimensions from one snapshot.
         let mut tx = self.pool.begin().await?;
-        let Some(row) = sqlx::query(sql!("items/get.sql"))
-            .bind(id_text(id))
-            .fetch_optional(&mut *tx)
-            .await?
-        else {
+        let view = read_view(&mut tx, id, now).await?;
+        tx.commit().await?;
+        Ok(view)
+    }
+
+    async fn item_snapshot(
+        &self,
+        id: ItemId,
+        now: OffsetDateTime,
+    ) -> StoreResult<Option<Snapshot>> {
+        // One read transaction: view and pending events from one snapshot.
+        let mut tx = self.pool.begin().await?;
+        let Some(view) = read_view(&mut tx, id, now).await? else {
             return Ok(None);
         };
-        let item = item_from_row(&row)?;
-        let rows = sqlx::query(sql!("dimensions/list.sql"))
-            .bind(id_text(id))
-            .fetch_all(&mut *tx)
-            .await?;
+        let has_events = has_pending_events(&mut tx, id).await?;
         tx.commit().await?;
-        let dimensions = rows
-            .iter()
-            .map(dimension_from_row)
-            .collect::<StoreResult<_>>()?;
-        Ok(Some(ItemView {
-            item,
-            dimensions,
-            now: crate::to_micros(now),
-        }))
+        Ok(Some(Snapshot { view, has_events }))
     }
 
     async fn item_list(&self, params: ItemListParams) -> StoreResult<Vec<WorkItem>> {
@@ -427,32 +631,42 @@ impl Store for SqliteStore {
             return Ok(None);
         }
         let handled_types = serde_json::Value::from(params.handled_types.clone()).to_string();
-        let row = sqlx::query(sql!("items/claim.sql"))
-            .bind(id_text(params.id))
-            .bind(micros(params.now))
-            .bind(micros(params.lease_until))
-            .bind(handled_types)
-            .fetch_optional(&self.pool)
+        let item = self
+            .write(move |conn| {
+                Box::pin(async move {
+                    let row = sqlx::query(sql!("items/claim.sql"))
+                        .bind(id_text(params.id))
+                        .bind(micros(params.now))
+                        .bind(micros(params.lease_until))
+                        .bind(handled_types)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                    row.as_ref().map(item_from_row).transpose()
+                })
+            })
             .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let item = item_from_row(&row)?;
-        let lease = Lease {
-            id: item.id,
-            until: crate::to_micros(params.lease_until),
-        };
-        Ok(Some((item, lease)))
+        Ok(item.map(|item| {
+            let lease = Lease {
+                id: item.id,
+                until: crate::to_micros(params.lease_until),
+            };
+            (item, lease)
+        }))
     }
 
     async fn item_heartbeat(&self, lease: Lease, until: OffsetDateTime) -> StoreResult<Lease> {
-        let result = sqlx::query(sql!("items/heartbeat.sql"))
-            .bind(id_text(lease.id))
-            .bind(micros(lease.until))
-            .bind(micros(until))
-            .execute(&self.pool)
-            .await?;
-        lease_lost_unless_one_row(result.rows_affected(), lease.id)?;
+        self.write(move |conn| {
+            Box::pin(async move {
+                let result = sqlx::query(sql!("items/heartbeat.sql"))
+                    .bind(id_text(lease.id))
+                    .bind(micros(lease.until))
+                    .bind(micros(until))
+                    .execute(&mut *conn)
+                    .await?;
+                lease_lost_unless_one_row(result.rows_affected(), lease.id)
+            })
+        })
+        .await?;
         Ok(Lease {
             id: lease.id,
             until: crate::to_micros(until),
@@ -460,114 +674,112 @@ impl Store for SqliteStore {
     }
 
     async fn item_release(&self, lease: Lease, until: Option<OffsetDateTime>) -> StoreResult<()> {
-        let result = sqlx::query(sql!("items/release.sql"))
-            .bind(id_text(lease.id))
-            .bind(micros(lease.until))
-            .bind(until.map(micros))
-            .execute(&self.pool)
-            .await?;
-        lease_lost_unless_one_row(result.rows_affected(), lease.id)
+        self.write(move |conn| {
+            Box::pin(async move {
+                let result = sqlx::query(sql!("items/release.sql"))
+                    .bind(id_text(lease.id))
+                    .bind(micros(lease.until))
+                    .bind(until.map(micros))
+                    .execute(&mut *conn)
+                    .await?;
+                lease_lost_unless_one_row(result.rows_affected(), lease.id)
+            })
+        })
+        .await
     }
 
     async fn item_apply_outcome(&self, outcome: ApplyOutcome) -> StoreResult<WorkItem> {
-        let id = outcome.lease.id;
-        let mut tx = self.begin_write().await?;
-        let row = sqlx::query(sql!("items/apply_outcome.sql"))
-            .bind(id_text(id))
-            .bind(micros(outcome.lease.until))
-            .bind(outcome.phase.map(Phase::as_str))
-            .bind(outcome.error.as_deref())
-            .bind(micros(outcome.now))
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or(StoreError::LeaseLost(id))?;
-        let item = item_from_row(&row)?;
-        for update in &outcome.dimensions {
-            upsert_dimension(&mut tx, id, update, outcome.now).await?;
-        }
-        tx.commit().await?;
-        Ok(item)
+        self.write(move |conn| {
+            Box::pin(async move {
+                apply_outcome(
+                    conn,
+                    outcome.lease,
+                    outcome.now,
+                    outcome.phase,
+                    outcome.error.as_deref(),
+                    &outcome.dimensions,
+                )
+                .await
+            })
+        })
+        .await
     }
 
     async fn item_record_failure(&self, failure: RecordFailure) -> StoreResult<WorkItem> {
-        let id = failure.lease.id;
-        let row = sqlx::query(sql!("items/record_failure.sql"))
-            .bind(id_text(id))
-            .bind(micros(failure.lease.until))
-            .bind(&failure.error)
-            .bind(micros(failure.now))
-            .bind(failure.permanent)
-            .bind(failure.max_attempts)
-            .bind(micros(failure.retry_at))
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or(StoreError::LeaseLost(id))?;
-        item_from_row(&row)
+        self.write(move |conn| {
+            Box::pin(async move {
+                let id = failure.lease.id;
+                let row = sqlx::query(sql!("items/record_failure.sql"))
+                    .bind(id_text(id))
+                    .bind(micros(failure.lease.until))
+                    .bind(&failure.error)
+                    .bind(micros(failure.now))
+                    .bind(failure.permanent)
+                    .bind(failure.max_attempts)
+                    .bind(micros(failure.retry_at))
+                    .fetch_optional(&mut *conn)
+                    .await?
+                    .ok_or(StoreError::LeaseLost(id))?;
+                item_from_row(&row)
+            })
+        })
+        .await
     }
 
-    async fn item_park(&self, lease: Lease, now: OffsetDateTime) -> StoreResult<Park> {
-        // BEGIN IMMEDIATE: event_insert cannot commit between the check and
-        // the update (DDR-34).
-        let mut tx = self.begin_write().await?;
-        if has_pending_events(&mut tx, lease.id).await? {
-            tx.rollback().await?;
-            return Ok(Park::EventsPending);
-        }
-        let result = sqlx::query(sql!("items/park.sql"))
-            .bind(id_text(lease.id))
-            .bind(micros(lease.until))
-            .execute(&mut *tx)
-            .await?;
-        lease_lost_unless_one_row(result.rows_affected(), lease.id)?;
-        sqlx::query(sql!("dimensions/clear_consumed_timers.sql"))
-            .bind(id_text(lease.id))
-            .bind(micros(now))
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(Park::Parked)
+    async fn item_park_with(&self, params: ParkParams) -> StoreResult<Park> {
+        // Inside the batch's BEGIN IMMEDIATE: event_insert cannot commit
+        // between the check and the update (DDR-34).
+        self.write(move |conn| Box::pin(async move { park_with(conn, &params).await }))
+            .await
     }
 
     async fn item_retry(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<WorkItem> {
-        let mut tx = self.begin_write().await?;
-        let row = sqlx::query(sql!("items/retry.sql"))
-            .bind(id_text(id))
-            .bind(micros(now))
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(|error| {
-                common::duplicate_or_database(error, || {
-                    format!(
-                        "work item {id} cannot be retried: a newer item holds its idempotency key"
-                    )
-                })
-            })?;
-        if let Some(row) = row {
-            let item = item_from_row(&row)?;
-            tx.commit().await?;
-            return Ok(item);
-        }
-        let phase: Option<String> = sqlx::query_scalar(sql!("items/phase.sql"))
-            .bind(id_text(id))
-            .fetch_optional(&mut *tx)
-            .await?;
-        tx.rollback().await?;
-        match phase {
-            None => Err(StoreError::NotFound(id)),
-            Some(phase) => Err(common::retry_conflict(common::parse_phase(&phase)?)),
-        }
+        self.write(move |conn| {
+            Box::pin(async move {
+                let row = sqlx::query(sql!("items/retry.sql"))
+                    .bind(id_text(id))
+                    .bind(micros(now))
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(|error| {
+                        common::duplicate_or_database(error, || {
+                            format!(
+                                "work item {id} cannot be retried: a newer item holds its \
+                                 idempotency key"
+                            )
+                        })
+                    })?;
+                if let Some(row) = row {
+                    return item_from_row(&row);
+                }
+                let phase: Option<String> = sqlx::query_scalar(sql!("items/phase.sql"))
+                    .bind(id_text(id))
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                match phase {
+                    None => Err(StoreError::NotFound(id)),
+                    Some(phase) => Err(common::retry_conflict(common::parse_phase(&phase)?)),
+                }
+            })
+        })
+        .await
     }
 
     async fn item_mark_actionable(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()> {
-        let result = sqlx::query(sql!("items/mark_actionable.sql"))
-            .bind(id_text(id))
-            .bind(micros(now))
-            .execute(&self.pool)
-            .await?;
-        if result.rows_affected() == 0 {
-            return Err(StoreError::NotFound(id));
-        }
-        Ok(())
+        self.write(move |conn| {
+            Box::pin(async move {
+                let result = sqlx::query(sql!("items/mark_actionable.sql"))
+                    .bind(id_text(id))
+                    .bind(micros(now))
+                    .execute(&mut *conn)
+                    .await?;
+                if result.rows_affected() == 0 {
+                    return Err(StoreError::NotFound(id));
+                }
+                Ok(())
+            })
+        })
+        .await
     }
 
     async fn item_count_by_phase(&self) -> StoreResult<Vec<PhaseCount>> {
@@ -599,32 +811,34 @@ impl Store for SqliteStore {
         update: DimensionUpdate,
         now: OffsetDateTime,
     ) -> StoreResult<()> {
-        // A single statement: it takes the write lock by itself.
-        let mut conn = self.pool.acquire().await?;
-        upsert_dimension(&mut conn, id, &update, now).await
+        self.write(move |conn| {
+            Box::pin(async move { upsert_dimension(conn, id, &update, now).await })
+        })
+        .await
     }
 
     async fn event_insert(&self, event: NewEvent) -> StoreResult<i64> {
-        // The write lock serialises this with item_park (DDR-34); the wake-up
-        // and the event commit together (DDR-49).
-        let mut tx = self.begin_write().await?;
-        let woken = sqlx::query(sql!("items/wake_for_event.sql"))
-            .bind(id_text(event.item_id))
-            .execute(&mut *tx)
-            .await?;
-        if woken.rows_affected() == 0 {
-            tx.rollback().await?;
-            return Err(StoreError::NotFound(event.item_id));
-        }
-        let event_id: i64 = sqlx::query_scalar(sql!("events/insert.sql"))
-            .bind(id_text(event.item_id))
-            .bind(&event.event_type)
-            .bind(json_text(&event.body))
-            .bind(micros(event.now))
-            .fetch_one(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(event_id)
+        // The write lock serialises this with item_park_with (DDR-34); the
+        // wake-up and the event commit together (DDR-49).
+        self.write(move |conn| {
+            Box::pin(async move {
+                let woken = sqlx::query(sql!("items/wake_for_event.sql"))
+                    .bind(id_text(event.item_id))
+                    .execute(&mut *conn)
+                    .await?;
+                if woken.rows_affected() == 0 {
+                    return Err(StoreError::NotFound(event.item_id));
+                }
+                Ok(sqlx::query_scalar(sql!("events/insert.sql"))
+                    .bind(id_text(event.item_id))
+                    .bind(&event.event_type)
+                    .bind(json_text(&event.body))
+                    .bind(micros(event.now))
+                    .fetch_one(&mut *conn)
+                    .await?)
+            })
+        })
+        .await
     }
 
     async fn event_next(&self, id: ItemId) -> StoreResult<Option<PendingEvent>> {
@@ -636,44 +850,8 @@ impl Store for SqliteStore {
     }
 
     async fn event_apply(&self, apply: ApplyEvent) -> StoreResult<EventApplied> {
-        let id = apply.lease.id;
-        let mut tx = self.begin_write().await?;
-        let row = sqlx::query(sql!("items/lease_state.sql"))
-            .bind(id_text(id))
-            .bind(micros(apply.lease.until))
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or(StoreError::LeaseLost(id))?;
-        let target = EventTarget {
-            phase: common::parse_phase(row.try_get("phase")?)?,
-            error: row.try_get("error")?,
-            last_event_at: optional_micros(row.try_get("last_event_at")?)?,
-        };
-        let outcome = if target.phase == Phase::Active {
-            for update in &apply.result.dimensions {
-                upsert_dimension(&mut tx, id, update, apply.now).await?;
-            }
-            let write = common::decide_event(&target, &apply.result, crate::to_micros(apply.now));
-            sqlx::query(sql!("items/update_from_event.sql"))
-                .bind(id_text(id))
-                .bind(write.phase.as_str())
-                .bind(write.error.as_deref())
-                .bind(micros(write.last_event_at))
-                .bind(micros(apply.now))
-                .execute(&mut *tx)
-                .await?;
-            write.applied
-        } else {
-            // DDR-37: only active items accept events; discard it.
-            EventApplied::ItemNotActive
-        };
-        sqlx::query(sql!("events/delete.sql"))
-            .bind(apply.event_id)
-            .bind(id_text(id))
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(outcome)
+        self.write(move |conn| Box::pin(async move { apply_event(conn, &apply).await }))
+            .await
     }
 
     async fn sweep_candidates(&self, params: SweepParams) -> StoreResult<Vec<ItemId>> {
