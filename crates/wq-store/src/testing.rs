@@ -54,13 +54,47 @@ fn database_of(url: &str) -> Option<&str> {
     Some(&base[authority_start + slash + 1..])
 }
 
-/// Creates an empty database `wq_test_<uuid>` through the admin URL in
-/// `WQ_TEST_PG_URL` (default [`DEFAULT_TEST_PG_URL`]) and returns its URL.
-/// Panics if PostgreSQL is unreachable.
+/// Test databases older than this are dropped by the next test run (tests
+/// that fail keep theirs for inspection until then).
+const STALE_TEST_DATABASE_SECS: i64 = 6 * 3600;
+
+/// Creates an empty database `wq_test_<unix seconds>_<uuid>` through the
+/// admin URL in `WQ_TEST_PG_URL` (default [`DEFAULT_TEST_PG_URL`]) and returns
+/// its URL. The first call in a process drops test databases older than six
+/// hours, so repeated runs on one server do not pile them up. Panics if
+/// PostgreSQL is unreachable.
 pub async fn fresh_postgres_url() -> String {
+    static JANITOR: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     let admin_url = admin_url();
-    let database = format!("{TEST_DATABASE_PREFIX}{}", Uuid::new_v4().simple());
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let database = format!("{TEST_DATABASE_PREFIX}{now}_{}", Uuid::new_v4().simple());
     let mut admin = admin_connection(&admin_url).await;
+    JANITOR
+        .get_or_init(|| async {
+            let names: Vec<String> = sqlx::query_scalar(
+                "SELECT datname FROM pg_database WHERE datname LIKE 'wq\\_test\\_%'",
+            )
+            .fetch_all(&mut admin)
+            .await
+            .unwrap_or_default();
+            for name in names {
+                let created = name[TEST_DATABASE_PREFIX.len()..]
+                    .split('_')
+                    .next()
+                    .and_then(|secs| secs.parse::<i64>().ok());
+                // Names without a time are from older runs: stale too.
+                if created.is_none_or(|created| now - created > STALE_TEST_DATABASE_SECS)
+                    && is_test_database_name(&name)
+                {
+                    let _ = sqlx::query(AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                    )))
+                    .execute(&mut admin)
+                    .await;
+                }
+            }
+        })
+        .await;
     sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {database}")))
         .execute(&mut admin)
         .await
@@ -74,10 +108,7 @@ pub async fn fresh_postgres_url() -> String {
 pub async fn drop_postgres_database(url: &str) {
     let database = database_of(url).unwrap_or_default();
     assert!(
-        database.starts_with(TEST_DATABASE_PREFIX)
-            && database[TEST_DATABASE_PREFIX.len()..]
-                .bytes()
-                .all(|byte| byte.is_ascii_hexdigit()),
+        is_test_database_name(database),
         "refusing to drop {database:?}: not a database made by fresh_postgres_url"
     );
     let admin_url = admin_url();
@@ -89,6 +120,17 @@ pub async fn drop_postgres_database(url: &str) {
     .await
     .unwrap_or_else(|error| panic!("cannot drop test database {database}: {error}"));
     admin.close().await.ok();
+}
+
+/// `wq_test_` followed by hex digits, digits and underscores only: a name
+/// [`fresh_postgres_url`] makes, safe to splice into DDL.
+fn is_test_database_name(name: &str) -> bool {
+    name.strip_prefix(TEST_DATABASE_PREFIX).is_some_and(|rest| {
+        !rest.is_empty()
+            && rest
+                .bytes()
+                .all(|byte| byte.is_ascii_hexdigit() || byte == b'_')
+    })
 }
 
 /// A `sqlite:` URL for a database file in a new directory under the system
@@ -232,6 +274,15 @@ pub async fn durability(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_test_database_names_may_be_dropped() {
+        assert!(is_test_database_name("wq_test_1764450000_0a1b2c"));
+        assert!(is_test_database_name("wq_test_0a1b2c"));
+        assert!(!is_test_database_name("wq_test_"));
+        assert!(!is_test_database_name("postgres"));
+        assert!(!is_test_database_name("wq_test_x; DROP TABLE y"));
+    }
 
     #[test]
     fn the_database_name_is_replaced_and_read_back() {
