@@ -591,7 +591,65 @@ async fn shutdown_finishes_the_step_and_releases_the_lease(backend: Backend) {
     let _ = NoHooks;
 }
 
+/// Makes every executor take `pause` (a slow forge call).
+struct SlowExecutor {
+    pause: Duration,
+}
+
+#[async_trait]
+impl Hooks for SlowExecutor {
+    async fn at(&self, point: FailPoint, _id: ItemId) -> Flow {
+        if point == FailPoint::AfterExecute {
+            tokio::time::sleep(self.pause).await;
+        }
+        Flow::Continue
+    }
+}
+
+async fn heartbeat_keeps_the_lease_through_a_slow_action(backend: Backend) {
+    let url = backend.fresh_url().await;
+    let store = open_store(&url).await;
+    let other_store = open_store(&url).await;
+    let chain = ChainType::new();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let id = insert_chain(&store, clock.as_ref()).await;
+    // Each action takes four lease lengths; only the heartbeat (every third
+    // of the lease) keeps the item from being reclaimed.
+    let settings = EngineConfig {
+        lease: Duration::from_millis(300),
+        ..config()
+    };
+    let slow = ProcessingManager::with_hooks(
+        store.clone(),
+        registry(&chain),
+        clock.clone(),
+        settings.clone(),
+        Arc::new(SlowExecutor {
+            pause: Duration::from_millis(1_200),
+        }),
+    )
+    .unwrap();
+    let running = {
+        let slow = slow.clone();
+        tokio::spawn(async move { slow.run_item(id).await })
+    };
+    let other = ProcessingManager::new(other_store, registry(&chain), clock, settings).unwrap();
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(
+            other.run_item(id).await,
+            RunOutcome::NotClaimed,
+            "the lease expired under a running action"
+        );
+    }
+    assert_eq!(running.await.unwrap(), RunOutcome::Parked);
+    assert_eq!(chain.executions.order(id), vec!["step1", "step2", "step3"]);
+    assert!(chain.executions.repeated().is_empty());
+    assert_done(&store, id, false).await;
+}
+
 backend_tests!(
+    heartbeat_keeps_the_lease_through_a_slow_action,
     chained_actions_run_in_order_and_park,
     crash_at_every_step_converges,
     two_engines_process_each_item_exactly_once,
