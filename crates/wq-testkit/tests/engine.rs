@@ -648,7 +648,74 @@ async fn heartbeat_keeps_the_lease_through_a_slow_action(backend: Backend) {
     assert_done(&store, id, false).await;
 }
 
+/// Counts loops running at once (from claim to park).
+#[derive(Default)]
+struct Concurrency {
+    running: Mutex<(usize, usize)>,
+}
+
+#[async_trait]
+impl Hooks for Concurrency {
+    async fn at(&self, point: FailPoint, _id: ItemId) -> Flow {
+        match point {
+            FailPoint::AfterClaim => {
+                {
+                    let mut running = self.running.lock().unwrap();
+                    running.0 += 1;
+                    running.1 = running.1.max(running.0);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            FailPoint::BeforePark => self.running.lock().unwrap().0 -= 1,
+            _ => {}
+        }
+        Flow::Continue
+    }
+}
+
+async fn notify_is_deduplicated_and_the_pool_is_bounded(backend: Backend) {
+    let store = backend.fresh_store().await;
+    let chain = ChainType::new();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let concurrency = Arc::new(Concurrency::default());
+    let engine = ProcessingManager::with_hooks(
+        store.clone(),
+        registry(&chain),
+        clock.clone(),
+        EngineConfig {
+            workers: 3,
+            ..config()
+        },
+        concurrency.clone(),
+    )
+    .unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..12 {
+        ids.push(insert_chain(&store, clock.as_ref()).await);
+    }
+    for _ in 0..50 {
+        for id in &ids {
+            engine.notify(*id);
+        }
+    }
+    assert_eq!(engine.in_flight(), ids.len(), "one queue entry per item");
+    engine.start();
+    engine.wait_idle().await;
+    engine.shutdown().await;
+    let (still_running, most) = *concurrency.running.lock().unwrap();
+    assert_eq!(still_running, 0);
+    assert_eq!(
+        most, 3,
+        "at most `workers` loops run at once, and the pool is used"
+    );
+    for id in &ids {
+        assert_eq!(chain.executions.order(*id), vec!["step1", "step2", "step3"]);
+        assert_done(&store, *id, false).await;
+    }
+}
+
 backend_tests!(
+    notify_is_deduplicated_and_the_pool_is_bounded,
     heartbeat_keeps_the_lease_through_a_slow_action,
     chained_actions_run_in_order_and_park,
     crash_at_every_step_converges,
