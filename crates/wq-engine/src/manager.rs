@@ -335,19 +335,19 @@ impl ProcessingManager {
         let now = self.clock.now();
         let claim = self
             .store
-            .item_claim(ClaimParams {
+            .item_claim_snapshot(ClaimParams {
                 id,
                 now,
                 lease_until: now + self.config.lease,
                 handled_types: self.config.handled_types.clone(),
             })
             .await;
-        let (item, lease) = match claim {
+        let (snapshot, lease) = match claim {
             Ok(Some(claimed)) => claimed,
             Ok(None) => return RunOutcome::NotClaimed,
             Err(error) => return store_failed(id, error),
         };
-        let Some(item_type) = self.registry.get(&item.item_type).cloned() else {
+        let Some(item_type) = self.registry.get(&snapshot.view.item.item_type).cloned() else {
             // Claim filters by handled types and `new` checked them.
             return RunOutcome::NotClaimed;
         };
@@ -359,7 +359,7 @@ impl ProcessingManager {
             lease_lost: CancellationToken::new(),
         };
         let heartbeat = run.start_heartbeat();
-        let outcome = run.run().await;
+        let outcome = run.run(snapshot).await;
         heartbeat.abort();
         outcome
     }
@@ -426,12 +426,15 @@ impl ItemRun<'_> {
         self.manager.hooks.at(point, self.id).await
     }
 
-    async fn run(&self) -> RunOutcome {
+    async fn run(&self, claimed: Snapshot) -> RunOutcome {
         if self.hook(FailPoint::AfterClaim).await == Flow::Crash {
             return RunOutcome::Crashed;
         }
         let deadline = Instant::now() + self.manager.config.deadline;
-        let mut state = LoopState::default();
+        let mut state = LoopState {
+            snapshot: Some(claimed),
+            pending: None,
+        };
         loop {
             if self.lease_lost.is_cancelled() {
                 return RunOutcome::LeaseLost;

@@ -234,6 +234,23 @@ pub trait Store: Send + Sync + 'static {
     /// `None` when someone else holds it, or it does not exist.
     async fn item_claim(&self, params: ClaimParams) -> StoreResult<Option<(WorkItem, Lease)>>;
 
+    /// [`Store::item_claim`] followed by [`Store::item_snapshot`], in one
+    /// round trip where the backend allows: how the loop starts.
+    async fn item_claim_snapshot(
+        &self,
+        params: ClaimParams,
+    ) -> StoreResult<Option<(Snapshot, Lease)>> {
+        let now = params.now;
+        let Some((item, lease)) = self.item_claim(params).await? else {
+            return Ok(None);
+        };
+        let snapshot = self
+            .item_snapshot(item.id, now)
+            .await?
+            .ok_or(StoreError::NotFound(item.id))?;
+        Ok(Some((snapshot, lease)))
+    }
+
     /// Extends a held lease; [`StoreError::LeaseLost`] if it is not held.
     async fn item_heartbeat(&self, lease: Lease, until: OffsetDateTime) -> StoreResult<Lease>;
 

@@ -131,6 +131,7 @@ conformance_suite!(
     park_parks_and_clears_expired_timers,
     park_refuses_while_events_are_pending,
     snapshot_reports_the_view_and_pending_events,
+    claim_snapshot_claims_and_reads_in_one_step,
     park_with_outcome_writes_it_and_parks,
     park_with_outcome_while_events_are_pending_keeps_the_lease,
     park_with_stale_lease_writes_nothing,
@@ -990,6 +991,58 @@ mod cases {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    pub async fn claim_snapshot_claims_and_reads_in_one_step(db: &TestDb) {
+        let store = db.store();
+        let store = store.as_ref();
+        let now = t0();
+        let mut new = new_item(TYPE_A, None, now);
+        new.dimensions =
+            vec![DimensionUpdate::new("needs_mr", false).detail(serde_json::json!({"mr": 7}))];
+        let id = store.item_insert(new).await.unwrap().id;
+        add_event(store, id, "push", now).await;
+        let params = |types: &[&str]| ClaimParams {
+            id,
+            now,
+            lease_until: now + LEASE,
+            handled_types: handled(types),
+        };
+
+        assert!(
+            store
+                .item_claim_snapshot(params(&[TYPE_B]))
+                .await
+                .unwrap()
+                .is_none(),
+            "a type this process does not handle"
+        );
+        let (snapshot, lease) = store
+            .item_claim_snapshot(params(&[TYPE_A]))
+            .await
+            .unwrap()
+            .expect("claimed");
+        assert_eq!(lease.until, to_micros(now + LEASE));
+        assert!(snapshot.has_events);
+        assert_eq!(snapshot.view.item, get(store, id).await);
+        assert_eq!(snapshot.view.item.leased_until, Some(lease.until));
+        assert_eq!(
+            snapshot.view.dimensions,
+            store.dimension_list(id).await.unwrap()
+        );
+        assert!(
+            store
+                .item_claim_snapshot(params(&[TYPE_A]))
+                .await
+                .unwrap()
+                .is_none(),
+            "leased: not claimable again"
+        );
+        // The lease it returns is the one the loop writes with.
+        store
+            .item_heartbeat(lease, now + LEASE + LEASE)
+            .await
+            .unwrap();
     }
 
     pub async fn park_with_outcome_writes_it_and_parks(db: &TestDb) {

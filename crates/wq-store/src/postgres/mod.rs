@@ -144,6 +144,25 @@ fn dimension_from_row(row: &PgRow) -> StoreResult<Dimension> {
     })
 }
 
+/// A row of `items/snapshot.sql` or `items/claim_snapshot.sql`.
+fn snapshot_from_row(row: &PgRow, now: OffsetDateTime) -> StoreResult<Snapshot> {
+    let item = item_from_row(row)?;
+    let has_events: bool = row.try_get("has_events")?;
+    let Json(rows) = row.try_get::<Json<Vec<SnapshotDimension>>, _>("dimensions")?;
+    let dimensions = rows
+        .into_iter()
+        .map(SnapshotDimension::into_dimension)
+        .collect::<StoreResult<_>>()?;
+    Ok(Snapshot {
+        view: ItemView {
+            item,
+            dimensions,
+            now: to_micros(now),
+        },
+        has_events,
+    })
+}
+
 /// A dimension row as `items/snapshot.sql` renders it.
 #[derive(serde::Deserialize)]
 struct SnapshotDimension {
@@ -324,28 +343,37 @@ impl Store for PgStore {
         id: ItemId,
         now: OffsetDateTime,
     ) -> StoreResult<Option<Snapshot>> {
-        let Some(row) = sqlx::query(sql!("items/snapshot.sql"))
+        let row = sqlx::query(sql!("items/snapshot.sql"))
             .bind(id.0)
             .fetch_optional(&self.pool)
-            .await?
-        else {
+            .await?;
+        row.map(|row| snapshot_from_row(&row, now)).transpose()
+    }
+
+    async fn item_claim_snapshot(
+        &self,
+        params: ClaimParams,
+    ) -> StoreResult<Option<(Snapshot, Lease)>> {
+        if params.handled_types.is_empty() {
+            return Ok(None);
+        }
+        let lease_until = to_micros(params.lease_until);
+        let row = sqlx::query(sql!("items/claim_snapshot.sql"))
+            .bind(params.id.0)
+            .bind(to_micros(params.now))
+            .bind(lease_until)
+            .bind(&params.handled_types)
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else {
             return Ok(None);
         };
-        let item = item_from_row(&row)?;
-        let has_events: bool = row.try_get("has_events")?;
-        let Json(rows) = row.try_get::<Json<Vec<SnapshotDimension>>, _>("dimensions")?;
-        let dimensions = rows
-            .into_iter()
-            .map(SnapshotDimension::into_dimension)
-            .collect::<StoreResult<_>>()?;
-        Ok(Some(Snapshot {
-            view: ItemView {
-                item,
-                dimensions,
-                now: to_micros(now),
-            },
-            has_events,
-        }))
+        let snapshot = snapshot_from_row(&row, params.now)?;
+        let lease = Lease {
+            id: params.id,
+            until: lease_until,
+        };
+        Ok(Some((snapshot, lease)))
     }
 
     async fn item_list(&self, params: ItemListParams) -> StoreResult<Vec<WorkItem>> {
