@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use time::OffsetDateTime;
 use wq_core::{Clock, DimensionStatus, ItemId, ManualClock, Phase, SystemClock, TypeRegistry};
-use wq_engine::{EngineConfig, FailPoint, Flow, Hooks, NoHooks, ProcessingManager, RunOutcome};
+use wq_engine::{EngineConfig, FailPoint, Flow, Hooks, ProcessingManager, RunOutcome};
 use wq_store::{ItemListParams, NewEvent, NewItem, Store};
 use wq_testkit::types::{CHAIN, CHAIN_STEPS, ChainType};
 use wq_testkit::{Backend, backend_tests, open_store};
@@ -588,7 +588,6 @@ async fn shutdown_finishes_the_step_and_releases_the_lease(backend: Backend) {
     let next = ProcessingManager::new(store.clone(), registry(&chain), clock, config()).unwrap();
     assert_eq!(next.run_item(id).await, RunOutcome::Parked);
     assert_eq!(chain.executions.order(id), vec!["step1", "step2", "step3"]);
-    let _ = NoHooks;
 }
 
 /// Makes every executor take `pause` (a slow forge call).
