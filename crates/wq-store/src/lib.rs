@@ -203,10 +203,21 @@ pub enum BackendKind {
     Postgres,
 }
 
+/// The concrete store behind a `dyn Store`, for an item type's own store
+/// module (its detail table, its transactions).
+#[derive(Debug, Clone)]
+pub enum Backend {
+    Sqlite(sqlite::SqliteStore),
+    Postgres(postgres::PgStore),
+}
+
 /// The generic store. Both backends pass one conformance suite.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     fn backend(&self) -> BackendKind;
+
+    /// The concrete store (cheap: pools are shared handles).
+    fn handle(&self) -> Backend;
 
     /// Applies pending migrations.
     async fn migrate(&self) -> StoreResult<()>;

@@ -266,6 +266,9 @@ impl Store for FaultyStore {
     fn backend(&self) -> BackendKind {
         self.inner.backend()
     }
+    fn handle(&self) -> wq_store::Backend {
+        self.inner.handle()
+    }
     async fn migrate(&self) -> StoreResult<()> {
         self.inner.migrate().await
     }

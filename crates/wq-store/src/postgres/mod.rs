@@ -259,6 +259,59 @@ pub async fn upsert_dimension(
 }
 
 /// Takes the item's transaction-scoped advisory lock (DDR-34).
+/// Stores a raw event and sets `actionable = true` on the caller's
+/// transaction, taking the item's advisory lock first so the insert is
+/// serialised with the loop's exit (DDR-30, DDR-34, DDR-49). A missing item
+/// yields [`StoreError::NotFound`]. Call it inside a transaction: the lock
+/// is transaction-scoped.
+pub async fn insert_event(conn: &mut PgConnection, event: &NewEvent) -> StoreResult<i64> {
+    lock_item(&mut *conn, event.item_id).await?;
+    let woken = sqlx::query(sql!("items/wake_for_event.sql"))
+        .bind(event.item_id.0)
+        .execute(&mut *conn)
+        .await?;
+    if woken.rows_affected() == 0 {
+        return Err(StoreError::NotFound(event.item_id));
+    }
+    Ok(sqlx::query_scalar(sql!("events/insert.sql"))
+        .bind(event.item_id.0)
+        .bind(&event.event_type)
+        .bind(Json(&event.body))
+        .bind(to_micros(event.now))
+        .fetch_one(&mut *conn)
+        .await?)
+}
+
+/// Failed or cancelled → active, actionable, attempts 0, error cleared, on
+/// the caller's connection. Other phases: [`StoreError::Conflict`].
+pub async fn retry_item(
+    conn: &mut PgConnection,
+    id: ItemId,
+    now: OffsetDateTime,
+) -> StoreResult<WorkItem> {
+    let row = sqlx::query(sql!("items/retry.sql"))
+        .bind(id.0)
+        .bind(to_micros(now))
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|error| {
+            common::duplicate_or_database(error, || {
+                format!("work item {id} cannot be retried: a newer item holds its idempotency key")
+            })
+        })?;
+    if let Some(row) = row {
+        return item_from_row(&row);
+    }
+    let phase: Option<String> = sqlx::query_scalar(sql!("items/phase.sql"))
+        .bind(id.0)
+        .fetch_optional(&mut *conn)
+        .await?;
+    match phase {
+        None => Err(StoreError::NotFound(id)),
+        Some(phase) => Err(common::retry_conflict(common::parse_phase(&phase)?)),
+    }
+}
+
 pub async fn lock_item(conn: &mut PgConnection, id: ItemId) -> StoreResult<()> {
     sqlx::query(sql!("items/advisory_lock.sql"))
         .bind(id.lock_key())
@@ -279,6 +332,10 @@ fn lease_lost_unless_one_row(rows_affected: u64, id: ItemId) -> StoreResult<()> 
 impl Store for PgStore {
     fn backend(&self) -> BackendKind {
         BackendKind::Postgres
+    }
+
+    fn handle(&self) -> crate::Backend {
+        crate::Backend::Postgres(self.clone())
     }
 
     async fn migrate(&self) -> StoreResult<()> {
@@ -516,29 +573,8 @@ impl Store for PgStore {
     }
 
     async fn item_retry(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<WorkItem> {
-        let row = sqlx::query(sql!("items/retry.sql"))
-            .bind(id.0)
-            .bind(to_micros(now))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|error| {
-                common::duplicate_or_database(error, || {
-                    format!(
-                        "work item {id} cannot be retried: a newer item holds its idempotency key"
-                    )
-                })
-            })?;
-        if let Some(row) = row {
-            return item_from_row(&row);
-        }
-        let phase: Option<String> = sqlx::query_scalar(sql!("items/phase.sql"))
-            .bind(id.0)
-            .fetch_optional(&self.pool)
-            .await?;
-        match phase {
-            None => Err(StoreError::NotFound(id)),
-            Some(phase) => Err(common::retry_conflict(common::parse_phase(&phase)?)),
-        }
+        let mut conn = self.pool.acquire().await?;
+        retry_item(&mut conn, id, now).await
     }
 
     async fn item_mark_actionable(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()> {
@@ -588,23 +624,7 @@ impl Store for PgStore {
 
     async fn event_insert(&self, event: NewEvent) -> StoreResult<i64> {
         let mut tx = self.pool.begin().await?;
-        // DDR-34: serialised with the loop's exit (item_park).
-        lock_item(&mut tx, event.item_id).await?;
-        let woken = sqlx::query(sql!("items/wake_for_event.sql"))
-            .bind(event.item_id.0)
-            .execute(&mut *tx)
-            .await?;
-        if woken.rows_affected() == 0 {
-            tx.rollback().await?;
-            return Err(StoreError::NotFound(event.item_id));
-        }
-        let event_id: i64 = sqlx::query_scalar(sql!("events/insert.sql"))
-            .bind(event.item_id.0)
-            .bind(&event.event_type)
-            .bind(Json(&event.body))
-            .bind(to_micros(event.now))
-            .fetch_one(&mut *tx)
-            .await?;
+        let event_id = insert_event(&mut tx, &event).await?;
         tx.commit().await?;
         Ok(event_id)
     }

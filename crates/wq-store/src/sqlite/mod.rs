@@ -405,6 +405,56 @@ pub async fn upsert_dimension(
     Ok(())
 }
 
+/// Stores a raw event and sets `actionable = true`, on the caller's write
+/// transaction (DDR-30, DDR-49). A missing item yields
+/// [`StoreError::NotFound`].
+pub async fn insert_event(conn: &mut SqliteConnection, event: &NewEvent) -> StoreResult<i64> {
+    let woken = sqlx::query(sql!("items/wake_for_event.sql"))
+        .bind(id_text(event.item_id))
+        .execute(&mut *conn)
+        .await?;
+    if woken.rows_affected() == 0 {
+        return Err(StoreError::NotFound(event.item_id));
+    }
+    Ok(sqlx::query_scalar(sql!("events/insert.sql"))
+        .bind(id_text(event.item_id))
+        .bind(&event.event_type)
+        .bind(json_text(&event.body))
+        .bind(micros(event.now))
+        .fetch_one(&mut *conn)
+        .await?)
+}
+
+/// Failed or cancelled → active, actionable, attempts 0, error cleared, on
+/// the caller's write transaction. Other phases: [`StoreError::Conflict`].
+pub async fn retry_item(
+    conn: &mut SqliteConnection,
+    id: ItemId,
+    now: OffsetDateTime,
+) -> StoreResult<WorkItem> {
+    let row = sqlx::query(sql!("items/retry.sql"))
+        .bind(id_text(id))
+        .bind(micros(now))
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|error| {
+            common::duplicate_or_database(error, || {
+                format!("work item {id} cannot be retried: a newer item holds its idempotency key")
+            })
+        })?;
+    if let Some(row) = row {
+        return item_from_row(&row);
+    }
+    let phase: Option<String> = sqlx::query_scalar(sql!("items/phase.sql"))
+        .bind(id_text(id))
+        .fetch_optional(&mut *conn)
+        .await?;
+    match phase {
+        None => Err(StoreError::NotFound(id)),
+        Some(phase) => Err(common::retry_conflict(common::parse_phase(&phase)?)),
+    }
+}
+
 async fn has_pending_events(conn: &mut SqliteConnection, id: ItemId) -> StoreResult<bool> {
     Ok(sqlx::query_scalar(sql!("events/exists.sql"))
         .bind(id_text(id))
@@ -565,6 +615,10 @@ fn lease_lost_unless_one_row(rows_affected: u64, id: ItemId) -> StoreResult<()> 
 impl Store for SqliteStore {
     fn backend(&self) -> BackendKind {
         BackendKind::Sqlite
+    }
+
+    fn handle(&self) -> crate::Backend {
+        crate::Backend::Sqlite(self.clone())
     }
 
     async fn migrate(&self) -> StoreResult<()> {
@@ -734,35 +788,8 @@ impl Store for SqliteStore {
     }
 
     async fn item_retry(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<WorkItem> {
-        self.write(move |conn| {
-            Box::pin(async move {
-                let row = sqlx::query(sql!("items/retry.sql"))
-                    .bind(id_text(id))
-                    .bind(micros(now))
-                    .fetch_optional(&mut *conn)
-                    .await
-                    .map_err(|error| {
-                        common::duplicate_or_database(error, || {
-                            format!(
-                                "work item {id} cannot be retried: a newer item holds its \
-                                 idempotency key"
-                            )
-                        })
-                    })?;
-                if let Some(row) = row {
-                    return item_from_row(&row);
-                }
-                let phase: Option<String> = sqlx::query_scalar(sql!("items/phase.sql"))
-                    .bind(id_text(id))
-                    .fetch_optional(&mut *conn)
-                    .await?;
-                match phase {
-                    None => Err(StoreError::NotFound(id)),
-                    Some(phase) => Err(common::retry_conflict(common::parse_phase(&phase)?)),
-                }
-            })
-        })
-        .await
+        self.write(move |conn| Box::pin(async move { retry_item(conn, id, now).await }))
+            .await
     }
 
     async fn item_mark_actionable(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()> {
@@ -820,25 +847,8 @@ impl Store for SqliteStore {
     async fn event_insert(&self, event: NewEvent) -> StoreResult<i64> {
         // The write lock serialises this with item_park_with (DDR-34); the
         // wake-up and the event commit together (DDR-49).
-        self.write(move |conn| {
-            Box::pin(async move {
-                let woken = sqlx::query(sql!("items/wake_for_event.sql"))
-                    .bind(id_text(event.item_id))
-                    .execute(&mut *conn)
-                    .await?;
-                if woken.rows_affected() == 0 {
-                    return Err(StoreError::NotFound(event.item_id));
-                }
-                Ok(sqlx::query_scalar(sql!("events/insert.sql"))
-                    .bind(id_text(event.item_id))
-                    .bind(&event.event_type)
-                    .bind(json_text(&event.body))
-                    .bind(micros(event.now))
-                    .fetch_one(&mut *conn)
-                    .await?)
-            })
-        })
-        .await
+        self.write(move |conn| Box::pin(async move { insert_event(conn, &event).await }))
+            .await
     }
 
     async fn event_next(&self, id: ItemId) -> StoreResult<Option<PendingEvent>> {
