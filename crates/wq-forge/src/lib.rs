@@ -1,0 +1,147 @@
+//! Forge clients: the [`Forge`] trait the `mr` item type talks to, and its
+//! implementations (GitLab first). The trait speaks in forge-neutral terms —
+//! a *change request* is a GitLab merge request or a GitHub pull request —
+//! so that a second forge fits without changing the item type.
+//!
+//! Every call is one or a few HTTP requests with a timeout; nothing here
+//! retries. The caller (an executor) turns a [`ForgeError`] into a
+//! transient or permanent failure and the engine's backoff does the rest,
+//! honouring [`ForgeError::retry_after`].
+
+pub mod config;
+mod error;
+pub mod events;
+mod model;
+
+pub use config::{ForgeConfig, ForgeKind, ForgesConfig};
+pub use error::{ForgeError, ForgeErrorKind, ForgeResult};
+pub use events::{ChangeAction, ForgeEvent, WebhookRejection};
+pub use model::*;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+/// One forge instance (a GitLab server, GitHub or GitHub Enterprise).
+///
+/// `project` is the forge's project path (`group/name` on GitLab,
+/// `owner/repo` on GitHub); `number` is the change request's number within
+/// the project (GitLab `iid`, GitHub PR number).
+#[async_trait]
+pub trait Forge: Send + Sync + 'static {
+    fn kind(&self) -> ForgeKind;
+
+    /// The head commit of `branch`, or `None` when it does not exist.
+    async fn branch_head(&self, project: &str, branch: &str) -> ForgeResult<Option<String>>;
+
+    /// Commits `actions` as one commit on `branch`, based on the current head
+    /// of `base_branch` ([`CommitMode::CreateBranch`] creates `branch`;
+    /// [`CommitMode::ForceUpdate`] overwrites it). Returns the new head SHA.
+    async fn commit_files(&self, request: &CommitRequest<'_>) -> ForgeResult<String>;
+
+    /// True when `head` has no changes against `base` (the two trees are
+    /// identical: merging would change nothing), DDR-43.
+    async fn diff_is_empty(&self, project: &str, base: &str, head: &str) -> ForgeResult<bool>;
+
+    /// The open change request from `source_branch`, if any.
+    async fn find_open_change(
+        &self,
+        project: &str,
+        source_branch: &str,
+    ) -> ForgeResult<Option<ChangeRequest>>;
+
+    async fn create_change(&self, request: &NewChange<'_>) -> ForgeResult<ChangeRequest>;
+
+    /// Changes title, description, labels or state; `None` fields are left
+    /// alone.
+    async fn update_change(
+        &self,
+        project: &str,
+        number: u64,
+        update: &ChangeUpdate<'_>,
+    ) -> ForgeResult<ChangeRequest>;
+
+    /// One read of the change request with everything the readiness gates
+    /// need (CI, reviews, mergeability, threads, queue where cheap).
+    async fn get_change(&self, project: &str, number: u64) -> ForgeResult<ChangeRequest>;
+
+    /// Merges, or enters the merge queue / merge train. With
+    /// `expected_head_sha`, the forge refuses (409, [`ForgeErrorKind::Conflict`])
+    /// rather than merge another head.
+    async fn merge_change(
+        &self,
+        project: &str,
+        number: u64,
+        request: &MergeParams<'_>,
+    ) -> ForgeResult<MergeOutcome>;
+
+    /// Posts a comment on the change request.
+    async fn create_note(&self, project: &str, number: u64, body: &str) -> ForgeResult<NoteRef>;
+
+    /// The comments on a change request (id and body), oldest first.
+    async fn list_notes(&self, project: &str, number: u64) -> ForgeResult<Vec<Note>>;
+
+    /// Replaces the body of a comment posted earlier.
+    async fn update_note(
+        &self,
+        project: &str,
+        number: u64,
+        note_id: u64,
+        body: &str,
+    ) -> ForgeResult<()>;
+
+    /// All jobs of a pipeline (every attempt, newest first as the forge
+    /// lists them).
+    async fn pipeline_jobs(&self, project: &str, pipeline_id: u64) -> ForgeResult<Vec<CiJob>>;
+
+    /// A job's log.
+    async fn job_trace(&self, project: &str, job_id: u64) -> ForgeResult<String>;
+
+    /// Retries a job; returns the new job.
+    async fn retry_job(&self, project: &str, job_id: u64) -> ForgeResult<CiJob>;
+
+    /// Checks a webhook delivery's authenticity (constant time) and parses
+    /// it into a [`ForgeEvent`]. `headers` are (lower-case name, value).
+    fn parse_webhook(
+        &self,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<ForgeEvent, WebhookRejection>;
+}
+
+/// The configured forge instances by name.
+#[derive(Clone, Default)]
+pub struct Forges {
+    by_name: BTreeMap<String, Arc<dyn Forge>>,
+}
+
+impl fmt::Debug for Forges {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.by_name.keys()).finish()
+    }
+}
+
+impl Forges {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn insert(&mut self, name: impl Into<String>, forge: Arc<dyn Forge>) {
+        self.by_name.insert(name.into(), forge);
+    }
+
+    pub fn with(mut self, name: impl Into<String>, forge: Arc<dyn Forge>) -> Self {
+        self.insert(name, forge);
+        self
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Forge>> {
+        self.by_name.get(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.by_name.keys().map(String::as_str)
+    }
+}

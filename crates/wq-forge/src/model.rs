@@ -1,0 +1,301 @@
+//! Forge-neutral data: what is committed, what a change request looks like.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+/// What a file action does (GitLab's commit action vocabulary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileOp {
+    Create,
+    Update,
+    Delete,
+    Move,
+    Chmod,
+}
+
+impl FileOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Create => "create",
+            Self::Update => "update",
+            Self::Delete => "delete",
+            Self::Move => "move",
+            Self::Chmod => "chmod",
+        }
+    }
+}
+
+/// One validated file action. `content` is the decoded bytes (a client
+/// sends UTF-8 as text and anything else base64-encoded).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileAction {
+    pub op: FileOp,
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "opt_base64")]
+    pub content: Option<Vec<u8>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execute_filemode: Option<bool>,
+}
+
+mod opt_base64 {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(bytes) => s.serialize_some(&STANDARD.encode(bytes)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        let text: Option<String> = Option::deserialize(d)?;
+        text.map(|t| STANDARD.decode(t).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+/// Whether a commit creates its branch or overwrites it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitMode {
+    /// The branch must not exist; it is created from `base_branch`.
+    CreateBranch,
+    /// The branch is reset to `base_branch` plus this commit (force push).
+    ForceUpdate,
+}
+
+/// One commit of file actions.
+#[derive(Debug, Clone, Copy)]
+pub struct CommitRequest<'a> {
+    pub project: &'a str,
+    pub branch: &'a str,
+    pub base_branch: &'a str,
+    pub mode: CommitMode,
+    pub message: &'a str,
+    pub actions: &'a [FileAction],
+}
+
+/// A new change request.
+#[derive(Debug, Clone, Copy)]
+pub struct NewChange<'a> {
+    pub project: &'a str,
+    pub source_branch: &'a str,
+    pub target_branch: &'a str,
+    pub title: &'a str,
+    pub description: &'a str,
+    pub labels: &'a [String],
+}
+
+/// Fields to change on a change request; `None` leaves a field alone.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ChangeUpdate<'a> {
+    pub title: Option<&'a str>,
+    pub description: Option<&'a str>,
+    pub labels: Option<&'a [String]>,
+    /// `Some(false)` closes, `Some(true)` reopens.
+    pub open: Option<bool>,
+}
+
+/// Lifecycle of a change request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeState {
+    Open,
+    Closed,
+    Merged,
+    /// GitLab's transient `locked` (merge in progress).
+    Locked,
+}
+
+impl ChangeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Closed => "closed",
+            Self::Merged => "merged",
+            Self::Locked => "locked",
+        }
+    }
+}
+
+/// Combined CI conclusion of the head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CiStatus {
+    /// No pipeline or check for the head.
+    None,
+    Pending,
+    Running,
+    Success,
+    Failed,
+    Canceled,
+}
+
+impl CiStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Success => "success",
+            Self::Failed => "failed",
+            Self::Canceled => "canceled",
+        }
+    }
+
+    /// Maps a GitLab pipeline status / GitHub conclusion string.
+    pub fn from_forge(status: &str) -> Self {
+        match status {
+            "success" | "passed" => Self::Success,
+            "failed" | "failure" | "timed_out" | "action_required" => Self::Failed,
+            "canceled" | "cancelled" | "skipped" => Self::Canceled,
+            "running" | "in_progress" => Self::Running,
+            "" => Self::None,
+            _ => Self::Pending,
+        }
+    }
+}
+
+/// Review state of a change request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewDecision {
+    Approved,
+    ReviewRequired,
+    ChangesRequested,
+}
+
+/// Whether the forge would merge now. `Unknown` means it is still
+/// computing: wait, don't fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mergeable {
+    Yes,
+    No,
+    Unknown,
+}
+
+/// One merge queue / merge train entry as the forge reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueEntry {
+    /// Normalized: `queued`, `awaiting_checks`, `mergeable`, `unmergeable`,
+    /// `locked`, or an unknown state in lowercase.
+    pub state: String,
+    /// One-based; `None` when the forge gave none or a value ≤ 0.
+    pub position: Option<i64>,
+    /// Non-negative seconds; `None` when unknown.
+    pub eta_seconds: Option<i64>,
+}
+
+/// What one read said about queue membership.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum QueueObservation {
+    /// The read could not see the queue: keep what is stored.
+    #[default]
+    Unobserved,
+    /// Authoritatively not in a queue: clear what is stored.
+    Absent,
+    Entry(QueueEntry),
+}
+
+/// A change request (GitLab MR, GitHub PR) as one read saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeRequest {
+    pub number: u64,
+    pub url: String,
+    pub state: ChangeState,
+    pub draft: bool,
+    pub title: String,
+    pub description: String,
+    pub labels: Vec<String>,
+    pub source_branch: String,
+    pub target_branch: String,
+    pub head_sha: Option<String>,
+    /// GitLab's head pipeline; `None` on GitHub.
+    pub pipeline_id: Option<u64>,
+    pub ci: CiStatus,
+    /// Checks not finished yet (GitLab: 1 while the head pipeline runs).
+    pub pending_checks: u32,
+    pub review: ReviewDecision,
+    pub approvals: u32,
+    /// Approvals the forge requires, when it says.
+    pub required_approvals: Option<u32>,
+    pub mergeable: Mergeable,
+    /// The forge's own merge status word (GitLab `detailed_merge_status`,
+    /// GitHub `mergeable_state`), for display and the readiness signature.
+    pub merge_status: String,
+    pub unresolved_threads: u32,
+    pub queue: QueueObservation,
+}
+
+/// How to merge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MergeMethod {
+    Merge,
+    Squash,
+    Rebase,
+}
+
+/// A merge call.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MergeParams<'a> {
+    /// The head that passed the gates; the forge refuses another head.
+    pub expected_head_sha: Option<&'a str>,
+    pub method: Option<MergeMethod>,
+    pub commit_message: Option<&'a str>,
+}
+
+/// What the forge did with a merge call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MergeOutcome {
+    Merged,
+    /// Entered the merge queue or merge train.
+    Queued,
+}
+
+impl MergeOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Merged => "merged",
+            Self::Queued => "queued",
+        }
+    }
+}
+
+/// A posted comment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoteRef {
+    pub id: u64,
+    pub url: Option<String>,
+}
+
+/// A comment as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Note {
+    pub id: u64,
+    pub body: String,
+    pub author: String,
+}
+
+/// One CI job (GitLab job; a GitHub check run where it maps).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CiJob {
+    pub id: u64,
+    pub name: String,
+    pub stage: Option<String>,
+    /// The forge's status word: `failed`, `success`, `running`, ...
+    pub status: String,
+    pub failure_reason: Option<String>,
+    pub pipeline_id: u64,
+    /// True when a newer attempt of this job exists (GitLab `retried`).
+    pub retried: bool,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub finished_at: Option<OffsetDateTime>,
+}
