@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::api::{CommandReply, CommandSpec, RequestError, Submission, Submitted};
 use crate::dimension::DimensionUpdate;
 use crate::event::{EventResult, PendingEvent};
-use crate::item::{ItemView, Phase};
+use crate::item::{ItemId, ItemView, Phase};
 
 /// The single pending action the decider picked (DDR-5). `name` is one of
 /// the type's [`ItemType::actions`].
@@ -122,6 +123,43 @@ pub trait ItemType: Send + Sync + 'static {
         view: &ItemView,
         event: &PendingEvent,
     ) -> Result<EventResult, ExecError>;
+
+    /// Creates or updates an item from a caller's submission
+    /// (`POST /api/v1/work-items`). Types that take none keep the default.
+    async fn submit(&self, submission: Submission) -> Result<Submitted, RequestError> {
+        let _ = submission;
+        Err(RequestError::Unsupported(format!(
+            "item type {:?} takes no submissions",
+            self.name()
+        )))
+    }
+
+    /// The type's own view of an item (its detail row), shown under
+    /// `detail` in `GET /api/v1/work-items/{id}`.
+    async fn detail(&self, id: ItemId) -> Result<Option<serde_json::Value>, RequestError> {
+        let _ = id;
+        Ok(None)
+    }
+
+    /// Commands the type offers on its items.
+    fn commands(&self) -> &'static [CommandSpec] {
+        &[]
+    }
+
+    /// Runs one of [`ItemType::commands`] for an item of this type.
+    async fn run_command(
+        &self,
+        id: ItemId,
+        command: &str,
+        body: serde_json::Value,
+        caller_identity: &str,
+    ) -> Result<CommandReply, RequestError> {
+        let _ = (id, body, caller_identity);
+        Err(RequestError::Unsupported(format!(
+            "item type {:?} has no command {command:?}",
+            self.name()
+        )))
+    }
 }
 
 /// Building the registry failed.

@@ -2,12 +2,17 @@
 //! the `ItemType` trait that item types implement. This crate does no I/O;
 //! the store, engine and API build on it.
 
+pub mod api;
 pub mod clock;
 pub mod dimension;
 pub mod event;
 pub mod item;
 pub mod item_type;
 
+pub use api::{
+    CommandReply, CommandSpec, FieldError, Headers, RequestError, Submission, Submitted,
+    WebhookError, WebhookReceipt, WebhookReceiver,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use dimension::{Dimension, DimensionStatus, DimensionUpdate};
 pub use event::{EventResult, PendingEvent};
