@@ -13,7 +13,7 @@ use wq_core::{EventResult, ItemId, Phase};
 use crate::{EventApplied, StoreError, StoreResult};
 
 /// One embedded migration file: version, description and SQL.
-pub(crate) struct EmbeddedMigration {
+pub struct EmbeddedMigration {
     pub version: i64,
     pub description: &'static str,
     pub sql: &'static str,
@@ -22,7 +22,7 @@ pub(crate) struct EmbeddedMigration {
 /// A migrator over embedded files that ignores versions it does not know,
 /// so item types can record their own migrations in the same
 /// `_sqlx_migrations` table.
-pub(crate) fn migrator(files: &[EmbeddedMigration]) -> Migrator {
+pub fn migrator(files: &[EmbeddedMigration]) -> Migrator {
     let migrations = files
         .iter()
         .map(|file| {

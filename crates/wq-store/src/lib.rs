@@ -24,6 +24,8 @@ pub mod postgres;
 pub mod sqlite;
 pub mod testing;
 
+pub use common::{EmbeddedMigration, migrator};
+
 /// Errors of the store layer.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -285,27 +285,27 @@ fn split_synchronous_option(url: &str) -> StoreResult<(String, Synchronous)> {
 
 // --- encoding --------------------------------------------------------------
 
-fn id_text(id: ItemId) -> String {
+pub fn id_text(id: ItemId) -> String {
     id.0.hyphenated().to_string()
 }
 
-fn parse_id(text: &str) -> StoreResult<ItemId> {
+pub fn parse_id(text: &str) -> StoreResult<ItemId> {
     text.parse()
         .map_err(|error| StoreError::Corrupt(format!("work item id {text:?}: {error}")))
 }
 
 /// Microseconds since the Unix epoch; truncates like [`crate::to_micros`].
-fn micros(at: OffsetDateTime) -> i64 {
+pub fn micros(at: OffsetDateTime) -> i64 {
     let micros = at.unix_timestamp_nanos().div_euclid(1_000);
     i64::try_from(micros).expect("a representable OffsetDateTime fits in i64 microseconds")
 }
 
-fn from_micros(micros: i64) -> StoreResult<OffsetDateTime> {
+pub fn from_micros(micros: i64) -> StoreResult<OffsetDateTime> {
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1_000)
         .map_err(|error| StoreError::Corrupt(format!("timestamp {micros}: {error}")))
 }
 
-fn optional_micros(micros: Option<i64>) -> StoreResult<Option<OffsetDateTime>> {
+pub fn optional_micros(micros: Option<i64>) -> StoreResult<Option<OffsetDateTime>> {
     micros.map(from_micros).transpose()
 }
 
