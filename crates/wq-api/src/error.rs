@@ -22,6 +22,10 @@ pub mod code {
     pub const NOT_FOUND: &str = "not_found";
     pub const INVALID_PARAMETER: &str = "invalid_parameter";
     pub const INVALID_BODY: &str = "invalid_body";
+    pub const INVALID_FIELD: &str = "invalid_field";
+    pub const BAD_REQUEST: &str = "bad_request";
+    pub const UPSTREAM: &str = "upstream";
+    pub const UNAUTHENTICATED: &str = "unauthenticated";
     pub const UNSUPPORTED_MEDIA_TYPE: &str = "unsupported_media_type";
     pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
     pub const CONFLICT: &str = "conflict";
@@ -47,6 +51,16 @@ pub struct ErrorBody {
     pub code: String,
     pub message: String,
     pub field: Option<String>,
+    /// Every invalid field, when a body had several (`field` is the first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldErrorBody>,
+}
+
+/// One invalid field of a request body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldErrorBody {
+    pub field: String,
+    pub message: String,
 }
 
 /// An error answered as the JSON envelope with its HTTP status.
@@ -56,6 +70,7 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     field: Option<String>,
+    errors: Vec<FieldErrorBody>,
     /// For internal errors: what is logged (never sent).
     detail: Option<String>,
 }
@@ -67,8 +82,47 @@ impl ApiError {
             code,
             message: message.into(),
             field: None,
+            errors: Vec::new(),
             detail: None,
         }
+    }
+
+    /// 422: fields of a valid JSON body are invalid; names every one.
+    pub fn invalid_fields(errors: Vec<wq_core::FieldError>) -> Self {
+        let message = errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        let mut error = Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            code::INVALID_FIELD,
+            message,
+        );
+        error.field = errors.first().map(|e| e.field.clone());
+        error.errors = errors
+            .into_iter()
+            .map(|e| FieldErrorBody {
+                field: e.field,
+                message: e.message,
+            })
+            .collect();
+        error
+    }
+
+    /// 400: understood, but cannot be carried out as asked.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code::BAD_REQUEST, message)
+    }
+
+    /// 502: the forge refused or failed.
+    pub fn upstream(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_GATEWAY, code::UPSTREAM, message)
+    }
+
+    /// 401: no valid credentials.
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, code::UNAUTHENTICATED, message)
     }
 
     /// 404: the named resource does not exist.
@@ -176,6 +230,7 @@ impl ApiError {
                 code: self.code.to_owned(),
                 message: self.message.clone(),
                 field: self.field.clone(),
+                errors: self.errors.clone(),
             },
         }
     }
@@ -211,6 +266,25 @@ impl From<StoreError> for ApiError {
             other @ (StoreError::Corrupt(_) | StoreError::Database(_) | StoreError::Migrate(_)) => {
                 ApiError::internal(other)
             }
+        }
+    }
+}
+
+impl From<wq_core::RequestError> for ApiError {
+    fn from(error: wq_core::RequestError) -> Self {
+        use wq_core::RequestError;
+        match error {
+            RequestError::Invalid(errors) => ApiError::invalid_fields(errors),
+            RequestError::NotFound(message) => ApiError::not_found(message),
+            RequestError::Conflict(message) => ApiError::conflict(message),
+            RequestError::BadRequest(message) => ApiError::bad_request(message),
+            RequestError::Upstream(message) => ApiError::upstream(message),
+            RequestError::Unavailable(message) => ApiError::unavailable(message),
+            RequestError::Unsupported(message) => ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                code::METHOD_NOT_ALLOWED,
+                message,
+            ),
         }
     }
 }

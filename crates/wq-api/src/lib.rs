@@ -38,9 +38,13 @@ const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 /// The whole HTTP surface.
 pub fn router(state: AppState, config: &ApiConfig) -> Router {
     let api = Router::new()
-        .route("/work-items", get(routes::items::list))
+        .route(
+            "/work-items",
+            get(routes::items::list).post(routes::items::submit),
+        )
         .route("/work-items/{id}", get(routes::items::show))
-        .route("/work-items/{id}/retry", post(routes::items::retry));
+        .route("/work-items/{id}/retry", post(routes::items::retry))
+        .route("/work-items/{id}/{command}", post(routes::items::command));
 
     let middleware = ServiceBuilder::new()
         .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
@@ -82,6 +86,7 @@ pub fn router(state: AppState, config: &ApiConfig) -> Router {
         .route("/healthz", get(routes::health::healthz))
         .route("/readyz", get(routes::health::readyz))
         .route("/metrics", get(metrics::scrape))
+        .route("/webhooks/{source}", post(routes::webhooks::receive))
         .nest("/api/v1", api)
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)

@@ -79,6 +79,17 @@ pub struct ItemDetail {
     #[serde(flatten)]
     pub item: ItemBody,
     pub dimensions: Vec<DimensionBody>,
+    /// The item type's own view (e.g. the merge request), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<serde_json::Value>,
+}
+
+/// `POST /api/v1/work-items`: what the submission did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubmitResponse {
+    /// `created`, `unchanged`, `updated` or `retried`.
+    pub outcome: String,
+    pub item: ItemBody,
 }
 
 /// `GET /api/v1/work-items`: one page, newest first. `next_before` is the

@@ -1,10 +1,11 @@
 //! [`AppState`]: what every handler shares — the store, the engine (to
 //! notify), the clock and the Prometheus handle. Cheap to clone.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
-use wq_core::Clock;
+use wq_core::{Clock, TypeRegistry, WebhookReceiver};
 use wq_engine::ProcessingManager;
 use wq_store::Store;
 
@@ -15,6 +16,8 @@ pub struct AppState {
     pub(crate) engine: Option<Arc<ProcessingManager>>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) metrics: Option<PrometheusHandle>,
+    pub(crate) types: TypeRegistry,
+    pub(crate) webhooks: BTreeMap<&'static str, Arc<dyn WebhookReceiver>>,
 }
 
 impl AppState {
@@ -26,7 +29,21 @@ impl AppState {
             engine: None,
             clock,
             metrics: None,
+            types: TypeRegistry::default(),
+            webhooks: BTreeMap::new(),
         }
+    }
+
+    /// The item types that take submissions, detail views and commands.
+    pub fn with_types(mut self, types: TypeRegistry) -> Self {
+        self.types = types;
+        self
+    }
+
+    /// A receiver for `POST /webhooks/{source}`.
+    pub fn with_webhook(mut self, receiver: Arc<dyn WebhookReceiver>) -> Self {
+        self.webhooks.insert(receiver.source(), receiver);
+        self
     }
 
     /// The engine that `retry` notifies.

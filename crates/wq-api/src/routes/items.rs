@@ -3,12 +3,13 @@
 
 use axum::Json;
 use axum::extract::State;
-use wq_core::{ItemId, Phase};
+use axum::http::StatusCode;
+use wq_core::{FieldError, ItemId, Phase, Submission};
 use wq_store::{ItemListParams, StoreError};
 
 use crate::error::ApiError;
-use crate::extract::{ApiPath, ApiQuery};
-use crate::models::{DimensionBody, ItemBody, ItemDetail, ItemList};
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::models::{DimensionBody, ItemBody, ItemDetail, ItemList, SubmitResponse};
 use crate::state::AppState;
 
 /// Page size when `limit` is not given.
@@ -152,6 +153,10 @@ pub async fn show(
         .item_view(id, state.clock.now())
         .await?
         .ok_or_else(|| not_found(id))?;
+    let detail = match state.types.get(&view.item.item_type) {
+        Some(item_type) => item_type.detail(id).await?,
+        None => None,
+    };
     Ok(Json(ItemDetail {
         item: ItemBody::from(view.item),
         dimensions: view
@@ -159,7 +164,139 @@ pub async fn show(
             .into_iter()
             .map(DimensionBody::from)
             .collect(),
+        detail,
     }))
+}
+
+/// Longest accepted `item_type` in a submission.
+const MAX_SUBMIT_TYPE_LEN: usize = 100;
+
+/// `POST /api/v1/work-items`: a submission, dispatched by `item_type` to the
+/// type's own validation and upsert. 201 when an item was created, 200
+/// otherwise; the engine is notified when there is work.
+pub async fn submit(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<serde_json::Value>,
+) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
+    let Some(object) = body.as_object() else {
+        return Err(ApiError::invalid_fields(vec![FieldError::new(
+            "",
+            "the body must be a JSON object",
+        )]));
+    };
+    let item_type = match object.get("item_type") {
+        Some(serde_json::Value::String(name))
+            if !name.is_empty() && name.len() <= MAX_SUBMIT_TYPE_LEN =>
+        {
+            name.clone()
+        }
+        Some(_) => {
+            return Err(ApiError::invalid_fields(vec![FieldError::new(
+                "item_type",
+                "expected the name of an item type (a non-empty string)",
+            )]));
+        }
+        None => {
+            return Err(ApiError::invalid_fields(vec![FieldError::new(
+                "item_type",
+                "required",
+            )]));
+        }
+    };
+    let Some(handler) = state.types.get(&item_type) else {
+        let known: Vec<&str> = state.types.names().collect();
+        return Err(ApiError::invalid_fields(vec![FieldError::new(
+            "item_type",
+            format!(
+                "unknown item type {item_type:?}; this service takes: {}",
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        )]));
+    };
+    let submitted = handler
+        .submit(Submission {
+            body,
+            // Until authentication lands, every caller is the same anonymous
+            // identity.
+            caller_identity: ANONYMOUS_CALLER.to_owned(),
+            now: state.clock.now(),
+        })
+        .await?;
+    if submitted.wake
+        && let Some(engine) = &state.engine
+    {
+        engine.notify(submitted.id);
+    }
+    let item = state
+        .store
+        .item_get(submitted.id)
+        .await?
+        .ok_or_else(|| not_found(submitted.id))?;
+    let status = if submitted.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(SubmitResponse {
+            outcome: submitted.outcome.to_owned(),
+            item: ItemBody::from(item),
+        }),
+    ))
+}
+
+/// The caller identity recorded before authentication exists.
+pub const ANONYMOUS_CALLER: &str = "anonymous";
+
+/// `POST /api/v1/work-items/{id}/{command}`: a command the item's type
+/// offers (e.g. `retry-merge`).
+pub async fn command(
+    State(state): State<AppState>,
+    ApiPath((raw_id, command)): ApiPath<(String, String)>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let id = parse_id(&raw_id)?;
+    let item = state
+        .store
+        .item_get(id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    let handler = state
+        .types
+        .get(&item.item_type)
+        .filter(|t| t.commands().iter().any(|c| c.name == command))
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "work items of type {:?} have no command {command:?}",
+                item.item_type
+            ))
+        })?;
+    // An optional JSON body; commands without parameters take none.
+    let body = if body.iter().all(u8::is_ascii_whitespace) {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_slice(&body).map_err(|error| {
+            ApiError::invalid_body(
+                StatusCode::BAD_REQUEST,
+                format!("invalid JSON body: {error}"),
+            )
+        })?
+    };
+    let reply = handler
+        .run_command(id, &command, body, ANONYMOUS_CALLER)
+        .await?;
+    if reply.wake
+        && let Some(engine) = &state.engine
+    {
+        engine.notify(id);
+    }
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
+    Ok((status, Json(reply.body)))
 }
 
 /// `POST /api/v1/work-items/{id}/retry`: a failed or cancelled item becomes

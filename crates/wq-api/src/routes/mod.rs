@@ -2,3 +2,4 @@
 
 pub mod health;
 pub mod items;
+pub mod webhooks;
