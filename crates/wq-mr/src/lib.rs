@@ -1,4 +1,282 @@
 //! The `mr` item type: a caller's desired change, owned on a forge until it
-//! is merged or closed.
+//! is merged or closed (ARCHITECTURE.md, "The `mr` type").
+//!
+//! - [`spec`]: the submission schema and its validation (DDR-9).
+//! - [`store`]: the `mr_details` table and its transactions (DDR-7, DDR-40).
+//! - [`dims`]: dimension names and the decider (DDR-45, DDR-48).
+//! - `exec`: the executors `ensure_mr`, `check_empty_diff`,
+//!   `post_dashboard_note`, `reconcile_mr` (DDR-15, DDR-43, DDR-46).
+//! - [`merge`]: readiness gates, signature and the merge-attempt journal.
+//! - `events`: the event handler (DDR-33, DDR-37, DDR-38).
+//! - [`webhook`]: the webhook receivers that resolve deliveries to items.
 
+mod config;
+pub mod dims;
+mod events;
+mod exec;
+pub mod merge;
 pub mod spec;
+pub mod store;
+pub mod webhook;
+
+pub use config::MrConfig;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use wq_core::{
+    Action, Clock, CommandReply, CommandSpec, EventResult, ExecError, ExecOutcome, FieldError,
+    ItemId, ItemType, ItemView, PendingEvent, Phase, RequestError, Submission, Submitted,
+};
+use wq_forge::Forges;
+use wq_store::{Store, StoreError};
+
+use crate::spec::SubmissionRules;
+use crate::store::{MergeResult, MrStore, UpsertInput, UpsertOutcome};
+
+/// The `item_type` of merge request items.
+pub const TYPE_NAME: &str = "mr";
+
+/// The `mr` item type, with its dependencies.
+pub struct MrType {
+    store: MrStore,
+    items: Arc<dyn Store>,
+    forges: Forges,
+    rules: SubmissionRules,
+    config: MrConfig,
+    clock: Arc<dyn Clock>,
+}
+
+impl MrType {
+    /// Builds the type; refuses a config whose patterns do not compile.
+    pub fn new(
+        items: Arc<dyn Store>,
+        forges: Forges,
+        config: MrConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, Vec<String>> {
+        let rules = config.submission.compile()?;
+        Ok(Self {
+            store: MrStore::new(items.as_ref()),
+            items,
+            forges,
+            rules,
+            config,
+            clock,
+        })
+    }
+
+    /// Applies the type's migrations (after the generic store's).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.store.migrate().await
+    }
+
+    pub fn store(&self) -> &MrStore {
+        &self.store
+    }
+
+    pub fn forges(&self) -> &Forges {
+        &self.forges
+    }
+
+    pub fn config(&self) -> &MrConfig {
+        &self.config
+    }
+
+    fn seconds(value: u64) -> time::Duration {
+        time::Duration::try_from(Duration::from_secs(value)).unwrap_or(time::Duration::MAX)
+    }
+
+    /// The webhook receivers for this type's forges.
+    pub fn webhook_receivers(self: &Arc<Self>) -> Vec<Arc<dyn wq_core::WebhookReceiver>> {
+        webhook::receivers(self)
+    }
+}
+
+fn store_error(error: StoreError) -> ExecError {
+    ExecError::transient(format!("store: {error}"))
+}
+
+fn request_store_error(error: StoreError) -> RequestError {
+    match error {
+        StoreError::NotFound(id) => RequestError::NotFound(format!("work item {id} not found")),
+        StoreError::Conflict(message) => RequestError::Conflict(message),
+        other => RequestError::Unavailable(format!("store: {other}")),
+    }
+}
+
+#[async_trait]
+impl ItemType for MrType {
+    fn name(&self) -> &'static str {
+        TYPE_NAME
+    }
+
+    fn actions(&self) -> &'static [&'static str] {
+        dims::ACTIONS
+    }
+
+    fn decide(&self, view: &ItemView) -> Option<Action> {
+        dims::decide(view)
+    }
+
+    async fn execute(&self, action: Action, view: &ItemView) -> Result<ExecOutcome, ExecError> {
+        exec::execute(self, action, view).await
+    }
+
+    async fn handle_event(
+        &self,
+        view: &ItemView,
+        event: &PendingEvent,
+    ) -> Result<EventResult, ExecError> {
+        events::handle(self, view, event).await
+    }
+
+    async fn submit(&self, submission: Submission) -> Result<Submitted, RequestError> {
+        let spec = spec::parse_submission(&submission.body, &self.rules).map_err(|errors| {
+            RequestError::Invalid(
+                errors
+                    .into_iter()
+                    .map(|e| FieldError::new(e.field, e.message))
+                    .collect(),
+            )
+        })?;
+        if self.forges.get(&spec.forge).is_none() {
+            let known: Vec<&str> = self.forges.names().collect();
+            return Err(RequestError::Invalid(vec![FieldError::new(
+                "forge",
+                format!(
+                    "unknown forge {:?}; configured forges: {}",
+                    spec.forge,
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            )]));
+        }
+        let content_hash = spec.content_hash();
+        let metadata_hash = spec.metadata_hash();
+        let upserted = self
+            .store
+            .upsert(UpsertInput {
+                spec: &spec,
+                content_hash: &content_hash,
+                metadata_hash: &metadata_hash,
+                caller_identity: &submission.caller_identity,
+                now: submission.now,
+            })
+            .await
+            .map_err(request_store_error)?;
+        tracing::info!(
+            item = %upserted.id,
+            outcome = upserted.outcome.as_str(),
+            forge = %spec.forge,
+            project = %spec.project,
+            source_branch = %spec.source_branch,
+            "mr submission"
+        );
+        Ok(Submitted {
+            id: upserted.id,
+            outcome: upserted.outcome.as_str(),
+            created: upserted.outcome == UpsertOutcome::Created,
+            wake: upserted.outcome != UpsertOutcome::Unchanged,
+        })
+    }
+
+    async fn detail(&self, id: ItemId) -> Result<Option<serde_json::Value>, RequestError> {
+        let details = self.store.get(id).await.map_err(request_store_error)?;
+        Ok(details.map(|d| merge::detail_json(&d)))
+    }
+
+    fn commands(&self) -> &'static [CommandSpec] {
+        &[CommandSpec {
+            name: "retry-merge",
+            permission: "retry",
+        }]
+    }
+
+    async fn run_command(
+        &self,
+        id: ItemId,
+        command: &str,
+        _body: serde_json::Value,
+        _caller_identity: &str,
+    ) -> Result<CommandReply, RequestError> {
+        match command {
+            "retry-merge" => self.retry_merge(id).await,
+            other => Err(RequestError::Unsupported(format!(
+                "item type mr has no command {other:?}"
+            ))),
+        }
+    }
+}
+
+impl MrType {
+    /// `POST /api/v1/work-items/{id}/retry-merge`: the explicit one-shot
+    /// retry of a failed (or expired in-flight) automatic merge attempt.
+    async fn retry_merge(&self, id: ItemId) -> Result<CommandReply, RequestError> {
+        let now = self.clock.now();
+        let item = self
+            .items
+            .item_get(id)
+            .await
+            .map_err(request_store_error)?
+            .ok_or_else(|| RequestError::NotFound(format!("work item {id} not found")))?;
+        if item.phase != Phase::Active {
+            return Err(RequestError::Conflict(format!(
+                "work item {id} is {}; only active items can retry a merge",
+                item.phase.as_str()
+            )));
+        }
+        let details = self
+            .store
+            .get(id)
+            .await
+            .map_err(request_store_error)?
+            .ok_or_else(|| RequestError::NotFound(format!("work item {id} has no mr details")))?;
+        let deadline = Self::seconds(self.config.merge_attempt_deadline_seconds);
+        let cutoff = now - deadline;
+        match details.journal.result {
+            None => {
+                return Err(RequestError::Conflict(
+                    "no merge attempt has been made; nothing to retry".into(),
+                ));
+            }
+            Some(MergeResult::Accepted) => {
+                return Err(RequestError::Conflict(
+                    "the last merge attempt was accepted; nothing to retry".into(),
+                ));
+            }
+            Some(MergeResult::InFlight)
+                if details.journal.attempt_at.is_none_or(|at| at >= cutoff) =>
+            {
+                return Err(RequestError::Conflict(
+                    "a merge attempt is in flight; retry is refused until it fails or expires"
+                        .into(),
+                ));
+            }
+            _ => {}
+        }
+        if !self
+            .store
+            .authorize_merge_retry(id, now, cutoff)
+            .await
+            .map_err(request_store_error)?
+        {
+            return Err(RequestError::Conflict(
+                "the merge attempt changed meanwhile; nothing to retry".into(),
+            ));
+        }
+        tracing::info!(item = %id, "merge retry authorized");
+        Ok(CommandReply {
+            status: 202,
+            body: serde_json::json!({
+                "status": "accepted",
+                "message": "one new merge evaluation is authorized; every gate is still checked",
+            }),
+            wake: true,
+        })
+    }
+}

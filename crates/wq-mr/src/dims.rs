@@ -1,0 +1,142 @@
+//! Dimension names and the decider (DDR-45, DDR-48): a priority scan over
+//! `needs_*` rows; an absent row asks for action, a deferred one waits.
+
+use wq_core::{Action, ItemView, Phase};
+
+pub const NEEDS_MR: &str = "needs_mr";
+pub const NEEDS_EMPTY_CHECK: &str = "needs_empty_check";
+pub const NEEDS_DASHBOARD: &str = "needs_dashboard";
+pub const NEEDS_RECONCILE: &str = "needs_reconcile";
+
+pub const ENSURE_MR: Action = Action::new("ensure_mr");
+pub const CHECK_EMPTY_DIFF: Action = Action::new("check_empty_diff");
+pub const POST_DASHBOARD_NOTE: Action = Action::new("post_dashboard_note");
+pub const RECONCILE_MR: Action = Action::new("reconcile_mr");
+
+/// Every action of the type.
+pub const ACTIONS: &[&str] = &[
+    ENSURE_MR.name,
+    CHECK_EMPTY_DIFF.name,
+    POST_DASHBOARD_NOTE.name,
+    RECONCILE_MR.name,
+];
+
+/// The next action: `ensure_mr` → `check_empty_diff` →
+/// `post_dashboard_note` → `reconcile_mr`. Pure; called only by the loop.
+pub fn decide(view: &ItemView) -> Option<Action> {
+    if view.item.phase != Phase::Active {
+        return None;
+    }
+    [
+        (NEEDS_MR, ENSURE_MR),
+        (NEEDS_EMPTY_CHECK, CHECK_EMPTY_DIFF),
+        (NEEDS_DASHBOARD, POST_DASHBOARD_NOTE),
+        (NEEDS_RECONCILE, RECONCILE_MR),
+    ]
+    .into_iter()
+    .find(|(dimension, _)| view.needs(dimension))
+    .map(|(_, action)| action)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::OffsetDateTime;
+    use time::macros::datetime;
+    use wq_core::{Dimension, DimensionStatus, ItemId, WorkItem};
+
+    const NOW: OffsetDateTime = datetime!(2026-11-30 12:00 UTC);
+
+    fn view(phase: Phase, rows: &[(&str, bool, Option<OffsetDateTime>)]) -> ItemView {
+        ItemView {
+            item: WorkItem {
+                id: ItemId::new_v7(),
+                item_type: "mr".into(),
+                phase,
+                actionable: true,
+                attempts: 0,
+                error: None,
+                leased_until: None,
+                idempotency_key: None,
+                caller_identity: None,
+                created_at: NOW,
+                updated_at: NOW,
+                last_event_at: None,
+            },
+            dimensions: rows
+                .iter()
+                .map(|(name, status, pending)| Dimension {
+                    dimension: (*name).into(),
+                    variant: String::new(),
+                    status: DimensionStatus::from(*status),
+                    detail: serde_json::json!({}),
+                    pending_until: *pending,
+                    updated_at: NOW,
+                })
+                .collect(),
+            now: NOW,
+        }
+    }
+
+    #[test]
+    fn scans_needs_in_priority_order() {
+        let later = Some(NOW + time::Duration::minutes(30));
+        let earlier = Some(NOW - time::Duration::minutes(1));
+        let cases: &[(&[(&str, bool, Option<OffsetDateTime>)], Option<Action>)] = &[
+            // A new item: every row absent → create the MR first.
+            (&[], Some(ENSURE_MR)),
+            (&[(NEEDS_MR, true, None)], Some(ENSURE_MR)),
+            (&[(NEEDS_MR, false, None)], Some(CHECK_EMPTY_DIFF)),
+            (
+                &[(NEEDS_MR, false, None), (NEEDS_EMPTY_CHECK, true, later)],
+                Some(POST_DASHBOARD_NOTE),
+            ),
+            (
+                &[
+                    (NEEDS_MR, false, None),
+                    (NEEDS_EMPTY_CHECK, true, later),
+                    (NEEDS_DASHBOARD, false, None),
+                ],
+                Some(RECONCILE_MR),
+            ),
+            (
+                &[
+                    (NEEDS_MR, false, None),
+                    (NEEDS_EMPTY_CHECK, true, later),
+                    (NEEDS_DASHBOARD, false, None),
+                    (NEEDS_RECONCILE, true, later),
+                ],
+                None,
+            ),
+            // An expired deferral asks again, ahead of later priorities.
+            (
+                &[
+                    (NEEDS_MR, false, None),
+                    (NEEDS_EMPTY_CHECK, true, earlier),
+                    (NEEDS_DASHBOARD, false, None),
+                    (NEEDS_RECONCILE, true, None),
+                ],
+                Some(CHECK_EMPTY_DIFF),
+            ),
+            // A content update re-arms ensure_mr ahead of everything.
+            (
+                &[
+                    (NEEDS_MR, true, None),
+                    (NEEDS_EMPTY_CHECK, true, earlier),
+                    (NEEDS_RECONCILE, true, None),
+                ],
+                Some(ENSURE_MR),
+            ),
+        ];
+        for (rows, expected) in cases {
+            assert_eq!(decide(&view(Phase::Active, rows)), *expected, "{rows:?}");
+        }
+    }
+
+    #[test]
+    fn terminal_and_failed_items_have_nothing_to_do() {
+        for phase in [Phase::Completed, Phase::Cancelled, Phase::Failed] {
+            assert_eq!(decide(&view(phase, &[])), None, "{phase:?}");
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! The event handler (DDR-33, DDR-38): interprets a stored event into an
+//! [`EventResult`]; the generic layer applies it (only to active items,
+//! DDR-37). Handlers write nothing.
+//!
+//! Webhook events mostly ask for a reconcile, which reads the forge's
+//! current state: duplicates cost one read and change nothing twice, and a
+//! late, reordered delivery cannot undo newer state. Only `merged` (which
+//! cannot be undone) ends the item directly; `closed` is confirmed by a
+//! read first, because a reopen may have overtaken it.
+
+use wq_core::{DimensionUpdate, EventResult, ExecError, ItemView, PendingEvent, Phase};
+use wq_forge::{ChangeAction, ChangeState, ForgeEvent};
+
+use crate::dims::NEEDS_RECONCILE;
+use crate::exec::forge_failure;
+use crate::store::{RETRY_MERGE_EVENT, SUBMISSION_EVENT, submission_dimensions};
+use crate::webhook::WEBHOOK_EVENT;
+use crate::{MrType, store_error};
+
+fn reconcile() -> EventResult {
+    EventResult::ignored().with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, true))
+}
+
+pub(crate) async fn handle(
+    mr: &MrType,
+    view: &ItemView,
+    event: &PendingEvent,
+) -> Result<EventResult, ExecError> {
+    match event.event_type.as_str() {
+        SUBMISSION_EVENT => {
+            let change = event.body["change"].as_str().unwrap_or_default();
+            let mut result = EventResult::ignored();
+            result.dimensions = submission_dimensions(change);
+            Ok(result)
+        }
+        RETRY_MERGE_EVENT => Ok(reconcile()),
+        WEBHOOK_EVENT => {
+            let Ok(forge_event) = serde_json::from_value::<ForgeEvent>(event.body["event"].clone())
+            else {
+                tracing::warn!(item = %view.item.id, event = event.id, "unreadable stored webhook event ignored");
+                return Ok(EventResult::ignored());
+            };
+            handle_forge_event(mr, view, forge_event).await
+        }
+        other => {
+            tracing::warn!(item = %view.item.id, event_type = other, "unknown event type ignored");
+            Ok(EventResult::ignored())
+        }
+    }
+}
+
+async fn handle_forge_event(
+    mr: &MrType,
+    view: &ItemView,
+    event: ForgeEvent,
+) -> Result<EventResult, ExecError> {
+    match event {
+        ForgeEvent::Change { action, .. } => match action {
+            ChangeAction::Merged => Ok(EventResult::ignored()
+                .with_phase(Phase::Completed)
+                .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, false))),
+            ChangeAction::Closed => confirm_closed(mr, view).await,
+            _ => Ok(reconcile()),
+        },
+        ForgeEvent::Pipeline { .. } | ForgeEvent::Note { .. } => Ok(reconcile()),
+        ForgeEvent::Job { .. } | ForgeEvent::Ignored { .. } => Ok(EventResult::ignored()),
+    }
+}
+
+/// A `closed` delivery ends the item only if the change request is still
+/// closed now.
+async fn confirm_closed(mr: &MrType, view: &ItemView) -> Result<EventResult, ExecError> {
+    let Some(details) = mr.store.get(view.item.id).await.map_err(store_error)? else {
+        return Ok(EventResult::ignored());
+    };
+    let (Some(number), Some(forge)) = (details.mr_number, mr.forges.get(&details.spec.forge))
+    else {
+        return Ok(reconcile());
+    };
+    let change = forge
+        .get_change(&details.spec.project, number)
+        .await
+        .map_err(|e| forge_failure("confirming the close", e))?;
+    Ok(match change.state {
+        ChangeState::Closed => {
+            let mut result = EventResult::ignored()
+                .with_phase(Phase::Cancelled)
+                .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, false));
+            result.reason = Some("the merge request was closed on the forge".into());
+            result
+        }
+        ChangeState::Merged => EventResult::ignored()
+            .with_phase(Phase::Completed)
+            .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, false)),
+        ChangeState::Open | ChangeState::Locked => reconcile(),
+    })
+}

@@ -1,0 +1,560 @@
+//! The executors (DDR-15): each reads the item's detail row, talks to the
+//! forge, writes what it learned, and returns the dimension changes. Every
+//! one is idempotent: a crash after the forge accepted a call but before the
+//! outcome was stored repeats the executor, which finds the forge's state
+//! and adopts it instead of creating a second branch, MR or note.
+
+use wq_core::{Action, DimensionUpdate, ExecError, ExecOutcome, ItemView, Phase};
+use wq_forge::{
+    ChangeRequest, ChangeState, ChangeUpdate, CiStatus, CommitMode, CommitRequest, Forge,
+    ForgeError, ForgeErrorKind, MergeOutcome, MergeParams, Mergeable, NewChange, QueueEntry,
+};
+
+use crate::dims::{
+    CHECK_EMPTY_DIFF, ENSURE_MR, NEEDS_DASHBOARD, NEEDS_EMPTY_CHECK, NEEDS_MR, NEEDS_RECONCILE,
+    POST_DASHBOARD_NOTE, RECONCILE_MR,
+};
+use crate::merge::{resolve_queue, signature, unmet_gates};
+use crate::store::{MergeResult, MrDetails, Observation};
+use crate::{MrType, store_error};
+
+pub(crate) async fn execute(
+    mr: &MrType,
+    action: Action,
+    view: &ItemView,
+) -> Result<ExecOutcome, ExecError> {
+    let details = mr
+        .store
+        .get(view.item.id)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| ExecError::permanent("the item has no mr_details row"))?;
+    let forge = mr
+        .forges
+        .get(&details.spec.forge)
+        .ok_or_else(|| {
+            ExecError::permanent(format!(
+                "forge {:?} is not configured on this instance",
+                details.spec.forge
+            ))
+        })?
+        .clone();
+    let run = Run {
+        mr,
+        view,
+        details: &details,
+        forge: forge.as_ref(),
+    };
+    match action {
+        a if a == ENSURE_MR => run.ensure_mr().await,
+        a if a == CHECK_EMPTY_DIFF => run.check_empty_diff().await,
+        a if a == POST_DASHBOARD_NOTE => run.post_dashboard_note().await,
+        a if a == RECONCILE_MR => run.reconcile_mr().await,
+        other => Err(ExecError::permanent(format!("unknown action {other}"))),
+    }
+}
+
+/// A forge error as an executor failure: transient ones are retried with
+/// backoff (honouring `Retry-After`), the rest fail the item at once.
+pub(crate) fn forge_failure(what: &str, error: ForgeError) -> ExecError {
+    let message = format!("{what}: {error}");
+    match error.kind {
+        ForgeErrorKind::Unavailable | ForgeErrorKind::RateLimited => {
+            let failure = ExecError::transient(message);
+            match error.retry_after {
+                Some(after) => failure.retry_after(after),
+                None => failure,
+            }
+        }
+        // A 404 or 409 on a read can be a moment's inconsistency.
+        ForgeErrorKind::NotFound | ForgeErrorKind::Conflict => ExecError::transient(message),
+        ForgeErrorKind::Unauthorized | ForgeErrorKind::Rejected | ForgeErrorKind::Invalid => {
+            ExecError::permanent(message)
+        }
+    }
+}
+
+struct Run<'a> {
+    mr: &'a MrType,
+    view: &'a ItemView,
+    details: &'a MrDetails,
+    forge: &'a dyn Forge,
+}
+
+impl Run<'_> {
+    fn now(&self) -> time::OffsetDateTime {
+        self.mr.clock.now()
+    }
+
+    fn project(&self) -> &str {
+        &self.details.spec.project
+    }
+
+    fn labels(&self) -> Vec<String> {
+        let mut labels = self.details.spec.labels.clone();
+        let managed = &self.mr.config.managed_label;
+        if !managed.is_empty() && !labels.contains(managed) {
+            labels.push(managed.clone());
+        }
+        labels
+    }
+
+    fn empty_check_later(&self) -> DimensionUpdate {
+        DimensionUpdate::new(NEEDS_EMPTY_CHECK, true).pending_until(
+            self.now() + MrType::seconds(self.mr.config.empty_check_interval_seconds),
+        )
+    }
+
+    fn reconcile_in(&self, seconds: u64) -> DimensionUpdate {
+        DimensionUpdate::new(NEEDS_RECONCILE, true)
+            .pending_until(self.now() + MrType::seconds(seconds))
+    }
+
+    /// The open change request from the item's branch: the recorded one if
+    /// still open, else whatever the forge has open (adopting a change
+    /// request whose creation was not recorded).
+    async fn open_change(&self) -> Result<Option<ChangeRequest>, ExecError> {
+        if let Some(number) = self.details.mr_number {
+            let change = self
+                .forge
+                .get_change(self.project(), number)
+                .await
+                .map_err(|e| forge_failure("reading the merge request", e))?;
+            if change.state == ChangeState::Open {
+                return Ok(Some(change));
+            }
+        }
+        self.forge
+            .find_open_change(self.project(), &self.details.spec.source_branch)
+            .await
+            .map_err(|e| forge_failure("looking up an open merge request", e))
+    }
+
+    /// Pushes the desired content (unless this exact content is already the
+    /// branch head we recorded), then creates or updates the change request
+    /// (DDR-10, DDR-40, DDR-43).
+    async fn ensure_mr(&self) -> Result<ExecOutcome, ExecError> {
+        let spec = &self.details.spec;
+        let project = self.project();
+        let existing = self.open_change().await?;
+        let branch_head = self
+            .forge
+            .branch_head(project, &spec.source_branch)
+            .await
+            .map_err(|e| forge_failure("reading the source branch", e))?;
+        let already_pushed = self.details.pushed_content_hash.as_deref()
+            == Some(self.details.content_hash.as_str())
+            && branch_head.is_some()
+            && branch_head == self.details.head_sha;
+        let head = match (already_pushed, branch_head) {
+            (true, Some(head)) => head,
+            (_, branch_head) => {
+                let mode = if branch_head.is_some() {
+                    CommitMode::ForceUpdate
+                } else {
+                    CommitMode::CreateBranch
+                };
+                self.forge
+                    .commit_files(&CommitRequest {
+                        project,
+                        branch: &spec.source_branch,
+                        base_branch: &spec.target_branch,
+                        mode,
+                        message: &spec.commit_message,
+                        actions: &spec.file_actions,
+                    })
+                    .await
+                    .map_err(|e| forge_failure("committing the file actions", e))?
+            }
+        };
+        let empty = self
+            .forge
+            .diff_is_empty(project, &spec.target_branch, &spec.source_branch)
+            .await
+            .map_err(|e| forge_failure("comparing the branches", e))?;
+        if empty {
+            if let Some(change) = &existing {
+                self.close(change.number).await?;
+            }
+            return Ok(cancelled_empty(&spec.target_branch));
+        }
+        let labels = self.labels();
+        let change = match existing {
+            None => self
+                .forge
+                .create_change(&NewChange {
+                    project,
+                    source_branch: &spec.source_branch,
+                    target_branch: &spec.target_branch,
+                    title: &spec.title,
+                    description: &spec.description,
+                    labels: &labels,
+                })
+                .await
+                .map_err(|e| forge_failure("creating the merge request", e))?,
+            Some(change) => self.sync_metadata(change, &labels).await?,
+        };
+        self.mr
+            .store
+            .record_change(
+                self.view.item.id,
+                change.number,
+                &change.url,
+                &head,
+                &self.details.content_hash,
+                self.now(),
+            )
+            .await
+            .map_err(store_error)?;
+        tracing::info!(item = %self.view.item.id, number = change.number, head = %head, "merge request ensured");
+        Ok(ExecOutcome::done()
+            .with_dimension(
+                DimensionUpdate::new(NEEDS_MR, false).detail(serde_json::json!({
+                    "number": change.number,
+                    "url": change.url,
+                    "head_sha": head,
+                })),
+            )
+            .with_dimension(self.empty_check_later())
+            .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, true)))
+    }
+
+    /// Title, description and labels as submitted (labels added, never
+    /// removed: people may label too).
+    async fn sync_metadata(
+        &self,
+        change: ChangeRequest,
+        labels: &[String],
+    ) -> Result<ChangeRequest, ExecError> {
+        let spec = &self.details.spec;
+        let missing_label = labels.iter().any(|l| !change.labels.contains(l));
+        if change.title == spec.title && change.description == spec.description && !missing_label {
+            return Ok(change);
+        }
+        let mut all_labels = change.labels.clone();
+        all_labels.extend(
+            labels
+                .iter()
+                .filter(|l| !change.labels.contains(l))
+                .cloned(),
+        );
+        self.forge
+            .update_change(
+                self.project(),
+                change.number,
+                &ChangeUpdate {
+                    title: Some(&spec.title),
+                    description: Some(&spec.description),
+                    labels: missing_label.then_some(all_labels.as_slice()),
+                    open: None,
+                },
+            )
+            .await
+            .map_err(|e| forge_failure("updating the merge request", e))
+    }
+
+    async fn close(&self, number: u64) -> Result<(), ExecError> {
+        self.forge
+            .update_change(
+                self.project(),
+                number,
+                &ChangeUpdate {
+                    open: Some(false),
+                    ..ChangeUpdate::default()
+                },
+            )
+            .await
+            .map_err(|e| forge_failure("closing the merge request", e))?;
+        Ok(())
+    }
+
+    /// Periodic (DDR-43, DDR-48): an MR whose target already contains its
+    /// changes is closed and the item cancelled.
+    async fn check_empty_diff(&self) -> Result<ExecOutcome, ExecError> {
+        let spec = &self.details.spec;
+        let Some(number) = self.details.mr_number else {
+            return Ok(ExecOutcome::done().with_dimension(self.empty_check_later()));
+        };
+        let change = self
+            .forge
+            .get_change(self.project(), number)
+            .await
+            .map_err(|e| forge_failure("reading the merge request", e))?;
+        match change.state {
+            ChangeState::Merged => return Ok(completed()),
+            ChangeState::Closed => return Ok(closed_on_forge()),
+            ChangeState::Open | ChangeState::Locked => {}
+        }
+        let empty = self
+            .forge
+            .diff_is_empty(self.project(), &spec.target_branch, &spec.source_branch)
+            .await
+            .map_err(|e| forge_failure("comparing the branches", e))?;
+        if empty && change.state == ChangeState::Open {
+            self.close(number).await?;
+            tracing::info!(item = %self.view.item.id, number, "empty merge request closed");
+            return Ok(cancelled_empty(&spec.target_branch));
+        }
+        Ok(ExecOutcome::done().with_dimension(self.empty_check_later()))
+    }
+
+    /// One status note linking to the item (found again by its marker after
+    /// a crash, never posted twice).
+    async fn post_dashboard_note(&self) -> Result<ExecOutcome, ExecError> {
+        let Some(number) = self.details.mr_number else {
+            // ensure_mr runs first; nothing to annotate yet.
+            return Ok(ExecOutcome::done().with_dimension(DimensionUpdate::new(NEEDS_MR, true)));
+        };
+        let id = self.view.item.id;
+        let marker = format!("<!-- workqueue:item:{id} -->");
+        let link = format!(
+            "{}/api/v1/work-items/{id}",
+            self.mr.config.public_url.trim_end_matches('/')
+        );
+        let notes = self
+            .forge
+            .list_notes(self.project(), number)
+            .await
+            .map_err(|e| forge_failure("listing notes", e))?;
+        let note = match notes.into_iter().find(|n| n.body.contains(&marker)) {
+            Some(note) => note.id,
+            None => {
+                let body = format!(
+                    "{marker}\nThis merge request is managed by workqueue (item `{id}`). \
+                     Status: {link}\n\nIt merges automatically when CI passes and every \
+                     merge requirement holds{}.",
+                    if self.details.spec.automation.auto_merge {
+                        ""
+                    } else {
+                        " — automatic merge is off for this item"
+                    }
+                );
+                self.forge
+                    .create_note(self.project(), number, &body)
+                    .await
+                    .map_err(|e| forge_failure("posting the status note", e))?
+                    .id
+            }
+        };
+        Ok(ExecOutcome::done().with_dimension(
+            DimensionUpdate::new(NEEDS_DASHBOARD, false)
+                .detail(serde_json::json!({ "note_id": note, "url": link })),
+        ))
+    }
+
+    /// One read of the change request converges everything (DDR-46): merged
+    /// → completed, closed → cancelled, observations recorded, drift
+    /// corrected, and the merge attempted through the journal when every
+    /// gate holds.
+    async fn reconcile_mr(&self) -> Result<ExecOutcome, ExecError> {
+        let id = self.view.item.id;
+        let Some(number) = self.details.mr_number else {
+            return Ok(ExecOutcome::done().with_dimension(DimensionUpdate::new(NEEDS_MR, true)));
+        };
+        let change = self
+            .forge
+            .get_change(self.project(), number)
+            .await
+            .map_err(|e| forge_failure("reading the merge request", e))?;
+        let queue = resolve_queue(self.details.queue.as_ref(), &change);
+        self.observe(&change, queue.as_ref()).await?;
+        let journal = &self.details.journal;
+        match change.state {
+            ChangeState::Merged => {
+                if journal.result != Some(MergeResult::Accepted) && journal.result.is_some() {
+                    self.record(MergeResult::Accepted, change.head_sha.as_deref(), None)
+                        .await?;
+                }
+                return Ok(completed());
+            }
+            ChangeState::Closed => return Ok(closed_on_forge()),
+            ChangeState::Locked => {
+                return Ok(ExecOutcome::done().with_dimension(
+                    self.reconcile_in(self.mr.config.reconcile_busy_interval_seconds),
+                ));
+            }
+            ChangeState::Open => {}
+        }
+        let change = self.correct_drift(change).await?;
+        let busy = self.mr.config.reconcile_busy_interval_seconds;
+        let idle = self.mr.config.reconcile_interval_seconds;
+        // An active queue entry means the forge accepted the attempt.
+        if let Some(entry) = &queue {
+            if journal.result != Some(MergeResult::Accepted) {
+                self.record(MergeResult::Accepted, change.head_sha.as_deref(), None)
+                    .await?;
+            }
+            tracing::debug!(item = %id, state = %entry.state, "queued for merge");
+            return Ok(ExecOutcome::done().with_dimension(self.reconcile_in(busy)));
+        }
+        // A reservation left by an interrupted run: never resubmitted; it
+        // expires into `failed` and the explicit retry is offered.
+        if journal.result == Some(MergeResult::InFlight) {
+            let deadline = journal.attempt_at.unwrap_or_else(|| self.now())
+                + MrType::seconds(self.mr.config.merge_attempt_deadline_seconds);
+            if self.now() < deadline {
+                let wait = (deadline - self.now()).whole_seconds().max(1);
+                return Ok(ExecOutcome::done()
+                    .with_dimension(self.reconcile_in(u64::try_from(wait).unwrap_or(1))));
+            }
+            self.record(
+                MergeResult::Failed,
+                None,
+                Some("the merge attempt was interrupted and not confirmed before its deadline; use retry-merge"),
+            )
+            .await?;
+            return Ok(ExecOutcome::done().with_dimension(self.reconcile_in(idle)));
+        }
+        let unmet = unmet_gates(&change);
+        let waiting = matches!(change.ci, CiStatus::Pending | CiStatus::Running)
+            || change.pending_checks > 0
+            || change.mergeable == Mergeable::Unknown;
+        let rearm = self.reconcile_in(if waiting { busy } else { idle });
+        if !self.details.spec.automation.auto_merge || !unmet.is_empty() {
+            return Ok(ExecOutcome::done().with_dimension(rearm.detail(
+                serde_json::json!({ "unmet_gates": unmet, "merge_status": change.merge_status }),
+            )));
+        }
+        let head = change.head_sha.clone().unwrap_or_default();
+        let signature = signature(id, self.project(), &change);
+        if !journal.retry_authorized
+            && journal.result.is_some()
+            && journal.signature.as_deref() == Some(signature.as_str())
+        {
+            // Already tried for exactly this state: wait for a change or an
+            // explicit retry.
+            return Ok(ExecOutcome::done().with_dimension(rearm));
+        }
+        self.mr
+            .store
+            .reserve_merge(id, &signature, self.now())
+            .await
+            .map_err(store_error)?;
+        let result = self
+            .forge
+            .merge_change(
+                self.project(),
+                number,
+                &MergeParams {
+                    expected_head_sha: Some(&head),
+                    method: self.mr.config.merge_method,
+                    commit_message: None,
+                },
+            )
+            .await;
+        match result {
+            Ok(MergeOutcome::Merged) => {
+                self.record(MergeResult::Accepted, Some(&head), None)
+                    .await?;
+                tracing::info!(item = %id, number, head = %head, "merged");
+                Ok(completed())
+            }
+            Ok(MergeOutcome::Queued) => {
+                self.record(MergeResult::Accepted, Some(&head), None)
+                    .await?;
+                let entry = QueueEntry {
+                    state: "queued".into(),
+                    position: None,
+                    eta_seconds: None,
+                };
+                self.observe(&change, Some(&entry)).await?;
+                tracing::info!(item = %id, number, head = %head, "queued for merge");
+                Ok(ExecOutcome::done().with_dimension(self.reconcile_in(busy)))
+            }
+            Err(error) => {
+                tracing::warn!(item = %id, number, head = %head, %error, "merge attempt failed");
+                self.record(MergeResult::Failed, None, Some(&error.to_string()))
+                    .await?;
+                Ok(ExecOutcome::done().with_dimension(self.reconcile_in(idle)))
+            }
+        }
+    }
+
+    async fn observe(
+        &self,
+        change: &ChangeRequest,
+        queue: Option<&QueueEntry>,
+    ) -> Result<(), ExecError> {
+        self.mr
+            .store
+            .observe(
+                self.view.item.id,
+                &Observation {
+                    head_sha: change.head_sha.as_deref(),
+                    pipeline_id: change.pipeline_id,
+                    queue,
+                    url: Some(&change.url),
+                },
+                self.now(),
+            )
+            .await
+            .map_err(store_error)
+    }
+
+    async fn record(
+        &self,
+        result: MergeResult,
+        head: Option<&str>,
+        error: Option<&str>,
+    ) -> Result<(), ExecError> {
+        self.mr
+            .store
+            .merge_result(
+                self.view.item.id,
+                result,
+                head,
+                error.map(|message| ("auto_merge", message)),
+                self.now(),
+            )
+            .await
+            .map_err(store_error)
+    }
+
+    /// Title and description back to what was submitted.
+    async fn correct_drift(&self, change: ChangeRequest) -> Result<ChangeRequest, ExecError> {
+        let spec = &self.details.spec;
+        if change.title == spec.title && change.description == spec.description {
+            return Ok(change);
+        }
+        tracing::info!(item = %self.view.item.id, number = change.number, "correcting title/description drift");
+        self.forge
+            .update_change(
+                self.project(),
+                change.number,
+                &ChangeUpdate {
+                    title: Some(&spec.title),
+                    description: Some(&spec.description),
+                    ..ChangeUpdate::default()
+                },
+            )
+            .await
+            .map_err(|e| forge_failure("correcting the merge request's title and description", e))
+    }
+}
+
+fn completed() -> ExecOutcome {
+    ExecOutcome::done()
+        .with_phase(Phase::Completed, None)
+        .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, false))
+}
+
+fn closed_on_forge() -> ExecOutcome {
+    ExecOutcome::done()
+        .with_phase(
+            Phase::Cancelled,
+            Some("the merge request was closed on the forge".into()),
+        )
+        .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, false))
+}
+
+fn cancelled_empty(target: &str) -> ExecOutcome {
+    ExecOutcome::done()
+        .with_phase(
+            Phase::Cancelled,
+            Some(format!(
+                "empty diff: {target} already contains these changes; the merge request was closed"
+            )),
+        )
+        .with_dimension(DimensionUpdate::new(NEEDS_MR, false))
+        .with_dimension(DimensionUpdate::new(NEEDS_EMPTY_CHECK, false))
+}

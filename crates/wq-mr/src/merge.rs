@@ -1,0 +1,257 @@
+//! Readiness gates, the readiness signature, and queue-observation rules of
+//! the merge-attempt journal (GitHub merge queue design: "Automatic merge",
+//! "Queue observation", "Failure and recovery"). Pure functions; the
+//! `reconcile_mr` executor applies them.
+
+use sha2::{Digest, Sha256};
+use wq_core::ItemId;
+use wq_forge::{
+    ChangeRequest, ChangeState, CiStatus, Mergeable, QueueEntry, QueueObservation, ReviewDecision,
+};
+
+use crate::store::MrDetails;
+
+/// The gates a change request does not pass yet, by name; empty when it may
+/// be merged.
+pub fn unmet_gates(change: &ChangeRequest) -> Vec<&'static str> {
+    let mut unmet = Vec::new();
+    if change.state != ChangeState::Open {
+        unmet.push("open");
+    }
+    if change.draft {
+        unmet.push("not_draft");
+    }
+    if change.head_sha.as_deref().is_none_or(str::is_empty) {
+        unmet.push("head_known");
+    }
+    if change.ci != CiStatus::Success || change.pending_checks > 0 {
+        unmet.push("ci_passed");
+    }
+    if change.review != ReviewDecision::Approved {
+        unmet.push("approved");
+    }
+    if change.mergeable != Mergeable::Yes {
+        unmet.push("mergeable");
+    }
+    if change.unresolved_threads > 0 {
+        unmet.push("threads_resolved");
+    }
+    unmet
+}
+
+/// SHA-256 over every gate input, the item and the change request's
+/// lifecycle state: an attempt reserved for one state is never reused for
+/// another (a reopened change request, a new head, a new CI result).
+pub fn signature(id: ItemId, project: &str, change: &ChangeRequest) -> String {
+    let parts = [
+        id.to_string(),
+        project.to_owned(),
+        change.number.to_string(),
+        change.state.as_str().to_owned(),
+        change.draft.to_string(),
+        change.head_sha.clone().unwrap_or_default(),
+        change.ci.as_str().to_owned(),
+        format!("{:?}", change.mergeable),
+        change.merge_status.clone(),
+        format!("{:?}", change.review),
+        change.approvals.to_string(),
+        change
+            .required_approvals
+            .map_or_else(|| "-".to_owned(), |n| n.to_string()),
+        change.pending_checks.to_string(),
+        change.unresolved_threads.to_string(),
+    ];
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update(part.len().to_le_bytes());
+        hasher.update(part.as_bytes());
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// The queue entry to store after a read: an authoritative entry replaces,
+/// an authoritative absence clears, a read that could not see the queue
+/// keeps what is stored; merged or closed always clears.
+pub fn resolve_queue(stored: Option<&QueueEntry>, change: &ChangeRequest) -> Option<QueueEntry> {
+    if matches!(change.state, ChangeState::Merged | ChangeState::Closed) {
+        return None;
+    }
+    match &change.queue {
+        QueueObservation::Unobserved => stored.cloned(),
+        QueueObservation::Absent => None,
+        QueueObservation::Entry(entry) => Some(entry.clone()),
+    }
+}
+
+/// The item's `detail` in the API: everything but file contents.
+pub fn detail_json(d: &MrDetails) -> serde_json::Value {
+    let files: Vec<serde_json::Value> = d
+        .spec
+        .file_actions
+        .iter()
+        .map(|a| {
+            serde_json::json!({
+                "action": a.op.as_str(),
+                "file_path": a.path,
+                "previous_path": a.previous_path,
+                "bytes": a.content.as_ref().map(Vec::len),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "forge": d.spec.forge,
+        "project": d.spec.project,
+        "source_branch": d.spec.source_branch,
+        "target_branch": d.spec.target_branch,
+        "title": d.spec.title,
+        "labels": d.spec.labels,
+        "generation": d.generation,
+        "content_hash": d.content_hash,
+        "automation": {
+            "auto_merge": d.spec.automation.auto_merge,
+            "ci_retry": d.spec.automation.ci_retry,
+        },
+        "files": files,
+        "mr": {
+            "number": d.mr_number,
+            "url": d.mr_url,
+            "head_sha": d.head_sha,
+            "head_pipeline_id": d.head_pipeline_id,
+        },
+        "merge_queue": d.queue.as_ref().map(|q| serde_json::json!({
+            "state": q.state,
+            "position": q.position,
+            "eta_seconds": q.eta_seconds,
+        })),
+        "merge": {
+            "last_result": d.journal.result.map(|r| r.as_str()),
+            "last_attempt_at": d.journal.attempt_at.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok()),
+            "last_signature": d.journal.signature,
+            "queue_head_sha": d.journal.queue_head_sha,
+            "error_kind": d.journal.error_kind,
+            "error": d.journal.error,
+            "retry_authorized": d.journal.retry_authorized,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn ready_change() -> ChangeRequest {
+        ChangeRequest {
+            number: 7,
+            url: "https://forge/p/-/merge_requests/7".into(),
+            state: ChangeState::Open,
+            draft: false,
+            title: "t".into(),
+            description: String::new(),
+            labels: vec![],
+            source_branch: "wq/x".into(),
+            target_branch: "main".into(),
+            head_sha: Some("abc".into()),
+            pipeline_id: Some(3),
+            ci: CiStatus::Success,
+            pending_checks: 0,
+            review: ReviewDecision::Approved,
+            approvals: 1,
+            required_approvals: Some(1),
+            mergeable: Mergeable::Yes,
+            merge_status: "mergeable".into(),
+            unresolved_threads: 0,
+            queue: QueueObservation::Unobserved,
+        }
+    }
+
+    #[test]
+    fn every_gate_is_checked() {
+        assert!(unmet_gates(&ready_change()).is_empty());
+        let cases: Vec<(Box<dyn Fn(&mut ChangeRequest)>, &str)> = vec![
+            (Box::new(|c| c.state = ChangeState::Closed), "open"),
+            (Box::new(|c| c.draft = true), "not_draft"),
+            (Box::new(|c| c.head_sha = None), "head_known"),
+            (Box::new(|c| c.ci = CiStatus::Running), "ci_passed"),
+            (Box::new(|c| c.ci = CiStatus::None), "ci_passed"),
+            (Box::new(|c| c.pending_checks = 1), "ci_passed"),
+            (
+                Box::new(|c| c.review = ReviewDecision::ReviewRequired),
+                "approved",
+            ),
+            (Box::new(|c| c.mergeable = Mergeable::Unknown), "mergeable"),
+            (Box::new(|c| c.mergeable = Mergeable::No), "mergeable"),
+            (Box::new(|c| c.unresolved_threads = 2), "threads_resolved"),
+        ];
+        for (change, gate) in cases {
+            let mut c = ready_change();
+            change(&mut c);
+            assert_eq!(unmet_gates(&c), vec![gate]);
+        }
+    }
+
+    #[test]
+    fn signature_covers_every_gate_input_and_the_lifecycle_state() {
+        let id = ItemId::new_v7();
+        let base = signature(id, "p", &ready_change());
+        assert_eq!(base, signature(id, "p", &ready_change()), "deterministic");
+        let changes: Vec<Box<dyn Fn(&mut ChangeRequest)>> = vec![
+            Box::new(|c| c.state = ChangeState::Closed),
+            Box::new(|c| c.head_sha = Some("def".into())),
+            Box::new(|c| c.ci = CiStatus::Failed),
+            Box::new(|c| c.mergeable = Mergeable::Unknown),
+            Box::new(|c| c.merge_status = "need_rebase".into()),
+            Box::new(|c| c.review = ReviewDecision::ChangesRequested),
+            Box::new(|c| c.approvals = 2),
+            Box::new(|c| c.required_approvals = None),
+            Box::new(|c| c.pending_checks = 1),
+            Box::new(|c| c.unresolved_threads = 1),
+            Box::new(|c| c.number = 8),
+            Box::new(|c| c.draft = true),
+        ];
+        for change in changes {
+            let mut c = ready_change();
+            change(&mut c);
+            assert_ne!(signature(id, "p", &c), base);
+        }
+        assert_ne!(signature(ItemId::new_v7(), "p", &ready_change()), base);
+        assert_ne!(signature(id, "q", &ready_change()), base);
+    }
+
+    #[test]
+    fn queue_observation_rules() {
+        let stored = QueueEntry {
+            state: "queued".into(),
+            position: Some(2),
+            eta_seconds: Some(60),
+        };
+        let mut c = ready_change();
+        c.queue = QueueObservation::Unobserved;
+        assert_eq!(
+            resolve_queue(Some(&stored), &c),
+            Some(stored.clone()),
+            "preserved"
+        );
+        c.queue = QueueObservation::Absent;
+        assert_eq!(
+            resolve_queue(Some(&stored), &c),
+            None,
+            "authoritative null clears"
+        );
+        let fresh = QueueEntry {
+            state: "awaiting_checks".into(),
+            position: Some(1),
+            eta_seconds: None,
+        };
+        c.queue = QueueObservation::Entry(fresh.clone());
+        assert_eq!(
+            resolve_queue(Some(&stored), &c),
+            Some(fresh.clone()),
+            "replaced"
+        );
+        for state in [ChangeState::Merged, ChangeState::Closed] {
+            c.state = state;
+            c.queue = QueueObservation::Entry(fresh.clone());
+            assert_eq!(resolve_queue(Some(&stored), &c), None, "{state:?} clears");
+        }
+    }
+}

@@ -1,0 +1,441 @@
+//! The `mr` type's own store: the `mr_details` table on both backends, its
+//! migrations, and the transactions that touch it together with the generic
+//! tables (through `wq-store`'s connection-level building blocks). One
+//! `.sql` file per statement under `store/{sqlite,postgres}/`.
+
+mod postgres;
+mod sqlite;
+
+use time::OffsetDateTime;
+use wq_core::ItemId;
+use wq_forge::{FileAction, QueueEntry};
+use wq_store::{Backend, Store, StoreError, StoreResult};
+
+use crate::spec::{Automation, MrSpec};
+
+/// The pending event a submission stores with its change, so a loop that is
+/// running cannot park over it (DDR-34) and an executor outcome in flight
+/// cannot overwrite the change's dimensions.
+pub const SUBMISSION_EVENT: &str = "mr.submission";
+/// The event the explicit merge retry stores.
+pub const RETRY_MERGE_EVENT: &str = "mr.retry_merge";
+
+/// What an upsert did (DDR-40).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpsertOutcome {
+    Created,
+    Unchanged,
+    /// `content`: the file actions changed (a new commit is needed), not only
+    /// the metadata.
+    Updated {
+        content: bool,
+    },
+    Retried,
+}
+
+impl UpsertOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::Unchanged => "unchanged",
+            Self::Updated { .. } => "updated",
+            Self::Retried => "retried",
+        }
+    }
+}
+
+/// The result of [`MrStore::upsert`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Upserted {
+    pub id: ItemId,
+    pub outcome: UpsertOutcome,
+}
+
+/// One upsert.
+#[derive(Debug, Clone, Copy)]
+pub struct UpsertInput<'a> {
+    pub spec: &'a MrSpec,
+    pub content_hash: &'a str,
+    pub metadata_hash: &'a str,
+    pub caller_identity: &'a str,
+    pub now: OffsetDateTime,
+}
+
+/// `last_merge_result` of the merge-attempt journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MergeResult {
+    InFlight,
+    Failed,
+    Accepted,
+}
+
+impl MergeResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InFlight => "in_flight",
+            Self::Failed => "failed",
+            Self::Accepted => "accepted",
+        }
+    }
+
+    fn parse(text: &str) -> StoreResult<Self> {
+        match text {
+            "in_flight" => Ok(Self::InFlight),
+            "failed" => Ok(Self::Failed),
+            "accepted" => Ok(Self::Accepted),
+            other => Err(StoreError::Corrupt(format!(
+                "mr_details.last_merge_result: {other:?}"
+            ))),
+        }
+    }
+}
+
+/// The merge-attempt journal (GitHub merge queue design, "Automatic merge").
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+pub struct MergeJournal {
+    pub signature: Option<String>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub attempt_at: Option<OffsetDateTime>,
+    pub queue_head_sha: Option<String>,
+    pub result: Option<MergeResult>,
+    pub error_kind: Option<String>,
+    pub error: Option<String>,
+    pub retry_authorized: bool,
+}
+
+/// One `mr_details` row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MrDetails {
+    pub id: ItemId,
+    pub spec: MrSpec,
+    pub generation: i64,
+    pub content_hash: String,
+    pub metadata_hash: String,
+    pub mr_number: Option<u64>,
+    pub mr_url: Option<String>,
+    pub head_sha: Option<String>,
+    pub head_pipeline_id: Option<u64>,
+    pub pushed_content_hash: Option<String>,
+    /// The stored queue entry; `None` when not queued.
+    pub queue: Option<QueueEntry>,
+    pub journal: MergeJournal,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+}
+
+/// What one read of the change request saw, to store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observation<'a> {
+    pub head_sha: Option<&'a str>,
+    pub pipeline_id: Option<u64>,
+    /// Already resolved against the stored entry (preserved when the read
+    /// could not see the queue).
+    pub queue: Option<&'a QueueEntry>,
+    pub url: Option<&'a str>,
+}
+
+/// How a webhook finds its item.
+#[derive(Debug, Clone, Copy)]
+pub enum Lookup<'a> {
+    Number(u64),
+    Pipeline(u64),
+    Branch(&'a str),
+}
+
+/// The columns of a row, decoded per backend, then assembled here.
+struct RawDetails {
+    id: ItemId,
+    forge: String,
+    project: String,
+    source_branch: String,
+    target_branch: String,
+    generation: i64,
+    title: String,
+    description: String,
+    commit_message: String,
+    labels: serde_json::Value,
+    file_actions: serde_json::Value,
+    auto_merge: bool,
+    ci_retry: bool,
+    content_hash: String,
+    metadata_hash: String,
+    mr_number: Option<i64>,
+    mr_url: Option<String>,
+    head_sha: Option<String>,
+    head_pipeline_id: Option<i64>,
+    pushed_content_hash: Option<String>,
+    merge_queue_state: String,
+    merge_queue_position: Option<i64>,
+    merge_queue_eta_seconds: Option<i64>,
+    last_merge_signature: Option<String>,
+    last_merge_attempt_at: Option<OffsetDateTime>,
+    last_queue_attempt_head_sha: Option<String>,
+    last_merge_result: Option<String>,
+    last_error_kind: Option<String>,
+    last_error: Option<String>,
+    merge_retry_authorized: bool,
+    created_at: OffsetDateTime,
+    updated_at: OffsetDateTime,
+}
+
+fn unsigned(value: Option<i64>, column: &str) -> StoreResult<Option<u64>> {
+    value
+        .map(|v| {
+            u64::try_from(v)
+                .map_err(|_| StoreError::Corrupt(format!("mr_details.{column}: negative {v}")))
+        })
+        .transpose()
+}
+
+fn signed(value: Option<u64>) -> Option<i64> {
+    value.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+impl RawDetails {
+    fn assemble(self) -> StoreResult<MrDetails> {
+        let labels: Vec<String> = serde_json::from_value(self.labels)
+            .map_err(|e| StoreError::Corrupt(format!("mr_details.labels: {e}")))?;
+        let file_actions: Vec<FileAction> = serde_json::from_value(self.file_actions)
+            .map_err(|e| StoreError::Corrupt(format!("mr_details.file_actions: {e}")))?;
+        let queue = (!self.merge_queue_state.is_empty()).then(|| QueueEntry {
+            state: self.merge_queue_state.clone(),
+            position: self.merge_queue_position,
+            eta_seconds: self.merge_queue_eta_seconds,
+        });
+        Ok(MrDetails {
+            id: self.id,
+            spec: MrSpec {
+                forge: self.forge,
+                project: self.project,
+                source_branch: self.source_branch,
+                target_branch: self.target_branch,
+                title: self.title,
+                description: self.description,
+                commit_message: self.commit_message,
+                labels,
+                file_actions,
+                automation: Automation {
+                    auto_merge: self.auto_merge,
+                    ci_retry: self.ci_retry,
+                },
+            },
+            generation: self.generation,
+            content_hash: self.content_hash,
+            metadata_hash: self.metadata_hash,
+            mr_number: unsigned(self.mr_number, "mr_number")?,
+            mr_url: self.mr_url,
+            head_sha: self.head_sha,
+            head_pipeline_id: unsigned(self.head_pipeline_id, "head_pipeline_id")?,
+            pushed_content_hash: self.pushed_content_hash,
+            queue,
+            journal: MergeJournal {
+                signature: self.last_merge_signature,
+                attempt_at: self.last_merge_attempt_at,
+                queue_head_sha: self.last_queue_attempt_head_sha,
+                result: self
+                    .last_merge_result
+                    .as_deref()
+                    .map(MergeResult::parse)
+                    .transpose()?,
+                error_kind: self.last_error_kind,
+                error: self.last_error,
+                retry_authorized: self.merge_retry_authorized,
+            },
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+fn json_of<T: serde::Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).expect("plain data serializes")
+}
+
+/// The `mr` type's store over whichever backend the service runs.
+#[derive(Debug, Clone)]
+pub struct MrStore {
+    backend: Backend,
+}
+
+/// How often a lost concurrent-insert race is retried (DDR-40).
+const UPSERT_ATTEMPTS: usize = 5;
+
+impl MrStore {
+    pub fn new(store: &dyn Store) -> Self {
+        Self {
+            backend: store.handle(),
+        }
+    }
+
+    /// Applies this type's migrations (after the generic ones).
+    pub async fn migrate(&self) -> StoreResult<()> {
+        match &self.backend {
+            Backend::Sqlite(store) => sqlite::migrate(store).await,
+            Backend::Postgres(store) => postgres::migrate(store).await,
+        }
+    }
+
+    /// Creates or updates the live item for the submission's branch
+    /// (DDR-40). A concurrent insert that loses the unique-index race is
+    /// retried: the winner is then visible and the right outcome is taken.
+    pub async fn upsert(&self, input: UpsertInput<'_>) -> StoreResult<Upserted> {
+        let mut last = None;
+        for _ in 0..UPSERT_ATTEMPTS {
+            let result = match &self.backend {
+                Backend::Sqlite(store) => sqlite::upsert(store, &input).await,
+                Backend::Postgres(store) => postgres::upsert(store, &input).await,
+            };
+            match result {
+                Err(StoreError::Duplicate(message)) => {
+                    tracing::debug!(%message, "mr upsert lost an insert race; retrying");
+                    last = Some(StoreError::Duplicate(message));
+                }
+                other => return other,
+            }
+        }
+        Err(last.unwrap_or_else(|| StoreError::Conflict("upsert did not converge".into())))
+    }
+
+    pub async fn get(&self, id: ItemId) -> StoreResult<Option<MrDetails>> {
+        let raw = match &self.backend {
+            Backend::Sqlite(store) => sqlite::get(store, id).await?,
+            Backend::Postgres(store) => postgres::get(store, id).await?,
+        };
+        raw.map(RawDetails::assemble).transpose()
+    }
+
+    /// The active item a webhook is about (DDR-32: only active items).
+    pub async fn find_active(
+        &self,
+        forge: &str,
+        project: &str,
+        lookup: Lookup<'_>,
+    ) -> StoreResult<Option<ItemId>> {
+        match &self.backend {
+            Backend::Sqlite(store) => sqlite::find_active(store, forge, project, lookup).await,
+            Backend::Postgres(store) => postgres::find_active(store, forge, project, lookup).await,
+        }
+    }
+
+    /// `ensure_mr`'s result: the change request and the head it pushed.
+    pub async fn record_change(
+        &self,
+        id: ItemId,
+        number: u64,
+        url: &str,
+        head_sha: &str,
+        pushed_content_hash: &str,
+        now: OffsetDateTime,
+    ) -> StoreResult<()> {
+        let number = i64::try_from(number).unwrap_or(i64::MAX);
+        match &self.backend {
+            Backend::Sqlite(store) => {
+                sqlite::record_change(store, id, number, url, head_sha, pushed_content_hash, now)
+                    .await
+            }
+            Backend::Postgres(store) => {
+                postgres::record_change(store, id, number, url, head_sha, pushed_content_hash, now)
+                    .await
+            }
+        }
+    }
+
+    /// Stores what a read of the change request saw.
+    pub async fn observe(
+        &self,
+        id: ItemId,
+        observation: &Observation<'_>,
+        now: OffsetDateTime,
+    ) -> StoreResult<()> {
+        match &self.backend {
+            Backend::Sqlite(store) => sqlite::observe(store, id, observation, now).await,
+            Backend::Postgres(store) => postgres::observe(store, id, observation, now).await,
+        }
+    }
+
+    /// Reserves an `in_flight` attempt for `signature`, durably, before the
+    /// merge call; consumes a retry authorization.
+    pub async fn reserve_merge(
+        &self,
+        id: ItemId,
+        signature: &str,
+        now: OffsetDateTime,
+    ) -> StoreResult<()> {
+        match &self.backend {
+            Backend::Sqlite(store) => sqlite::reserve_merge(store, id, signature, now).await,
+            Backend::Postgres(store) => postgres::reserve_merge(store, id, signature, now).await,
+        }
+    }
+
+    /// Records an attempt's outcome. `accepted` clears only an `auto_merge`
+    /// error; `failed` stores `error` with `error_kind`.
+    pub async fn merge_result(
+        &self,
+        id: ItemId,
+        result: MergeResult,
+        queue_head_sha: Option<&str>,
+        error: Option<(&str, &str)>,
+        now: OffsetDateTime,
+    ) -> StoreResult<()> {
+        let (kind, message) = error.unzip();
+        match &self.backend {
+            Backend::Sqlite(store) => {
+                sqlite::merge_result(store, id, result, queue_head_sha, kind, message, now).await
+            }
+            Backend::Postgres(store) => {
+                postgres::merge_result(store, id, result, queue_head_sha, kind, message, now).await
+            }
+        }
+    }
+
+    /// The explicit one-shot retry: authorizes one new evaluation when the
+    /// last attempt failed, or was `in_flight` and started before `cutoff`
+    /// (it becomes `failed` first). Stores a pending event in the same
+    /// transaction so the item runs. `false` when nothing may be retried.
+    pub async fn authorize_merge_retry(
+        &self,
+        id: ItemId,
+        now: OffsetDateTime,
+        cutoff: OffsetDateTime,
+    ) -> StoreResult<bool> {
+        match &self.backend {
+            Backend::Sqlite(store) => sqlite::authorize_merge_retry(store, id, now, cutoff).await,
+            Backend::Postgres(store) => {
+                postgres::authorize_merge_retry(store, id, now, cutoff).await
+            }
+        }
+    }
+}
+
+/// The idempotency key of a generation (DDR-39).
+fn idempotency_key(spec: &MrSpec, generation: i64) -> String {
+    format!(
+        "mr:{}:{}:{}:{}",
+        spec.forge, spec.project, spec.source_branch, generation
+    )
+}
+
+/// The event body a submission stores with its change.
+fn submission_event(outcome: UpsertOutcome) -> serde_json::Value {
+    let change = match outcome {
+        UpsertOutcome::Updated { content: true } => "content",
+        UpsertOutcome::Updated { content: false } => "metadata",
+        UpsertOutcome::Retried => "retried",
+        UpsertOutcome::Created | UpsertOutcome::Unchanged => "none",
+    };
+    serde_json::json!({ "change": change })
+}
+
+/// The dimensions a submission sets, also carried by its event.
+pub fn submission_dimensions(change: &str) -> Vec<wq_core::DimensionUpdate> {
+    use wq_core::DimensionUpdate;
+    match change {
+        "content" | "retried" => vec![
+            DimensionUpdate::new(crate::dims::NEEDS_MR, true),
+            DimensionUpdate::new(crate::dims::NEEDS_RECONCILE, true),
+        ],
+        "metadata" => vec![DimensionUpdate::new(crate::dims::NEEDS_RECONCILE, true)],
+        _ => Vec::new(),
+    }
+}

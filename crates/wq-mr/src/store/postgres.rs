@@ -1,0 +1,333 @@
+//! `mr_details` on PostgreSQL. The upsert locks the live item's row
+//! (`FOR UPDATE`); a concurrent first insert loses on the partial unique
+//! index of the idempotency key and is retried by the caller (DDR-40).
+
+use std::sync::LazyLock;
+
+use sqlx::Row;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::PgRow;
+use sqlx::types::Json;
+use time::OffsetDateTime;
+use wq_core::{ItemId, Phase};
+use wq_store::postgres::{self as backend, PgStore};
+use wq_store::to_micros;
+use wq_store::{EmbeddedMigration, NewEvent, NewItem, StoreError, StoreResult};
+
+use super::{
+    Lookup, MergeResult, Observation, RawDetails, UpsertInput, UpsertOutcome, Upserted,
+    idempotency_key, json_of, signed, submission_dimensions, submission_event,
+};
+
+macro_rules! sql {
+    ($name:literal) => {
+        include_str!(concat!("postgres/", $name, ".sql"))
+    };
+}
+
+static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
+    wq_store::migrator(&[EmbeddedMigration {
+        version: 1000,
+        description: "mr_details",
+        sql: include_str!("../../migrations/postgres/1000_mr_details.sql"),
+    }])
+});
+
+pub(super) async fn migrate(store: &PgStore) -> StoreResult<()> {
+    MIGRATOR.run(store.pool()).await?;
+    Ok(())
+}
+
+pub(super) async fn upsert(store: &PgStore, input: &UpsertInput<'_>) -> StoreResult<Upserted> {
+    let spec = input.spec;
+    let now = input.now;
+    // BEGIN IMMEDIATE: the lookup and the write see one state of the table.
+    let mut tx = store.pool().begin().await?;
+    let live = sqlx::query(sql!("live_by_branch"))
+        .bind(&spec.forge)
+        .bind(&spec.project)
+        .bind(&spec.source_branch)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some(live) = live else {
+        let generation: i64 = sqlx::query_scalar(sql!("next_generation"))
+            .bind(&spec.forge)
+            .bind(&spec.project)
+            .bind(&spec.source_branch)
+            .fetch_one(&mut *tx)
+            .await?;
+        let id = ItemId::new_v7();
+        backend::insert_item(
+            &mut tx,
+            &NewItem {
+                id,
+                item_type: crate::TYPE_NAME.to_owned(),
+                idempotency_key: Some(idempotency_key(spec, generation)),
+                caller_identity: Some(input.caller_identity.to_owned()),
+                now,
+                dimensions: Vec::new(),
+            },
+        )
+        .await?;
+        sqlx::query(sql!("insert"))
+            .bind(id.0)
+            .bind(&spec.forge)
+            .bind(&spec.project)
+            .bind(&spec.source_branch)
+            .bind(&spec.target_branch)
+            .bind(generation)
+            .bind(&spec.title)
+            .bind(&spec.description)
+            .bind(&spec.commit_message)
+            .bind(Json(json_of(&spec.labels)))
+            .bind(Json(json_of(&spec.file_actions)))
+            .bind(spec.automation.auto_merge)
+            .bind(spec.automation.ci_retry)
+            .bind(input.content_hash)
+            .bind(input.metadata_hash)
+            .bind(to_micros(now))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        return Ok(Upserted {
+            id,
+            outcome: UpsertOutcome::Created,
+        });
+    };
+    let id = ItemId(live.try_get::<uuid::Uuid, _>(0)?);
+    let phase: Phase = live
+        .try_get::<&str, _>(1)?
+        .parse()
+        .map_err(|e| StoreError::Corrupt(format!("work_items.phase: {e}")))?;
+    // The commit is built on the target branch: a new target needs a new
+    // commit like new content does.
+    let same_content = live.try_get::<&str, _>(2)? == input.content_hash
+        && live.try_get::<&str, _>(4)? == spec.target_branch;
+    let same_metadata = live.try_get::<&str, _>(3)? == input.metadata_hash;
+    let outcome = match phase {
+        Phase::Failed => UpsertOutcome::Retried,
+        _ if same_content && same_metadata => {
+            tx.rollback().await?;
+            return Ok(Upserted {
+                id,
+                outcome: UpsertOutcome::Unchanged,
+            });
+        }
+        _ => UpsertOutcome::Updated {
+            content: !same_content,
+        },
+    };
+    if outcome == UpsertOutcome::Retried {
+        backend::retry_item(&mut tx, id, now).await?;
+    }
+    sqlx::query(sql!("update_spec"))
+        .bind(id.0)
+        .bind(&spec.target_branch)
+        .bind(&spec.title)
+        .bind(&spec.description)
+        .bind(&spec.commit_message)
+        .bind(Json(json_of(&spec.labels)))
+        .bind(Json(json_of(&spec.file_actions)))
+        .bind(spec.automation.auto_merge)
+        .bind(spec.automation.ci_retry)
+        .bind(input.content_hash)
+        .bind(input.metadata_hash)
+        .bind(to_micros(now))
+        .execute(&mut *tx)
+        .await?;
+    let body = submission_event(outcome);
+    for update in submission_dimensions(body["change"].as_str().unwrap_or_default()) {
+        backend::upsert_dimension(&mut tx, id, &update, now).await?;
+    }
+    backend::insert_event(
+        &mut tx,
+        &NewEvent {
+            item_id: id,
+            event_type: super::SUBMISSION_EVENT.to_owned(),
+            body,
+            now,
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Upserted { id, outcome })
+}
+
+fn raw_from_row(row: &PgRow) -> StoreResult<RawDetails> {
+    Ok(RawDetails {
+        id: ItemId(row.try_get("work_item_id")?),
+        forge: row.try_get("forge")?,
+        project: row.try_get("project")?,
+        source_branch: row.try_get("source_branch")?,
+        target_branch: row.try_get("target_branch")?,
+        generation: row.try_get("generation")?,
+        title: row.try_get("title")?,
+        description: row.try_get("description")?,
+        commit_message: row.try_get("commit_message")?,
+        labels: row.try_get::<Json<serde_json::Value>, _>("labels")?.0,
+        file_actions: row.try_get::<Json<serde_json::Value>, _>("file_actions")?.0,
+        auto_merge: row.try_get("auto_merge")?,
+        ci_retry: row.try_get("ci_retry")?,
+        content_hash: row.try_get("content_hash")?,
+        metadata_hash: row.try_get("metadata_hash")?,
+        mr_number: row.try_get("mr_number")?,
+        mr_url: row.try_get("mr_url")?,
+        head_sha: row.try_get("head_sha")?,
+        head_pipeline_id: row.try_get("head_pipeline_id")?,
+        pushed_content_hash: row.try_get("pushed_content_hash")?,
+        merge_queue_state: row.try_get("merge_queue_state")?,
+        merge_queue_position: row.try_get("merge_queue_position")?,
+        merge_queue_eta_seconds: row.try_get("merge_queue_eta_seconds")?,
+        last_merge_signature: row.try_get("last_merge_signature")?,
+        last_merge_attempt_at: row.try_get("last_merge_attempt_at")?,
+        last_queue_attempt_head_sha: row.try_get("last_queue_attempt_head_sha")?,
+        last_merge_result: row.try_get("last_merge_result")?,
+        last_error_kind: row.try_get("last_error_kind")?,
+        last_error: row.try_get("last_error")?,
+        merge_retry_authorized: row.try_get("merge_retry_authorized")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+pub(super) async fn get(store: &PgStore, id: ItemId) -> StoreResult<Option<RawDetails>> {
+    let row = sqlx::query(sql!("get"))
+        .bind(id.0)
+        .fetch_optional(store.pool())
+        .await?;
+    row.as_ref().map(raw_from_row).transpose()
+}
+
+pub(super) async fn find_active(
+    store: &PgStore,
+    forge: &str,
+    project: &str,
+    lookup: Lookup<'_>,
+) -> StoreResult<Option<ItemId>> {
+    let query = match lookup {
+        Lookup::Number(number) => sqlx::query_scalar::<_, uuid::Uuid>(sql!("active_by_number"))
+            .bind(forge)
+            .bind(project)
+            .bind(signed(Some(number))),
+        Lookup::Pipeline(pipeline) => sqlx::query_scalar(sql!("active_by_pipeline"))
+            .bind(forge)
+            .bind(project)
+            .bind(signed(Some(pipeline))),
+        Lookup::Branch(branch) => sqlx::query_scalar(sql!("active_by_branch"))
+            .bind(forge)
+            .bind(project)
+            .bind(branch.to_owned()),
+    };
+    Ok(query.fetch_optional(store.pool()).await?.map(ItemId))
+}
+
+pub(super) async fn record_change(
+    store: &PgStore,
+    id: ItemId,
+    number: i64,
+    url: &str,
+    head_sha: &str,
+    pushed_content_hash: &str,
+    now: OffsetDateTime,
+) -> StoreResult<()> {
+    sqlx::query(sql!("record_change"))
+        .bind(id.0)
+        .bind(number)
+        .bind(url)
+        .bind(head_sha)
+        .bind(pushed_content_hash)
+        .bind(to_micros(now))
+        .execute(store.pool())
+        .await?;
+    Ok(())
+}
+
+pub(super) async fn observe(
+    store: &PgStore,
+    id: ItemId,
+    observation: &Observation<'_>,
+    now: OffsetDateTime,
+) -> StoreResult<()> {
+    sqlx::query(sql!("observe"))
+        .bind(id.0)
+        .bind(observation.head_sha)
+        .bind(signed(observation.pipeline_id))
+        .bind(observation.queue.map_or("", |q| q.state.as_str()))
+        .bind(observation.queue.and_then(|q| q.position))
+        .bind(observation.queue.and_then(|q| q.eta_seconds))
+        .bind(observation.url)
+        .bind(to_micros(now))
+        .execute(store.pool())
+        .await?;
+    Ok(())
+}
+
+pub(super) async fn reserve_merge(
+    store: &PgStore,
+    id: ItemId,
+    signature: &str,
+    now: OffsetDateTime,
+) -> StoreResult<()> {
+    sqlx::query(sql!("reserve_merge"))
+        .bind(id.0)
+        .bind(signature)
+        .bind(to_micros(now))
+        .bind(false)
+        .execute(store.pool())
+        .await?;
+    Ok(())
+}
+
+pub(super) async fn merge_result(
+    store: &PgStore,
+    id: ItemId,
+    result: MergeResult,
+    queue_head_sha: Option<&str>,
+    error_kind: Option<&str>,
+    error: Option<&str>,
+    now: OffsetDateTime,
+) -> StoreResult<()> {
+    sqlx::query(sql!("merge_result"))
+        .bind(id.0)
+        .bind(result.as_str())
+        .bind(queue_head_sha)
+        .bind(error_kind)
+        .bind(error)
+        .bind(to_micros(now))
+        .execute(store.pool())
+        .await?;
+    Ok(())
+}
+
+pub(super) async fn authorize_merge_retry(
+    store: &PgStore,
+    id: ItemId,
+    now: OffsetDateTime,
+    cutoff: OffsetDateTime,
+) -> StoreResult<bool> {
+    let mut tx = store.pool().begin().await?;
+    let authorized = sqlx::query(sql!("authorize_retry"))
+        .bind(id.0)
+        .bind(to_micros(now))
+        .bind(to_micros(cutoff))
+        .bind(true)
+        .fetch_optional(&mut *tx)
+        .await?
+        .is_some();
+    if !authorized {
+        tx.rollback().await?;
+        return Ok(false);
+    }
+    backend::insert_event(
+        &mut tx,
+        &NewEvent {
+            item_id: id,
+            event_type: super::RETRY_MERGE_EVENT.to_owned(),
+            body: serde_json::json!({}),
+            now,
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(true)
+}

@@ -1,0 +1,205 @@
+//! Webhook receivers (DDR-29 to DDR-33): authenticate the delivery, resolve
+//! the active item it is about, store it as a pending event. Nothing else
+//! happens here: the item's loop interprets it.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+use wq_core::{Headers, ItemId, WebhookError, WebhookReceipt, WebhookReceiver};
+use wq_forge::{Forge, ForgeEvent, ForgeKind, WebhookRejection};
+use wq_store::{NewEvent, StoreError};
+
+use crate::MrType;
+use crate::store::Lookup;
+
+/// The stored event type of webhook deliveries.
+pub const WEBHOOK_EVENT: &str = "mr.webhook";
+
+/// One receiver per forge kind that has a configured instance.
+pub(crate) fn receivers(mr: &Arc<MrType>) -> Vec<Arc<dyn WebhookReceiver>> {
+    [ForgeKind::Gitlab, ForgeKind::Github]
+        .into_iter()
+        .filter(|kind| {
+            mr.forges
+                .names()
+                .any(|name| mr.forges.get(name).is_some_and(|f| f.kind() == *kind))
+        })
+        .map(|kind| {
+            Arc::new(ForgeWebhooks {
+                mr: mr.clone(),
+                kind,
+            }) as Arc<dyn WebhookReceiver>
+        })
+        .collect()
+}
+
+/// Receives `/webhooks/{gitlab|github}` for every configured instance of
+/// that kind; the instance whose secret authenticates the delivery is the
+/// one it came from.
+pub struct ForgeWebhooks {
+    mr: Arc<MrType>,
+    kind: ForgeKind,
+}
+
+impl ForgeWebhooks {
+    fn instances(&self) -> Vec<(String, Arc<dyn Forge>)> {
+        self.mr
+            .forges
+            .names()
+            .filter_map(|name| {
+                let forge = self.mr.forges.get(name)?;
+                (forge.kind() == self.kind).then(|| (name.to_owned(), forge.clone()))
+            })
+            .collect()
+    }
+
+    async fn resolve(&self, forge: &str, event: &ForgeEvent) -> Result<Option<ItemId>, StoreError> {
+        let store = &self.mr.store;
+        match event {
+            ForgeEvent::Change {
+                project,
+                number,
+                source_branch,
+                ..
+            } => {
+                if let Some(id) = store
+                    .find_active(forge, project, Lookup::Number(*number))
+                    .await?
+                {
+                    return Ok(Some(id));
+                }
+                // The MR was opened before ensure_mr recorded its number.
+                match source_branch {
+                    Some(branch) => {
+                        store
+                            .find_active(forge, project, Lookup::Branch(branch))
+                            .await
+                    }
+                    None => Ok(None),
+                }
+            }
+            ForgeEvent::Pipeline {
+                project,
+                pipeline_id,
+                ref_name,
+                ..
+            } => {
+                if let Some(id) = store
+                    .find_active(forge, project, Lookup::Pipeline(*pipeline_id))
+                    .await?
+                {
+                    return Ok(Some(id));
+                }
+                // A new head pipeline not recorded yet: its branch says
+                // whose it is; the reconcile it triggers reads the truth.
+                match ref_name {
+                    Some(branch) => {
+                        store
+                            .find_active(forge, project, Lookup::Branch(branch))
+                            .await
+                    }
+                    None => Ok(None),
+                }
+            }
+            ForgeEvent::Job {
+                project,
+                pipeline_id,
+                ..
+            } => {
+                store
+                    .find_active(forge, project, Lookup::Pipeline(*pipeline_id))
+                    .await
+            }
+            ForgeEvent::Note {
+                project, number, ..
+            } => {
+                store
+                    .find_active(forge, project, Lookup::Number(*number))
+                    .await
+            }
+            ForgeEvent::Ignored { .. } => Ok(None),
+        }
+    }
+}
+
+#[async_trait]
+impl WebhookReceiver for ForgeWebhooks {
+    fn source(&self) -> &'static str {
+        self.kind.as_str()
+    }
+
+    async fn receive(
+        &self,
+        headers: &Headers,
+        body: &[u8],
+        now: OffsetDateTime,
+    ) -> Result<WebhookReceipt, WebhookError> {
+        let pairs: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let mut parsed = None;
+        for (name, forge) in self.instances() {
+            match forge.parse_webhook(&pairs, body) {
+                Ok(event) => {
+                    parsed = Some((name, event));
+                    break;
+                }
+                Err(WebhookRejection::Unauthenticated(_)) => continue,
+                Err(WebhookRejection::Malformed(reason)) => {
+                    tracing::info!(source = self.source(), forge = %name, %reason, "malformed webhook ignored");
+                    return Ok(WebhookReceipt {
+                        items: Vec::new(),
+                        ignored: Some(format!("malformed: {reason}")),
+                    });
+                }
+            }
+        }
+        let Some((forge, event)) = parsed else {
+            tracing::warn!(
+                source = self.source(),
+                "webhook refused: no configured forge authenticates it"
+            );
+            return Err(WebhookError::Unauthenticated(
+                "no configured forge instance authenticates this delivery".into(),
+            ));
+        };
+        if let ForgeEvent::Ignored { reason } = &event {
+            tracing::info!(source = self.source(), %forge, %reason, "webhook ignored");
+            return Ok(WebhookReceipt {
+                items: Vec::new(),
+                ignored: Some(reason.clone()),
+            });
+        }
+        let unavailable = |e: StoreError| WebhookError::Unavailable(format!("store: {e}"));
+        let Some(id) = self.resolve(&forge, &event).await.map_err(unavailable)? else {
+            tracing::info!(source = self.source(), %forge, kind = event.kind(), "webhook for no active item ignored");
+            return Ok(WebhookReceipt {
+                items: Vec::new(),
+                ignored: Some("no active item".into()),
+            });
+        };
+        let stored = self
+            .mr
+            .items
+            .event_insert(NewEvent {
+                item_id: id,
+                event_type: WEBHOOK_EVENT.to_owned(),
+                body: serde_json::json!({ "forge": forge, "event": event }),
+                now,
+            })
+            .await;
+        match stored {
+            Ok(_) => Ok(WebhookReceipt {
+                items: vec![id],
+                ignored: None,
+            }),
+            Err(StoreError::NotFound(_)) => Ok(WebhookReceipt {
+                items: Vec::new(),
+                ignored: Some("no active item".into()),
+            }),
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+}
