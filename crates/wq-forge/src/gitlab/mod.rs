@@ -185,7 +185,7 @@ impl GitlabClient {
         if !settings.merge_trains_enabled {
             return QueueObservation::Unobserved;
         }
-        if mr.state != "opened" {
+        if !matches!(mr.state.as_str(), "opened" | "locked") {
             // Merged or closed: off any train, no request needed.
             return QueueObservation::Absent;
         }
@@ -378,15 +378,20 @@ impl Forge for GitlabClient {
         ForgeKind::Gitlab
     }
 
+    /// 404 is `None` unless GitLab says the project is missing: a missing
+    /// project must not read as "create the branch".
     async fn branch_head(&self, project: &str, branch: &str) -> ForgeResult<Option<String>> {
-        let branch: Option<wire::Branch> = self
-            .http
-            .json_opt(
-                &Call::get(&["projects", project, "repository", "branches", branch]),
-                "a branch",
-            )
-            .await?;
-        Ok(branch.map(|b| b.commit.id))
+        let call = Call::get(&["projects", project, "repository", "branches", branch]);
+        match self.http.json::<wire::Branch>(&call, "a branch").await {
+            Ok(branch) => Ok(Some(branch.commit.id)),
+            Err(error)
+                if error.kind == ForgeErrorKind::NotFound
+                    && !error.message.contains("Project Not Found") =>
+            {
+                Ok(None)
+            }
+            Err(error) => Err(error),
+        }
     }
 
     async fn commit_files(&self, request: &CommitRequest<'_>) -> ForgeResult<String> {
@@ -535,7 +540,9 @@ impl Forge for GitlabClient {
     /// `expected_head_sha` is GitLab's 409 ([`ForgeErrorKind::Conflict`]).
     ///
     /// GitLab takes the merge method from the project; `Squash` squashes,
-    /// `Rebase` is refused on projects that merge with merge commits.
+    /// `Rebase` is refused on projects that merge with merge commits. A
+    /// merge train builds its commits from the project's templates, so
+    /// `commit_message` applies to immediate merges only.
     async fn merge_change(
         &self,
         project: &str,
