@@ -11,11 +11,13 @@
 pub mod config;
 mod error;
 pub mod events;
+pub mod gitlab;
 mod model;
 
 pub use config::{ForgeConfig, ForgeKind, ForgesConfig};
 pub use error::{ForgeError, ForgeErrorKind, ForgeResult};
 pub use events::{ChangeAction, ForgeEvent, WebhookRejection};
+pub use gitlab::GitlabClient;
 pub use model::*;
 
 use std::collections::BTreeMap;
@@ -126,6 +128,34 @@ impl fmt::Debug for Forges {
 impl Forges {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A client per configured instance. Secrets named by `*_env` are read
+    /// from the environment where the config does not hold them already.
+    /// Errors name the field (`forges.<name>.<field>`).
+    pub fn from_config(config: &ForgesConfig) -> Result<Self, ForgeError> {
+        let mut forges = Self::new();
+        for (name, instance) in &config.instances {
+            let forge: Arc<dyn Forge> = match instance.kind {
+                ForgeKind::Gitlab => {
+                    let mut instance = instance.clone();
+                    instance
+                        .resolve_secrets(name)
+                        .map_err(ForgeError::invalid)?;
+                    let client = GitlabClient::new(&instance).map_err(|error| {
+                        ForgeError::invalid(format!("forges.{name}.{}", error.message))
+                    })?;
+                    Arc::new(client)
+                }
+                ForgeKind::Github => {
+                    return Err(ForgeError::invalid(format!(
+                        "forges.{name}.kind: github is not supported yet (supported: gitlab)"
+                    )));
+                }
+            };
+            forges.insert(name.clone(), forge);
+        }
+        Ok(forges)
     }
 
     pub fn insert(&mut self, name: impl Into<String>, forge: Arc<dyn Forge>) {

@@ -1,0 +1,551 @@
+//! The HTTP side of the GitLab client: URLs, authentication, one request
+//! with its timeout, and GitLab's answers turned into values or
+//! [`ForgeError`]s.
+
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::{Method, RequestBuilder, StatusCode};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc2822;
+use url::Url;
+
+use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
+
+/// `User-Agent` of every request.
+pub const USER_AGENT: &str = concat!("workqueue/", env!("CARGO_PKG_VERSION"));
+
+/// Page size of list requests (GitLab's maximum).
+pub const PER_PAGE: u32 = 100;
+
+/// Pages a list request follows at most (`PER_PAGE` items each).
+pub const MAX_PAGES: u32 = 50;
+
+/// How much of a non-JSON error body ends up in an error message.
+const ERROR_BODY_CHARS: usize = 200;
+
+/// One HTTP request.
+pub struct Call {
+    pub method: Method,
+    /// Path segments below the API base; each is percent-encoded whole, so
+    /// a project path `group/name` becomes `group%2Fname`.
+    pub segments: Vec<String>,
+    pub query: Vec<(&'static str, String)>,
+    pub body: Option<Value>,
+}
+
+impl Call {
+    pub fn new(method: Method, segments: &[&str]) -> Self {
+        Self {
+            method,
+            segments: segments.iter().map(|s| (*s).to_owned()).collect(),
+            query: Vec::new(),
+            body: None,
+        }
+    }
+
+    pub fn get(segments: &[&str]) -> Self {
+        Self::new(Method::GET, segments)
+    }
+
+    pub fn query(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.query.push((name, value.into()));
+        self
+    }
+
+    pub fn body(mut self, body: Value) -> Self {
+        self.body = Some(body);
+        self
+    }
+
+    /// `GET /projects/:id/...` for logs and error messages (no host, no query).
+    fn describe(&self) -> String {
+        format!("{} /{}", self.method, self.segments.join("/"))
+    }
+}
+
+/// The configured connection to one GitLab API.
+pub struct Http {
+    client: reqwest::Client,
+    /// `https://gitlab.example.com/api/v4`.
+    base: Url,
+    timeout: Duration,
+}
+
+impl Http {
+    /// `url` is the server (`https://gitlab.example.com`) or its API base
+    /// (`.../api/v4`). Errors name the field.
+    pub fn new(url: &str, token: &str, timeout: Duration) -> ForgeResult<Self> {
+        let base = api_base(url)?;
+        let mut token = HeaderValue::from_str(token).map_err(|_| {
+            ForgeError::invalid("token: contains characters that cannot be sent in a header")
+        })?;
+        token.set_sensitive(true);
+        let mut headers = HeaderMap::new();
+        headers.insert("private-token", token);
+        let client = reqwest::Client::builder()
+            .user_agent(USER_AGENT)
+            .default_headers(headers)
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .build()
+            .map_err(|e| ForgeError::invalid(format!("HTTP client: {e}")))?;
+        Ok(Self {
+            client,
+            base,
+            timeout,
+        })
+    }
+
+    pub fn base(&self) -> &Url {
+        &self.base
+    }
+
+    fn url(&self, segments: &[String]) -> Url {
+        let mut url = self.base.clone();
+        {
+            let mut path = url
+                .path_segments_mut()
+                .expect("the API base is an http(s) URL, which has path segments");
+            path.pop_if_empty();
+            path.extend(segments);
+        }
+        url
+    }
+
+    fn request(&self, call: &Call) -> RequestBuilder {
+        let mut request = self
+            .client
+            .request(call.method.clone(), self.url(&call.segments));
+        if !call.query.is_empty() {
+            request = request.query(&call.query);
+        }
+        if let Some(body) = &call.body {
+            request = request.json(body);
+        }
+        request
+    }
+
+    /// Sends the call; a 2xx answer is returned, anything else is an error.
+    pub async fn send(&self, call: &Call) -> ForgeResult<reqwest::Response> {
+        let response = self
+            .request(call)
+            .send()
+            .await
+            .map_err(|e| self.transport_error(call, &e))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let headers = response.headers().clone();
+        // An unreadable error body still leaves the status to go by.
+        let body = response.bytes().await.unwrap_or_default();
+        Err(error_from_answer(
+            status,
+            &headers,
+            &body,
+            SystemTime::now(),
+        ))
+    }
+
+    /// Sends the call and decodes the 2xx JSON body as `T`.
+    pub async fn json<T: DeserializeOwned>(&self, call: &Call, what: &str) -> ForgeResult<T> {
+        let response = self.send(call).await?;
+        let status = response.status();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| self.transport_error(call, &e))?;
+        decode(&body, status, &call.describe(), what)
+    }
+
+    /// Like [`Http::json`], with 404 as `None`.
+    pub async fn json_opt<T: DeserializeOwned>(
+        &self,
+        call: &Call,
+        what: &str,
+    ) -> ForgeResult<Option<T>> {
+        match self.json(call, what).await {
+            Ok(value) => Ok(Some(value)),
+            Err(error) if error.kind == ForgeErrorKind::NotFound => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Sends the call and returns the 2xx body as text.
+    pub async fn text(&self, call: &Call) -> ForgeResult<String> {
+        let response = self.send(call).await?;
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| self.transport_error(call, &e))?;
+        // Job logs may hold arbitrary bytes; keep what is readable.
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// All pages of a list (`per_page` = [`PER_PAGE`], following
+    /// `X-Next-Page`, at most [`MAX_PAGES`] pages).
+    pub async fn list<T: DeserializeOwned>(&self, call: Call, what: &str) -> ForgeResult<Vec<T>> {
+        let mut items = Vec::new();
+        let mut page: u32 = 1;
+        loop {
+            let mut paged = Call {
+                method: call.method.clone(),
+                segments: call.segments.clone(),
+                query: call.query.clone(),
+                body: None,
+            };
+            paged.query.push(("per_page", PER_PAGE.to_string()));
+            paged.query.push(("page", page.to_string()));
+            let response = self.send(&paged).await?;
+            let status = response.status();
+            let next = response
+                .headers()
+                .get("x-next-page")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u32>().ok());
+            let body = response
+                .bytes()
+                .await
+                .map_err(|e| self.transport_error(&paged, &e))?;
+            let mut chunk: Vec<T> = decode(&body, status, &paged.describe(), what)?;
+            items.append(&mut chunk);
+            match next {
+                Some(next) if next > page && next <= MAX_PAGES => page = next,
+                Some(next) if next > MAX_PAGES => {
+                    tracing::warn!(
+                        request = %paged.describe(),
+                        max_pages = MAX_PAGES,
+                        "GitLab list longer than {MAX_PAGES} pages; reading the first {MAX_PAGES}"
+                    );
+                    return Ok(items);
+                }
+                _ => return Ok(items),
+            }
+        }
+    }
+
+    fn transport_error(&self, call: &Call, error: &reqwest::Error) -> ForgeError {
+        if error.is_timeout() {
+            return ForgeError::unavailable(format!(
+                "{}: GitLab did not answer within {} s",
+                call.describe(),
+                self.timeout.as_secs_f64()
+            ));
+        }
+        // reqwest's own message is short ("error sending request"); the
+        // cause (connection refused, reset, DNS) is in its sources.
+        let mut message = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        ForgeError::unavailable(format!("{}: {message}", call.describe()))
+    }
+}
+
+/// `{url}/api/v4` from the configured server URL.
+fn api_base(url: &str) -> ForgeResult<Url> {
+    let trimmed = url.trim().trim_end_matches('/');
+    let mut base = Url::parse(trimmed)
+        .map_err(|e| ForgeError::invalid(format!("url: {trimmed:?} is not a URL ({e})")))?;
+    if !matches!(base.scheme(), "http" | "https") || base.host_str().is_none() {
+        return Err(ForgeError::invalid(format!(
+            "url: {trimmed:?} must be an http(s) URL with a host"
+        )));
+    }
+    if base.query().is_some() || base.fragment().is_some() {
+        return Err(ForgeError::invalid(format!(
+            "url: {trimmed:?} must not have a query or fragment"
+        )));
+    }
+    if !base.path().trim_end_matches('/').ends_with("/api/v4") {
+        base.path_segments_mut()
+            .map_err(|()| ForgeError::invalid(format!("url: {trimmed:?} cannot take a path")))?
+            .pop_if_empty()
+            .extend(["api", "v4"]);
+    }
+    Ok(base)
+}
+
+/// Decodes a 2xx JSON body; a body that does not fit is `Rejected`.
+fn decode<T: DeserializeOwned>(
+    body: &[u8],
+    status: StatusCode,
+    request: &str,
+    what: &str,
+) -> ForgeResult<T> {
+    serde_json::from_slice(body).map_err(|e| {
+        ForgeError::rejected(
+            Some(status.as_u16()),
+            format!("{request}: GitLab answered {status} with a body that is not {what}: {e}"),
+        )
+    })
+}
+
+/// The error for a non-2xx answer: the kind from the status, GitLab's own
+/// message, and for 429/503 when to retry.
+pub fn error_from_answer(
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: SystemTime,
+) -> ForgeError {
+    let message = gitlab_message(body).unwrap_or_else(|| {
+        let text = String::from_utf8_lossy(body);
+        let text = text.trim();
+        let reason = status.canonical_reason().unwrap_or("error");
+        if text.is_empty() {
+            reason.to_owned()
+        } else {
+            let snippet: String = text.chars().take(ERROR_BODY_CHARS).collect();
+            format!("{reason}: {snippet}")
+        }
+    });
+    let error = ForgeError::from_status(status.as_u16(), message);
+    if matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+    ) {
+        error.with_retry_after(retry_after(headers, now))
+    } else {
+        error
+    }
+}
+
+/// GitLab's error text: `{"message": ...}` (a string, a list, or field →
+/// messages) or Grape's `{"error": "..."}`.
+pub fn gitlab_message(body: &[u8]) -> Option<String> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    let object = value.as_object()?;
+    ["message", "error", "error_description"]
+        .iter()
+        .filter_map(|key| object.get(*key))
+        .map(flatten_message)
+        .find(|text| !text.is_empty())
+}
+
+fn flatten_message(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Array(items) => items
+            .iter()
+            .map(flatten_message)
+            .collect::<Vec<_>>()
+            .join("; "),
+        Value::Object(fields) => fields
+            .iter()
+            .map(|(field, messages)| format!("{field}: {}", flatten_message(messages)))
+            .collect::<Vec<_>>()
+            .join("; "),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// `Retry-After` (delay seconds or an HTTP date), else `RateLimit-Reset`
+/// (GitLab sends a Unix time; small values are read as delay seconds).
+pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    let now_unix = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    if let Some(value) = header("retry-after") {
+        if let Ok(seconds) = value.parse::<u64>() {
+            return Some(Duration::from_secs(seconds));
+        }
+        if let Ok(date) = OffsetDateTime::parse(value, &Rfc2822) {
+            let at = u64::try_from(date.unix_timestamp()).unwrap_or(0);
+            return Some(Duration::from_secs(at.saturating_sub(now_unix)));
+        }
+    }
+    let reset = header("ratelimit-reset")?.parse::<u64>().ok()?;
+    /// Values above this are a Unix time (2001-09-09), below a delay.
+    const UNIX_TIME_FLOOR: u64 = 1_000_000_000;
+    if reset >= UNIX_TIME_FLOOR {
+        Some(Duration::from_secs(reset.saturating_sub(now_unix)))
+    } else {
+        Some(Duration::from_secs(reset))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_str(value).expect("header value"));
+        }
+        map
+    }
+
+    fn at(unix: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(unix)
+    }
+
+    #[test]
+    fn api_base_appends_api_v4_once() {
+        let cases = [
+            (
+                "https://gitlab.example.com",
+                "https://gitlab.example.com/api/v4",
+            ),
+            (
+                "https://gitlab.example.com/",
+                "https://gitlab.example.com/api/v4",
+            ),
+            (
+                "https://gitlab.example.com/api/v4",
+                "https://gitlab.example.com/api/v4",
+            ),
+            (
+                "https://gitlab.example.com/api/v4/",
+                "https://gitlab.example.com/api/v4",
+            ),
+            ("http://host:8080/gitlab", "http://host:8080/gitlab/api/v4"),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(api_base(input).expect(input).as_str(), expected, "{input}");
+        }
+        for bad in ["", "gitlab.example.com", "ftp://host", "https://host/?a=b"] {
+            let error = api_base(bad).expect_err(bad);
+            assert_eq!(error.kind, ForgeErrorKind::Invalid);
+            assert!(error.message.starts_with("url: "), "{}", error.message);
+        }
+    }
+
+    #[test]
+    fn project_paths_are_one_encoded_segment() {
+        let http =
+            Http::new("https://gitlab.example.com", "t", Duration::from_secs(1)).expect("client");
+        let segments = [
+            "projects",
+            "group/sub/name",
+            "repository",
+            "branches",
+            "wq/x y",
+        ];
+        let url = http.url(&segments.map(String::from));
+        assert_eq!(
+            url.as_str(),
+            "https://gitlab.example.com/api/v4/projects/group%2Fsub%2Fname/repository/branches/wq%2Fx%20y"
+        );
+    }
+
+    #[test]
+    fn messages_are_flattened() {
+        assert_eq!(
+            gitlab_message(br#"{"message":"SHA does not match HEAD of source branch: abc"}"#),
+            Some("SHA does not match HEAD of source branch: abc".into())
+        );
+        assert_eq!(
+            gitlab_message(br#"{"message":["Another open merge request already exists"]}"#),
+            Some("Another open merge request already exists".into())
+        );
+        assert_eq!(
+            gitlab_message(br#"{"message":{"title":["is too long"],"base":["x"]}}"#),
+            Some("base: x; title: is too long".into())
+        );
+        assert_eq!(
+            gitlab_message(br#"{"error":"branch is missing"}"#),
+            Some("branch is missing".into())
+        );
+        assert_eq!(gitlab_message(b"Retry later\n"), None);
+    }
+
+    #[test]
+    fn error_bodies_without_json_keep_the_reason_and_text() {
+        let error = error_from_answer(
+            StatusCode::BAD_GATEWAY,
+            &HeaderMap::new(),
+            b"<html>bad gateway</html>",
+            at(0),
+        );
+        assert_eq!(error.kind, ForgeErrorKind::Unavailable);
+        assert_eq!(error.status, Some(502));
+        assert_eq!(error.message, "Bad Gateway: <html>bad gateway</html>");
+        assert_eq!(error.retry_after, None);
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_dates_and_reset() {
+        let now = at(1_700_000_000);
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "7")]), now),
+            Some(Duration::from_secs(7))
+        );
+        // 1_700_000_000 is Tue, 14 Nov 2023 22:13:20 GMT.
+        assert_eq!(
+            retry_after(
+                &headers(&[("retry-after", "Tue, 14 Nov 2023 22:13:50 GMT")]),
+                now
+            ),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            retry_after(
+                &headers(&[("retry-after", "Tue, 14 Nov 2023 22:13:00 GMT")]),
+                now
+            ),
+            Some(Duration::ZERO),
+            "a date in the past means now"
+        );
+        assert_eq!(
+            retry_after(&headers(&[("ratelimit-reset", "1700000042")]), now),
+            Some(Duration::from_secs(42))
+        );
+        assert_eq!(
+            retry_after(&headers(&[("ratelimit-reset", "12")]), now),
+            Some(Duration::from_secs(12))
+        );
+        assert_eq!(
+            retry_after(
+                &headers(&[("retry-after", "soon"), ("ratelimit-reset", "1700000005")]),
+                now
+            ),
+            Some(Duration::from_secs(5)),
+            "an unreadable Retry-After falls back to the reset"
+        );
+        assert_eq!(retry_after(&HeaderMap::new(), now), None);
+    }
+
+    #[test]
+    fn rate_limits_and_unavailability_carry_retry_after_other_errors_not() {
+        let h = headers(&[("retry-after", "3")]);
+        let limited = error_from_answer(StatusCode::TOO_MANY_REQUESTS, &h, b"", at(0));
+        assert_eq!(limited.kind, ForgeErrorKind::RateLimited);
+        assert_eq!(limited.retry_after, Some(Duration::from_secs(3)));
+        let unavailable = error_from_answer(StatusCode::SERVICE_UNAVAILABLE, &h, b"", at(0));
+        assert_eq!(unavailable.kind, ForgeErrorKind::Unavailable);
+        assert_eq!(unavailable.retry_after, Some(Duration::from_secs(3)));
+        let server = error_from_answer(StatusCode::INTERNAL_SERVER_ERROR, &h, b"", at(0));
+        assert_eq!(server.retry_after, None);
+    }
+
+    #[test]
+    fn bodies_that_do_not_fit_are_rejected_with_what_was_expected() {
+        let error = decode::<Vec<u64>>(b"{\"a\":1}", StatusCode::OK, "GET /x", "a list of ids")
+            .expect_err("an object is not a list");
+        assert_eq!(error.kind, ForgeErrorKind::Rejected);
+        assert_eq!(error.status, Some(200));
+        assert!(
+            error.message.starts_with(
+                "GET /x: GitLab answered 200 OK with a body that is not a list of ids"
+            ),
+            "{}",
+            error.message
+        );
+    }
+}

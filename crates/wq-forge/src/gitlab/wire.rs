@@ -1,0 +1,494 @@
+//! GitLab's JSON (the fields this client reads) and how it maps onto the
+//! forge-neutral model.
+
+use serde::{Deserialize, Deserializer};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::error::{ForgeError, ForgeResult};
+use crate::model::{
+    ChangeRequest, ChangeState, CiJob, CiStatus, Mergeable, QueueEntry, QueueObservation,
+    ReviewDecision,
+};
+
+/// `null` as the type's default (GitLab sends `null` for empty strings and
+/// lists in places).
+fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Id {
+    pub id: u64,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CommitRef {
+    pub id: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Branch {
+    pub commit: CommitRef,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Compare {
+    #[serde(deserialize_with = "null_default")]
+    pub diffs: Vec<serde_json::Value>,
+    /// True when GitLab gave up computing the diff (the list is then not
+    /// the whole answer).
+    #[serde(default, deserialize_with = "null_default")]
+    pub compare_timeout: bool,
+}
+
+/// The project settings the client acts on.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ProjectSettings {
+    /// Premium; absent on instances without merge trains.
+    #[serde(default, deserialize_with = "null_default")]
+    pub merge_trains_enabled: bool,
+    /// `merge`, `rebase_merge` or `ff`.
+    #[serde(default, deserialize_with = "null_default")]
+    pub merge_method: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Pipeline {
+    pub id: u64,
+    #[serde(default, deserialize_with = "null_default")]
+    pub status: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct MergeRequest {
+    pub iid: u64,
+    #[serde(default, deserialize_with = "null_default")]
+    pub web_url: String,
+    pub state: String,
+    #[serde(default)]
+    pub draft: Option<bool>,
+    #[serde(default)]
+    pub work_in_progress: Option<bool>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub title: String,
+    #[serde(default, deserialize_with = "null_default")]
+    pub description: String,
+    #[serde(default, deserialize_with = "null_default")]
+    pub labels: Vec<String>,
+    pub source_branch: String,
+    pub target_branch: String,
+    #[serde(default)]
+    pub sha: Option<String>,
+    #[serde(default)]
+    pub head_pipeline: Option<Pipeline>,
+    #[serde(default)]
+    pub detailed_merge_status: Option<String>,
+    #[serde(default)]
+    pub merge_status: Option<String>,
+    #[serde(default)]
+    pub blocking_discussions_resolved: Option<bool>,
+}
+
+/// Pipeline statuses that will still change on their own.
+fn pipeline_active(status: &str) -> bool {
+    matches!(
+        status,
+        "created" | "waiting_for_resource" | "preparing" | "pending" | "running" | "scheduled"
+    )
+}
+
+/// `detailed_merge_status` values that mean "still computing".
+fn merge_status_pending(status: &str) -> bool {
+    matches!(
+        status,
+        "checking" | "unchecked" | "preparing" | "approvals_syncing"
+    )
+}
+
+impl MergeRequest {
+    /// The forge-neutral view. `queue` is what the caller learnt about the
+    /// merge train (only `get_change` reads it).
+    ///
+    /// Review, mergeability and threads all come from the one
+    /// `detailed_merge_status` word GitLab computes, so they cost no extra
+    /// request. GitLab reports the first failing check only: an MR that
+    /// lacks approvals *and* has a running pipeline says
+    /// `ci_still_running`, and review then reads `Approved` until the
+    /// pipeline ends. That is safe because every such word also makes
+    /// `mergeable` `No`/`Unknown`. Approval counts would need
+    /// `GET .../approvals`, a second request per read: `approvals` stays 0
+    /// and `required_approvals` `None`.
+    pub fn into_change(self, queue: QueueObservation) -> ForgeResult<ChangeRequest> {
+        let state = match self.state.as_str() {
+            "opened" => ChangeState::Open,
+            "closed" => ChangeState::Closed,
+            "merged" => ChangeState::Merged,
+            "locked" => ChangeState::Locked,
+            other => {
+                return Err(ForgeError::rejected(
+                    None,
+                    format!("merge request !{}: unknown state {other:?}", self.iid),
+                ));
+            }
+        };
+        let merge_status = self
+            .detailed_merge_status
+            .or(self.merge_status)
+            .unwrap_or_default();
+        let (pipeline_id, ci, pending_checks) = match &self.head_pipeline {
+            Some(pipeline) => (
+                Some(pipeline.id),
+                CiStatus::from_forge(&pipeline.status),
+                u32::from(pipeline_active(&pipeline.status)),
+            ),
+            None => (None, CiStatus::None, 0),
+        };
+        let review = match merge_status.as_str() {
+            "not_approved" | "approvals_syncing" => ReviewDecision::ReviewRequired,
+            "requested_changes" => ReviewDecision::ChangesRequested,
+            _ => ReviewDecision::Approved,
+        };
+        let mergeable = match merge_status.as_str() {
+            "mergeable" => Mergeable::Yes,
+            status if merge_status_pending(status) => Mergeable::Unknown,
+            _ => Mergeable::No,
+        };
+        let unresolved = self.blocking_discussions_resolved == Some(false)
+            || merge_status == "discussions_not_resolved";
+        Ok(ChangeRequest {
+            number: self.iid,
+            url: self.web_url,
+            state,
+            draft: self.draft.or(self.work_in_progress).unwrap_or(false),
+            title: self.title,
+            description: self.description,
+            labels: self.labels,
+            source_branch: self.source_branch,
+            target_branch: self.target_branch,
+            head_sha: self.sha.filter(|sha| !sha.is_empty()),
+            pipeline_id,
+            ci,
+            pending_checks,
+            review,
+            approvals: 0,
+            required_approvals: None,
+            mergeable,
+            merge_status,
+            unresolved_threads: u32::from(unresolved),
+            queue,
+        })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct NoteAuthor {
+    #[serde(default, deserialize_with = "null_default")]
+    pub username: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Note {
+    pub id: u64,
+    #[serde(default, deserialize_with = "null_default")]
+    pub body: String,
+    pub author: Option<NoteAuthor>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub system: bool,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Job {
+    pub id: u64,
+    #[serde(default, deserialize_with = "null_default")]
+    pub name: String,
+    #[serde(default)]
+    pub stage: Option<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub status: String,
+    #[serde(default)]
+    pub failure_reason: Option<String>,
+    #[serde(default)]
+    pub pipeline: Option<Id>,
+    #[serde(default)]
+    pub retried: Option<bool>,
+    #[serde(default)]
+    pub finished_at: Option<String>,
+}
+
+impl Job {
+    /// `pipeline_id` is used when the job JSON names none.
+    pub fn into_ci_job(self, pipeline_id: Option<u64>) -> ForgeResult<CiJob> {
+        let pipeline_id = self.pipeline.map(|p| p.id).or(pipeline_id).ok_or_else(|| {
+            ForgeError::rejected(None, format!("job {}: no pipeline.id", self.id))
+        })?;
+        let finished_at = match self.finished_at.as_deref() {
+            None | Some("") => None,
+            Some(text) => Some(OffsetDateTime::parse(text, &Rfc3339).map_err(|e| {
+                ForgeError::rejected(
+                    None,
+                    format!("job {}: finished_at {text:?} is not RFC 3339: {e}", self.id),
+                )
+            })?),
+        };
+        Ok(CiJob {
+            id: self.id,
+            name: self.name,
+            stage: self.stage.filter(|s| !s.is_empty()),
+            failure_reason: self.failure_reason.filter(|r| !r.is_empty()),
+            status: self.status,
+            pipeline_id,
+            retried: self.retried.unwrap_or(false),
+            finished_at,
+        })
+    }
+}
+
+/// Marks every job older than another job of the same name as retried
+/// (for GitLab versions whose job JSON has no `retried` field).
+pub fn mark_retried(jobs: &mut [CiJob], had_field: bool) {
+    if had_field {
+        return;
+    }
+    let newest: std::collections::HashMap<&str, u64> =
+        jobs.iter().fold(Default::default(), |mut newest, job| {
+            let entry = newest.entry(job.name.as_str()).or_insert(job.id);
+            *entry = (*entry).max(job.id);
+            newest
+        });
+    let retried: Vec<bool> = jobs
+        .iter()
+        .map(|job| newest.get(job.name.as_str()).is_some_and(|&id| id > job.id))
+        .collect();
+    for (job, retried) in jobs.iter_mut().zip(retried) {
+        job.retried = retried;
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CarMergeRequest {
+    pub iid: u64,
+}
+
+/// One merge train car (`GET /projects/:id/merge_trains`).
+#[derive(Debug, Deserialize)]
+pub struct TrainCar {
+    pub merge_request: Option<CarMergeRequest>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub target_branch: String,
+    #[serde(default, deserialize_with = "null_default")]
+    pub status: String,
+    #[serde(default)]
+    pub pipeline: Option<Pipeline>,
+}
+
+impl TrainCar {
+    pub fn iid(&self) -> Option<u64> {
+        self.merge_request.as_ref().map(|mr| mr.iid)
+    }
+
+    /// Cars still on their way (not `merged` / `skip_merged`).
+    pub fn is_active(&self) -> bool {
+        !matches!(self.status.as_str(), "merged" | "skip_merged")
+    }
+
+    /// The car as a queue entry: `idle`/`stale` wait for a pipeline
+    /// (`queued`), `fresh` runs one (`awaiting_checks`, or by its result
+    /// `mergeable`/`unmergeable`), `merging` is `locked`.
+    pub fn entry(&self, position: Option<i64>) -> QueueEntry {
+        let pipeline = self.pipeline.as_ref().map(|p| p.status.as_str());
+        let state = match self.status.as_str() {
+            "idle" | "stale" => "queued".to_owned(),
+            "fresh" => match pipeline.map(CiStatus::from_forge) {
+                Some(CiStatus::Success) => "mergeable".to_owned(),
+                Some(CiStatus::Failed | CiStatus::Canceled) => "unmergeable".to_owned(),
+                _ => "awaiting_checks".to_owned(),
+            },
+            "merging" => "locked".to_owned(),
+            other => other.to_ascii_lowercase(),
+        };
+        QueueEntry {
+            state,
+            position: position.filter(|p| *p > 0),
+            eta_seconds: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn mr(detailed: &str, pipeline: Option<&str>) -> MergeRequest {
+        let mut value = json!({
+            "iid": 4, "state": "opened", "web_url": "u", "title": "t", "description": null,
+            "labels": ["a"], "source_branch": "s", "target_branch": "main", "sha": "abc",
+            "detailed_merge_status": detailed, "blocking_discussions_resolved": true,
+        });
+        if let Some(status) = pipeline {
+            value["head_pipeline"] = json!({"id": 9, "status": status});
+        }
+        serde_json::from_value(value).expect("merge request JSON")
+    }
+
+    #[test]
+    fn merge_status_words_map_to_review_mergeable_and_threads() {
+        let cases = [
+            ("mergeable", ReviewDecision::Approved, Mergeable::Yes, 0),
+            (
+                "not_approved",
+                ReviewDecision::ReviewRequired,
+                Mergeable::No,
+                0,
+            ),
+            (
+                "approvals_syncing",
+                ReviewDecision::ReviewRequired,
+                Mergeable::Unknown,
+                0,
+            ),
+            (
+                "requested_changes",
+                ReviewDecision::ChangesRequested,
+                Mergeable::No,
+                0,
+            ),
+            ("checking", ReviewDecision::Approved, Mergeable::Unknown, 0),
+            ("unchecked", ReviewDecision::Approved, Mergeable::Unknown, 0),
+            ("preparing", ReviewDecision::Approved, Mergeable::Unknown, 0),
+            (
+                "ci_still_running",
+                ReviewDecision::Approved,
+                Mergeable::No,
+                0,
+            ),
+            (
+                "discussions_not_resolved",
+                ReviewDecision::Approved,
+                Mergeable::No,
+                1,
+            ),
+            ("need_rebase", ReviewDecision::Approved, Mergeable::No, 0),
+            (
+                "some_future_word",
+                ReviewDecision::Approved,
+                Mergeable::No,
+                0,
+            ),
+        ];
+        for (word, review, mergeable, threads) in cases {
+            let change = mr(word, None)
+                .into_change(QueueObservation::Unobserved)
+                .expect(word);
+            assert_eq!(change.review, review, "{word}");
+            assert_eq!(change.mergeable, mergeable, "{word}");
+            assert_eq!(change.unresolved_threads, threads, "{word}");
+            assert_eq!(change.merge_status, word);
+        }
+    }
+
+    #[test]
+    fn head_pipeline_gives_ci_and_pending_checks() {
+        let none = mr("mergeable", None)
+            .into_change(QueueObservation::Unobserved)
+            .expect("mr");
+        assert_eq!(
+            (none.pipeline_id, none.ci, none.pending_checks),
+            (None, CiStatus::None, 0)
+        );
+        for (status, ci, pending) in [
+            ("created", CiStatus::Pending, 1),
+            ("pending", CiStatus::Pending, 1),
+            ("running", CiStatus::Running, 1),
+            ("success", CiStatus::Success, 0),
+            ("failed", CiStatus::Failed, 0),
+            ("canceled", CiStatus::Canceled, 0),
+            ("manual", CiStatus::Pending, 0),
+        ] {
+            let change = mr("x", Some(status))
+                .into_change(QueueObservation::Unobserved)
+                .expect(status);
+            assert_eq!(change.pipeline_id, Some(9));
+            assert_eq!(
+                (change.ci, change.pending_checks),
+                (ci, pending),
+                "{status}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_state_and_nulls() {
+        let mut value = serde_json::to_value(json!({
+            "iid": 1, "state": "weird", "source_branch": "s", "target_branch": "t",
+            "labels": null, "title": null, "web_url": null,
+        }))
+        .expect("json");
+        let weird: MergeRequest = serde_json::from_value(value.clone()).expect("parses");
+        let error = weird
+            .into_change(QueueObservation::Unobserved)
+            .expect_err("unknown state");
+        assert!(error.message.contains("\"weird\""), "{}", error.message);
+        value["state"] = json!("locked");
+        value["work_in_progress"] = json!(true);
+        let locked: MergeRequest = serde_json::from_value(value).expect("parses");
+        let change = locked
+            .into_change(QueueObservation::Absent)
+            .expect("locked");
+        assert_eq!(change.state, ChangeState::Locked);
+        assert!(change.draft, "work_in_progress counts as draft");
+        assert!(change.labels.is_empty());
+        assert_eq!(change.queue, QueueObservation::Absent);
+    }
+
+    #[test]
+    fn train_cars_normalize() {
+        let car = |status: &str, pipeline: Option<&str>| -> TrainCar {
+            let mut value =
+                json!({"merge_request": {"iid": 1}, "target_branch": "main", "status": status});
+            if let Some(p) = pipeline {
+                value["pipeline"] = json!({"id": 1, "status": p});
+            }
+            serde_json::from_value(value).expect("car")
+        };
+        assert_eq!(car("idle", None).entry(Some(1)).state, "queued");
+        assert_eq!(car("stale", Some("canceled")).entry(None).state, "queued");
+        assert_eq!(
+            car("fresh", Some("running")).entry(None).state,
+            "awaiting_checks"
+        );
+        assert_eq!(car("fresh", Some("success")).entry(None).state, "mergeable");
+        assert_eq!(
+            car("fresh", Some("failed")).entry(None).state,
+            "unmergeable"
+        );
+        assert_eq!(car("merging", None).entry(None).state, "locked");
+        assert_eq!(car("NewState", None).entry(None).state, "newstate");
+        assert_eq!(car("idle", None).entry(Some(0)).position, None);
+        assert!(!car("merged", None).is_active());
+        assert!(car("fresh", None).is_active());
+    }
+
+    #[test]
+    fn retried_is_derived_when_the_field_is_missing() {
+        let job = |id: u64, name: &str| CiJob {
+            id,
+            name: name.into(),
+            stage: None,
+            status: "failed".into(),
+            failure_reason: None,
+            pipeline_id: 1,
+            retried: false,
+            finished_at: None,
+        };
+        let mut jobs = vec![job(5, "unit"), job(3, "unit"), job(4, "lint")];
+        mark_retried(&mut jobs, false);
+        let retried: Vec<bool> = jobs.iter().map(|j| j.retried).collect();
+        assert_eq!(retried, [false, true, false]);
+    }
+}

@@ -1,0 +1,1130 @@
+//! `GitlabClient` against forge-sim over real HTTP: every `Forge` method,
+//! merge and merge-train outcomes, error mapping under injected faults, and
+//! webhook deliveries captured from the simulator.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use forge_sim::{FaultRule, HttpFault, JobOutcome, JobSpec, SimHandle};
+use wq_forge::{
+    ChangeAction, ChangeState, ChangeUpdate, CiStatus, CommitMode, CommitRequest, FileAction,
+    FileOp, Forge, ForgeConfig, ForgeErrorKind, ForgeEvent, ForgeKind, Forges, ForgesConfig,
+    GitlabClient, MergeMethod, MergeOutcome, MergeParams, Mergeable, NewChange, QueueEntry,
+    QueueObservation, ReviewDecision, WebhookRejection,
+};
+
+const SECRET: &str = "hook-secret";
+const STALE_SHA: &str = "ffffffffffffffffffffffffffffffffffffffff";
+
+async fn start_sim() -> SimHandle {
+    forge_sim::ForgeSim::start(forge_sim::SimConfig::default())
+        .await
+        .expect("sim starts")
+}
+
+fn config(url: &str) -> ForgeConfig {
+    ForgeConfig::literal(ForgeKind::Gitlab, url, forge_sim::DEFAULT_TOKEN, SECRET)
+}
+
+fn client(sim: &SimHandle) -> GitlabClient {
+    GitlabClient::new(&config(&sim.base_url())).expect("client")
+}
+
+/// Lets every due job, pipeline and train step happen (jobs of duration 0
+/// end in the tick after they start).
+fn settle(sim: &SimHandle) {
+    for _ in 0..3 {
+        sim.advance(Duration::from_secs(1));
+    }
+}
+
+fn create(path: &str, content: &[u8]) -> FileAction {
+    FileAction {
+        op: FileOp::Create,
+        path: path.into(),
+        previous_path: None,
+        content: Some(content.to_vec()),
+        execute_filemode: None,
+    }
+}
+
+async fn commit(
+    gitlab: &GitlabClient,
+    project: &str,
+    branch: &str,
+    mode: CommitMode,
+    actions: &[FileAction],
+) -> String {
+    gitlab
+        .commit_files(&CommitRequest {
+            project,
+            branch,
+            base_branch: "main",
+            mode,
+            message: "workqueue change",
+            actions,
+        })
+        .await
+        .expect("commit")
+}
+
+/// A branch with one new file and an MR from it; returns (iid, head sha).
+async fn open_change(gitlab: &GitlabClient, project: &str, branch: &str) -> (u64, String) {
+    let head = commit(
+        gitlab,
+        project,
+        branch,
+        CommitMode::CreateBranch,
+        &[create(&format!("{branch}.txt"), b"content\n")],
+    )
+    .await;
+    let change = gitlab
+        .create_change(&NewChange {
+            project,
+            source_branch: branch,
+            target_branch: "main",
+            title: &format!("Change {branch}"),
+            description: "",
+            labels: &[],
+        })
+        .await
+        .expect("create change");
+    (change.number, head)
+}
+
+#[tokio::test]
+async fn commits_branches_and_empty_diffs() {
+    let sim = start_sim().await;
+    let pid = sim
+        .gitlab_project("team/repo")
+        .no_ci()
+        .create()
+        .expect("project");
+    let gitlab = client(&sim);
+    let project = "team/repo";
+
+    assert_eq!(
+        gitlab.branch_head(project, "main").await.expect("main"),
+        sim.gitlab_branch_head(pid, "main")
+    );
+    assert_eq!(
+        gitlab.branch_head(project, "wq/one").await.expect("404"),
+        None
+    );
+    let no_project = gitlab
+        .branch_head("team/missing", "main")
+        .await
+        .expect_err("a missing project is not a missing branch");
+    assert_eq!(no_project.kind, ForgeErrorKind::NotFound);
+
+    let binary = [0u8, 159, 146, 150, 255];
+    let actions = [
+        create("notes.txt", "grüße\n".as_bytes()),
+        create("blob.bin", &binary),
+        FileAction {
+            execute_filemode: Some(true),
+            ..create("run.sh", b"#!/bin/sh\n")
+        },
+        FileAction {
+            op: FileOp::Update,
+            ..create("README.md", b"# Updated\n")
+        },
+    ];
+    let head = commit(
+        &gitlab,
+        project,
+        "wq/one",
+        CommitMode::CreateBranch,
+        &actions,
+    )
+    .await;
+    assert_eq!(
+        gitlab.branch_head(project, "wq/one").await.expect("branch"),
+        Some(head.clone())
+    );
+    assert_eq!(
+        sim.gitlab_file(pid, "wq/one", "notes.txt").as_deref(),
+        Some("grüße\n".as_bytes())
+    );
+    assert_eq!(
+        sim.gitlab_file(pid, "wq/one", "blob.bin").as_deref(),
+        Some(&binary[..]),
+        "non-UTF-8 content travels base64-encoded"
+    );
+    assert_eq!(
+        sim.gitlab_file(pid, "wq/one", "README.md").as_deref(),
+        Some(&b"# Updated\n"[..])
+    );
+    let file: serde_json::Value = reqwest::Client::new()
+        .get(format!(
+            "{}/projects/{pid}/repository/files/run.sh?ref=wq/one",
+            sim.gitlab_url()
+        ))
+        .header("PRIVATE-TOKEN", forge_sim::DEFAULT_TOKEN)
+        .send()
+        .await
+        .expect("file request")
+        .json()
+        .await
+        .expect("file json");
+    assert_eq!(file["execute_filemode"], true);
+
+    let again = gitlab
+        .commit_files(&CommitRequest {
+            project,
+            branch: "wq/one",
+            base_branch: "main",
+            mode: CommitMode::CreateBranch,
+            message: "again",
+            actions: &[create("x.txt", b"x")],
+        })
+        .await
+        .expect_err("the branch exists");
+    assert_eq!(again.kind, ForgeErrorKind::Rejected);
+    assert!(again.message.contains("already exists"), "{again}");
+    assert_eq!(sim.gitlab_branch_head(pid, "wq/one"), Some(head.clone()));
+
+    let forced = commit(
+        &gitlab,
+        project,
+        "wq/one",
+        CommitMode::ForceUpdate,
+        &[create("other.txt", b"same content\n")],
+    )
+    .await;
+    assert_ne!(forced, head);
+    assert_eq!(sim.gitlab_branch_head(pid, "wq/one"), Some(forced));
+    assert_eq!(
+        sim.gitlab_file(pid, "wq/one", "notes.txt"),
+        None,
+        "a forced commit starts again from the base branch"
+    );
+
+    assert!(
+        !gitlab
+            .diff_is_empty(project, "main", "wq/one")
+            .await
+            .expect("compare")
+    );
+    sim.gitlab_push(
+        pid,
+        "main",
+        &[("other.txt", Some("same content\n"))],
+        "the same change lands another way",
+    )
+    .expect("push");
+    assert!(
+        gitlab
+            .diff_is_empty(project, "main", "wq/one")
+            .await
+            .expect("compare"),
+        "the target holds the same tree: a straight compare is empty"
+    );
+}
+
+#[tokio::test]
+async fn change_request_lifecycle_with_ci_reviews_and_threads() {
+    let sim = start_sim().await;
+    let pid = sim
+        .gitlab_project("team/app")
+        .job(JobSpec::new("unit", JobOutcome::Success).duration_secs(600))
+        .approvals_required(1)
+        .create()
+        .expect("project");
+    sim.add_user("reviewer", "reviewer-token");
+    let gitlab = client(&sim);
+    let project = "team/app";
+
+    let head = commit(
+        &gitlab,
+        project,
+        "wq/app",
+        CommitMode::CreateBranch,
+        &[create("app.txt", b"v1\n")],
+    )
+    .await;
+    let labels = ["bot".to_owned(), "deps".to_owned()];
+    let created = gitlab
+        .create_change(&NewChange {
+            project,
+            source_branch: "wq/app",
+            target_branch: "main",
+            title: "Update deps",
+            description: "Generated.",
+            labels: &labels,
+        })
+        .await
+        .expect("create");
+    assert_eq!(created.number, 1);
+    assert_eq!(created.state, ChangeState::Open);
+    assert_eq!(created.title, "Update deps");
+    assert_eq!(created.description, "Generated.");
+    assert_eq!(created.labels, labels);
+    assert_eq!(created.source_branch, "wq/app");
+    assert_eq!(created.target_branch, "main");
+    assert_eq!(created.head_sha.as_deref(), Some(head.as_str()));
+    assert!(
+        created.url.ends_with("/team/app/-/merge_requests/1"),
+        "{}",
+        created.url
+    );
+    assert!(!created.draft);
+    assert_eq!(created.queue, QueueObservation::Unobserved);
+
+    let found = gitlab
+        .find_open_change(project, "wq/app")
+        .await
+        .expect("find")
+        .expect("the MR is found");
+    assert_eq!(found.number, 1);
+    assert_eq!(found.ci, CiStatus::Running, "found MRs are read in full");
+    assert_eq!(
+        gitlab
+            .find_open_change(project, "wq/none")
+            .await
+            .expect("find"),
+        None
+    );
+
+    let running = gitlab.get_change(project, 1).await.expect("get");
+    assert_eq!(running.ci, CiStatus::Running);
+    assert_eq!(running.pending_checks, 1);
+    assert!(running.pipeline_id.is_some());
+    assert_eq!(running.mergeable, Mergeable::No);
+    assert_eq!(running.merge_status, "ci_still_running");
+    assert_eq!(
+        running.queue,
+        QueueObservation::Unobserved,
+        "no merge trains"
+    );
+
+    sim.advance(Duration::from_secs(600));
+    let passed = gitlab.get_change(project, 1).await.expect("get");
+    assert_eq!(passed.ci, CiStatus::Success);
+    assert_eq!(passed.pending_checks, 0);
+    assert_eq!(passed.pipeline_id, running.pipeline_id);
+    assert_eq!(passed.merge_status, "not_approved");
+    assert_eq!(passed.review, ReviewDecision::ReviewRequired);
+    assert_eq!(passed.mergeable, Mergeable::No);
+
+    sim.gitlab_approve(pid, 1, "reviewer").expect("approve");
+    let approved = gitlab.get_change(project, 1).await.expect("get");
+    assert_eq!(approved.review, ReviewDecision::Approved);
+    assert_eq!(approved.mergeable, Mergeable::Yes);
+    assert_eq!(approved.merge_status, "mergeable");
+    assert_eq!(approved.unresolved_threads, 0);
+    assert_eq!(approved.approvals, 0, "counts need a second request");
+    assert_eq!(approved.required_approvals, None);
+
+    sim.gitlab_set_unresolved_discussions(pid, 1, 2)
+        .expect("discussions");
+    let blocked = gitlab.get_change(project, 1).await.expect("get");
+    assert_eq!(blocked.unresolved_threads, 1);
+    assert_eq!(blocked.mergeable, Mergeable::No);
+    sim.gitlab_set_unresolved_discussions(pid, 1, 0)
+        .expect("discussions");
+
+    let draft_labels = ["bot".to_owned()];
+    let updated = gitlab
+        .update_change(
+            project,
+            1,
+            &ChangeUpdate {
+                title: Some("Draft: Update deps"),
+                description: Some("Regenerated."),
+                labels: Some(&draft_labels),
+                open: None,
+            },
+        )
+        .await
+        .expect("update");
+    assert!(updated.draft);
+    assert_eq!(updated.title, "Draft: Update deps");
+    assert_eq!(updated.description, "Regenerated.");
+    assert_eq!(updated.labels, draft_labels);
+
+    let cleared = gitlab
+        .update_change(
+            project,
+            1,
+            &ChangeUpdate {
+                labels: Some(&[]),
+                ..ChangeUpdate::default()
+            },
+        )
+        .await
+        .expect("clear labels");
+    assert!(cleared.labels.is_empty());
+
+    let closed = gitlab
+        .update_change(
+            project,
+            1,
+            &ChangeUpdate {
+                open: Some(false),
+                ..ChangeUpdate::default()
+            },
+        )
+        .await
+        .expect("close");
+    assert_eq!(closed.state, ChangeState::Closed);
+    assert_eq!(
+        gitlab
+            .find_open_change(project, "wq/app")
+            .await
+            .expect("find"),
+        None
+    );
+    let reopened = gitlab
+        .update_change(
+            project,
+            1,
+            &ChangeUpdate {
+                open: Some(true),
+                ..ChangeUpdate::default()
+            },
+        )
+        .await
+        .expect("reopen");
+    assert_eq!(reopened.state, ChangeState::Open);
+
+    let unchanged = gitlab
+        .update_change(project, 1, &ChangeUpdate::default())
+        .await
+        .expect("an empty update reads the MR");
+    assert_eq!(unchanged.title, "Draft: Update deps");
+}
+
+#[tokio::test]
+async fn merge_refuses_a_stale_head_then_merges() {
+    let sim = start_sim().await;
+    let pid = sim.gitlab_project("team/merge").create().expect("project");
+    let gitlab = client(&sim);
+    let project = "team/merge";
+    let (iid, head) = open_change(&gitlab, project, "wq/merge").await;
+    settle(&sim);
+    let ready = gitlab.get_change(project, iid).await.expect("get");
+    assert_eq!(ready.ci, CiStatus::Success);
+    assert_eq!(ready.mergeable, Mergeable::Yes);
+    let main_before = sim.gitlab_branch_head(pid, "main");
+
+    let stale = gitlab
+        .merge_change(
+            project,
+            iid,
+            &MergeParams {
+                expected_head_sha: Some(STALE_SHA),
+                ..MergeParams::default()
+            },
+        )
+        .await
+        .expect_err("stale head");
+    assert_eq!(stale.kind, ForgeErrorKind::Conflict);
+    assert_eq!(stale.status, Some(409));
+    assert_eq!(
+        stale.message,
+        format!("SHA does not match HEAD of source branch: {head}")
+    );
+    assert_eq!(sim.gitlab_branch_head(pid, "main"), main_before);
+    assert_eq!(
+        gitlab.get_change(project, iid).await.expect("get").state,
+        ChangeState::Open
+    );
+
+    let params = MergeParams {
+        expected_head_sha: Some(&head),
+        method: Some(MergeMethod::Squash),
+        commit_message: Some("Squashed change"),
+    };
+    let outcome = gitlab
+        .merge_change(project, iid, &params)
+        .await
+        .expect("merge");
+    assert_eq!(outcome, MergeOutcome::Merged);
+    let merged = gitlab.get_change(project, iid).await.expect("get");
+    assert_eq!(merged.state, ChangeState::Merged);
+    assert_ne!(sim.gitlab_branch_head(pid, "main"), main_before);
+    assert_eq!(
+        sim.gitlab_file(pid, "main", "wq/merge.txt").as_deref(),
+        Some(&b"content\n"[..])
+    );
+    assert_eq!(
+        gitlab
+            .merge_change(project, iid, &params)
+            .await
+            .expect("again"),
+        MergeOutcome::Merged,
+        "a repeated merge of the same head is merged, not an error"
+    );
+
+    let rebase = gitlab
+        .merge_change(
+            project,
+            iid,
+            &MergeParams {
+                method: Some(MergeMethod::Rebase),
+                ..MergeParams::default()
+            },
+        )
+        .await
+        .expect_err("merge-commit project");
+    assert_eq!(rebase.kind, ForgeErrorKind::Invalid);
+}
+
+fn with_head(head: &str) -> MergeParams<'_> {
+    MergeParams {
+        expected_head_sha: Some(head),
+        ..MergeParams::default()
+    }
+}
+
+#[tokio::test]
+async fn merge_train_queues_and_reports_position() {
+    let sim = start_sim().await;
+    let pid = sim
+        .gitlab_project("team/train")
+        .merge_trains(true)
+        .job(JobSpec::new("unit", JobOutcome::Success).duration_secs(600))
+        .create()
+        .expect("project");
+    let gitlab = client(&sim);
+    let project = "team/train";
+    let (first, first_head) = open_change(&gitlab, project, "wq/first").await;
+    let (second, second_head) = open_change(&gitlab, project, "wq/second").await;
+    assert_eq!(
+        gitlab.get_change(project, first).await.expect("get").queue,
+        QueueObservation::Absent,
+        "an open MR on a train project that is not on the train"
+    );
+    sim.advance(Duration::from_secs(600));
+
+    let stale = gitlab
+        .merge_change(
+            project,
+            first,
+            &MergeParams {
+                expected_head_sha: Some(STALE_SHA),
+                ..MergeParams::default()
+            },
+        )
+        .await
+        .expect_err("stale head");
+    assert_eq!(stale.kind, ForgeErrorKind::Conflict);
+
+    let first_params = with_head(&first_head);
+    assert_eq!(
+        gitlab
+            .merge_change(project, first, &first_params)
+            .await
+            .expect("queue"),
+        MergeOutcome::Queued
+    );
+    assert_eq!(
+        gitlab
+            .merge_change(project, second, &with_head(&second_head))
+            .await
+            .expect("queue"),
+        MergeOutcome::Queued
+    );
+    assert_eq!(
+        gitlab
+            .merge_change(project, first, &first_params)
+            .await
+            .expect("again"),
+        MergeOutcome::Queued,
+        "a repeated call finds the MR on the train"
+    );
+
+    let queued = gitlab.get_change(project, first).await.expect("get");
+    assert_eq!(queued.state, ChangeState::Open);
+    assert_eq!(
+        queued.queue,
+        QueueObservation::Entry(QueueEntry {
+            state: "awaiting_checks".into(),
+            position: Some(1),
+            eta_seconds: None,
+        })
+    );
+    let behind = gitlab.get_change(project, second).await.expect("get");
+    let QueueObservation::Entry(entry) = behind.queue else {
+        panic!("second MR not on the train: {:?}", behind.queue);
+    };
+    assert_eq!(entry.position, Some(2));
+
+    // The train's own system note is not a comment.
+    let note = gitlab
+        .create_note(project, first, "queued by workqueue")
+        .await
+        .expect("note");
+    let notes = gitlab.list_notes(project, first).await.expect("notes");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(notes[0].id, note.id);
+    let raw: Vec<serde_json::Value> = reqwest::Client::new()
+        .get(format!(
+            "{}/projects/{pid}/merge_requests/{first}/notes",
+            sim.gitlab_url()
+        ))
+        .header("PRIVATE-TOKEN", forge_sim::DEFAULT_TOKEN)
+        .send()
+        .await
+        .expect("notes request")
+        .json()
+        .await
+        .expect("notes json");
+    assert!(raw.iter().any(|n| n["system"] == true), "{raw:?}");
+
+    sim.advance(Duration::from_secs(600));
+    let merged = gitlab.get_change(project, first).await.expect("get");
+    assert_eq!(merged.state, ChangeState::Merged);
+    assert_eq!(merged.queue, QueueObservation::Absent);
+}
+
+#[tokio::test]
+async fn notes_jobs_traces_and_retries() {
+    let sim = start_sim().await;
+    sim.gitlab_project("team/ci")
+        .job(JobSpec::new("lint", JobOutcome::Success))
+        .job(JobSpec::new(
+            "unit",
+            JobOutcome::flaky(1, "runner_system_failure", "lost the runner"),
+        ))
+        .create()
+        .expect("project");
+    let gitlab = client(&sim);
+    let project = "team/ci";
+    let (iid, _) = open_change(&gitlab, project, "wq/ci").await;
+    settle(&sim);
+    let change = gitlab.get_change(project, iid).await.expect("get");
+    assert_eq!(change.ci, CiStatus::Failed);
+    let pipeline = change.pipeline_id.expect("head pipeline");
+
+    let jobs = gitlab.pipeline_jobs(project, pipeline).await.expect("jobs");
+    assert_eq!(jobs.len(), 2);
+    let unit = jobs.iter().find(|j| j.name == "unit").expect("unit job");
+    assert_eq!(unit.status, "failed");
+    assert_eq!(
+        unit.failure_reason.as_deref(),
+        Some("runner_system_failure")
+    );
+    assert_eq!(unit.stage.as_deref(), Some("test"));
+    assert_eq!(unit.pipeline_id, pipeline);
+    assert!(!unit.retried);
+    assert!(unit.finished_at.is_some());
+    let lint = jobs.iter().find(|j| j.name == "lint").expect("lint job");
+    assert_eq!(lint.failure_reason, None);
+
+    let trace = gitlab.job_trace(project, unit.id).await.expect("trace");
+    assert!(trace.contains("lost the runner"), "{trace}");
+
+    let retry = gitlab.retry_job(project, unit.id).await.expect("retry");
+    assert_ne!(retry.id, unit.id);
+    assert_eq!(retry.name, "unit");
+    assert_eq!(retry.status, "pending");
+    assert_eq!(retry.pipeline_id, pipeline);
+    assert!(!retry.retried);
+    assert_eq!(retry.finished_at, None);
+
+    settle(&sim);
+    let jobs = gitlab.pipeline_jobs(project, pipeline).await.expect("jobs");
+    assert_eq!(jobs.len(), 3, "include_retried lists every attempt");
+    let old = jobs.iter().find(|j| j.id == unit.id).expect("old attempt");
+    assert!(old.retried);
+    let new = jobs.iter().find(|j| j.id == retry.id).expect("new attempt");
+    assert_eq!(new.status, "success");
+    assert!(!new.retried);
+    assert_eq!(
+        gitlab.get_change(project, iid).await.expect("get").ci,
+        CiStatus::Success
+    );
+
+    let first = gitlab
+        .create_note(project, iid, "first")
+        .await
+        .expect("note");
+    let second = gitlab
+        .create_note(project, iid, "second")
+        .await
+        .expect("note");
+    gitlab
+        .update_note(project, iid, first.id, "first, edited")
+        .await
+        .expect("update note");
+    let notes = gitlab.list_notes(project, iid).await.expect("notes");
+    let listed: Vec<(u64, &str, &str)> = notes
+        .iter()
+        .map(|n| (n.id, n.body.as_str(), n.author.as_str()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (first.id, "first, edited", forge_sim::DEFAULT_USERNAME),
+            (second.id, "second", forge_sim::DEFAULT_USERNAME),
+        ]
+    );
+    let missing = gitlab
+        .update_note(project, iid, 9999, "x")
+        .await
+        .expect_err("no such note");
+    assert_eq!(missing.kind, ForgeErrorKind::NotFound);
+}
+
+/// Webhooks the simulator delivered: (lower-case headers, raw body).
+type Deliveries = Arc<Mutex<Vec<(Vec<(String, String)>, Vec<u8>)>>>;
+
+async fn start_receiver() -> (String, Deliveries) {
+    let deliveries: Deliveries = Arc::default();
+    let sink = deliveries.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let sink = sink.clone();
+                async move {
+                    let headers = headers
+                        .iter()
+                        .map(|(name, value)| {
+                            (
+                                name.as_str().to_owned(),
+                                value.to_str().unwrap_or_default().to_owned(),
+                            )
+                        })
+                        .collect();
+                    sink.lock()
+                        .expect("receiver lock")
+                        .push((headers, body.to_vec()));
+                    axum::http::StatusCode::OK
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("receiver binds");
+    let addr = listener.local_addr().expect("receiver address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/hook"), deliveries)
+}
+
+fn header_refs(headers: &[(String, String)]) -> Vec<(&str, &str)> {
+    headers
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()))
+        .collect()
+}
+
+fn with_header(
+    headers: &[(String, String)],
+    name: &str,
+    value: Option<&str>,
+) -> Vec<(String, String)> {
+    let mut changed: Vec<(String, String)> =
+        headers.iter().filter(|(n, _)| n != name).cloned().collect();
+    if let Some(value) = value {
+        changed.push((name.to_owned(), value.to_owned()));
+    }
+    changed
+}
+
+#[tokio::test]
+async fn webhook_deliveries_parse_into_events() {
+    let sim = start_sim().await;
+    let (url, deliveries) = start_receiver().await;
+    let pid = sim
+        .gitlab_project("team/hooks")
+        .webhook(&url, SECRET)
+        .create()
+        .expect("project");
+    let gitlab = client(&sim);
+    let project = "team/hooks";
+
+    let (iid, _) = open_change(&gitlab, project, "wq/hooks").await;
+    let pushed = commit(
+        &gitlab,
+        project,
+        "wq/hooks",
+        CommitMode::ForceUpdate,
+        &[create("wq/hooks.txt", b"second version\n")],
+    )
+    .await;
+    gitlab
+        .update_change(
+            project,
+            iid,
+            &ChangeUpdate {
+                title: Some("Renamed"),
+                ..ChangeUpdate::default()
+            },
+        )
+        .await
+        .expect("rename");
+    sim.add_user("reviewer", "reviewer-token");
+    sim.gitlab_approve(pid, iid, "reviewer").expect("approve");
+    let note = gitlab
+        .create_note(project, iid, "status: waiting")
+        .await
+        .expect("note");
+    for open in [false, true] {
+        gitlab
+            .update_change(
+                project,
+                iid,
+                &ChangeUpdate {
+                    open: Some(open),
+                    ..ChangeUpdate::default()
+                },
+            )
+            .await
+            .expect("close / reopen");
+    }
+    settle(&sim);
+    let change = gitlab.get_change(project, iid).await.expect("get");
+    assert_eq!(change.mergeable, Mergeable::Yes);
+    let pipeline = change.pipeline_id.expect("pipeline");
+    gitlab
+        .merge_change(
+            project,
+            iid,
+            &MergeParams {
+                expected_head_sha: Some(&pushed),
+                ..MergeParams::default()
+            },
+        )
+        .await
+        .expect("merge");
+    assert!(sim.flush_webhooks(Duration::from_secs(10)).await);
+
+    let received = deliveries.lock().expect("receiver lock").clone();
+    let mut actions = Vec::new();
+    let (mut pipelines, mut jobs, mut notes) = (Vec::new(), Vec::new(), Vec::new());
+    for (headers, body) in &received {
+        match gitlab
+            .parse_webhook(&header_refs(headers), body)
+            .expect("authentic")
+        {
+            ForgeEvent::Change {
+                project,
+                number,
+                action,
+                state,
+                source_branch,
+                head_sha,
+            } => {
+                assert_eq!((project.as_str(), number), ("team/hooks", iid));
+                assert_eq!(source_branch.as_deref(), Some("wq/hooks"));
+                assert!(head_sha.is_some());
+                actions.push((action, state, head_sha));
+            }
+            ForgeEvent::Pipeline { .. } => pipelines.push(body.clone()),
+            ForgeEvent::Job { .. } => jobs.push(body.clone()),
+            ForgeEvent::Note { .. } => notes.push(body.clone()),
+            ForgeEvent::Ignored { reason } => panic!("ignored a delivery: {reason}"),
+        }
+    }
+    let kinds: Vec<ChangeAction> = actions.iter().map(|(action, _, _)| *action).collect();
+    for expected in [
+        ChangeAction::Opened,
+        ChangeAction::Pushed,
+        ChangeAction::Updated,
+        ChangeAction::Approved,
+        ChangeAction::Closed,
+        ChangeAction::Reopened,
+        ChangeAction::Merged,
+    ] {
+        assert!(
+            kinds.contains(&expected),
+            "{expected:?} missing in {kinds:?}"
+        );
+    }
+    let push = actions
+        .iter()
+        .find(|(action, _, _)| *action == ChangeAction::Pushed)
+        .expect("push");
+    assert_eq!(push.2.as_deref(), Some(pushed.as_str()));
+    let closed = actions
+        .iter()
+        .find(|(action, _, _)| *action == ChangeAction::Closed)
+        .expect("close");
+    assert_eq!(closed.1, ChangeState::Closed);
+    let merged = actions
+        .iter()
+        .find(|(action, _, _)| *action == ChangeAction::Merged)
+        .expect("merge");
+    assert_eq!(merged.1, ChangeState::Merged);
+
+    let auth = header_refs;
+    let (pipeline_headers, pipeline_body) = received
+        .iter()
+        .find(|(headers, body)| {
+            matches!(
+                gitlab.parse_webhook(&auth(headers), body),
+                Ok(ForgeEvent::Pipeline { status: CiStatus::Success, pipeline_id, .. }) if pipeline_id == pipeline
+            )
+        })
+        .expect("a successful pipeline hook");
+    assert_eq!(
+        gitlab.parse_webhook(&auth(pipeline_headers), pipeline_body),
+        Ok(ForgeEvent::Pipeline {
+            project: project.into(),
+            pipeline_id: pipeline,
+            status: CiStatus::Success,
+            sha: Some(pushed.clone()),
+            ref_name: Some("wq/hooks".into()),
+            number: Some(iid),
+        })
+    );
+    assert!(!jobs.is_empty());
+    let (job_headers, job_body) = received
+        .iter()
+        .find(|(headers, body)| {
+            matches!(
+                gitlab.parse_webhook(&auth(headers), body),
+                Ok(ForgeEvent::Job { ref status, pipeline_id, .. }) if status == "success" && pipeline_id == pipeline
+            )
+        })
+        .expect("a finished job hook");
+    let ForgeEvent::Job {
+        project: job_project,
+        name,
+        stage,
+        failure_reason,
+        finished_at,
+        ..
+    } = gitlab
+        .parse_webhook(&auth(job_headers), job_body)
+        .expect("job")
+    else {
+        panic!("not a job event");
+    };
+    assert_eq!(job_project, project);
+    assert_eq!(name, "test");
+    assert_eq!(stage.as_deref(), Some("test"));
+    assert_eq!(failure_reason, None);
+    assert!(
+        finished_at.is_some(),
+        "build_finished_at in GitLab's hook format"
+    );
+
+    assert_eq!(notes.len(), 1);
+    let (note_headers, note_body) = received
+        .iter()
+        .find(|(_, body)| *body == notes[0])
+        .expect("note delivery");
+    assert_eq!(
+        gitlab.parse_webhook(&auth(note_headers), note_body),
+        Ok(ForgeEvent::Note {
+            project: project.into(),
+            number: iid,
+            note_id: note.id,
+            author: forge_sim::DEFAULT_USERNAME.into(),
+            body: "status: waiting".into(),
+        })
+    );
+
+    // Authenticity comes first: wrong, missing, or no configured secret.
+    for headers in [
+        with_header(note_headers, "x-gitlab-token", Some("wrong")),
+        with_header(note_headers, "x-gitlab-token", None),
+    ] {
+        assert!(matches!(
+            gitlab.parse_webhook(&auth(&headers), note_body),
+            Err(WebhookRejection::Unauthenticated(_))
+        ));
+    }
+    let mut no_secret = config(&sim.base_url());
+    no_secret.webhook_secret = None;
+    let no_secret = GitlabClient::new(&no_secret).expect("client");
+    assert!(matches!(
+        no_secret.parse_webhook(&auth(note_headers), note_body),
+        Err(WebhookRejection::Unauthenticated(_))
+    ));
+    let wrong_token_malformed = gitlab.parse_webhook(
+        &auth(&with_header(note_headers, "x-gitlab-token", Some("x"))),
+        b"{",
+    );
+    assert!(
+        matches!(
+            wrong_token_malformed,
+            Err(WebhookRejection::Unauthenticated(_))
+        ),
+        "an unauthenticated body is not even parsed"
+    );
+
+    let push_hook = with_header(note_headers, "x-gitlab-event", Some("Push Hook"));
+    assert!(matches!(
+        gitlab.parse_webhook(&auth(&push_hook), b"{\"object_kind\":\"push\"}"),
+        Ok(ForgeEvent::Ignored { .. })
+    ));
+    assert!(matches!(
+        gitlab.parse_webhook(&auth(note_headers), b"{\"object_kind\": note"),
+        Err(WebhookRejection::Malformed(_))
+    ));
+    let mut issue_note: serde_json::Value = serde_json::from_slice(note_body).expect("json");
+    issue_note["object_attributes"]["noteable_type"] = "Issue".into();
+    let issue_note = serde_json::to_vec(&issue_note).expect("json");
+    assert!(matches!(
+        gitlab.parse_webhook(&auth(note_headers), &issue_note),
+        Ok(ForgeEvent::Ignored { .. })
+    ));
+}
+
+#[tokio::test]
+async fn faults_map_to_error_kinds() {
+    let sim = start_sim().await;
+    sim.gitlab_project("team/faults")
+        .no_ci()
+        .create()
+        .expect("project");
+    let gitlab = client(&sim);
+    let project = "team/faults";
+    let (iid, _) = open_change(&gitlab, project, "wq/faults").await;
+    let mr_path = format!("/api/v4/projects/team%2Ffaults/merge_requests/{iid}");
+
+    sim.add_fault(FaultRule::new(
+        "GET",
+        &mr_path,
+        HttpFault::Status { status: 500 },
+    ));
+    let error = gitlab.get_change(project, iid).await.expect_err("500");
+    assert_eq!(error.kind, ForgeErrorKind::Unavailable);
+    assert_eq!(error.status, Some(500));
+    assert_eq!(error.message, "500 Internal Server Error");
+    assert!(error.is_transient());
+
+    sim.add_fault(FaultRule::new(
+        "GET",
+        &mr_path,
+        HttpFault::RateLimit {
+            retry_after_secs: 7,
+        },
+    ));
+    let error = gitlab.get_change(project, iid).await.expect_err("429");
+    assert_eq!(error.kind, ForgeErrorKind::RateLimited);
+    assert_eq!(error.status, Some(429));
+    assert_eq!(error.retry_after, Some(Duration::from_secs(7)));
+
+    sim.add_fault(FaultRule::new(
+        "GET",
+        &mr_path,
+        HttpFault::Status { status: 503 },
+    ));
+    let error = gitlab.get_change(project, iid).await.expect_err("503");
+    assert_eq!(error.kind, ForgeErrorKind::Unavailable);
+    assert_eq!(error.status, Some(503));
+
+    assert_eq!(
+        gitlab
+            .get_change(project, iid)
+            .await
+            .expect("faults spent")
+            .number,
+        iid
+    );
+
+    let mut short = config(&sim.base_url());
+    short.timeout_seconds = 1;
+    let impatient = GitlabClient::new(&short).expect("client");
+    sim.add_fault(FaultRule::new(
+        "GET",
+        &mr_path,
+        HttpFault::Timeout { hang_secs: 3600 },
+    ));
+    let error = impatient.get_change(project, iid).await.expect_err("hang");
+    sim.cancel_hangs();
+    assert_eq!(error.kind, ForgeErrorKind::Unavailable);
+    assert_eq!(error.status, None);
+    assert!(
+        error.message.contains("did not answer within 1 s"),
+        "{error}"
+    );
+
+    let missing = gitlab.get_change(project, 999).await.expect_err("404");
+    assert_eq!(missing.kind, ForgeErrorKind::NotFound);
+
+    let mut bad_token = config(&sim.base_url());
+    bad_token.token = Some("not-a-token".into());
+    let refused = GitlabClient::new(&bad_token)
+        .expect("client")
+        .get_change(project, iid)
+        .await
+        .expect_err("401");
+    assert_eq!(refused.kind, ForgeErrorKind::Unauthorized);
+    assert_eq!(refused.message, "401 Unauthorized");
+
+    let nowhere = GitlabClient::new(&config("http://127.0.0.1:1")).expect("client");
+    let error = nowhere
+        .branch_head(project, "main")
+        .await
+        .expect_err("refused");
+    assert_eq!(error.kind, ForgeErrorKind::Unavailable);
+    assert_eq!(error.status, None);
+}
+
+#[tokio::test]
+async fn config_accepts_the_api_base_and_forges_are_built_from_config() {
+    let sim = start_sim().await;
+    let pid = sim
+        .gitlab_project("team/cfg")
+        .no_ci()
+        .create()
+        .expect("project");
+    let main = sim.gitlab_branch_head(pid, "main");
+
+    let api = GitlabClient::new(&config(&sim.gitlab_url())).expect("client");
+    assert_eq!(api.api_url(), sim.gitlab_url());
+    assert_eq!(
+        api.branch_head("team/cfg", "main").await.expect("main"),
+        main
+    );
+
+    let forges_config = |instances: Vec<(&str, ForgeConfig)>| ForgesConfig {
+        instances: instances
+            .into_iter()
+            .map(|(name, config)| (name.to_owned(), config))
+            .collect::<BTreeMap<_, _>>(),
+    };
+    let forges =
+        Forges::from_config(&forges_config(vec![("gl", config(&sim.base_url()))])).expect("forges");
+    assert_eq!(forges.names().collect::<Vec<_>>(), ["gl"]);
+    let forge = forges.get("gl").expect("gl");
+    assert_eq!(forge.kind(), ForgeKind::Gitlab);
+    assert_eq!(
+        forge.branch_head("team/cfg", "main").await.expect("main"),
+        main
+    );
+
+    let github = ForgeConfig::literal(ForgeKind::Github, "https://api.github.com", "t", "s");
+    let error = Forges::from_config(&forges_config(vec![("gh", github)])).expect_err("github");
+    assert_eq!(error.kind, ForgeErrorKind::Invalid);
+    assert!(
+        error.message.starts_with("forges.gh.kind: "),
+        "{}",
+        error.message
+    );
+
+    let mut no_token = config(&sim.base_url());
+    no_token.token = None;
+    let error =
+        Forges::from_config(&forges_config(vec![("gl", no_token.clone())])).expect_err("no token");
+    assert_eq!(error.message, "forges.gl.token_env: required");
+    no_token.token_env = Some("WQ_FORGE_TEST_TOKEN_THAT_IS_NOT_SET".into());
+    let error = Forges::from_config(&forges_config(vec![("gl", no_token)])).expect_err("unset");
+    assert!(
+        error
+            .message
+            .starts_with("forges.gl.token_env: environment variable"),
+        "{}",
+        error.message
+    );
+
+    let mut bad_url = config("ftp://gitlab.example.com");
+    bad_url.timeout_seconds = 5;
+    let error = Forges::from_config(&forges_config(vec![("gl", bad_url)])).expect_err("url");
+    assert!(
+        error.message.starts_with("forges.gl.url: "),
+        "{}",
+        error.message
+    );
+}
