@@ -38,6 +38,20 @@ pub enum Command {
     Config(ConfigCommand),
     /// Inspect and retry work items through the API.
     Items(ItemsArgs),
+    /// Run the whole service with no setup: SQLite, a simulated GitLab in
+    /// the same process, a few submitted changes followed to their end.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Port of the service (0: any free port).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Stop once every change has reached its end state instead of serving
+    /// until Ctrl-C.
+    #[arg(long)]
+    pub exit: bool,
 }
 
 #[derive(Debug, Args)]

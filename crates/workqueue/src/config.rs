@@ -28,7 +28,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use garde::Validate;
 use serde::Deserialize;
-use wq_core::TypeRegistry;
 
 /// Where the data lives: a SQLite file next to the binary by default.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite:./workqueue.db";
@@ -61,6 +60,12 @@ pub struct Config {
     pub server: ServerConfig,
     #[garde(dive)]
     pub engine: EngineSection,
+    /// Forge instances by name (`forges.gitlab: {kind, url, token_env, ...}`).
+    #[garde(skip)]
+    pub forges: wq_forge::ForgesConfig,
+    /// The `mr` item type (submission rules, intervals, labels).
+    #[garde(skip)]
+    pub mr: wq_mr::MrConfig,
 }
 
 /// `database:`
@@ -218,10 +223,10 @@ impl Config {
     }
 
     /// Checks what the file alone cannot: every handled type is registered.
-    pub fn check_against(&self, registry: &TypeRegistry) -> anyhow::Result<()> {
+    pub fn check_against(&self, type_names: &[&str]) -> anyhow::Result<()> {
         for (index, name) in self.engine.handled_types.iter().enumerate() {
-            if registry.get(name).is_none() {
-                let known: Vec<&str> = registry.names().collect();
+            if !type_names.contains(&name.as_str()) {
+                let known: Vec<&str> = type_names.to_vec();
                 let known = if known.is_empty() {
                     "none are registered yet".to_owned()
                 } else {
@@ -229,6 +234,19 @@ impl Config {
                 };
                 anyhow::bail!(
                     "engine.handled_types[{index}]: {name:?} is not a registered item type ({known})"
+                );
+            }
+        }
+        if let Err(errors) = self.mr.submission.compile() {
+            anyhow::bail!("{}", errors.join("\n"));
+        }
+        for (name, forge) in &self.forges.instances {
+            if forge.kind == wq_forge::ForgeKind::Github {
+                anyhow::bail!("forges.{name}.kind: github is not supported yet");
+            }
+            if forge.token_env.is_none() && forge.token.is_none() {
+                anyhow::bail!(
+                    "forges.{name}.token_env: required (the environment variable holding the API token)"
                 );
             }
         }
@@ -552,18 +570,11 @@ mod tests {
     #[test]
     fn handled_types_must_be_registered() {
         let config = Config::parse("engine:\n  handled_types: [mr]\n").unwrap();
-        let message = config
-            .check_against(&TypeRegistry::default())
-            .unwrap_err()
-            .to_string();
+        let message = config.check_against(&[]).unwrap_err().to_string();
         assert_eq!(
             message,
             "engine.handled_types[0]: \"mr\" is not a registered item type (none are registered yet)"
         );
-        assert!(
-            Config::default()
-                .check_against(&TypeRegistry::default())
-                .is_ok()
-        );
+        assert!(Config::default().check_against(&[]).is_ok());
     }
 }

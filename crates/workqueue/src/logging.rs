@@ -22,8 +22,13 @@ const DEFAULT_FILTER: &str = "info";
 /// Installs the global subscriber; logs go to stderr so command output on
 /// stdout stays clean. Colours only on a terminal.
 pub fn init(format: LogFormat) {
+    init_with_default(format, DEFAULT_FILTER);
+}
+
+/// Like [`init`] with another filter when `RUST_LOG` is not set.
+pub fn init_with_default(format: LogFormat, default_filter: &str) {
     let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

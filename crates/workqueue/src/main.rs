@@ -3,20 +3,14 @@
 //! it. Errors are `anyhow` here; each command prints one message and exits
 //! with 1 on failure.
 
-mod cli;
-mod config;
-mod items;
-mod logging;
-mod serve;
-mod types;
-
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Parser;
 
-use crate::cli::{Cli, Command, ConfigCommand};
-use crate::config::Config;
+use workqueue::cli::{Cli, Command, ConfigCommand};
+use workqueue::config::Config;
+use workqueue::{demo, items, logging, serve, types};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -34,7 +28,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Config(ConfigCommand::Check { file }) => {
             let config = Config::load(&file)?;
             config
-                .check_against(&types::registry()?)
+                .check_against(types::TYPE_NAMES)
                 .with_context(|| format!("invalid config file {}", file.display()))?;
             println!("ok");
             Ok(())
@@ -48,6 +42,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             logging::init(cli.log_format);
             let config = Config::load_or_default(args.config.as_deref())?;
             runtime()?.block_on(serve::migrate(&config))
+        }
+        Command::Demo(args) => {
+            // The demo prints its own progress; logs only for trouble.
+            logging::init_with_default(cli.log_format, "warn");
+            runtime()?.block_on(demo::run(args))
         }
         Command::Items(args) => {
             let output = runtime()?.block_on(items::run(args))?;

@@ -83,13 +83,39 @@ fn config_check_accepts_a_good_file_and_names_bad_fields() {
     );
     assert!(stderr.contains("(line 2, column 3)"), "{stderr}");
 
-    let unregistered = write(&dir, "types.yaml", "engine:\n  handled_types: [mr]\n");
+    let unregistered = write(&dir, "types.yaml", "engine:\n  handled_types: [mr, cve]\n");
     let output = workqueue(&["config", "check", &unregistered]);
     assert_eq!(output.status.code(), Some(1));
     assert!(
         stderr_of(&output).contains(
-            "engine.handled_types[0]: \"mr\" is not a registered item type (none are registered yet)"
+            "engine.handled_types[1]: \"cve\" is not a registered item type (registered: mr)"
         ),
+        "{}",
+        stderr_of(&output)
+    );
+
+    let forge = write(
+        &dir,
+        "forge.yaml",
+        "forges:\n  gitlab:\n    kind: gitlab\n    url: https://gitlab.example.com\n",
+    );
+    let output = workqueue(&["config", "check", &forge]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr_of(&output).contains("forges.gitlab.token_env: required"),
+        "{}",
+        stderr_of(&output)
+    );
+
+    let blocked = write(
+        &dir,
+        "mr.yaml",
+        "mr:\n  submission:\n    blocked_paths: [\"a/[\"]\n",
+    );
+    let output = workqueue(&["config", "check", &blocked]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr_of(&output).contains("mr.submission.blocked_paths[0]"),
         "{}",
         stderr_of(&output)
     );

@@ -78,23 +78,26 @@ mod tests {
         }
     }
 
+    /// (dimension, status, pending_until) rows of one case.
+    type Rows = &'static [(&'static str, bool, Option<OffsetDateTime>)];
+
     #[test]
     fn scans_needs_in_priority_order() {
-        let later = Some(NOW + time::Duration::minutes(30));
-        let earlier = Some(NOW - time::Duration::minutes(1));
-        let cases: &[(&[(&str, bool, Option<OffsetDateTime>)], Option<Action>)] = &[
+        const LATER: Option<OffsetDateTime> = Some(datetime!(2026-11-30 12:30 UTC));
+        const EARLIER: Option<OffsetDateTime> = Some(datetime!(2026-11-30 11:59 UTC));
+        let cases: Vec<(Rows, Option<Action>)> = vec![
             // A new item: every row absent → create the MR first.
             (&[], Some(ENSURE_MR)),
             (&[(NEEDS_MR, true, None)], Some(ENSURE_MR)),
             (&[(NEEDS_MR, false, None)], Some(CHECK_EMPTY_DIFF)),
             (
-                &[(NEEDS_MR, false, None), (NEEDS_EMPTY_CHECK, true, later)],
+                &[(NEEDS_MR, false, None), (NEEDS_EMPTY_CHECK, true, LATER)],
                 Some(POST_DASHBOARD_NOTE),
             ),
             (
                 &[
                     (NEEDS_MR, false, None),
-                    (NEEDS_EMPTY_CHECK, true, later),
+                    (NEEDS_EMPTY_CHECK, true, LATER),
                     (NEEDS_DASHBOARD, false, None),
                 ],
                 Some(RECONCILE_MR),
@@ -102,9 +105,9 @@ mod tests {
             (
                 &[
                     (NEEDS_MR, false, None),
-                    (NEEDS_EMPTY_CHECK, true, later),
+                    (NEEDS_EMPTY_CHECK, true, LATER),
                     (NEEDS_DASHBOARD, false, None),
-                    (NEEDS_RECONCILE, true, later),
+                    (NEEDS_RECONCILE, true, LATER),
                 ],
                 None,
             ),
@@ -112,7 +115,7 @@ mod tests {
             (
                 &[
                     (NEEDS_MR, false, None),
-                    (NEEDS_EMPTY_CHECK, true, earlier),
+                    (NEEDS_EMPTY_CHECK, true, EARLIER),
                     (NEEDS_DASHBOARD, false, None),
                     (NEEDS_RECONCILE, true, None),
                 ],
@@ -122,14 +125,14 @@ mod tests {
             (
                 &[
                     (NEEDS_MR, true, None),
-                    (NEEDS_EMPTY_CHECK, true, earlier),
+                    (NEEDS_EMPTY_CHECK, true, EARLIER),
                     (NEEDS_RECONCILE, true, None),
                 ],
                 Some(ENSURE_MR),
             ),
         ];
         for (rows, expected) in cases {
-            assert_eq!(decide(&view(Phase::Active, rows)), *expected, "{rows:?}");
+            assert_eq!(decide(&view(Phase::Active, rows)), expected, "{rows:?}");
         }
     }
 

@@ -154,7 +154,8 @@ impl Run<'_> {
                 } else {
                     CommitMode::CreateBranch
                 };
-                self.forge
+                let head = self
+                    .forge
                     .commit_files(&CommitRequest {
                         project,
                         branch: &spec.source_branch,
@@ -164,7 +165,18 @@ impl Run<'_> {
                         actions: &spec.file_actions,
                     })
                     .await
-                    .map_err(|e| forge_failure("committing the file actions", e))?
+                    .map_err(|e| forge_failure("committing the file actions", e))?;
+                self.mr
+                    .store
+                    .record_push(
+                        self.view.item.id,
+                        &head,
+                        &self.details.content_hash,
+                        self.now(),
+                    )
+                    .await
+                    .map_err(store_error)?;
+                head
             }
         };
         let empty = self

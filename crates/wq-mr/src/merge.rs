@@ -164,10 +164,13 @@ mod tests {
         }
     }
 
+    /// One change to a ready change request.
+    type Edit = Box<dyn Fn(&mut ChangeRequest)>;
+
     #[test]
     fn every_gate_is_checked() {
         assert!(unmet_gates(&ready_change()).is_empty());
-        let cases: Vec<(Box<dyn Fn(&mut ChangeRequest)>, &str)> = vec![
+        let cases: Vec<(Edit, &str)> = vec![
             (Box::new(|c| c.state = ChangeState::Closed), "open"),
             (Box::new(|c| c.draft = true), "not_draft"),
             (Box::new(|c| c.head_sha = None), "head_known"),
@@ -194,7 +197,7 @@ mod tests {
         let id = ItemId::new_v7();
         let base = signature(id, "p", &ready_change());
         assert_eq!(base, signature(id, "p", &ready_change()), "deterministic");
-        let changes: Vec<Box<dyn Fn(&mut ChangeRequest)>> = vec![
+        let changes: Vec<Edit> = vec![
             Box::new(|c| c.state = ChangeState::Closed),
             Box::new(|c| c.head_sha = Some("def".into())),
             Box::new(|c| c.ci = CiStatus::Failed),

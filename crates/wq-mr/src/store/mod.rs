@@ -341,6 +341,24 @@ impl MrStore {
         }
     }
 
+    /// `ensure_mr`'s commit: the head it produced for this content.
+    pub async fn record_push(
+        &self,
+        id: ItemId,
+        head_sha: &str,
+        pushed_content_hash: &str,
+        now: OffsetDateTime,
+    ) -> StoreResult<()> {
+        match &self.backend {
+            Backend::Sqlite(store) => {
+                sqlite::record_push(store, id, head_sha, pushed_content_hash, now).await
+            }
+            Backend::Postgres(store) => {
+                postgres::record_push(store, id, head_sha, pushed_content_hash, now).await
+            }
+        }
+    }
+
     /// Stores what a read of the change request saw.
     pub async fn observe(
         &self,

@@ -242,6 +242,23 @@ pub(super) async fn record_change(
     Ok(())
 }
 
+pub(super) async fn record_push(
+    store: &PgStore,
+    id: ItemId,
+    head_sha: &str,
+    pushed_content_hash: &str,
+    now: OffsetDateTime,
+) -> StoreResult<()> {
+    sqlx::query(sql!("record_push"))
+        .bind(id.0)
+        .bind(head_sha)
+        .bind(pushed_content_hash)
+        .bind(to_micros(now))
+        .execute(store.pool())
+        .await?;
+    Ok(())
+}
+
 pub(super) async fn observe(
     store: &PgStore,
     id: ItemId,

@@ -249,6 +249,23 @@ pub(super) async fn record_change(
     Ok(())
 }
 
+pub(super) async fn record_push(
+    store: &SqliteStore,
+    id: ItemId,
+    head_sha: &str,
+    pushed_content_hash: &str,
+    now: OffsetDateTime,
+) -> StoreResult<()> {
+    sqlx::query(sql!("record_push"))
+        .bind(id_text(id))
+        .bind(head_sha)
+        .bind(pushed_content_hash)
+        .bind(micros(now))
+        .execute(store.writer())
+        .await?;
+    Ok(())
+}
+
 pub(super) async fn observe(
     store: &SqliteStore,
     id: ItemId,

@@ -1,0 +1,118 @@
+//! Assembling the service from a [`Config`]: store (migrated), item types,
+//! engine and router. `serve`, `demo` and the end-to-end tests all build the
+//! same thing here.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use wq_core::Clock;
+use wq_engine::ProcessingManager;
+use wq_forge::Forges;
+use wq_mr::MrType;
+use wq_store::Store;
+
+use crate::config::Config;
+use crate::types;
+
+/// The assembled service, not started yet.
+pub struct App {
+    pub store: Arc<dyn Store>,
+    pub engine: Arc<ProcessingManager>,
+    pub router: Router,
+    pub mr: Arc<MrType>,
+}
+
+/// Opens the configured database and applies the generic migrations.
+pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    let url = &config.database.url;
+    let store = wq_store::connect(url, config.database.max_connections)
+        .await
+        .with_context(|| format!("cannot open the database ({})", redact(url)))?;
+    store
+        .migrate()
+        .await
+        .context("applying database migrations failed")?;
+    tracing::info!(backend = ?store.backend(), "database ready at {}", redact(url));
+    Ok(store)
+}
+
+/// Clients for the configured forges, secrets read from the environment.
+pub fn forges_from_env(config: &Config) -> anyhow::Result<Forges> {
+    let mut forges = config.forges.clone();
+    for (name, forge) in &mut forges.instances {
+        forge
+            .resolve_secrets(name)
+            .map_err(|e| anyhow::anyhow!(e))?;
+    }
+    Forges::from_config(&forges).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Builds the service: store, types (migrated), engine and router.
+pub async fn assemble(
+    config: &Config,
+    forges: Forges,
+    clock: Arc<dyn Clock>,
+    metrics: Option<PrometheusHandle>,
+) -> anyhow::Result<App> {
+    config.check_against(types::TYPE_NAMES)?;
+    let store = open_store(config).await?;
+    let built = types::build(Arc::clone(&store), forges, config, Arc::clone(&clock))?;
+    built
+        .mr
+        .migrate()
+        .await
+        .context("applying the mr type's migrations failed")?;
+    let engine = ProcessingManager::new(
+        Arc::clone(&store),
+        Arc::new(built.registry.clone()),
+        Arc::clone(&clock),
+        config.engine.engine_config(),
+    )?;
+    let mut state = wq_api::AppState::new(Arc::clone(&store), clock)
+        .with_engine(Arc::clone(&engine))
+        .with_types(built.registry);
+    for receiver in built.mr.webhook_receivers() {
+        state = state.with_webhook(receiver);
+    }
+    if let Some(metrics) = metrics {
+        state = state.with_metrics(metrics);
+    }
+    let router = wq_api::router(state, &config.server.api_config());
+    Ok(App {
+        store,
+        engine,
+        router,
+        mr: built.mr,
+    })
+}
+
+/// A database URL without its password, for logs and errors.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((credentials, host)) = rest.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    match credentials.split_once(':') {
+        Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
+        None => format!("{scheme}://{credentials}@{host}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("postgres://wq:secret@db:5432/wq"),
+            "postgres://wq:***@db:5432/wq"
+        );
+        assert_eq!(redact("postgres://wq@db/wq"), "postgres://wq@db/wq");
+        assert_eq!(redact("sqlite:./workqueue.db"), "sqlite:./workqueue.db");
+    }
+}

@@ -1,0 +1,303 @@
+//! `workqueue demo`: the product's main job with nothing to set up. It
+//! starts a simulated GitLab (forge-sim) and the service on SQLite in this
+//! process, submits a few changes through the real API, and prints each
+//! one's way to its end state: merged, cancelled as already upstream, or
+//! refused before any forge write.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use forge_sim::{ForgeSim, JobOutcome, JobSpec, SimConfig};
+use serde_json::{Value, json};
+use wq_core::{Clock, SystemClock};
+use wq_forge::{ForgeConfig, ForgeKind, Forges, ForgesConfig};
+
+use crate::app;
+use crate::cli::DemoArgs;
+use crate::config::Config;
+
+/// How long the demo waits for every change to reach its end state.
+const DEMO_TIMEOUT: Duration = Duration::from_secs(120);
+const PROJECT: &str = "demo/service";
+const FORGE: &str = "gitlab";
+
+/// One change the demo submits, and the end it should reach.
+struct Change {
+    label: &'static str,
+    body: Value,
+    expect: &'static str,
+}
+
+fn changes() -> Vec<Change> {
+    let submission = |branch: &str, title: &str, files: Value| {
+        json!({
+            "item_type": "mr",
+            "forge": FORGE,
+            "project": PROJECT,
+            "source_branch": branch,
+            "target_branch": "main",
+            "title": title,
+            "description": format!("{title}.\n\nSubmitted by `workqueue demo`."),
+            "labels": ["demo"],
+            "file_actions": files,
+        })
+    };
+    vec![
+        Change {
+            label: "add a greeting module",
+            body: submission(
+                "demo/greeting",
+                "Add a greeting module",
+                json!([
+                    {"action": "create", "file_path": "src/greeting.rs",
+                     "content": "pub fn greet(name: &str) -> String {\n    format!(\"Hello, {name}!\")\n}\n"},
+                    {"action": "update", "file_path": "README.md",
+                     "content": "# service\n\nGreets people: see src/greeting.rs.\n"},
+                ]),
+            ),
+            expect: "completed",
+        },
+        Change {
+            label: "document the release process",
+            body: submission(
+                "demo/release-docs",
+                "Document the release process",
+                json!([{"action": "create", "file_path": "docs/release.md",
+                        "content": "# Releasing\n\n1. Tag.\n2. Push the tag.\n"}]),
+            ),
+            expect: "completed",
+        },
+        Change {
+            label: "a change main already has",
+            body: submission(
+                "demo/already-upstream",
+                "Restate the usage guide",
+                json!([{"action": "update", "file_path": "docs/usage.md",
+                        "content": USAGE}]),
+            ),
+            expect: "cancelled",
+        },
+        Change {
+            label: "a change to CI configuration",
+            body: submission(
+                "demo/ci-tweak",
+                "Skip the tests",
+                json!([{"action": "update", "file_path": ".gitlab-ci.yml",
+                        "content": "test:\n  script: [\"true\"]\n"}]),
+            ),
+            expect: "refused",
+        },
+    ]
+}
+
+const USAGE: &str = "# Usage\n\nRun `service --help`.\n";
+
+/// Runs the demo.
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let sim = ForgeSim::start(SimConfig::default())
+        .await
+        .context("starting the simulated GitLab")?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on 127.0.0.1:{} (is something else there? try --port 0)",
+                args.port
+            )
+        })?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let secret = format!("demo-{}", uuid::Uuid::new_v4().simple());
+    let project = sim
+        .gitlab_project(PROJECT)
+        .require_pipeline_success(true)
+        .job(JobSpec::new("build", JobOutcome::Success).stage("build"))
+        .job(
+            JobSpec::new("test", JobOutcome::Success)
+                .stage("test")
+                .duration_secs(1),
+        )
+        .webhook(&format!("{url}/webhooks/gitlab"), &secret)
+        .create()?;
+    sim.gitlab_push(
+        project,
+        "main",
+        &[
+            ("README.md", Some("# service\n")),
+            ("docs/usage.md", Some(USAGE)),
+        ],
+        "Initial commit",
+    )?;
+
+    let database = std::env::temp_dir().join(format!("workqueue-demo-{}.db", std::process::id()));
+    let mut config = Config::default();
+    config.database.url = format!("sqlite:{}", database.display());
+    config.engine.handled_types = vec![wq_mr::TYPE_NAME.to_owned()];
+    config.engine.sweep_interval_seconds = 5;
+    config.mr.public_url = url.clone();
+    config.forges = ForgesConfig {
+        instances: BTreeMap::from([(
+            FORGE.to_owned(),
+            ForgeConfig::literal(
+                ForgeKind::Gitlab,
+                &sim.gitlab_url(),
+                forge_sim::DEFAULT_TOKEN,
+                &secret,
+            ),
+        )]),
+    };
+    let forges = Forges::from_config(&config.forges).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let app = app::assemble(&config, forges, clock, None).await?;
+    app.engine.start();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(wq_api::serve(listener, app.router.clone(), async move {
+        let _ = stopped.await;
+    }));
+
+    println!("workqueue demo");
+    println!("  service      {url}   (API: {url}/api/v1/work-items)");
+    println!("  simulated    GitLab at {}", sim.gitlab_url());
+    println!("  database     {}", database.display());
+    println!();
+
+    let result = follow(&url, &sim, project).await;
+    match &result {
+        Ok(()) => println!(
+            "\nall changes reached their end state in {:.1} s",
+            started.elapsed().as_secs_f64()
+        ),
+        Err(error) => println!("\ndemo failed: {error:#}"),
+    }
+    if result.is_ok() && !args.exit {
+        println!("the service keeps running at {url}; Ctrl-C to stop");
+        tokio::signal::ctrl_c().await?;
+    }
+    let _ = stop.send(());
+    let _ = server.await;
+    app.engine.shutdown().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", database.display()));
+    }
+    result
+}
+
+/// Submits every change and prints progress until each reaches its end.
+async fn follow(url: &str, sim: &forge_sim::SimHandle, project: u64) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    let mut pending: Vec<(String, &'static str, &'static str)> = Vec::new();
+    for change in changes() {
+        let response = client
+            .post(format!("{url}/api/v1/work-items"))
+            .json(&change.body)
+            .send()
+            .await?;
+        let status = response.status();
+        let body: Value = response.json().await?;
+        if change.expect == "refused" {
+            anyhow::ensure!(
+                status == reqwest::StatusCode::UNPROCESSABLE_ENTITY,
+                "{}: expected 422, got {status}: {body}",
+                change.label
+            );
+            println!(
+                "- {:<30} refused before any forge write: {}",
+                change.label,
+                body["error"]["message"].as_str().unwrap_or_default()
+            );
+            continue;
+        }
+        anyhow::ensure!(
+            status == reqwest::StatusCode::CREATED,
+            "{}: expected 201, got {status}: {body}",
+            change.label
+        );
+        let id = body["item"]["id"].as_str().unwrap_or_default().to_owned();
+        println!("- {:<30} submitted as item {id}", change.label);
+        pending.push((id, change.label, change.expect));
+    }
+    let deadline = Instant::now() + DEMO_TIMEOUT;
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut approved: Vec<u64> = Vec::new();
+    while !pending.is_empty() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "changes did not finish within {} s",
+            DEMO_TIMEOUT.as_secs()
+        );
+        let mut still = Vec::new();
+        for (id, label, expect) in pending {
+            let item: Value = client
+                .get(format!("{url}/api/v1/work-items/{id}"))
+                .send()
+                .await?
+                .json()
+                .await?;
+            let lines = seen.entry(id.clone()).or_default();
+            for line in progress(&item) {
+                if !lines.contains(&line) {
+                    println!("  {label:<30} {line}");
+                    lines.push(line);
+                }
+            }
+            // The demo project needs no approval; a reviewer in a real
+            // project would approve here.
+            if let Some(number) = item["detail"]["mr"]["number"].as_u64()
+                && !approved.contains(&number)
+            {
+                approved.push(number);
+            }
+            let phase = item["phase"].as_str().unwrap_or_default();
+            if phase == "active" {
+                still.push((id, label, expect));
+            } else {
+                anyhow::ensure!(
+                    phase == expect,
+                    "{label}: ended {phase}, expected {expect} ({})",
+                    item["error"]
+                );
+            }
+        }
+        pending = still;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let head = sim.gitlab_branch_head(project, "main").unwrap_or_default();
+    println!(
+        "\nmain of {PROJECT} is now at {}",
+        &head[..head.len().min(12)]
+    );
+    Ok(())
+}
+
+/// What is worth a progress line about an item now.
+fn progress(item: &Value) -> Vec<String> {
+    let mut lines = Vec::new();
+    let detail = &item["detail"];
+    if let (Some(number), Some(url)) = (
+        detail["mr"]["number"].as_u64(),
+        detail["mr"]["url"].as_str(),
+    ) {
+        lines.push(format!("merge request !{number} open: {url}"));
+    }
+    if let Some(pipeline) = detail["mr"]["head_pipeline_id"].as_u64() {
+        lines.push(format!("pipeline #{pipeline} running"));
+    }
+    if let Some(result) = detail["merge"]["last_result"].as_str() {
+        lines.push(format!("merge attempt {result}"));
+    }
+    match item["phase"].as_str() {
+        Some("completed") => lines.push("completed: merged".into()),
+        Some("cancelled") => lines.push(format!(
+            "cancelled: {}",
+            item["error"].as_str().unwrap_or_default()
+        )),
+        Some("failed") => lines.push(format!(
+            "failed: {}",
+            item["error"].as_str().unwrap_or_default()
+        )),
+        _ => {}
+    }
+    lines
+}

@@ -1,0 +1,12 @@
+//! `workqueue`: the service as a library (the binary in `main.rs` is its
+//! command line). [`app::assemble`] builds the whole service from a
+//! [`config::Config`]; `serve`, `demo` and the end-to-end tests use it.
+
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod items;
+pub mod logging;
+pub mod serve;
+pub mod types;

@@ -1,0 +1,495 @@
+//! The whole service (as `workqueue::app::assemble` builds it) on a fresh
+//! database of either backend, talking over HTTP to a forge-sim GitLab
+//! project whose webhooks point back at it. Time of the service is a
+//! `ManualClock` the tests move; the sim runs pipelines in its own time.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use forge_sim::{ForgeSim, JobOutcome, JobSpec, SimConfig, SimHandle};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use workqueue::app::{self, App};
+use workqueue::config::Config;
+use wq_core::{Clock, ManualClock};
+use wq_forge::{Forge, ForgeConfig, ForgeKind, Forges, ForgesConfig};
+use wq_store::SweepParams;
+use wq_testkit::Backend;
+
+pub const SECRET: &str = "hook-secret";
+pub const PROJECT: &str = "team/app";
+pub const FORGE: &str = "gitlab";
+/// How long a test waits for a condition before failing.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Replaces the forge client (e.g. with an [`Intercept`]).
+pub type WrapForge = Box<dyn FnOnce(Arc<dyn Forge>, &SimHandle, u64) -> Arc<dyn Forge> + Send>;
+
+/// Test settings.
+pub struct Options {
+    pub jobs: Vec<JobSpec>,
+    pub merge_trains: bool,
+    /// GitLab's "pipelines must succeed" project setting.
+    pub require_pipeline: bool,
+    pub max_attempts: i32,
+    pub wrap: Option<WrapForge>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            jobs: vec![JobSpec::new("unit", JobOutcome::Success)],
+            merge_trains: false,
+            require_pipeline: true,
+            max_attempts: 5,
+            wrap: None,
+        }
+    }
+}
+
+pub struct Harness {
+    pub sim: SimHandle,
+    pub project: u64,
+    pub clock: Arc<ManualClock>,
+    pub url: String,
+    pub client: reqwest::Client,
+    pub app: Option<App>,
+    config: Config,
+    forges: Forges,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    listener_addr: std::net::SocketAddr,
+}
+
+impl Harness {
+    pub async fn start(backend: Backend) -> Self {
+        Self::start_with(backend, Options::default()).await
+    }
+
+    pub async fn start_with(backend: Backend, options: Options) -> Self {
+        let sim = ForgeSim::start(SimConfig::default()).await.expect("sim");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener_addr = listener.local_addr().unwrap();
+        let url = format!("http://{listener_addr}");
+        let mut builder = sim
+            .gitlab_project(PROJECT)
+            .require_pipeline_success(options.require_pipeline)
+            .merge_trains(options.merge_trains)
+            .webhook(&format!("{url}/webhooks/gitlab"), SECRET);
+        for job in options.jobs {
+            builder = builder.job(job);
+        }
+        let project = builder.create().expect("project");
+        sim.gitlab_push(
+            project,
+            "main",
+            &[
+                ("README.md", Some("# app\n")),
+                ("src/lib.rs", Some("pub fn v() -> u32 { 1 }\n")),
+            ],
+            "Initial commit",
+        )
+        .expect("initial push");
+        let database_url = backend.fresh_url().await;
+        let mut config = Config::default();
+        config.database.url = database_url.clone();
+        config.engine.handled_types = vec!["mr".into()];
+        config.engine.sweep_interval_seconds = 3600;
+        config.engine.max_attempts = options.max_attempts;
+        config.mr.public_url = url.clone();
+        let mut forge_config = ForgeConfig::literal(
+            ForgeKind::Gitlab,
+            &sim.gitlab_url(),
+            forge_sim::DEFAULT_TOKEN,
+            SECRET,
+        );
+        forge_config.timeout_seconds = 3;
+        config.forges = ForgesConfig {
+            instances: BTreeMap::from([(FORGE.to_owned(), forge_config)]),
+        };
+        let mut forges = Forges::from_config(&config.forges).expect("forges");
+        if let Some(wrap) = options.wrap {
+            let inner = forges.get(FORGE).unwrap().clone();
+            forges = Forges::new().with(FORGE, wrap(inner, &sim, project));
+        }
+        let clock = Arc::new(ManualClock::new(OffsetDateTime::now_utc()));
+        let mut harness = Self {
+            sim,
+            project,
+            clock,
+            url,
+            client: reqwest::Client::new(),
+
+            app: None,
+            config,
+            forges,
+            stop: None,
+            server: None,
+            listener_addr,
+        };
+        harness.boot(Some(listener)).await;
+        harness
+    }
+
+    /// Builds and starts the service (again, after [`Harness::crash`]) on
+    /// the same database and address.
+    async fn boot(&mut self, listener: Option<tokio::net::TcpListener>) {
+        let clock: Arc<dyn Clock> = self.clock.clone();
+        let app = app::assemble(&self.config, self.forges.clone(), clock, None)
+            .await
+            .expect("assemble");
+        app.engine.start();
+        let listener = match listener {
+            Some(listener) => listener,
+            None => tokio::net::TcpListener::bind(self.listener_addr)
+                .await
+                .expect("rebind"),
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        self.server = Some(tokio::spawn(wq_api::serve(
+            listener,
+            app.router.clone(),
+            async move {
+                let _ = stopped.await;
+            },
+        )));
+        self.stop = Some(stop);
+        self.app = Some(app);
+    }
+
+    /// Stops the service abruptly (in-memory state lost) and starts a new
+    /// one over the same database.
+    pub async fn crash_and_restart(&mut self) {
+        self.halt().await;
+        self.boot(None).await;
+    }
+
+    async fn halt(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+        if let Some(app) = self.app.take() {
+            app.engine.shutdown().await;
+        }
+    }
+
+    pub fn app(&self) -> &App {
+        self.app.as_ref().expect("running")
+    }
+
+    pub async fn submit(&self, body: &Value) -> (StatusCode, Value) {
+        let response = self
+            .client
+            .post(format!("{}/api/v1/work-items", self.url))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Submits and expects `status`; returns the item id.
+    pub async fn submit_ok(&self, body: &Value, status: StatusCode, outcome: &str) -> String {
+        let (got, reply) = self.submit(body).await;
+        assert_eq!(got, status, "{reply}");
+        assert_eq!(reply["outcome"], outcome, "{reply}");
+        reply["item"]["id"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn post(&self, path: &str, body: Option<&Value>) -> (StatusCode, Value) {
+        let mut request = self.client.post(format!("{}{path}", self.url));
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn item(&self, id: &str) -> Value {
+        self.client
+            .get(format!("{}/api/v1/work-items/{id}", self.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// Lets the sim deliver webhooks and the engine finish what it has.
+    pub async fn settle(&self) {
+        for _ in 0..50 {
+            self.sim.flush_webhooks(Duration::from_secs(5)).await;
+            let engine = &self.app().engine;
+            let found = engine.sweep_now().await.expect("sweep");
+            engine.wait_idle().await;
+            if found == 0 && self.sim.flush_webhooks(Duration::from_secs(5)).await {
+                engine.wait_idle().await;
+                return;
+            }
+        }
+    }
+
+    /// Polls the item until `done` holds (webhooks flushed and the engine
+    /// idle between reads).
+    pub async fn wait_for(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            self.sim.flush_webhooks(Duration::from_secs(5)).await;
+            // Not forever: a test may hold the engine busy on purpose.
+            let _ = tokio::time::timeout(Duration::from_millis(200), self.app().engine.wait_idle())
+                .await;
+            let item = self.item(id).await;
+            if done(&item) {
+                return item;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {item:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    pub async fn wait_phase(&self, id: &str, phase: &str) -> Value {
+        self.wait_for(id, phase, |item| item["phase"] == phase)
+            .await
+    }
+
+    /// Waits until the item's MR is open and recorded.
+    pub async fn wait_mr(&self, id: &str) -> u64 {
+        let item = self
+            .wait_for(id, "the merge request", |item| {
+                item["detail"]["mr"]["number"].is_u64()
+            })
+            .await;
+        item["detail"]["mr"]["number"].as_u64().unwrap()
+    }
+
+    /// Moves the service's clock and runs what became due.
+    pub async fn advance(&self, by: Duration) {
+        self.clock.advance(time::Duration::try_from(by).unwrap());
+        self.settle().await;
+    }
+
+    /// Forge requests with `method` whose path ends with `suffix`.
+    pub fn count(&self, method: &str, suffix: &str) -> usize {
+        self.sim
+            .requests()
+            .iter()
+            .filter(|r| r.method == method && r.path.ends_with(suffix))
+            .count()
+    }
+
+    /// The MR as the sim holds it.
+    pub fn mr(&self, iid: u64) -> Value {
+        self.sim.gitlab_mr(self.project, iid).expect("mr exists")
+    }
+
+    /// Every MR of the project, any state.
+    pub async fn all_mrs(&self) -> Vec<Value> {
+        self.client
+            .get(format!(
+                "{}/projects/{}/merge_requests?state=all",
+                self.sim.gitlab_url(),
+                self.project
+            ))
+            .header("PRIVATE-TOKEN", forge_sim::DEFAULT_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// A human acting on the sim's GitLab API.
+    pub async fn gitlab_put(&self, path: &str, body: Value) -> StatusCode {
+        self.client
+            .put(format!(
+                "{}/projects/{}{path}",
+                self.sim.gitlab_url(),
+                self.project
+            ))
+            .header("PRIVATE-TOKEN", forge_sim::DEFAULT_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    }
+
+    /// Settles and asserts nothing is left to do: no actionable item
+    /// without a future timer, no pending event; then stops.
+    pub async fn finish(mut self) {
+        self.settle().await;
+        let app = self.app();
+        let left = app
+            .store
+            .sweep_candidates(SweepParams {
+                handled_types: vec!["mr".into()],
+                now: self.clock.now(),
+                limit: 100,
+            })
+            .await
+            .expect("sweep");
+        assert!(left.is_empty(), "work left unprocessed: {left:?}");
+        self.halt().await;
+    }
+}
+
+/// A submission body for `branch` with `files` as (path, content) creates.
+pub fn change(branch: &str, files: &[(&str, &str)]) -> Value {
+    let actions: Vec<Value> = files
+        .iter()
+        .map(|(path, content)| json!({"action": "create", "file_path": path, "content": content}))
+        .collect();
+    json!({
+        "item_type": "mr",
+        "forge": FORGE,
+        "project": PROJECT,
+        "source_branch": branch,
+        "target_branch": "main",
+        "title": format!("Change on {branch}"),
+        "description": "Submitted by a test.",
+        "file_actions": actions,
+    })
+}
+
+/// The same with automatic merge off (the item stays active with its MR).
+pub fn manual(mut body: Value) -> Value {
+    body["automation"] = json!({"auto_merge": false});
+    body
+}
+
+/// A forge that delegates to the real client, with hooks around the merge
+/// call: something to do first (a human push racing the merge) and a gate
+/// that holds the call until opened.
+pub struct Intercept {
+    pub inner: Arc<dyn Forge>,
+    pub before_merge: Box<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>,
+    pub gate: Option<Arc<tokio::sync::Semaphore>>,
+}
+
+#[async_trait::async_trait]
+impl Forge for Intercept {
+    fn kind(&self) -> ForgeKind {
+        self.inner.kind()
+    }
+    async fn branch_head(
+        &self,
+        project: &str,
+        branch: &str,
+    ) -> wq_forge::ForgeResult<Option<String>> {
+        self.inner.branch_head(project, branch).await
+    }
+    async fn commit_files(
+        &self,
+        request: &wq_forge::CommitRequest<'_>,
+    ) -> wq_forge::ForgeResult<String> {
+        self.inner.commit_files(request).await
+    }
+    async fn diff_is_empty(
+        &self,
+        project: &str,
+        base: &str,
+        head: &str,
+    ) -> wq_forge::ForgeResult<bool> {
+        self.inner.diff_is_empty(project, base, head).await
+    }
+    async fn find_open_change(
+        &self,
+        project: &str,
+        source_branch: &str,
+    ) -> wq_forge::ForgeResult<Option<wq_forge::ChangeRequest>> {
+        self.inner.find_open_change(project, source_branch).await
+    }
+    async fn create_change(
+        &self,
+        request: &wq_forge::NewChange<'_>,
+    ) -> wq_forge::ForgeResult<wq_forge::ChangeRequest> {
+        self.inner.create_change(request).await
+    }
+    async fn update_change(
+        &self,
+        project: &str,
+        number: u64,
+        update: &wq_forge::ChangeUpdate<'_>,
+    ) -> wq_forge::ForgeResult<wq_forge::ChangeRequest> {
+        self.inner.update_change(project, number, update).await
+    }
+    async fn get_change(
+        &self,
+        project: &str,
+        number: u64,
+    ) -> wq_forge::ForgeResult<wq_forge::ChangeRequest> {
+        self.inner.get_change(project, number).await
+    }
+    async fn merge_change(
+        &self,
+        project: &str,
+        number: u64,
+        request: &wq_forge::MergeParams<'_>,
+    ) -> wq_forge::ForgeResult<wq_forge::MergeOutcome> {
+        (self.before_merge)().await;
+        if let Some(gate) = &self.gate {
+            let _permit = gate.acquire().await.expect("gate open");
+        }
+        self.inner.merge_change(project, number, request).await
+    }
+    async fn create_note(
+        &self,
+        project: &str,
+        number: u64,
+        body: &str,
+    ) -> wq_forge::ForgeResult<wq_forge::NoteRef> {
+        self.inner.create_note(project, number, body).await
+    }
+    async fn list_notes(
+        &self,
+        project: &str,
+        number: u64,
+    ) -> wq_forge::ForgeResult<Vec<wq_forge::Note>> {
+        self.inner.list_notes(project, number).await
+    }
+    async fn update_note(
+        &self,
+        project: &str,
+        number: u64,
+        note_id: u64,
+        body: &str,
+    ) -> wq_forge::ForgeResult<()> {
+        self.inner.update_note(project, number, note_id, body).await
+    }
+    async fn pipeline_jobs(
+        &self,
+        project: &str,
+        pipeline_id: u64,
+    ) -> wq_forge::ForgeResult<Vec<wq_forge::CiJob>> {
+        self.inner.pipeline_jobs(project, pipeline_id).await
+    }
+    async fn job_trace(&self, project: &str, job_id: u64) -> wq_forge::ForgeResult<String> {
+        self.inner.job_trace(project, job_id).await
+    }
+    async fn retry_job(
+        &self,
+        project: &str,
+        job_id: u64,
+    ) -> wq_forge::ForgeResult<wq_forge::CiJob> {
+        self.inner.retry_job(project, job_id).await
+    }
+    fn parse_webhook(
+        &self,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<wq_forge::ForgeEvent, wq_forge::WebhookRejection> {
+        self.inner.parse_webhook(headers, body)
+    }
+}
