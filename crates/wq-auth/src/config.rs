@@ -176,7 +176,10 @@ pub struct RuleConfig {
     #[serde(default)]
     pub issuer: Option<String>,
     /// Claims a JWT must carry, all of them; a list accepts any of its
-    /// values. Values compare as lowercase strings. `aud` is required.
+    /// values. Values compare as lowercase strings (`project_id: 42`
+    /// matches `"42"`, `ref_protected: true` matches `"true"`); quote what
+    /// YAML would read as a number but is not (`ref: "1.10"`). `aud` is
+    /// required.
     #[serde(default)]
     pub claims: Option<BTreeMap<String, serde_json::Value>>,
     /// Any of `read`, `submit`, `retry`, `merge`, `admin` (admin implies the
