@@ -1,0 +1,10 @@
+//! wq-auth integration tests: one binary, local fake issuers and OpenShift
+//! APIs on 127.0.0.1, time from a manual clock.
+
+mod config;
+mod helpers;
+mod jwt;
+mod k8s;
+mod oauth_proxy;
+mod openshift;
+mod static_tokens;

@@ -1,0 +1,100 @@
+//! Static API tokens: made by `new_static_token`, accepted by the snippet it
+//! prints, scoped by the rules of their groups.
+
+use wq_auth::{AuthFailure, Identity, Permission, Scope, new_static_token};
+
+use crate::helpers::*;
+
+fn config(snippet: &str) -> String {
+    let indented: String = snippet.lines().map(|line| format!("  {line}\n")).collect();
+    format!(
+        r#"
+static_tokens:
+{indented}rules:
+  - name: bots
+    groups: [bots]
+    permissions: [read, submit]
+    projects: ["team/*"]
+"#
+    )
+}
+
+#[tokio::test]
+async fn the_printed_snippet_accepts_the_token() {
+    let (token, snippet) = new_static_token("nightly");
+    let snippet = snippet.replace("groups: []", "groups: [bots]");
+    let clock = clock_now();
+    let auth = authenticator(&config(&snippet), &clock);
+
+    let principal = auth.authenticate(Some(&bearer(&token))).await.unwrap();
+    assert_eq!(
+        principal.identity(),
+        &Identity::StaticToken {
+            name: "nightly".to_owned(),
+            identity: "nightly".to_owned(),
+            groups: vec!["bots".to_owned()],
+        }
+    );
+    let team = Scope {
+        project: Some("team/x"),
+        ..Scope::ANY
+    };
+    let rule = principal.authorize(Permission::Submit, &team).unwrap();
+    assert_eq!(
+        principal.caller_identity(rule),
+        "nightly (token nightly, rule bots)"
+    );
+    assert!(principal.authorize(Permission::Read, &Scope::ANY).is_ok());
+
+    let other = Scope {
+        project: Some("other/x"),
+        ..Scope::ANY
+    };
+    let forbidden = principal.authorize(Permission::Submit, &other).unwrap_err();
+    assert_eq!(forbidden.matched_rules, vec!["bots".to_owned()]);
+    assert_eq!(
+        forbidden.to_string(),
+        "no rule grants submit for project other/x (rules matching the caller: bots)"
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_token_is_refused() {
+    let (token, snippet) = new_static_token("nightly");
+    let snippet = snippet.replace("groups: []", "groups: [bots]");
+    let clock = clock_now();
+    let auth = authenticator(&config(&snippet), &clock);
+
+    let (other_token, _) = new_static_token("nightly");
+    let mut altered = token.clone();
+    altered.pop();
+    altered.push(if token.ends_with('A') { 'B' } else { 'A' });
+    for wrong in [other_token.as_str(), altered.as_str(), "wq_"] {
+        let failure = auth.authenticate(Some(&bearer(wrong))).await.unwrap_err();
+        assert_eq!(failure, AuthFailure::UnknownStaticToken);
+        assert_eq!(
+            failure.www_authenticate(),
+            "Bearer realm=\"workqueue\", error=\"invalid_token\""
+        );
+    }
+}
+
+#[tokio::test]
+async fn missing_and_non_bearer_headers_are_refused() {
+    let (token, _) = new_static_token("nightly");
+    let clock = clock_now();
+    let auth = authenticator("rules: []\n", &clock);
+    let failure = auth.authenticate(None).await.unwrap_err();
+    assert_eq!(failure, AuthFailure::MissingCredentials);
+    assert_eq!(failure.www_authenticate(), "Bearer realm=\"workqueue\"");
+    let failure = auth
+        .authenticate(Some(&format!("Basic {token}")))
+        .await
+        .unwrap_err();
+    assert_eq!(failure, AuthFailure::NotBearer);
+    let failure = auth
+        .authenticate(Some("Bearer two words"))
+        .await
+        .unwrap_err();
+    assert_eq!(failure, AuthFailure::NotBearer);
+}
