@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use crate::api::{CommandReply, CommandSpec, RequestError, Submission, Submitted};
 use crate::dimension::DimensionUpdate;
 use crate::event::{EventResult, PendingEvent};
-use crate::item::{ItemId, ItemView, Phase};
+use crate::item::{ItemId, ItemView, Phase, WorkItem};
 
 /// The single pending action the decider picked (DDR-5). `name` is one of
 /// the type's [`ItemType::actions`].
@@ -136,8 +136,8 @@ pub trait ItemType: Send + Sync + 'static {
 
     /// The type's own view of an item (its detail row), shown under
     /// `detail` in `GET /api/v1/work-items/{id}`.
-    async fn detail(&self, id: ItemId) -> Result<Option<serde_json::Value>, RequestError> {
-        let _ = id;
+    async fn detail(&self, item: &WorkItem) -> Result<Option<serde_json::Value>, RequestError> {
+        let _ = item;
         Ok(None)
     }
 

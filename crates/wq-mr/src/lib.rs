@@ -27,7 +27,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use wq_core::{
     Action, Clock, CommandReply, CommandSpec, EventResult, ExecError, ExecOutcome, FieldError,
-    ItemId, ItemType, ItemView, PendingEvent, Phase, RequestError, Submission, Submitted,
+    ItemId, ItemType, ItemView, PendingEvent, Phase, RequestError, Submission, Submitted, WorkItem,
 };
 use wq_forge::Forges;
 use wq_store::{Store, StoreError};
@@ -185,9 +185,16 @@ impl ItemType for MrType {
         })
     }
 
-    async fn detail(&self, id: ItemId) -> Result<Option<serde_json::Value>, RequestError> {
-        let details = self.store.get(id).await.map_err(request_store_error)?;
-        Ok(details.map(|d| merge::detail_json(&d)))
+    async fn detail(&self, item: &WorkItem) -> Result<Option<serde_json::Value>, RequestError> {
+        let details = self.store.get(item.id).await.map_err(request_store_error)?;
+        Ok(details.map(|mut d| {
+            // A merged or closed change request is in no queue, whatever the
+            // last observation before the end said.
+            if item.phase.is_terminal() {
+                d.queue = None;
+            }
+            merge::detail_json(&d)
+        }))
     }
 
     fn commands(&self) -> &'static [CommandSpec] {

@@ -4,7 +4,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 use wq_testkit::{Backend, backend_tests};
 
-use crate::support::{Harness, PROJECT, change, manual};
+use crate::support::{Harness, Options, PROJECT, change, manual};
 
 backend_tests!(
     submit_creates_one_branch_and_mr_and_merges_the_checked_head,
@@ -15,6 +15,7 @@ backend_tests!(
     a_target_that_catches_up_empties_the_diff_and_cancels,
     parallel_identical_submissions_make_one_item_and_one_mr,
     invalid_submissions_are_refused_with_the_field_and_write_nothing,
+    a_merge_train_project_queues_the_mr_and_completes_when_the_train_merges,
 );
 
 async fn submit_creates_one_branch_and_mr_and_merges_the_checked_head(backend: Backend) {
@@ -323,6 +324,53 @@ async fn invalid_submissions_are_refused_with_the_field_and_write_nothing(backen
     assert!(
         h.sim.requests().iter().all(|r| r.method == "GET"),
         "no forge write"
+    );
+    h.finish().await;
+}
+
+async fn a_merge_train_project_queues_the_mr_and_completes_when_the_train_merges(backend: Backend) {
+    let h = Harness::start_with(
+        backend,
+        Options {
+            merge_trains: true,
+            // The train's own pipeline takes a minute of sim time, so the
+            // queued state can be seen.
+            jobs: vec![
+                forge_sim::JobSpec::new("unit", forge_sim::JobOutcome::Success).duration_secs(60),
+            ],
+            ..Options::default()
+        },
+    )
+    .await;
+    let id = h
+        .submit_ok(
+            &change("wq/train", &[("t.txt", "t\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let number = h.wait_mr(&id).await;
+    h.sim.advance(std::time::Duration::from_secs(60));
+    let queued = h
+        .wait_for(&id, "the merge train", |item| {
+            item["detail"]["merge_queue"]["state"].is_string()
+        })
+        .await;
+    assert_eq!(queued["phase"], "active", "{queued:#}");
+    assert_eq!(queued["detail"]["merge"]["last_result"], "accepted");
+    assert_eq!(h.mr(number)["state"], "opened", "queued, not merged yet");
+    // The train's pipeline passes and the train merges the MR.
+    h.sim.advance(std::time::Duration::from_secs(60));
+    let done = h.wait_phase(&id, "completed").await;
+    assert_eq!(
+        done["detail"]["merge_queue"],
+        serde_json::Value::Null,
+        "cleared: {done:#}"
+    );
+    assert_eq!(h.mr(number)["state"], "merged");
+    assert_eq!(
+        h.count("POST", &format!("/merge_trains/merge_requests/{number}")),
+        1
     );
     h.finish().await;
 }

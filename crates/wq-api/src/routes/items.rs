@@ -154,7 +154,7 @@ pub async fn show(
         .await?
         .ok_or_else(|| not_found(id))?;
     let detail = match state.types.get(&view.item.item_type) {
-        Some(item_type) => item_type.detail(id).await?,
+        Some(item_type) => item_type.detail(&view.item).await?,
         None => None,
     };
     Ok(Json(ItemDetail {
