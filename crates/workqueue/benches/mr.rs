@@ -1,0 +1,286 @@
+//! `cargo bench -p workqueue --bench mr`: the `mr` type through the real
+//! service, on SQLite and PostgreSQL in one run.
+//!
+//! - **submit**: `POST /api/v1/work-items` with 16 concurrent clients, each
+//!   body three file actions of about 2 KiB: validation, content hash and
+//!   the upsert transaction (the engine does not process them). Then the
+//!   same bodies again (`unchanged`: validation, hash, one lookup).
+//! - **webhook → merge**: for MRs whose pipeline just passed, the time from
+//!   the sim's delivery of the `Pipeline Hook` (status success) to the
+//!   merge call arriving at the sim (both in the sim's clock): webhook
+//!   receipt, event insert, wake-up, event handling, one MR read, the
+//!   journal reservation and the merge request itself.
+//!
+//! Env: `WQ_BENCH_SUBMISSIONS` (default 2000), `WQ_BENCH_MERGES` (20),
+//! `WQ_BENCH_BACKENDS` (`sqlite,postgres`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use forge_sim::{ForgeSim, JobOutcome, JobSpec, SimConfig, SimHandle};
+use serde_json::{Value, json};
+use workqueue::app;
+use workqueue::config::Config;
+use wq_core::{Clock, SystemClock};
+use wq_forge::{ForgeConfig, ForgeKind, Forges, ForgesConfig};
+
+const SECRET: &str = "bench-secret";
+const PROJECT: &str = "bench/app";
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Service {
+    url: String,
+    engine: Arc<wq_engine::ProcessingManager>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+async fn start(database_url: &str, sim: &SimHandle, process: bool) -> (Service, u64) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let project = sim
+        .gitlab_project(&format!("{PROJECT}-{}", uuid::Uuid::new_v4().simple()))
+        .require_pipeline_success(true)
+        .job(JobSpec::new("unit", JobOutcome::Success))
+        .webhook(&format!("{url}/webhooks/gitlab"), SECRET)
+        .create()
+        .unwrap();
+    sim.gitlab_push(project, "main", &[("README.md", Some("# bench\n"))], "init")
+        .unwrap();
+    let mut config = Config::default();
+    config.database.url = database_url.to_owned();
+    config.database.max_connections = 20;
+    config.engine.handled_types = if process {
+        vec!["mr".into()]
+    } else {
+        Vec::new()
+    };
+    config.mr.public_url = url.clone();
+    config.forges = ForgesConfig {
+        instances: BTreeMap::from([(
+            "gitlab".to_owned(),
+            ForgeConfig::literal(
+                ForgeKind::Gitlab,
+                &sim.gitlab_url(),
+                forge_sim::DEFAULT_TOKEN,
+                SECRET,
+            ),
+        )]),
+    };
+    let forges = Forges::from_config(&config.forges).unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let built = app::assemble(&config, forges, clock, None).await.unwrap();
+    built.engine.start();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(wq_api::serve(listener, built.router.clone(), async move {
+        let _ = stopped.await;
+    }));
+    (
+        Service {
+            url,
+            engine: built.engine,
+            stop,
+            server,
+        },
+        project,
+    )
+}
+
+impl Service {
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.server.await;
+        self.engine.shutdown().await;
+    }
+}
+
+fn body(project: &str, n: usize) -> Value {
+    let content = "x".repeat(2000);
+    json!({
+        "item_type": "mr",
+        "forge": "gitlab",
+        "project": project,
+        "source_branch": format!("bench/{n}"),
+        "target_branch": "main",
+        "title": format!("Bench change {n}"),
+        "description": "A benchmark submission.",
+        "labels": ["bench"],
+        "file_actions": [
+            {"action": "create", "file_path": format!("src/{n}/a.rs"), "content": content},
+            {"action": "create", "file_path": format!("src/{n}/b.rs"), "content": content},
+            {"action": "create", "file_path": format!("docs/{n}.md"), "content": content},
+        ],
+    })
+}
+
+/// Submits `bodies` with `clients` concurrent clients; requests per second.
+async fn submit_all(url: &str, bodies: &[Value], clients: usize, expect: &str) -> f64 {
+    let client = reqwest::Client::new();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let bodies = Arc::new(bodies.to_vec());
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let client = client.clone();
+            let next = next.clone();
+            let bodies = bodies.clone();
+            let url = format!("{url}/api/v1/work-items");
+            let expect = expect.to_owned();
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(body) = bodies.get(i) else { break };
+                    let reply: Value = client
+                        .post(&url)
+                        .json(body)
+                        .send()
+                        .await
+                        .unwrap()
+                        .json()
+                        .await
+                        .unwrap();
+                    assert_eq!(reply["outcome"], expect.as_str(), "{reply}");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    bodies.len() as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn bench_submit(database_url: &str, sim: &SimHandle, count: usize) -> (f64, f64) {
+    let (service, project) = start(database_url, sim, false).await;
+    let project_path = project_path(sim, project).await;
+    let bodies: Vec<Value> = (0..count).map(|n| body(&project_path, n)).collect();
+    // Warm up connections and caches.
+    submit_all(&service.url, &bodies[..16.min(count)], 16, "created").await;
+    let created = submit_all(&service.url, &bodies[16.min(count)..], 16, "created").await;
+    let unchanged = submit_all(&service.url, &bodies, 16, "unchanged").await;
+    service.stop().await;
+    (created, unchanged)
+}
+
+async fn project_path(sim: &SimHandle, project: u64) -> String {
+    let reply: Value = reqwest::Client::new()
+        .get(format!("{}/projects/{project}", sim.gitlab_url()))
+        .header("PRIVATE-TOKEN", forge_sim::DEFAULT_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    reply["path_with_namespace"].as_str().unwrap().to_owned()
+}
+
+/// Milliseconds from each successful pipeline's webhook delivery to the
+/// merge call of its MR.
+async fn bench_merge_latency(database_url: &str, sim: &SimHandle, count: usize) -> Vec<f64> {
+    let (service, project) = start(database_url, sim, true).await;
+    let project_path = project_path(sim, project).await;
+    let client = reqwest::Client::new();
+    let mut latencies = Vec::new();
+    for n in 0..count {
+        let mut submission = body(&project_path, n);
+        submission["file_actions"] =
+            json!([{"action": "create", "file_path": format!("m/{n}.txt"), "content": "m\n"}]);
+        let reply: Value = client
+            .post(format!("{}/api/v1/work-items", service.url))
+            .json(&submission)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let id = reply["item"]["id"].as_str().unwrap().to_owned();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let number = loop {
+            let item: Value = client
+                .get(format!("{}/api/v1/work-items/{id}", service.url))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if item["phase"] == "completed" {
+                break item["detail"]["mr"]["number"].as_u64().unwrap();
+            }
+            assert!(Instant::now() < deadline, "not merged: {item}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let merge_at = sim
+            .requests()
+            .into_iter()
+            .find(|r| {
+                r.method == "PUT" && r.path.ends_with(&format!("/merge_requests/{number}/merge"))
+            })
+            .map(|r| r.time)
+            .expect("merge call");
+        let hook_at = sim
+            .webhook_deliveries()
+            .into_iter()
+            .filter(|d| {
+                d.event == "Pipeline Hook"
+                    && d.body["object_attributes"]["status"] == "success"
+                    && d.body["object_attributes"]["ref"] == format!("bench/{n}")
+            })
+            .map(|d| d.at)
+            .min()
+            .expect("pipeline hook");
+        latencies.push((merge_at - hook_at).as_seconds_f64() * 1000.0);
+    }
+    service.stop().await;
+    latencies
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let submissions = env_usize("WQ_BENCH_SUBMISSIONS", 2000);
+        let merges = env_usize("WQ_BENCH_MERGES", 20);
+        let backends =
+            std::env::var("WQ_BENCH_BACKENDS").unwrap_or_else(|_| "sqlite,postgres".into());
+        let sim = ForgeSim::start(SimConfig::default()).await.unwrap();
+        println!("mr benchmark: {submissions} submissions, {merges} merges");
+        println!(
+            "| | submit created, req/s | submit unchanged, req/s | webhook→merge p50 | p90 | max |"
+        );
+        println!("|---|---|---|---|---|---|");
+        for backend in backends.split(',') {
+            let fresh = || async {
+                match backend {
+                    "sqlite" => wq_store::testing::fresh_sqlite_url(),
+                    _ => wq_store::testing::fresh_postgres_url().await,
+                }
+            };
+            let (created, unchanged) = bench_submit(&fresh().await, &sim, submissions).await;
+            let mut latencies = bench_merge_latency(&fresh().await, &sim, merges).await;
+            latencies.sort_by(f64::total_cmp);
+            println!(
+                "| {backend} | {created:.0} | {unchanged:.0} | {:.1} ms | {:.1} ms | {:.1} ms |",
+                percentile(&latencies, 0.5),
+                percentile(&latencies, 0.9),
+                latencies.last().copied().unwrap_or_default(),
+            );
+        }
+    });
+}
