@@ -50,16 +50,12 @@ async fn submit_creates_one_branch_and_mr_and_merges_the_checked_head(backend: B
         .filter(|r| r.method == "PUT" && r.path.ends_with("/merge"))
         .collect();
     assert_eq!(merges.len(), 1, "{merges:?}");
+    // The head that passed the gates is the one the attempt carried and the
+    // one GitLab merged.
     let head = item["detail"]["mr"]["head_sha"].as_str().unwrap();
-    assert!(
-        merges[0]
-            .query
-            .as_deref()
-            .unwrap_or_default()
-            .contains(head)
-            || mr["sha"] == head,
-        "merged with the checked sha"
-    );
+    assert_eq!(item["detail"]["merge"]["queue_head_sha"], head);
+    assert_eq!(mr["sha"], head, "{mr}");
+    assert_eq!(merges[0].status, 200);
     assert_eq!(
         h.sim
             .gitlab_file(h.project, "main", "src/feature.rs")

@@ -1,0 +1,301 @@
+//! `MrStore` on both backends: upsert outcomes, generations, the
+//! merge-attempt journal and the webhook lookups.
+
+use std::sync::Arc;
+
+use time::OffsetDateTime;
+use time::macros::datetime;
+use wq_core::{ItemId, Phase};
+use wq_forge::{FileAction, FileOp, QueueEntry};
+use wq_mr::spec::{Automation, MrSpec};
+use wq_mr::store::{Lookup, MergeResult, MrStore, Observation, UpsertInput, UpsertOutcome};
+use wq_store::{RecordFailure, Store};
+use wq_testkit::{Backend, backend_tests};
+
+const NOW: OffsetDateTime = datetime!(2026-11-30 12:00 UTC);
+
+fn spec(content: &str) -> MrSpec {
+    MrSpec {
+        forge: "gitlab".into(),
+        project: "team/app".into(),
+        source_branch: "wq/x".into(),
+        target_branch: "main".into(),
+        title: "T".into(),
+        description: "D".into(),
+        commit_message: "T".into(),
+        labels: vec!["a".into()],
+        file_actions: vec![FileAction {
+            op: FileOp::Create,
+            path: "x.txt".into(),
+            previous_path: None,
+            content: Some(content.as_bytes().to_vec()),
+            execute_filemode: None,
+        }],
+        automation: Automation {
+            auto_merge: true,
+            ci_retry: true,
+        },
+    }
+}
+
+async fn setup(backend: Backend) -> (Arc<dyn Store>, MrStore) {
+    let store = backend.fresh_store().await;
+    let mr = MrStore::new(store.as_ref());
+    mr.migrate().await.unwrap();
+    // Twice: migrations are idempotent beside the generic ones.
+    mr.migrate().await.unwrap();
+    (store, mr)
+}
+
+async fn upsert(mr: &MrStore, spec: &MrSpec, at: OffsetDateTime) -> (ItemId, UpsertOutcome) {
+    let content = spec.content_hash();
+    let metadata = spec.metadata_hash();
+    let done = mr
+        .upsert(UpsertInput {
+            spec,
+            content_hash: &content,
+            metadata_hash: &metadata,
+            caller_identity: "tester",
+            now: at,
+        })
+        .await
+        .unwrap();
+    (done.id, done.outcome)
+}
+
+backend_tests!(
+    upsert_outcomes_and_generations,
+    the_merge_journal,
+    webhook_lookups_see_active_items_only
+);
+
+async fn upsert_outcomes_and_generations(backend: Backend) {
+    let (store, mr) = setup(backend).await;
+    let (id, outcome) = upsert(&mr, &spec("1"), NOW).await;
+    assert_eq!(outcome, UpsertOutcome::Created);
+    let item = store.item_get(id).await.unwrap().unwrap();
+    assert_eq!(
+        item.idempotency_key.as_deref(),
+        Some("mr:gitlab:team/app:wq/x:1")
+    );
+    assert_eq!(item.caller_identity.as_deref(), Some("tester"));
+    assert_eq!(
+        upsert(&mr, &spec("1"), NOW).await,
+        (id, UpsertOutcome::Unchanged)
+    );
+    assert!(
+        store.event_next(id).await.unwrap().is_none(),
+        "unchanged stores no event"
+    );
+
+    assert_eq!(
+        upsert(&mr, &spec("2"), NOW).await,
+        (id, UpsertOutcome::Updated { content: true })
+    );
+    let event = store
+        .event_next(id)
+        .await
+        .unwrap()
+        .expect("an update stores an event");
+    assert_eq!(event.body["change"], "content");
+    let mut retitled = spec("2");
+    retitled.title = "T2".into();
+    assert_eq!(
+        upsert(&mr, &retitled, NOW).await,
+        (id, UpsertOutcome::Updated { content: false })
+    );
+    let mut retargeted = retitled.clone();
+    retargeted.target_branch = "develop".into();
+    assert_eq!(
+        upsert(&mr, &retargeted, NOW).await,
+        (id, UpsertOutcome::Updated { content: true }),
+        "a new target needs a new commit"
+    );
+    let stored = mr.get(id).await.unwrap().unwrap();
+    assert_eq!(stored.spec, retargeted);
+
+    // Failed → retried, same item.
+    let (_, lease) = store
+        .item_claim(wq_store::ClaimParams {
+            id,
+            now: NOW,
+            lease_until: NOW + time::Duration::minutes(1),
+            handled_types: vec!["mr".into()],
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .item_record_failure(RecordFailure {
+            lease,
+            now: NOW,
+            error: "boom".into(),
+            permanent: true,
+            max_attempts: 5,
+            retry_at: NOW,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        store.item_get(id).await.unwrap().unwrap().phase,
+        Phase::Failed
+    );
+    assert_eq!(
+        upsert(&mr, &retargeted, NOW).await,
+        (id, UpsertOutcome::Retried)
+    );
+    let item = store.item_get(id).await.unwrap().unwrap();
+    assert_eq!(
+        (item.phase, item.error.as_deref(), item.attempts),
+        (Phase::Active, None, 0)
+    );
+}
+
+async fn the_merge_journal(backend: Backend) {
+    let (_store, mr) = setup(backend).await;
+    let (id, _) = upsert(&mr, &spec("1"), NOW).await;
+    let cutoff = NOW - time::Duration::minutes(5);
+    assert!(
+        !mr.authorize_merge_retry(id, NOW, cutoff).await.unwrap(),
+        "no attempt yet"
+    );
+
+    mr.reserve_merge(id, "sig-1", NOW).await.unwrap();
+    let journal = mr.get(id).await.unwrap().unwrap().journal;
+    assert_eq!(journal.result, Some(MergeResult::InFlight));
+    assert_eq!(journal.signature.as_deref(), Some("sig-1"));
+    assert_eq!(journal.attempt_at, Some(NOW));
+    assert!(
+        !mr.authorize_merge_retry(id, NOW, cutoff).await.unwrap(),
+        "refused while in flight"
+    );
+    // Past its deadline, in_flight becomes failed and the retry is granted.
+    let later = NOW + time::Duration::minutes(6);
+    assert!(
+        mr.authorize_merge_retry(id, later, later - time::Duration::minutes(5))
+            .await
+            .unwrap()
+    );
+    let journal = mr.get(id).await.unwrap().unwrap().journal;
+    assert_eq!(journal.result, Some(MergeResult::Failed));
+    assert_eq!(journal.error_kind.as_deref(), Some("auto_merge"));
+    assert!(journal.error.unwrap().contains("interrupted"));
+    assert!(journal.retry_authorized);
+
+    // A reservation consumes the authorization; failed stores the error.
+    mr.reserve_merge(id, "sig-2", later).await.unwrap();
+    mr.merge_result(
+        id,
+        MergeResult::Failed,
+        None,
+        Some(("auto_merge", "409 stale sha")),
+        later,
+    )
+    .await
+    .unwrap();
+    let journal = mr.get(id).await.unwrap().unwrap().journal;
+    assert!(!journal.retry_authorized);
+    assert_eq!(journal.error.as_deref(), Some("409 stale sha"));
+    assert!(
+        mr.authorize_merge_retry(id, later, cutoff).await.unwrap(),
+        "failed → retry"
+    );
+
+    // Accepted clears the auto_merge error and records the head.
+    mr.merge_result(id, MergeResult::Accepted, Some("abc"), None, later)
+        .await
+        .unwrap();
+    let journal = mr.get(id).await.unwrap().unwrap().journal;
+    assert_eq!(journal.result, Some(MergeResult::Accepted));
+    assert_eq!(journal.queue_head_sha.as_deref(), Some("abc"));
+    assert_eq!((journal.error_kind, journal.error), (None, None));
+    assert!(
+        !mr.authorize_merge_retry(id, later, cutoff).await.unwrap(),
+        "nothing to retry"
+    );
+}
+
+async fn webhook_lookups_see_active_items_only(backend: Backend) {
+    let (store, mr) = setup(backend).await;
+    let (id, _) = upsert(&mr, &spec("1"), NOW).await;
+    mr.record_change(id, 7, "https://forge/mr/7", "abc", "hash", NOW)
+        .await
+        .unwrap();
+    let entry = QueueEntry {
+        state: "queued".into(),
+        position: Some(2),
+        eta_seconds: Some(90),
+    };
+    mr.observe(
+        id,
+        &Observation {
+            head_sha: Some("def"),
+            pipeline_id: Some(41),
+            queue: Some(&entry),
+            url: None,
+        },
+        NOW,
+    )
+    .await
+    .unwrap();
+    let stored = mr.get(id).await.unwrap().unwrap();
+    assert_eq!(stored.mr_number, Some(7));
+    assert_eq!(
+        stored.mr_url.as_deref(),
+        Some("https://forge/mr/7"),
+        "kept when not observed"
+    );
+    assert_eq!(stored.head_sha.as_deref(), Some("def"));
+    assert_eq!(stored.head_pipeline_id, Some(41));
+    assert_eq!(stored.queue, Some(entry));
+    for lookup in [
+        Lookup::Number(7),
+        Lookup::Pipeline(41),
+        Lookup::Branch("wq/x"),
+    ] {
+        assert_eq!(
+            mr.find_active("gitlab", "team/app", lookup).await.unwrap(),
+            Some(id),
+            "{lookup:?}"
+        );
+    }
+    assert_eq!(
+        mr.find_active("other", "team/app", Lookup::Number(7))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        mr.find_active("gitlab", "team/app", Lookup::Pipeline(40))
+            .await
+            .unwrap(),
+        None
+    );
+    // A cancelled item is not resolved.
+    let (_, lease) = store
+        .item_claim(wq_store::ClaimParams {
+            id,
+            now: NOW,
+            lease_until: NOW + time::Duration::minutes(1),
+            handled_types: vec!["mr".into()],
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .item_apply_outcome(wq_store::ApplyOutcome {
+            lease,
+            now: NOW,
+            phase: Some(Phase::Cancelled),
+            error: Some("closed".into()),
+            dimensions: Vec::new(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        mr.find_active("gitlab", "team/app", Lookup::Number(7))
+            .await
+            .unwrap(),
+        None
+    );
+}
