@@ -133,14 +133,8 @@ impl ItemType for MrType {
     }
 
     async fn submit(&self, submission: Submission) -> Result<Submitted, RequestError> {
-        let spec = spec::parse_submission(&submission.body, &self.rules).map_err(|errors| {
-            RequestError::Invalid(
-                errors
-                    .into_iter()
-                    .map(|e| FieldError::new(e.field, e.message))
-                    .collect(),
-            )
-        })?;
+        let spec =
+            spec::parse_submission(&submission.body, &self.rules).map_err(RequestError::Invalid)?;
         if self.forges.get(&spec.forge).is_none() {
             let known: Vec<&str> = self.forges.names().collect();
             return Err(RequestError::Invalid(vec![FieldError::new(

@@ -160,27 +160,5 @@ fn hash_json<T: Serialize>(domain: &str, value: &T) -> String {
     sha256_hex(&json)
 }
 
-/// One refused field of a submission.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FieldError {
-    /// Path of the field: `title`, `file_actions[3].file_path`, `labels[0]`.
-    pub field: String,
-    pub message: String,
-}
-
-impl FieldError {
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
-
-impl std::fmt::Display for FieldError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
-    }
-}
-
-impl std::error::Error for FieldError {}
+/// One refused field of a submission (path like `file_actions[3].file_path`).
+pub use wq_core::FieldError;
