@@ -38,11 +38,28 @@ pub(super) async fn migrate(store: &PgStore) -> StoreResult<()> {
     Ok(())
 }
 
+/// The first key of the per-branch upsert lock ("wqmr").
+const BRANCH_LOCK_NAMESPACE: i32 = 0x7771_6d72;
+
+/// The second key: 32 bits of SHA-256 over the branch identity.
+fn branch_lock_key(spec: &crate::spec::MrSpec) -> i32 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(
+        format!("{}\n{}\n{}", spec.forge, spec.project, spec.source_branch).as_bytes(),
+    );
+    i32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]])
+}
+
 pub(super) async fn upsert(store: &PgStore, input: &UpsertInput<'_>) -> StoreResult<Upserted> {
     let spec = input.spec;
     let now = input.now;
     // BEGIN IMMEDIATE: the lookup and the write see one state of the table.
     let mut tx = store.pool().begin().await?;
+    sqlx::query(sql!("lock_branch"))
+        .bind(BRANCH_LOCK_NAMESPACE)
+        .bind(branch_lock_key(spec))
+        .execute(&mut *tx)
+        .await?;
     let live = sqlx::query(sql!("live_by_branch"))
         .bind(&spec.forge)
         .bind(&spec.project)
