@@ -512,6 +512,7 @@ impl Compiler {
             job_name,
             messages,
             tail_lines,
+            shortcut: None,
         });
         let mut chain = parent.chain.clone();
         chain.push(index);

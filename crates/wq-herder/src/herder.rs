@@ -2,8 +2,10 @@
 //! job's facts alone, [`Herder::evaluate_with_trace`] once the trace is
 //! there.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use regex::bytes::Regex;
 use time::OffsetDateTime;
 
 use crate::config::{self, ConfigError};
@@ -101,6 +103,9 @@ pub(crate) struct Node {
     pub(crate) messages: Option<PatternSet>,
     /// Window of `messages` (own or inherited); `None`: whole trace.
     pub(crate) tail_lines: Option<usize>,
+    /// Index in `Herder::shortcuts` of the regex for every node with this
+    /// window, when there are several.
+    pub(crate) shortcut: Option<usize>,
 }
 
 /// A matcher without children, with its settings resolved through
@@ -128,12 +133,38 @@ pub struct Herder {
     nodes: Vec<Node>,
     /// The matchers without children in document order: the candidates.
     leaves: Vec<Leaf>,
+    /// Per window shared by several nodes with `messages`: one regex of all
+    /// their patterns. One pass that finds nothing settles all of them; a
+    /// failed job's trace usually matches none.
+    shortcuts: Vec<Regex>,
 }
 
 impl Herder {
-    pub(crate) fn new(nodes: Vec<Node>, leaves: Vec<Leaf>) -> Herder {
+    pub(crate) fn new(mut nodes: Vec<Node>, leaves: Vec<Leaf>) -> Herder {
         debug_assert!(leaves.iter().all(|leaf| !leaf.retry_delays.is_empty()));
-        Herder { nodes, leaves }
+        let mut by_window: BTreeMap<Option<usize>, Vec<usize>> = BTreeMap::new();
+        for (index, node) in nodes.iter().enumerate() {
+            if node.messages.is_some() {
+                by_window.entry(node.tail_lines).or_default().push(index);
+            }
+        }
+        let mut shortcuts = Vec::new();
+        for members in by_window.into_values().filter(|members| members.len() > 1) {
+            let sets = members
+                .iter()
+                .filter_map(|&index| nodes[index].messages.as_ref());
+            if let Some(regex) = PatternSet::any_of(sets) {
+                for &index in &members {
+                    nodes[index].shortcut = Some(shortcuts.len());
+                }
+                shortcuts.push(regex);
+            }
+        }
+        Herder {
+            nodes,
+            leaves,
+            shortcuts,
+        }
     }
 
     /// The shipped matchers ([`crate::DEFAULT_MATCHERS_YAML`]).
@@ -215,6 +246,7 @@ impl Herder {
     pub fn evaluate_with_trace_bytes(&self, job: &JobFacts, trace: &[u8]) -> Verdict {
         // A parent's messages are searched once, however many children ask.
         let mut found: Vec<Option<bool>> = vec![None; self.nodes.len()];
+        let mut any_found: Vec<Option<bool>> = vec![None; self.shortcuts.len()];
         for leaf in &self.leaves {
             if !self.passes_cheap_checks(leaf, job) {
                 continue;
@@ -229,6 +261,13 @@ impl Herder {
                         Some(lines) => last_lines(trace, lines),
                         None => trace,
                     };
+                    if let Some(shortcut) = node.shortcut {
+                        let any = *any_found[shortcut]
+                            .get_or_insert_with(|| self.shortcuts[shortcut].is_match(window));
+                        if !any {
+                            return false;
+                        }
+                    }
                     messages.is_match(window)
                 })
             });

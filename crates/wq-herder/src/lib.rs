@@ -96,10 +96,13 @@
 //! two steps would for any trace. The retry count never filters: a matcher
 //! at its limit still decides, with [`Verdict::LimitReached`].
 //!
-//! The trace window is found by scanning backwards for newlines; each
-//! matcher's patterns are searched in one pass (`memchr::memmem` for a lone
-//! literal, one regex alternation otherwise), and a parent's messages once
-//! however many children ask.
+//! The trace window is found by scanning backwards for newlines
+//! (`memchr::memrchr`), never by splitting the trace. Each matcher's patterns
+//! are searched in one pass (`memchr::memmem` for a lone literal, one regex
+//! alternation otherwise), and a parent's messages once however many
+//! children ask. The matchers that share a window also share one regex of
+//! all their patterns: when that single pass finds nothing, as for most
+//! genuine failures, none of them is searched on its own.
 //!
 //! # Relation to the CKI pipeline-herder
 //!

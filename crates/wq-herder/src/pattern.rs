@@ -51,7 +51,14 @@ impl Pattern {
 /// `memchr::memmem`; anything else becomes one regex alternation, which the
 /// `regex` crate scans once (with SIMD literal prefilters where it can).
 #[derive(Debug, Clone)]
-pub(crate) enum PatternSet {
+pub(crate) struct PatternSet {
+    /// The patterns as one regex alternation.
+    source: String,
+    search: Search,
+}
+
+#[derive(Debug, Clone)]
+enum Search {
     Literal(Box<memmem::Finder<'static>>),
     Regex(Regex),
 }
@@ -61,22 +68,32 @@ impl PatternSet {
     /// regex crate's (for example the size limit of the alternation).
     pub(crate) fn compile(patterns: &[Pattern]) -> Result<PatternSet, String> {
         debug_assert!(!patterns.is_empty());
-        if let [Pattern::Literal(literal)] = patterns {
-            let finder = memmem::Finder::new(literal.as_bytes()).into_owned();
-            return Ok(PatternSet::Literal(Box::new(finder)));
-        }
         let alternation: Vec<String> = patterns.iter().map(Pattern::as_regex).collect();
-        build(&alternation.join("|"))
-            .map(PatternSet::Regex)
-            .map_err(|error| one_line(&error))
+        let source = alternation.join("|");
+        let search = match patterns {
+            [Pattern::Literal(literal)] => {
+                let finder = memmem::Finder::new(literal.as_bytes()).into_owned();
+                Search::Literal(Box::new(finder))
+            }
+            _ => Search::Regex(build(&source).map_err(|error| one_line(&error))?),
+        };
+        Ok(PatternSet { source, search })
     }
 
     /// Whether any pattern occurs in `text`.
     pub(crate) fn is_match(&self, text: &[u8]) -> bool {
-        match self {
-            PatternSet::Literal(finder) => finder.find(text).is_some(),
-            PatternSet::Regex(regex) => regex.is_match(text),
+        match &self.search {
+            Search::Literal(finder) => finder.find(text).is_some(),
+            Search::Regex(regex) => regex.is_match(text),
         }
+    }
+
+    /// One regex that matches wherever any pattern of `sets` does: a single
+    /// pass that proves none of them matches. `None` when it would not
+    /// compile (it is only a shortcut).
+    pub(crate) fn any_of<'a>(sets: impl IntoIterator<Item = &'a PatternSet>) -> Option<Regex> {
+        let sources: Vec<&str> = sets.into_iter().map(|set| set.source.as_str()).collect();
+        build(&sources.join("|")).ok()
     }
 }
 
@@ -163,6 +180,16 @@ mod tests {
         let spanning = set(&["/start.*end/"]);
         assert!(spanning.is_match(b"start and end"));
         assert!(!spanning.is_match(b"start\nend"));
+    }
+
+    #[test]
+    fn any_of_matches_where_one_set_does() {
+        let sets = [set(&["alpha"]), set(&["/^beta$/", "gamma"])];
+        let any = PatternSet::any_of(&sets).unwrap();
+        for text in ["x alpha", "beta\n", "a gamma b"] {
+            assert!(any.is_match(text.as_bytes()), "{text}");
+        }
+        assert!(!any.is_match(b"beta gamm alph"));
     }
 
     #[test]

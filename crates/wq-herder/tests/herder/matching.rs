@@ -768,3 +768,58 @@ matchers:
     assert_eq!(herder.description("group"), Some("A group"));
     assert_eq!(herder.description("missing"), None);
 }
+
+#[test]
+fn matchers_with_different_windows_each_search_their_own() {
+    let herder = herder(
+        r#"
+matchers:
+  - name: tail-x
+    tail_lines: 2
+    messages: X
+  - name: tail-y
+    tail_lines: 2
+    messages: "/^Y$/"
+  - name: whole-y
+    messages: "/^Y$/"
+  - name: whole-x
+    messages: X
+"#,
+    );
+    let job = failed_job("test");
+    check_all(
+        &herder,
+        &[
+            case(
+                "both above the short window",
+                job.clone(),
+                format!("X\nY\n{}", filler(5)),
+                with_trace("tail-x", retry("whole-y", 0)),
+            ),
+            case(
+                "only X above the short window",
+                job.clone(),
+                format!("X\n{}Y\n", filler(5)),
+                with_trace("tail-x", retry("tail-y", 0)),
+            ),
+            case(
+                "X inside it",
+                job.clone(),
+                format!("{}Y\nX\n", filler(5)),
+                with_trace("tail-x", retry("tail-x", 0)),
+            ),
+            case(
+                "only X, far up",
+                job.clone(),
+                format!("X\n{}", filler(5)),
+                with_trace("tail-x", retry("whole-x", 0)),
+            ),
+            case(
+                "neither",
+                job.clone(),
+                filler(5),
+                with_trace("tail-x", Verdict::NoMatch),
+            ),
+        ],
+    );
+}
