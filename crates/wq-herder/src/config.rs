@@ -512,7 +512,7 @@ impl Compiler {
             job_name,
             messages,
             tail_lines,
-            shortcut: None,
+            group: None,
         });
         let mut chain = parent.chain.clone();
         chain.push(index);

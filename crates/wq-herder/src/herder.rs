@@ -5,12 +5,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use regex::bytes::Regex;
 use time::OffsetDateTime;
 
 use crate::config::{self, ConfigError};
-use crate::pattern::PatternSet;
-use crate::tail::last_lines;
+use crate::pattern::{CombinedSets, PatternSet};
+use crate::tail::tail_start;
 
 /// What the herder knows about a finished job before reading its trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,9 +102,9 @@ pub(crate) struct Node {
     pub(crate) messages: Option<PatternSet>,
     /// Window of `messages` (own or inherited); `None`: whole trace.
     pub(crate) tail_lines: Option<usize>,
-    /// Index in `Herder::shortcuts` of the regex for every node with this
-    /// window, when there are several.
-    pub(crate) shortcut: Option<usize>,
+    /// `(group, position)`: this node's patterns are number `position` of
+    /// `Herder::groups[group]`, the nodes sharing its window.
+    pub(crate) group: Option<(usize, usize)>,
 }
 
 /// A matcher without children, with its settings resolved through
@@ -133,10 +132,8 @@ pub struct Herder {
     nodes: Vec<Node>,
     /// The matchers without children in document order: the candidates.
     leaves: Vec<Leaf>,
-    /// Per window shared by several nodes with `messages`: one regex of all
-    /// their patterns. One pass that finds nothing settles all of them; a
-    /// failed job's trace usually matches none.
-    shortcuts: Vec<Regex>,
+    /// The patterns of the nodes that share a window, searched together.
+    groups: Vec<CombinedSets>,
 }
 
 impl Herder {
@@ -148,22 +145,22 @@ impl Herder {
                 by_window.entry(node.tail_lines).or_default().push(index);
             }
         }
-        let mut shortcuts = Vec::new();
+        let mut groups = Vec::new();
         for members in by_window.into_values().filter(|members| members.len() > 1) {
             let sets = members
                 .iter()
                 .filter_map(|&index| nodes[index].messages.as_ref());
-            if let Some(regex) = PatternSet::any_of(sets) {
-                for &index in &members {
-                    nodes[index].shortcut = Some(shortcuts.len());
+            if let Some(combined) = CombinedSets::of(sets) {
+                for (position, &index) in members.iter().enumerate() {
+                    nodes[index].group = Some((groups.len(), position));
                 }
-                shortcuts.push(regex);
+                groups.push(combined);
             }
         }
         Herder {
             nodes,
             leaves,
-            shortcuts,
+            groups,
         }
     }
 
@@ -244,34 +241,12 @@ impl Herder {
 
     /// [`Herder::evaluate_with_trace`] for a trace that may not be UTF-8.
     pub fn evaluate_with_trace_bytes(&self, job: &JobFacts, trace: &[u8]) -> Verdict {
-        // A parent's messages are searched once, however many children ask.
-        let mut found: Vec<Option<bool>> = vec![None; self.nodes.len()];
-        let mut any_found: Vec<Option<bool>> = vec![None; self.shortcuts.len()];
+        let mut scan = Scan::new(self, trace);
         for leaf in &self.leaves {
             if !self.passes_cheap_checks(leaf, job) {
                 continue;
             }
-            let messages_found = leaf.chain.iter().all(|&index| {
-                let node = &self.nodes[index];
-                let Some(messages) = &node.messages else {
-                    return true;
-                };
-                *found[index].get_or_insert_with(|| {
-                    let window = match node.tail_lines {
-                        Some(lines) => last_lines(trace, lines),
-                        None => trace,
-                    };
-                    if let Some(shortcut) = node.shortcut {
-                        let any = *any_found[shortcut]
-                            .get_or_insert_with(|| self.shortcuts[shortcut].is_match(window));
-                        if !any {
-                            return false;
-                        }
-                    }
-                    messages.is_match(window)
-                })
-            });
-            if messages_found {
+            if leaf.chain.iter().all(|&index| scan.messages_found(index)) {
                 return self.verdict(leaf, job);
             }
         }
@@ -332,5 +307,68 @@ impl Herder {
                 }
             }
         }
+    }
+}
+
+/// One trace being searched: what was found so far, so that each node's
+/// messages, each group of nodes and each window are searched at most once.
+struct Scan<'h, 't> {
+    herder: &'h Herder,
+    trace: &'t [u8],
+    /// Per node: whether its messages were found.
+    found: Vec<Option<bool>>,
+    /// Per group: whether each member's messages were found.
+    group_found: Vec<Option<Vec<bool>>>,
+    /// `(tail_lines, start)` of the windows seen so far.
+    tail_starts: Vec<(usize, usize)>,
+}
+
+impl<'h, 't> Scan<'h, 't> {
+    fn new(herder: &'h Herder, trace: &'t [u8]) -> Scan<'h, 't> {
+        Scan {
+            herder,
+            trace,
+            found: vec![None; herder.nodes.len()],
+            group_found: vec![None; herder.groups.len()],
+            tail_starts: Vec::new(),
+        }
+    }
+
+    /// Whether node `index` has no messages or one of them is in its window.
+    fn messages_found(&mut self, index: usize) -> bool {
+        let node = &self.herder.nodes[index];
+        let Some(messages) = &node.messages else {
+            return true;
+        };
+        if let Some(found) = self.found[index] {
+            return found;
+        }
+        let window = self.window(node.tail_lines);
+        let found = match node.group {
+            Some((group, position)) => {
+                let herder = self.herder;
+                self.group_found[group].get_or_insert_with(|| herder.groups[group].matches(window))
+                    [position]
+            }
+            None => messages.is_match(window),
+        };
+        self.found[index] = Some(found);
+        found
+    }
+
+    fn window(&mut self, tail_lines: Option<usize>) -> &'t [u8] {
+        let Some(lines) = tail_lines else {
+            return self.trace;
+        };
+        let known = self.tail_starts.iter().find(|(known, _)| *known == lines);
+        let start = match known {
+            Some(&(_, start)) => start,
+            None => {
+                let start = tail_start(self.trace, lines);
+                self.tail_starts.push((lines, start));
+                start
+            }
+        };
+        &self.trace[start..]
     }
 }

@@ -97,12 +97,14 @@
 //! at its limit still decides, with [`Verdict::LimitReached`].
 //!
 //! The trace window is found by scanning backwards for newlines
-//! (`memchr::memrchr`), never by splitting the trace. Each matcher's patterns
-//! are searched in one pass (`memchr::memmem` for a lone literal, one regex
-//! alternation otherwise), and a parent's messages once however many
-//! children ask. The matchers that share a window also share one regex of
-//! all their patterns: when that single pass finds nothing, as for most
-//! genuine failures, none of them is searched on its own.
+//! (`memchr::memrchr_iter`), never by splitting the trace, once per distinct
+//! `tail_lines`. A matcher alone in its window is searched in one pass
+//! (`memchr::memmem` for a lone literal, one regex alternation otherwise).
+//! The matchers that share a window are searched together: one regex of all
+//! their patterns, whose single pass settles them all when it finds nothing
+//! (as for most genuine failures), then a `regex::bytes::RegexSet` pass that
+//! tells which of them match. A parent's messages are searched once however
+//! many children ask.
 //!
 //! # Relation to the CKI pipeline-herder
 //!

@@ -3,7 +3,7 @@
 //! that searches one text for any of a matcher's patterns in one pass.
 
 use memchr::memmem;
-use regex::bytes::{Regex, RegexBuilder};
+use regex::bytes::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 
 /// Upper bound on the compiled size of one matcher's patterns (bytes of the
 /// regex program). Far above any sensible configuration; it turns a
@@ -87,13 +87,43 @@ impl PatternSet {
             Search::Regex(regex) => regex.is_match(text),
         }
     }
+}
 
-    /// One regex that matches wherever any pattern of `sets` does: a single
-    /// pass that proves none of them matches. `None` when it would not
-    /// compile (it is only a shortcut).
-    pub(crate) fn any_of<'a>(sets: impl IntoIterator<Item = &'a PatternSet>) -> Option<Regex> {
+/// The patterns of several [`PatternSet`]s searched together: one regex of
+/// all of them, whose single pass proves that none matches (the usual case
+/// for a genuine failure), and a [`RegexSet`] that tells in one more pass
+/// which of them match.
+#[derive(Debug, Clone)]
+pub(crate) struct CombinedSets {
+    any: Regex,
+    each: RegexSet,
+}
+
+impl CombinedSets {
+    /// `None` when they would not compile together (the combination is
+    /// only a shortcut; each set still works alone).
+    pub(crate) fn of<'a>(sets: impl IntoIterator<Item = &'a PatternSet>) -> Option<CombinedSets> {
         let sources: Vec<&str> = sets.into_iter().map(|set| set.source.as_str()).collect();
-        build(&sources.join("|")).ok()
+        let any = build(&sources.join("|")).ok()?;
+        let each = RegexSetBuilder::new(&sources)
+            .multi_line(true)
+            .crlf(true)
+            .size_limit(PATTERN_SIZE_LIMIT_BYTES)
+            .build()
+            .ok()?;
+        Some(CombinedSets { any, each })
+    }
+
+    /// For each set, in the order given to [`CombinedSets::of`], whether it
+    /// matches in `text`.
+    pub(crate) fn matches(&self, text: &[u8]) -> Vec<bool> {
+        if !self.any.is_match(text) {
+            return vec![false; self.each.len()];
+        }
+        let matched = self.each.matches(text);
+        (0..self.each.len())
+            .map(|index| matched.matched(index))
+            .collect()
     }
 }
 
@@ -183,13 +213,15 @@ mod tests {
     }
 
     #[test]
-    fn any_of_matches_where_one_set_does() {
-        let sets = [set(&["alpha"]), set(&["/^beta$/", "gamma"])];
-        let any = PatternSet::any_of(&sets).unwrap();
-        for text in ["x alpha", "beta\n", "a gamma b"] {
-            assert!(any.is_match(text.as_bytes()), "{text}");
-        }
-        assert!(!any.is_match(b"beta gamm alph"));
+    fn combined_sets_tell_which_sets_match() {
+        let sets = [set(&["alpha"]), set(&["/^beta$/", "gamma"]), set(&["alph"])];
+        let combined = CombinedSets::of(&sets).unwrap();
+        assert_eq!(combined.matches(b"x alpha"), [true, false, true]);
+        assert_eq!(combined.matches(b"beta\n"), [false, true, false]);
+        assert_eq!(combined.matches(b"a gamma b alpha"), [true, true, true]);
+        // Overlapping matches all count.
+        assert_eq!(combined.matches(b"gammalpha"), [true, true, true]);
+        assert_eq!(combined.matches(b"beta gamm alp"), [false, false, false]);
     }
 
     #[test]

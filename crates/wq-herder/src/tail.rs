@@ -1,36 +1,32 @@
 //! The last lines of a trace, found by scanning backwards for newlines so a
 //! 10 MB trace is never split into lines.
 
-use memchr::memrchr;
+use memchr::memrchr_iter;
 
-/// The last `lines` lines of `trace` (all of it when it has fewer). A final
-/// newline ends the last line; it does not start an empty one, so
-/// `"a\nb\n"` has the two lines `a` and `b`, as `str::lines` counts them.
-pub(crate) fn last_lines(trace: &[u8], lines: usize) -> &[u8] {
-    &trace[tail_start(trace, lines)..]
-}
-
-/// Byte offset where the last `lines` lines start.
-fn tail_start(trace: &[u8], lines: usize) -> usize {
+/// Byte offset where the last `lines` lines of `trace` start (0 when it has
+/// fewer): just after the `lines`-th newline from the end. A final newline
+/// ends the last line; it does not start an empty one, so `"a\nb\n"` has the
+/// two lines `a` and `b`, as `str::lines` counts them.
+pub(crate) fn tail_start(trace: &[u8], lines: usize) -> usize {
     if lines == 0 {
         return trace.len();
     }
-    let mut search_end = trace.len();
-    if trace.last() == Some(&b'\n') {
-        search_end -= 1;
+    let body = trace.strip_suffix(b"\n").unwrap_or(trace);
+    // The iterator scans a vector of bytes at a time, so a window of many
+    // short lines costs no call per line.
+    match memrchr_iter(b'\n', body).nth(lines - 1) {
+        Some(newline) => newline + 1,
+        None => 0,
     }
-    for _ in 0..lines {
-        match memrchr(b'\n', &trace[..search_end]) {
-            Some(newline) => search_end = newline,
-            None => return 0,
-        }
-    }
-    search_end + 1
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn last_lines(trace: &[u8], lines: usize) -> &[u8] {
+        &trace[tail_start(trace, lines)..]
+    }
 
     /// The reference: what splitting into lines would give.
     fn by_splitting(trace: &str, lines: usize) -> String {
