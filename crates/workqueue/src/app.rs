@@ -1,12 +1,13 @@
 //! Assembling the service from a [`Config`]: store (migrated), item types,
-//! engine and router. `serve`, `demo` and the end-to-end tests all build the
-//! same thing here.
+//! engine, authenticator and router. `serve`, `demo` and the end-to-end
+//! tests all build the same thing here.
 
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
+use wq_auth::{Authenticator, AuthenticatorOptions, InCluster};
 use wq_core::Clock;
 use wq_engine::ProcessingManager;
 use wq_forge::Forges;
@@ -22,6 +23,9 @@ pub struct App {
     pub engine: Arc<ProcessingManager>,
     pub router: Router,
     pub mr: Arc<MrType>,
+    /// Checks every `/api/v1` caller; [`Authenticator::warm_up`] fetches the
+    /// issuers' keys ahead of the first request.
+    pub auth: Arc<Authenticator>,
 }
 
 /// Opens the configured database and applies the generic migrations.
@@ -49,7 +53,31 @@ pub fn forges_from_env(config: &Config) -> anyhow::Result<Forges> {
     Forges::from_config(&forges).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-/// Builds the service: store, types (migrated), engine and router.
+/// The authenticator for the `auth:` section, with `clock`; `k8s` rules
+/// apply only when this process runs in a cluster. Warns when no rule can
+/// grant anything, since every API call is then refused.
+pub fn authenticator(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Authenticator> {
+    let settings = config
+        .auth_settings()
+        .map_err(|errors| anyhow::anyhow!("invalid auth config:\n{errors}"))?;
+    let options = AuthenticatorOptions {
+        clock,
+        in_cluster: InCluster::detect(),
+    };
+    let auth = Authenticator::with_options(settings, reqwest::Client::new(), options)?;
+    let usable = config.auth.rules.len() - auth.skipped_rules().len();
+    if usable == 0 {
+        tracing::warn!(
+            "auth.rules grants nothing to anyone: every /api/v1 request will be refused \
+             (401 or 403) until the config file names a rule; /healthz, /readyz, /metrics \
+             and webhooks still answer"
+        );
+    }
+    Ok(auth)
+}
+
+/// Builds the service: store, types (migrated), engine, authenticator and
+/// router.
 pub async fn assemble(
     config: &Config,
     forges: Forges,
@@ -57,8 +85,10 @@ pub async fn assemble(
     metrics: Option<PrometheusHandle>,
 ) -> anyhow::Result<App> {
     config.check_against(types::TYPE_NAMES)?;
+    let auth = Arc::new(authenticator(config, Arc::clone(&clock))?);
     let store = open_store(config).await?;
     let built = types::build(Arc::clone(&store), forges, config, Arc::clone(&clock))?;
+    wq_api::auth::check_command_permissions(&built.registry).map_err(|e| anyhow::anyhow!(e))?;
     built
         .mr
         .migrate()
@@ -70,7 +100,7 @@ pub async fn assemble(
         Arc::clone(&clock),
         config.engine.engine_config(),
     )?;
-    let mut state = wq_api::AppState::new(Arc::clone(&store), clock)
+    let mut state = wq_api::AppState::new(Arc::clone(&store), clock, Arc::clone(&auth))
         .with_engine(Arc::clone(&engine))
         .with_types(built.registry);
     for receiver in built.mr.webhook_receivers() {
@@ -85,6 +115,7 @@ pub async fn assemble(
         engine,
         router,
         mr: built.mr,
+        auth,
     })
 }
 

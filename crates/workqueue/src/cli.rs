@@ -1,5 +1,5 @@
 //! The command line (clap derive): `serve`, `migrate`, `config check`,
-//! `items list|show|retry`.
+//! `items list|show|retry`, `token new`, `demo`.
 
 use std::path::PathBuf;
 
@@ -38,6 +38,9 @@ pub enum Command {
     Config(ConfigCommand),
     /// Inspect and retry work items through the API.
     Items(ItemsArgs),
+    /// Make API tokens for the config file.
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// Run the whole service with no setup: SQLite, a simulated GitLab in
     /// the same process, a few submitted changes followed to their end.
     Demo(DemoArgs),
@@ -68,11 +71,27 @@ pub enum ConfigCommand {
     Check { file: PathBuf },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Print a new random static token, once, and the `auth.static_tokens`
+    /// entry (its SHA-256) to paste into the config file.
+    New {
+        /// Name of the token, shown in logs and recorded with what its
+        /// holder does.
+        #[arg(long)]
+        name: String,
+    },
+}
+
 #[derive(Debug, Args)]
 pub struct ItemsArgs {
     /// Base URL of the workqueue API.
     #[arg(long, env = "WORKQUEUE_URL", default_value = DEFAULT_API_URL, global = true)]
     pub url: String,
+
+    /// API token, sent as `Authorization: Bearer`.
+    #[arg(long, env = "WORKQUEUE_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
 
     /// Print the API's JSON instead of a table.
     #[arg(long, global = true)]

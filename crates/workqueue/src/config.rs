@@ -19,7 +19,28 @@
 //!   deadline_seconds: 60
 //!   max_attempts: 5
 //!   handled_types: []
+//! auth:
+//!   static_tokens:                 # from `workqueue token new --name nightly`
+//!     - name: nightly
+//!       sha256: 5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8
+//!       groups: [bots]
+//!   rules:
+//!     - name: bots
+//!       groups: [bots]
+//!       permissions: [read, submit]
+//!       projects: ["team/*"]
 //! ```
+//!
+//! ## `auth:`
+//!
+//! Every `/api/v1` request needs `Authorization: Bearer <token>` (a static
+//! token, a JWT from a rule's issuer, or an OpenShift token) and a rule in
+//! `auth.rules` granting what it does; the keys are described in
+//! [`wq_auth::config`]. Without rules the service still starts, but every
+//! API call is refused (401 or 403) and `serve` logs a warning saying so;
+//! `/healthz`, `/readyz`, `/metrics` and `/webhooks/*` answer regardless.
+//! Problems in the section are reported with the rule or token they are in
+//! (`auth.rules[0] (name "bots"): permissions[1]: ...`).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -33,7 +54,7 @@ use serde::Deserialize;
 pub const DEFAULT_DATABASE_URL: &str = "sqlite:./workqueue.db";
 /// Connections in the database pool.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
-/// Address of the HTTP server. Loopback until authentication exists.
+/// Address of the HTTP server: loopback unless the file says otherwise.
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
 /// Largest accepted request body (8 MiB).
 pub const DEFAULT_BODY_LIMIT_BYTES: usize = wq_api::DEFAULT_BODY_LIMIT_BYTES;
@@ -66,6 +87,10 @@ pub struct Config {
     /// The `mr` item type (submission rules, intervals, labels).
     #[garde(skip)]
     pub mr: wq_mr::MrConfig,
+    /// Who may call the API (static tokens, JWT issuers, OpenShift, rules);
+    /// validated by [`wq_auth::AuthConfig::validate`].
+    #[garde(skip)]
+    pub auth: wq_auth::AuthConfig,
 }
 
 /// `database:`
@@ -197,8 +222,18 @@ impl Config {
         if is_blank_yaml(text) {
             return Ok(Config::default());
         }
-        serde_saphyr::from_str_valid::<Config>(text)
-            .map_err(|error| ConfigErrors(describe(&error, text)))
+        let config = serde_saphyr::from_str_valid::<Config>(text)
+            .map_err(|error| ConfigErrors(describe(&error, text)))?;
+        config
+            .auth_settings()
+            .map_err(|errors| ConfigErrors(errors.0))?;
+        Ok(config)
+    }
+
+    /// The validated `auth:` section, or every problem in it, each naming
+    /// its field.
+    pub fn auth_settings(&self) -> Result<wq_auth::AuthSettings, wq_auth::AuthConfigErrors> {
+        self.auth.validate()
     }
 
     /// Reads, parses and validates a file.
@@ -222,8 +257,12 @@ impl Config {
         }
     }
 
-    /// Checks what the file alone cannot: every handled type is registered.
+    /// Checks what the file alone cannot: every handled type is registered
+    /// (and, for configs not read by [`Config::parse`], the rest).
     pub fn check_against(&self, type_names: &[&str]) -> anyhow::Result<()> {
+        if let Err(errors) = self.auth_settings() {
+            anyhow::bail!("{errors}");
+        }
         for (index, name) in self.engine.handled_types.iter().enumerate() {
             if !type_names.contains(&name.as_str()) {
                 let known: Vec<&str> = type_names.to_vec();
@@ -564,6 +603,49 @@ mod tests {
         assert!(
             message.starts_with("databse: unknown field `databse`"),
             "{message}"
+        );
+    }
+
+    #[test]
+    fn the_auth_section_is_parsed_and_its_errors_name_the_rule() {
+        let config = Config::parse(
+            "auth:\n  oauth_proxy:\n    enabled: true\n  rules:\n    - name: readers\n      groups: [staff]\n      permissions: [read]\n",
+        )
+        .unwrap();
+        assert!(config.auth.oauth_proxy.enabled);
+        let settings = config.auth_settings().unwrap();
+        let names: Vec<&str> = settings.rules().map(|rule| rule.name()).collect();
+        assert_eq!(names, ["readers"]);
+        assert!(Config::default().auth.rules.is_empty());
+
+        assert_eq!(
+            error_of(
+                "auth:\n  rules:\n    - name: x\n      groups: [staff]\n      permissions: [read, deploy]\n    - name: y\n      permissions: [read]\n"
+            ),
+            "auth.rules[0] (name \"x\"): permissions[1]: \"deploy\" is not a permission \
+             (expected one of read, submit, retry, merge, admin)\n\
+             auth.rules[1] (name \"y\"): needs either groups or issuer + claims to say whom it matches"
+        );
+        let message = error_of("auth:\n  rulez: []\n");
+        assert!(
+            message.starts_with("auth.rulez: unknown field `rulez`"),
+            "{message}"
+        );
+
+        let mut config = Config::default();
+        config.auth.rules.push(wq_auth::config::RuleConfig {
+            name: "empty".into(),
+            groups: Some(Vec::new()),
+            issuer: None,
+            claims: None,
+            permissions: vec!["read".into()],
+            item_types: None,
+            forges: None,
+            projects: None,
+        });
+        assert_eq!(
+            config.check_against(&[]).unwrap_err().to_string(),
+            "auth.rules[0] (name \"empty\"): groups: must name at least one group"
         );
     }
 

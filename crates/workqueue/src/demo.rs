@@ -2,7 +2,8 @@
 //! starts a simulated GitLab (forge-sim) and the service on SQLite in this
 //! process, submits a few changes through the real API, and prints each
 //! one's way to its end state: merged, cancelled as already upstream, or
-//! refused before any forge write.
+//! refused before any forge write. Its API takes one static token, made at
+//! start and granted `admin`, which it uses itself and prints for the user.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use forge_sim::{ForgeSim, JobOutcome, JobSpec, SimConfig};
 use serde_json::{Value, json};
+use wq_auth::config::{RuleConfig, StaticTokenConfig};
 use wq_core::{Clock, SystemClock};
 use wq_forge::{ForgeConfig, ForgeKind, Forges, ForgesConfig};
 
@@ -22,6 +24,8 @@ use crate::config::Config;
 const DEMO_TIMEOUT: Duration = Duration::from_secs(120);
 const PROJECT: &str = "demo/service";
 const FORGE: &str = "gitlab";
+/// Name, identity and group of the demo's token.
+const DEMO_CALLER: &str = "demo";
 
 /// One change the demo submits, and the end it should reach.
 struct Change {
@@ -137,6 +141,22 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     config.engine.handled_types = vec![wq_mr::TYPE_NAME.to_owned()];
     config.engine.sweep_interval_seconds = 5;
     config.mr.public_url = url.clone();
+    let (token, _) = wq_auth::new_static_token(DEMO_CALLER);
+    config.auth.static_tokens = vec![StaticTokenConfig::for_token(
+        DEMO_CALLER,
+        &token,
+        vec![DEMO_CALLER.to_owned()],
+    )];
+    config.auth.rules = vec![RuleConfig {
+        name: "admin".to_owned(),
+        groups: Some(vec![DEMO_CALLER.to_owned()]),
+        issuer: None,
+        claims: None,
+        permissions: vec!["admin".to_owned()],
+        item_types: None,
+        forges: None,
+        projects: None,
+    }];
     config.forges = ForgesConfig {
         instances: BTreeMap::from([(
             FORGE.to_owned(),
@@ -161,9 +181,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!("  service      {url}   (API: {url}/api/v1/work-items)");
     println!("  simulated    GitLab at {}", sim.gitlab_url());
     println!("  database     {}", database.display());
+    println!("  API token    {token}   (admin, for this run only)");
+    println!("  try          curl -H \"Authorization: Bearer {token}\" {url}/api/v1/work-items");
     println!();
 
-    let result = follow(&url, &sim, project).await;
+    let result = follow(&url, &token, &sim, project).await;
     match &result {
         Ok(()) => println!(
             "\nall changes reached their end state in {:.1} s",
@@ -185,8 +207,20 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
 }
 
 /// Submits every change and prints progress until each reaches its end.
-async fn follow(url: &str, sim: &forge_sim::SimHandle, project: u64) -> anyhow::Result<()> {
-    let client = reqwest::Client::new();
+async fn follow(
+    url: &str,
+    token: &str,
+    sim: &forge_sim::SimHandle,
+    project: u64,
+) -> anyhow::Result<()> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))?,
+    );
+    let client = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()?;
     let mut pending: Vec<(String, &'static str, &'static str)> = Vec::new();
     for change in changes() {
         let response = client
@@ -233,6 +267,7 @@ async fn follow(url: &str, sim: &forge_sim::SimHandle, project: u64) -> anyhow::
                 .get(format!("{url}/api/v1/work-items/{id}"))
                 .send()
                 .await?
+                .error_for_status()?
                 .json()
                 .await?;
             let lines = seen.entry(id.clone()).or_default();

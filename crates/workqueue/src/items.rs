@@ -1,6 +1,6 @@
 //! `workqueue items list|show|retry`: a thin client of the REST API. Prints a
 //! table (or the API's JSON with `--json`); on failure, the API's error
-//! message.
+//! message. Sends `--token` (or `WORKQUEUE_TOKEN`) as a bearer token.
 
 use std::fmt::Write as _;
 
@@ -15,7 +15,7 @@ use crate::cli::{ItemsArgs, ItemsCommand};
 
 /// Runs one `items` command and returns what to print on stdout.
 pub async fn run(args: ItemsArgs) -> anyhow::Result<String> {
-    let client = ApiClient::new(&args.url)?;
+    let client = ApiClient::new(&args.url, args.token.as_deref())?;
     match args.command {
         ItemsCommand::List {
             phase,
@@ -78,19 +78,33 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<String> {
 struct ApiClient {
     http: reqwest::Client,
     base: String,
+    has_token: bool,
 }
 
 impl ApiClient {
-    fn new(base: &str) -> anyhow::Result<Self> {
+    fn new(base: &str, token: Option<&str>) -> anyhow::Result<Self> {
         let base = base.trim_end_matches('/').to_owned();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             anyhow::bail!("--url must start with http:// or https://, got {base:?}");
         }
+        let mut headers = reqwest::header::HeaderMap::new();
+        let token = token.map(str::trim).filter(|token| !token.is_empty());
+        if let Some(token) = token {
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .context("--token: not a valid token (it must be printable text)")?;
+            value.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(60))
+            .default_headers(headers)
             .build()
             .context("cannot build the HTTP client")?;
-        Ok(Self { http, base })
+        Ok(Self {
+            http,
+            base,
+            has_token: token.is_some(),
+        })
     }
 
     fn url(&self, path: &str) -> String {
@@ -112,7 +126,11 @@ impl ApiClient {
             .await
             .with_context(|| format!("reading the API's answer ({status}) failed"))?;
         if !status.is_success() {
-            anyhow::bail!(api_error_message(status, &bytes));
+            let mut message = api_error_message(status, &bytes);
+            if status == reqwest::StatusCode::UNAUTHORIZED && !self.has_token {
+                message.push_str(" (no token given: pass --token or set WORKQUEUE_TOKEN)");
+            }
+            anyhow::bail!(message);
         }
         let raw: serde_json::Value =
             serde_json::from_slice(&bytes).context("the API answered with invalid JSON")?;

@@ -9,4 +9,5 @@ pub mod demo;
 pub mod items;
 pub mod logging;
 pub mod serve;
+pub mod token;
 pub mod types;

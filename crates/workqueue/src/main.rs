@@ -1,6 +1,6 @@
 //! `workqueue`: the service binary. `serve` runs the engine and the HTTP API
-//! over one database; `migrate`, `config check` and `items` are tools around
-//! it. Errors are `anyhow` here; each command prints one message and exits
+//! over one database; `migrate`, `config check`, `token new` and `items` are
+//! tools around it. Errors are `anyhow` here; each command prints one message and exits
 //! with 1 on failure.
 
 use std::process::ExitCode;
@@ -8,9 +8,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Parser;
 
-use workqueue::cli::{Cli, Command, ConfigCommand};
+use workqueue::cli::{Cli, Command, ConfigCommand, TokenCommand};
 use workqueue::config::Config;
-use workqueue::{demo, items, logging, serve, types};
+use workqueue::{demo, items, logging, serve, token, types};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -47,6 +47,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // The demo prints its own progress; logs only for trouble.
             logging::init_with_default(cli.log_format, "warn");
             runtime()?.block_on(demo::run(args))
+        }
+        Command::Token(TokenCommand::New { name }) => {
+            print!("{}", token::new_token_text(&name)?);
+            Ok(())
         }
         Command::Items(args) => {
             let output = runtime()?.block_on(items::run(args))?;

@@ -34,7 +34,15 @@ pub async fn serve(config: &Config) -> anyhow::Result<()> {
     let forges = app::forges_from_env(config)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let metrics = wq_api::metrics::prometheus_handle()?;
-    let App { engine, router, .. } = app::assemble(config, forges, clock, Some(metrics)).await?;
+    let App {
+        engine,
+        router,
+        auth,
+        ..
+    } = app::assemble(config, forges, clock, Some(metrics)).await?;
+    // The issuers' keys, fetched before the first caller needs them; a
+    // failure is logged and retried on use.
+    tokio::spawn(async move { auth.warm_up().await });
 
     let listener = tokio::net::TcpListener::bind(bind)
         .await

@@ -1,6 +1,6 @@
-//! End-to-end tests of the built binary: `config check`, `migrate`, and
-//! `serve` on a free port over a temp SQLite file, driven with `items
-//! list|show|retry`, then stopped with SIGTERM.
+//! End-to-end tests of the built binary: `config check`, `migrate`,
+//! `token new`, and `serve` on a free port over a temp SQLite file, driven
+//! with `items list|show|retry` and the token, then stopped with SIGTERM.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -25,9 +25,37 @@ fn workqueue(args: &[&str]) -> Output {
     Command::new(BINARY)
         .args(args)
         .env_remove("WORKQUEUE_URL")
+        .env_remove("WORKQUEUE_TOKEN")
         .env("RUST_LOG", "info")
         .output()
         .expect("run the workqueue binary")
+}
+
+/// `workqueue token new --name NAME`: the token and its config entry.
+fn new_token(name: &str) -> (String, String) {
+    let output = workqueue(&["token", "new", "--name", name]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let text = stdout_of(&output);
+    let token = text
+        .lines()
+        .find_map(|line| line.strip_prefix("token: "))
+        .expect("a token line")
+        .to_owned();
+    let entry_start = text.find("- name: ").expect("an entry");
+    (token, text[entry_start..].to_owned())
+}
+
+/// An `auth:` section with `entry` (from `token new`) in group `admins`,
+/// which a rule grants `admin`.
+fn auth_section(entry: &str) -> String {
+    let entry: String = entry
+        .replace("groups: []", "groups: [admins]")
+        .lines()
+        .map(|line| format!("    {line}\n"))
+        .collect();
+    format!(
+        "auth:\n  static_tokens:\n{entry}  rules:\n    - name: admins\n      groups: [admins]\n      permissions: [admin]\n"
+    )
 }
 
 fn stdout_of(output: &Output) -> String {
@@ -120,6 +148,26 @@ fn config_check_accepts_a_good_file_and_names_bad_fields() {
         stderr_of(&output)
     );
 
+    let auth = write(
+        &dir,
+        "auth.yaml",
+        "auth:\n  rules:\n    - name: ci\n      issuer: https://gitlab.example.com\n      permissions: [submit]\n",
+    );
+    let output = workqueue(&["config", "check", &auth]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr_of(&output),
+        format!(
+            "error: invalid config file {auth}: auth.rules[0] (name \"ci\"): claims: an issuer rule \
+             must require `aud`, so tokens minted for other services are not accepted\n"
+        )
+    );
+
+    let (_, entry) = new_token("nightly");
+    let tokens = write(&dir, "tokens.yaml", &auth_section(&entry));
+    let output = workqueue(&["config", "check", &tokens]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+
     let output = workqueue(&[
         "config",
         "check",
@@ -179,10 +227,18 @@ impl Server {
         }
     }
 
+    /// `workqueue items --url URL ARGS...`.
     fn items(&self, args: &[&str]) -> Output {
         let mut all = vec!["items", "--url", &self.url];
         all.extend_from_slice(args);
         workqueue(&all)
+    }
+
+    /// The same with `--token TOKEN`.
+    fn items_as(&self, token: &str, args: &[&str]) -> Output {
+        let mut all = vec!["--token", token];
+        all.extend_from_slice(args);
+        self.items(&all)
     }
 
     /// SIGTERM, then the exit status and the log lines.
@@ -257,10 +313,14 @@ fn serve_answers_the_items_commands_and_stops_on_sigterm() {
     let dir = temp_dir();
     let database = dir.join("wq.db");
     let database_url = format!("sqlite:{}", database.display());
+    let (token, entry) = new_token("cli-admin");
     let config = write(
         &dir,
         "workqueue.yaml",
-        &format!("database:\n  url: \"{database_url}\"\nserver:\n  bind: \"127.0.0.1:0\"\n"),
+        &format!(
+            "database:\n  url: \"{database_url}\"\nserver:\n  bind: \"127.0.0.1:0\"\n{}",
+            auth_section(&entry)
+        ),
     );
 
     let output = workqueue(&["migrate", "--config", &config]);
@@ -287,7 +347,7 @@ fn serve_answers_the_items_commands_and_stops_on_sigterm() {
     let server = Server::start(&config);
 
     // list: a table, newest first.
-    let output = server.items(&["list"]);
+    let output = server.items_as(&token, &["list"]);
     assert!(output.status.success(), "{}", stderr_of(&output));
     let table = stdout_of(&output);
     let lines: Vec<&str> = table.lines().collect();
@@ -302,23 +362,26 @@ fn serve_answers_the_items_commands_and_stops_on_sigterm() {
     assert!(lines[2].starts_with(&active.id.to_string()), "{table}");
 
     // list: filters, paging hint and JSON.
-    let output = server.items(&["list", "--phase", "active", "--json"]);
+    let output = server.items_as(&token, &["list", "--phase", "active", "--json"]);
     assert!(output.status.success(), "{}", stderr_of(&output));
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON output");
     assert_eq!(json["items"].as_array().map(Vec::len), Some(1));
     assert_eq!(json["items"][0]["id"], active.id.to_string());
     assert_eq!(json["next_before"], serde_json::Value::Null);
-    let output = server.items(&["list", "--limit", "1"]);
+    let output = server.items_as(&token, &["list", "--limit", "1"]);
     assert!(
         stdout_of(&output).ends_with(&format!("more: --before {}\n", failed.id)),
         "{}",
         stdout_of(&output)
     );
-    let output = server.items(&["list", "--limit", "1", "--before", &failed.id.to_string()]);
+    let output = server.items_as(
+        &token,
+        &["list", "--limit", "1", "--before", &failed.id.to_string()],
+    );
     assert!(stdout_of(&output).contains(&active.id.to_string()));
 
     // show: fields and dimensions.
-    let output = server.items(&["show", &active.id.to_string()]);
+    let output = server.items_as(&token, &["show", &active.id.to_string()]);
     assert!(output.status.success(), "{}", stderr_of(&output));
     let text = stdout_of(&output);
     assert!(
@@ -330,13 +393,13 @@ fn serve_answers_the_items_commands_and_stops_on_sigterm() {
     assert!(text.contains(r#"{"pipeline":7}"#), "{text}");
 
     // retry: 200 for the failed item, the API's message for the active one.
-    let output = server.items(&["retry", &failed.id.to_string()]);
+    let output = server.items_as(&token, &["retry", &failed.id.to_string()]);
     assert!(output.status.success(), "{}", stderr_of(&output));
     assert_eq!(
         stdout_of(&output),
         format!("retried {}: phase active, attempts 0\n", failed.id)
     );
-    let output = server.items(&["retry", &active.id.to_string()]);
+    let output = server.items_as(&token, &["retry", &active.id.to_string()]);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         stderr_of(&output),
@@ -348,19 +411,45 @@ fn serve_answers_the_items_commands_and_stops_on_sigterm() {
 
     // Errors from the API are shown with their field.
     let unknown = ItemId::new_v7();
-    let output = server.items(&["show", &unknown.to_string()]);
+    let output = server.items_as(&token, &["show", &unknown.to_string()]);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         stderr_of(&output),
         format!("error: API error 404 (not_found): work item {unknown} not found\n")
     );
-    let output = server.items(&["list", "--limit", "0"]);
+    let output = server.items_as(&token, &["list", "--limit", "0"]);
     assert_eq!(output.status.code(), Some(1));
     assert!(
         stderr_of(&output).contains("[field: limit]"),
         "{}",
         stderr_of(&output)
     );
+
+    // Without a token, or with a wrong one, the API refuses.
+    let output = server.items(&["list"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr_of(&output),
+        "error: API error 401 (unauthenticated): missing or invalid credentials: send \
+         Authorization: Bearer <token> (no token given: pass --token or set WORKQUEUE_TOKEN)\n"
+    );
+    let (stranger, _) = new_token("cli-admin");
+    let output = server.items_as(&stranger, &["list"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr_of(&output).starts_with("error: API error 401 (unauthenticated)"),
+        "{}",
+        stderr_of(&output)
+    );
+    assert!(!stderr_of(&output).contains("no token given"));
+    // WORKQUEUE_TOKEN works like --token.
+    let output = Command::new(BINARY)
+        .args(["items", "--url", &server.url, "list", "--json"])
+        .env_remove("WORKQUEUE_URL")
+        .env("WORKQUEUE_TOKEN", &token)
+        .output()
+        .expect("run the workqueue binary");
+    assert!(output.status.success(), "{}", stderr_of(&output));
 
     let (status, logs) = server.terminate();
     assert!(
@@ -383,5 +472,50 @@ fn serve_answers_the_items_commands_and_stops_on_sigterm() {
     let output = workqueue(&["items", "--url", "http://127.0.0.1:9", "list"]);
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr_of(&output).contains("cannot reach the workqueue API at http://127.0.0.1:9"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn serve_without_rules_warns_refuses_the_api_and_answers_health() {
+    let dir = temp_dir();
+    let database_url = format!("sqlite:{}", dir.join("wq.db").display());
+    let config = write(
+        &dir,
+        "workqueue.yaml",
+        &format!("database:\n  url: \"{database_url}\"\nserver:\n  bind: \"127.0.0.1:0\"\n"),
+    );
+    let server = Server::start(&config);
+    let (token, _) = new_token("nobody");
+    let output = server.items_as(&token, &["list"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr_of(&output).starts_with("error: API error 401 (unauthenticated)"),
+        "{}",
+        stderr_of(&output)
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let health = runtime.block_on(async {
+        reqwest::get(format!("{}/healthz", server.url))
+            .await
+            .expect("healthz")
+            .status()
+    });
+    assert_eq!(health.as_u16(), 200);
+
+    let (status, logs) = server.terminate();
+    assert!(status.success(), "{}", logs.join("\n"));
+    let warning = logs
+        .iter()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|event| {
+            event["message"]
+                .as_str()
+                .is_some_and(|message| message.starts_with("auth.rules grants nothing"))
+        })
+        .unwrap_or_else(|| panic!("no warning about auth.rules in:\n{}", logs.join("\n")));
+    assert_eq!(warning["level"], "WARN");
     std::fs::remove_dir_all(&dir).ok();
 }

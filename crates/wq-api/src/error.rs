@@ -12,7 +12,7 @@
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use wq_store::StoreError;
@@ -26,6 +26,7 @@ pub mod code {
     pub const BAD_REQUEST: &str = "bad_request";
     pub const UPSTREAM: &str = "upstream";
     pub const UNAUTHENTICATED: &str = "unauthenticated";
+    pub const FORBIDDEN: &str = "forbidden";
     pub const UNSUPPORTED_MEDIA_TYPE: &str = "unsupported_media_type";
     pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
     pub const CONFLICT: &str = "conflict";
@@ -37,6 +38,10 @@ pub mod code {
 
 /// The message an internal error answers with; the detail goes to the log.
 pub const INTERNAL_MESSAGE: &str = "internal error; see the server log";
+/// The message of every 401 of `/api/v1`, whatever the reason (which goes to
+/// the log only).
+pub const UNAUTHENTICATED_MESSAGE: &str =
+    "missing or invalid credentials: send Authorization: Bearer <token>";
 
 /// The body of every error response.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,8 +76,17 @@ pub struct ApiError {
     message: String,
     field: Option<String>,
     errors: Vec<FieldErrorBody>,
-    /// For internal errors: what is logged (never sent).
-    detail: Option<String>,
+    aside: Option<Aside>,
+}
+
+/// What an error carries beside its envelope (one field, to keep
+/// `Result<_, ApiError>` small).
+#[derive(Debug)]
+enum Aside {
+    /// An internal error's cause: logged, never sent.
+    Detail(Box<str>),
+    /// A 401's `WWW-Authenticate` challenge.
+    Challenge(Box<str>),
 }
 
 impl ApiError {
@@ -83,7 +97,7 @@ impl ApiError {
             message: message.into(),
             field: None,
             errors: Vec::new(),
-            detail: None,
+            aside: None,
         }
     }
 
@@ -120,9 +134,31 @@ impl ApiError {
         Self::new(StatusCode::BAD_GATEWAY, code::UPSTREAM, message)
     }
 
-    /// 401: no valid credentials.
+    /// 401: no valid credentials (a webhook's own signature check).
     pub fn unauthenticated(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, code::UNAUTHENTICATED, message)
+    }
+
+    /// 401 with `WWW-Authenticate: {challenge}`: no valid bearer token. The
+    /// message is always [`UNAUTHENTICATED_MESSAGE`]; why is for the log.
+    pub fn bearer_challenge(challenge: impl Into<String>) -> Self {
+        let mut error = Self::new(
+            StatusCode::UNAUTHORIZED,
+            code::UNAUTHENTICATED,
+            UNAUTHENTICATED_MESSAGE,
+        );
+        error.aside = Some(Aside::Challenge(challenge.into().into_boxed_str()));
+        error
+    }
+
+    /// 403: the caller is authenticated, but no rule of theirs grants
+    /// `permission` for what the request touches.
+    pub fn forbidden(permission: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            code::FORBIDDEN,
+            format!("forbidden: no rule of the caller grants {permission} for this request"),
+        )
     }
 
     /// 404: the named resource does not exist.
@@ -197,7 +233,7 @@ impl ApiError {
             code::INTERNAL,
             INTERNAL_MESSAGE,
         );
-        error.detail = Some(detail.to_string());
+        error.aside = Some(Aside::Detail(detail.to_string().into_boxed_str()));
         error
     }
 
@@ -223,6 +259,14 @@ impl ApiError {
         self.field.as_deref()
     }
 
+    /// The `WWW-Authenticate` challenge of a 401, if any.
+    pub fn www_authenticate(&self) -> Option<&str> {
+        match &self.aside {
+            Some(Aside::Challenge(challenge)) => Some(challenge),
+            _ => None,
+        }
+    }
+
     /// The envelope this error answers with.
     pub fn envelope(&self) -> ErrorEnvelope {
         ErrorEnvelope {
@@ -246,10 +290,19 @@ impl std::error::Error for ApiError {}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if let Some(detail) = &self.detail {
+        if let Some(Aside::Detail(detail)) = &self.aside {
             tracing::error!(error.code = self.code, error.detail = %detail, "internal error: {detail}");
         }
-        (self.status, Json(self.envelope())).into_response()
+        let mut response = (self.status, Json(self.envelope())).into_response();
+        if let Some(challenge) = self
+            .www_authenticate()
+            .and_then(|challenge| HeaderValue::from_str(challenge).ok())
+        {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, challenge);
+        }
+        response
     }
 }
 
@@ -356,6 +409,23 @@ mod tests {
                 "field": "limit",
             }})
         );
+    }
+
+    #[test]
+    fn a_bearer_challenge_is_a_401_with_the_header_and_no_reason() {
+        let error = ApiError::bearer_challenge("Bearer realm=\"workqueue\"");
+        assert_eq!(error.www_authenticate(), Some("Bearer realm=\"workqueue\""));
+        assert_eq!(error.message(), UNAUTHENTICATED_MESSAGE);
+        let response = error.into_response();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            response.headers()[header::WWW_AUTHENTICATE],
+            "Bearer realm=\"workqueue\""
+        );
+        assert!(ApiError::internal("x").www_authenticate().is_none());
+        let forbidden = ApiError::forbidden("retry");
+        assert_eq!(forbidden.status(), StatusCode::FORBIDDEN);
+        assert_eq!(forbidden.code(), code::FORBIDDEN);
     }
 
     #[test]

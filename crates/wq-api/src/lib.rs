@@ -3,8 +3,11 @@
 //! tracing, timeout, body limit) and [`serve`] with graceful shutdown.
 //!
 //! Every error response is the JSON envelope of [`error::ApiError`].
-//! Authentication is not there yet: bind to loopback until it is.
+//! Every `/api/v1` route needs a bearer token and a rule granting what it
+//! does ([`auth`]); `/healthz`, `/readyz`, `/metrics` and `/webhooks/*`
+//! (which check the forge's own signature) are open.
 
+pub mod auth;
 pub mod config;
 pub mod error;
 pub mod extract;
@@ -44,7 +47,14 @@ pub fn router(state: AppState, config: &ApiConfig) -> Router {
         )
         .route("/work-items/{id}", get(routes::items::show))
         .route("/work-items/{id}/retry", post(routes::items::retry))
-        .route("/work-items/{id}/{command}", post(routes::items::command));
+        .route("/work-items/{id}/{command}", post(routes::items::command))
+        // Every route above needs a bearer token; unknown routes stay 404.
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_bearer,
+        ))
+        // `/me` authenticates itself: it also takes the OAuth proxy's header.
+        .route("/me", get(routes::me::me));
 
     let middleware = ServiceBuilder::new()
         .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))

@@ -105,3 +105,100 @@ pub struct ItemList {
 pub struct HealthBody {
     pub status: String,
 }
+
+/// `GET /api/v1/me`: who the credentials belong to and what they grant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeBody {
+    /// `jwt`, `openshift` or `static_token`.
+    pub kind: String,
+    /// The JWT's `sub`, the OpenShift user name or the static token's
+    /// identity.
+    pub subject: String,
+    /// How the caller is named in logs, e.g. `alice` or
+    /// `nightly-bot (token nightly)`.
+    pub name: String,
+    /// The JWT's issuer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// The static token's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_name: Option<String>,
+    /// The OpenShift user's or the static token's groups (empty for JWTs,
+    /// whose rules match claims).
+    pub groups: Vec<String>,
+    /// The rules that match the caller, in file order.
+    pub rules: Vec<MeRule>,
+    /// Every permission some matching rule grants (`admin` implies all), in
+    /// that rule's scope.
+    pub permissions: Vec<String>,
+    /// Only behind the OAuth proxy (`auth.oauth_proxy.enabled`, DDR-27):
+    /// the session's access token, to send as `Authorization: Bearer` from
+    /// now on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+/// One rule in [`MeBody::rules`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeRule {
+    pub name: String,
+    /// As the rule names them.
+    pub permissions: Vec<String>,
+}
+
+impl MeBody {
+    /// The body for `principal`; `token` only from the OAuth proxy.
+    pub fn new(principal: &wq_auth::Principal, token: Option<String>) -> Self {
+        use wq_auth::{Identity, Permission};
+        let (kind, subject, issuer, token_name, groups) = match principal.identity() {
+            Identity::Jwt {
+                issuer, subject, ..
+            } => ("jwt", subject, Some(issuer.clone()), None, Vec::new()),
+            Identity::OpenShift { username, groups } => {
+                ("openshift", username, None, None, groups.clone())
+            }
+            Identity::StaticToken {
+                name,
+                identity,
+                groups,
+            } => (
+                "static_token",
+                identity,
+                None,
+                Some(name.clone()),
+                groups.clone(),
+            ),
+        };
+        let rules: Vec<MeRule> = principal
+            .rules()
+            .map(|rule| MeRule {
+                name: rule.name().to_owned(),
+                permissions: rule
+                    .permissions()
+                    .iter()
+                    .map(|permission| permission.as_str().to_owned())
+                    .collect(),
+            })
+            .collect();
+        let permissions = Permission::ALL
+            .into_iter()
+            .filter(|permission| {
+                principal
+                    .rules()
+                    .any(|rule| rule.permissions().allows(*permission))
+            })
+            .map(|permission| permission.as_str().to_owned())
+            .collect();
+        Self {
+            kind: kind.to_owned(),
+            subject: subject.clone(),
+            name: principal.name(),
+            issuer,
+            token_name,
+            groups,
+            rules,
+            permissions,
+            token,
+        }
+    }
+}

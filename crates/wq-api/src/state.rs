@@ -1,10 +1,12 @@
 //! [`AppState`]: what every handler shares — the store, the engine (to
-//! notify), the clock and the Prometheus handle. Cheap to clone.
+//! notify), the clock, the authenticator and the Prometheus handle. Cheap to
+//! clone.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
+use wq_auth::Authenticator;
 use wq_core::{Clock, TypeRegistry, WebhookReceiver};
 use wq_engine::ProcessingManager;
 use wq_store::Store;
@@ -15,19 +17,23 @@ pub struct AppState {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) engine: Option<Arc<ProcessingManager>>,
     pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) auth: Arc<Authenticator>,
     pub(crate) metrics: Option<PrometheusHandle>,
     pub(crate) types: TypeRegistry,
     pub(crate) webhooks: BTreeMap<&'static str, Arc<dyn WebhookReceiver>>,
 }
 
 impl AppState {
-    /// State with a store and a clock; no engine (nothing is notified) and no
-    /// Prometheus handle (`/metrics` shows only the item gauge).
-    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
+    /// State with a store, a clock and the authenticator every `/api/v1`
+    /// request goes through (one without rules refuses them all); no engine
+    /// (nothing is notified) and no Prometheus handle (`/metrics` shows only
+    /// the item gauge).
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, auth: Arc<Authenticator>) -> Self {
         Self {
             store,
             engine: None,
             clock,
+            auth,
             metrics: None,
             types: TypeRegistry::default(),
             webhooks: BTreeMap::new(),
@@ -64,5 +70,9 @@ impl AppState {
 
     pub fn engine(&self) -> Option<&Arc<ProcessingManager>> {
         self.engine.as_ref()
+    }
+
+    pub fn authenticator(&self) -> &Arc<Authenticator> {
+        &self.auth
     }
 }

@@ -162,6 +162,21 @@ pub struct StaticTokenConfig {
     pub groups: Vec<String>,
 }
 
+impl StaticTokenConfig {
+    /// The entry that accepts `token` (by its SHA-256) for callers named
+    /// `name` in `groups`: for a token made in the process itself, like the
+    /// one `workqueue demo` uses. Config files get theirs from
+    /// [`new_static_token`](crate::new_static_token).
+    pub fn for_token(name: &str, token: &str, groups: Vec<String>) -> StaticTokenConfig {
+        StaticTokenConfig {
+            name: name.to_owned(),
+            sha256: hex::encode(crate::static_tokens::token_hash(token)),
+            identity: None,
+            groups,
+        }
+    }
+}
+
 /// One entry of `auth.rules:`: EITHER `groups` OR `issuer` + `claims`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -141,6 +141,15 @@ pub trait ItemType: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// The `(forge, project)` an item belongs to, so that reading, retrying
+    /// and commanding it can be authorized for that project. `None` when the
+    /// type has no such notion (then only the item type is checked) or the
+    /// item has no detail row.
+    async fn scope(&self, id: ItemId) -> Result<Option<(String, String)>, RequestError> {
+        let _ = id;
+        Ok(None)
+    }
+
     /// Commands the type offers on its items.
     fn commands(&self) -> &'static [CommandSpec] {
         &[]

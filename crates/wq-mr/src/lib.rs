@@ -191,6 +191,11 @@ impl ItemType for MrType {
         }))
     }
 
+    async fn scope(&self, id: ItemId) -> Result<Option<(String, String)>, RequestError> {
+        let details = self.store.get(id).await.map_err(request_store_error)?;
+        Ok(details.map(|d| (d.spec.forge, d.spec.project)))
+    }
+
     fn commands(&self) -> &'static [CommandSpec] {
         &[CommandSpec {
             name: "retry-merge",

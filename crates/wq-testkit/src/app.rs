@@ -1,6 +1,7 @@
 //! `TestApp`: the real engine and API on 127.0.0.1:0 over a fresh database,
 //! with `drain()` to run the engine to quiescence and `finish()` to prove no
-//! work was left behind.
+//! work was left behind. The API accepts one static token granted `admin`,
+//! which `client` sends.
 
 use std::sync::Arc;
 
@@ -9,6 +10,7 @@ use wq_engine::{EngineConfig, ProcessingManager};
 use wq_store::{ItemListParams, Store, SweepParams};
 
 use crate::Backend;
+use crate::auth::AdminAuth;
 
 /// A running app: store, engine, HTTP API.
 pub struct TestApp {
@@ -18,7 +20,11 @@ pub struct TestApp {
     pub engine: Arc<ProcessingManager>,
     pub clock: Arc<dyn Clock>,
     pub base_url: String,
+    /// Sends [`TestApp::token`] with every request.
     pub client: reqwest::Client,
+    /// The static token the API accepts, granted `admin`
+    /// (caller identity `tester (token tester, rule admins)`).
+    pub token: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     finished: bool,
@@ -51,7 +57,9 @@ impl TestApp {
             ProcessingManager::new(store.clone(), Arc::new(registry), clock.clone(), config)
                 .expect("engine configuration is valid");
         engine.start();
-        let state = wq_api::AppState::new(store.clone(), clock.clone()).with_engine(engine.clone());
+        let auth = AdminAuth::new(clock.clone());
+        let state = wq_api::AppState::new(store.clone(), clock.clone(), auth.authenticator.clone())
+            .with_engine(engine.clone());
         let router = wq_api::router(state, &wq_api::ApiConfig::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -68,7 +76,8 @@ impl TestApp {
             engine,
             clock,
             base_url: format!("http://{address}"),
-            client: reqwest::Client::new(),
+            client: auth.client(),
+            token: auth.token,
             stop: Some(stop),
             server: Some(server),
             finished: false,

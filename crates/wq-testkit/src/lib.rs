@@ -2,9 +2,11 @@
 //! test item types, and helpers that drive the engine to quiescence.
 
 pub mod app;
+pub mod auth;
 pub mod types;
 
 pub use app::TestApp;
+pub use auth::AdminAuth;
 
 use std::sync::Arc;
 

@@ -32,7 +32,10 @@ async fn submit_creates_one_branch_and_mr_and_merges_the_checked_head(backend: B
         item["detail"]["merge"]["last_result"], "accepted",
         "{item:#}"
     );
-    assert_eq!(item["caller_identity"], "anonymous");
+    assert_eq!(
+        item["caller_identity"],
+        "tester (token tester, rule admins)"
+    );
     assert_eq!(
         item["idempotency_key"],
         format!("mr:gitlab:{PROJECT}:wq/feature:1")
@@ -308,7 +311,7 @@ async fn invalid_submissions_are_refused_with_the_field_and_write_nothing(backen
         assert_eq!(reply["error"]["field"], field, "{reply}");
     }
     let list: serde_json::Value = h
-        .client
+        .api
         .get(format!("{}/api/v1/work-items", h.url))
         .send()
         .await

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `mr` item type on GitLab: the real service over
 //! HTTP against forge-sim, on SQLite and on PostgreSQL.
 
+mod auth;
 mod faults;
 mod flow;
 mod support;

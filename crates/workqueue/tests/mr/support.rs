@@ -2,6 +2,7 @@
 //! database of either backend, talking over HTTP to a forge-sim GitLab
 //! project whose webhooks point back at it. Time of the service is a
 //! `ManualClock` the tests move; the sim runs pipelines in its own time.
+//! The API takes the static [`Tokens`]; `api` sends the admin one.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 use workqueue::app::{self, App};
 use workqueue::config::Config;
+use wq_auth::config::{RuleConfig, StaticTokenConfig};
 use wq_core::{Clock, ManualClock};
 use wq_forge::{Forge, ForgeConfig, ForgeKind, Forges, ForgesConfig};
 use wq_store::SweepParams;
@@ -49,12 +51,70 @@ impl Default for Options {
     }
 }
 
+/// Static tokens the service accepts, made per harness.
+pub struct Tokens {
+    /// Group `admins`, rule `admins`: `admin`
+    /// (caller identity `tester (token tester, rule admins)`).
+    pub admin: String,
+    /// Group `readers`, rule `readers`: `read`.
+    pub reader: String,
+    /// Group `elsewhere`, rule `elsewhere`: `read`, `submit`, `retry` on
+    /// projects `other/*` only.
+    pub elsewhere: String,
+}
+
+impl Tokens {
+    fn new() -> Self {
+        let token = |name: &str| wq_auth::new_static_token(name).0;
+        Self {
+            admin: token("tester"),
+            reader: token("reader"),
+            elsewhere: token("elsewhere"),
+        }
+    }
+
+    fn configure(&self, auth: &mut wq_auth::AuthConfig) {
+        let entries = [
+            ("tester", &self.admin, "admins", &["admin"][..], None),
+            ("reader", &self.reader, "readers", &["read"][..], None),
+            (
+                "elsewhere",
+                &self.elsewhere,
+                "elsewhere",
+                &["read", "submit", "retry"][..],
+                Some(vec!["other/*".to_owned()]),
+            ),
+        ];
+        for (name, token, group, permissions, projects) in entries {
+            auth.static_tokens.push(StaticTokenConfig::for_token(
+                name,
+                token,
+                vec![group.to_owned()],
+            ));
+            auth.rules.push(RuleConfig {
+                name: group.to_owned(),
+                groups: Some(vec![group.to_owned()]),
+                issuer: None,
+                claims: None,
+                permissions: permissions.iter().map(|p| (*p).to_owned()).collect(),
+                item_types: None,
+                forges: None,
+                projects,
+            });
+        }
+    }
+}
+
 pub struct Harness {
     pub sim: SimHandle,
     pub project: u64,
     pub clock: Arc<ManualClock>,
     pub url: String,
+    /// Sends no credentials: for the sim and for webhooks.
     pub client: reqwest::Client,
+    /// Sends the admin token: for the service's API.
+    pub api: reqwest::Client,
+    pub tokens: Tokens,
     pub app: Option<App>,
     config: Config,
     forges: Forges,
@@ -99,6 +159,8 @@ impl Harness {
         config.engine.sweep_interval_seconds = 3600;
         config.engine.max_attempts = options.max_attempts;
         config.mr.public_url = url.clone();
+        let tokens = Tokens::new();
+        tokens.configure(&mut config.auth);
         let mut forge_config = ForgeConfig::literal(
             ForgeKind::Gitlab,
             &sim.gitlab_url(),
@@ -121,7 +183,8 @@ impl Harness {
             clock,
             url,
             client: reqwest::Client::new(),
-
+            api: bearer_client(&tokens.admin),
+            tokens,
             app: None,
             config,
             forges,
@@ -183,8 +246,12 @@ impl Harness {
     }
 
     pub async fn submit(&self, body: &Value) -> (StatusCode, Value) {
-        let response = self
-            .client
+        self.submit_as(&self.api, body).await
+    }
+
+    /// Submits with `client` (e.g. [`bearer_client`] of another token).
+    pub async fn submit_as(&self, client: &reqwest::Client, body: &Value) -> (StatusCode, Value) {
+        let response = client
             .post(format!("{}/api/v1/work-items", self.url))
             .json(body)
             .send()
@@ -203,7 +270,17 @@ impl Harness {
     }
 
     pub async fn post(&self, path: &str, body: Option<&Value>) -> (StatusCode, Value) {
-        let mut request = self.client.post(format!("{}{path}", self.url));
+        self.post_as(&self.api, path, body).await
+    }
+
+    /// A POST to the service with `client`.
+    pub async fn post_as(
+        &self,
+        client: &reqwest::Client,
+        path: &str,
+        body: Option<&Value>,
+    ) -> (StatusCode, Value) {
+        let mut request = client.post(format!("{}{path}", self.url));
         if let Some(body) = body {
             request = request.json(body);
         }
@@ -213,7 +290,7 @@ impl Harness {
     }
 
     pub async fn item(&self, id: &str) -> Value {
-        self.client
+        self.api
             .get(format!("{}/api/v1/work-items/{id}", self.url))
             .send()
             .await
@@ -343,6 +420,19 @@ impl Harness {
         assert!(left.is_empty(), "work left unprocessed: {left:?}");
         self.halt().await;
     }
+}
+
+/// A client that sends `token` as `Authorization: Bearer`.
+pub fn bearer_client(token: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap()
 }
 
 /// A submission body for `branch` with `files` as (path, content) creates.

@@ -1,12 +1,22 @@
 //! `/api/v1/work-items`: list (filters and a keyset cursor), show (with
-//! dimensions) and retry.
+//! dimensions), submit, retry and the item types' commands.
+//!
+//! Each handler authorizes its caller ([`Caller::authorize`]): list and
+//! show need `read`, submit `submit`, retry `retry`, a command the
+//! permission its type names. Submissions are scoped by the body's
+//! `item_type`, `forge` and `project`; an existing item by its type and the
+//! forge and project its type reports ([`wq_core::ItemType::scope`]). A
+//! caller without the permission anywhere is refused before the item is
+//! read.
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use wq_auth::{Permission, Scope};
 use wq_core::{FieldError, ItemId, Phase, Submission};
 use wq_store::{ItemListParams, StoreError};
 
+use crate::auth::{Caller, command_permission};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::models::{DimensionBody, ItemBody, ItemDetail, ItemList, SubmitResponse};
@@ -114,12 +124,49 @@ fn not_found(id: ItemId) -> ApiError {
     ApiError::not_found(format!("work item {id} not found"))
 }
 
+/// What an existing item touches, for authorization: its type and, when the
+/// type reports them, its forge and project.
+struct ItemScope {
+    item_type: String,
+    place: Option<(String, String)>,
+}
+
+impl ItemScope {
+    async fn of(state: &AppState, item_type: &str, id: ItemId) -> Result<Self, ApiError> {
+        let place = match state.types.get(item_type) {
+            Some(handler) => handler.scope(id).await?,
+            None => None,
+        };
+        Ok(Self {
+            item_type: item_type.to_owned(),
+            place,
+        })
+    }
+
+    fn scope(&self) -> Scope<'_> {
+        Scope {
+            item_type: Some(&self.item_type),
+            forge: self.place.as_ref().map(|(forge, _)| forge.as_str()),
+            project: self.place.as_ref().map(|(_, project)| project.as_str()),
+        }
+    }
+}
+
 /// `GET /api/v1/work-items`: newest first, filtered, one page.
 pub async fn list(
     State(state): State<AppState>,
+    caller: Caller,
     ApiQuery(pairs): ApiQuery<Vec<(String, String)>>,
 ) -> Result<Json<ItemList>, ApiError> {
+    caller.authorize(Permission::Read, &Scope::ANY)?;
     let query = ListQuery::parse(pairs)?;
+    caller.authorize(
+        Permission::Read,
+        &Scope {
+            item_type: query.item_type.as_deref(),
+            ..Scope::ANY
+        },
+    )?;
     // One row more than the page tells whether another page exists.
     let mut items = state
         .store
@@ -145,14 +192,18 @@ pub async fn list(
 /// `GET /api/v1/work-items/{id}`: the item with its dimensions.
 pub async fn show(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(raw_id): ApiPath<String>,
 ) -> Result<Json<ItemDetail>, ApiError> {
+    caller.authorize(Permission::Read, &Scope::ANY)?;
     let id = parse_id(&raw_id)?;
     let view = state
         .store
         .item_view(id, state.clock.now())
         .await?
         .ok_or_else(|| not_found(id))?;
+    let scope = ItemScope::of(&state, &view.item.item_type, id).await?;
+    caller.authorize(Permission::Read, &scope.scope())?;
     let detail = match state.types.get(&view.item.item_type) {
         Some(item_type) => item_type.detail(&view.item).await?,
         None => None,
@@ -171,19 +222,33 @@ pub async fn show(
 /// Longest accepted `item_type` in a submission.
 const MAX_SUBMIT_TYPE_LEN: usize = 100;
 
+/// The item's `caller_identity` comes from the caller's credentials; a body
+/// that names it is refused, whatever the item type.
+pub const CALLER_IDENTITY_FIELD: &str = "caller_identity";
+
 /// `POST /api/v1/work-items`: a submission, dispatched by `item_type` to the
 /// type's own validation and upsert. 201 when an item was created, 200
-/// otherwise; the engine is notified when there is work.
+/// otherwise; the engine is notified when there is work. The caller needs
+/// `submit` for the body's `item_type`, `forge` and `project` (top-level
+/// strings); the item records the caller identity of the granting rule.
 pub async fn submit(
     State(state): State<AppState>,
+    caller: Caller,
     ApiJson(body): ApiJson<serde_json::Value>,
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
+    caller.authorize(Permission::Submit, &Scope::ANY)?;
     let Some(object) = body.as_object() else {
         return Err(ApiError::invalid_fields(vec![FieldError::new(
             "",
             "the body must be a JSON object",
         )]));
     };
+    if object.contains_key(CALLER_IDENTITY_FIELD) {
+        return Err(ApiError::invalid_fields(vec![FieldError::new(
+            CALLER_IDENTITY_FIELD,
+            "unknown field: the caller identity is taken from the credentials",
+        )]));
+    }
     let item_type = match object.get("item_type") {
         Some(serde_json::Value::String(name))
             if !name.is_empty() && name.len() <= MAX_SUBMIT_TYPE_LEN =>
@@ -217,12 +282,19 @@ pub async fn submit(
             ),
         )]));
     };
+    let text = |key: &str| object.get(key).and_then(serde_json::Value::as_str);
+    let caller_identity = caller.authorize(
+        Permission::Submit,
+        &Scope {
+            item_type: Some(&item_type),
+            forge: text("forge"),
+            project: text("project"),
+        },
+    )?;
     let submitted = handler
         .submit(Submission {
             body,
-            // Until authentication lands, every caller is the same anonymous
-            // identity.
-            caller_identity: ANONYMOUS_CALLER.to_owned(),
+            caller_identity,
             now: state.clock.now(),
         })
         .await?;
@@ -250,13 +322,12 @@ pub async fn submit(
     ))
 }
 
-/// The caller identity recorded before authentication exists.
-pub const ANONYMOUS_CALLER: &str = "anonymous";
-
 /// `POST /api/v1/work-items/{id}/{command}`: a command the item's type
-/// offers (e.g. `retry-merge`).
+/// offers (e.g. `retry-merge`), for callers granted the permission the
+/// command names on the item's scope.
 pub async fn command(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath((raw_id, command)): ApiPath<(String, String)>,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
@@ -266,16 +337,29 @@ pub async fn command(
         .item_get(id)
         .await?
         .ok_or_else(|| not_found(id))?;
+    let no_such_command = || {
+        ApiError::not_found(format!(
+            "work items of type {:?} have no command {command:?}",
+            item.item_type
+        ))
+    };
     let handler = state
         .types
         .get(&item.item_type)
-        .filter(|t| t.commands().iter().any(|c| c.name == command))
-        .ok_or_else(|| {
-            ApiError::not_found(format!(
-                "work items of type {:?} have no command {command:?}",
-                item.item_type
-            ))
-        })?;
+        .ok_or_else(no_such_command)?;
+    let spec = handler
+        .commands()
+        .iter()
+        .find(|spec| spec.name == command)
+        .ok_or_else(no_such_command)?;
+    let permission = command_permission(spec).ok_or_else(|| {
+        ApiError::internal(format!(
+            "command {command:?} of item type {:?} names an unknown permission {:?}",
+            item.item_type, spec.permission
+        ))
+    })?;
+    let scope = ItemScope::of(&state, &item.item_type, id).await?;
+    let caller_identity = caller.authorize(permission, &scope.scope())?;
     // An optional JSON body; commands without parameters take none.
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         serde_json::Value::Null
@@ -288,8 +372,15 @@ pub async fn command(
         })?
     };
     let reply = handler
-        .run_command(id, &command, body, ANONYMOUS_CALLER)
+        .run_command(id, &command, body, &caller_identity)
         .await?;
+    tracing::info!(
+        item_id = %id,
+        %command,
+        caller = %caller_identity,
+        status = reply.status,
+        "command {command} on work item {id} by {caller_identity}"
+    );
     if reply.wake
         && let Some(engine) = &state.engine
     {
@@ -303,9 +394,18 @@ pub async fn command(
 /// active and actionable with no attempts, and the engine is notified.
 pub async fn retry(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(raw_id): ApiPath<String>,
 ) -> Result<Json<ItemBody>, ApiError> {
+    caller.authorize(Permission::Retry, &Scope::ANY)?;
     let id = parse_id(&raw_id)?;
+    let current = state
+        .store
+        .item_get(id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    let scope = ItemScope::of(&state, &current.item_type, id).await?;
+    let caller_identity = caller.authorize(Permission::Retry, &scope.scope())?;
     let item = match state.store.item_retry(id, state.clock.now()).await {
         Ok(item) => item,
         Err(StoreError::NotFound(_)) => return Err(not_found(id)),
@@ -324,7 +424,7 @@ pub async fn retry(
         }
         Err(other) => return Err(other.into()),
     };
-    tracing::info!(item_id = %id, "work item {id} retried");
+    tracing::info!(item_id = %id, caller = %caller_identity, "work item {id} retried by {caller_identity}");
     if let Some(engine) = &state.engine {
         engine.notify(id);
     }

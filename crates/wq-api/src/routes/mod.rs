@@ -2,4 +2,5 @@
 
 pub mod health;
 pub mod items;
+pub mod me;
 pub mod webhooks;

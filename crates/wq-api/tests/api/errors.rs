@@ -79,6 +79,7 @@ async fn a_request_over_the_timeout_is_503() {
             list_delay: Some(Duration::from_secs(5)),
             ..Faults::default()
         },
+        ..AppOptions::default()
     };
     let app = spawn_app_with(Backend::Sqlite, options).await;
     let envelope = error_of(app.get("/api/v1/work-items").await, 503).await;

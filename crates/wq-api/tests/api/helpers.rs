@@ -1,17 +1,24 @@
 //! `TestApp`: the real router served on port 0 over a fresh database, with a
 //! real (not yet started) `ProcessingManager`, plus helpers to put items into
-//! a given state through the store.
+//! a given state through the store. Its `client` authenticates with an
+//! `admin` static token; [`Tokens`] holds tokens of other standing.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use time::OffsetDateTime;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use wq_api::{ApiConfig, AppState, ErrorEnvelope};
+use wq_auth::config::{RuleConfig, StaticTokenConfig};
+use wq_auth::{AuthConfig, Authenticator, AuthenticatorOptions};
 use wq_core::{
-    Action, Clock, Dimension, DimensionUpdate, EventResult, ExecError, ExecOutcome, ItemId,
-    ItemType, ItemView, PendingEvent, Phase, SystemClock, TypeRegistry, WorkItem,
+    Action, Clock, CommandReply, CommandSpec, Dimension, DimensionUpdate, EventResult, ExecError,
+    ExecOutcome, Headers, ItemId, ItemType, ItemView, PendingEvent, Phase, RequestError,
+    Submission, Submitted, SystemClock, TypeRegistry, WebhookError, WebhookReceipt,
+    WebhookReceiver, WorkItem,
 };
 use wq_engine::{EngineConfig, ProcessingManager};
 use wq_store::{
@@ -20,16 +27,76 @@ use wq_store::{
 };
 
 /// The item type the test engine handles: it never has anything to do, so a
-/// run claims the item and parks it (`actionable = false`).
+/// run claims the item and parks it (`actionable = false`). It takes
+/// submissions (`forge` and `project` optional, other keys ignored), reports
+/// their forge and project as its items' scope, and offers `retry-merge`
+/// (permission `retry`), which answers with the caller identity it got.
 pub const PROBE_TYPE: &str = "probe";
+/// The probe's command.
+pub const PROBE_COMMAND: &str = "retry-merge";
 
-struct Probe;
+struct Probe {
+    store: Arc<dyn Store>,
+    /// Forge and project of submitted items.
+    places: Mutex<HashMap<ItemId, (String, String)>>,
+}
 
 #[async_trait]
 impl ItemType for Probe {
     fn name(&self) -> &'static str {
         PROBE_TYPE
     }
+
+    async fn submit(&self, submission: Submission) -> Result<Submitted, RequestError> {
+        let text = |key: &str| submission.body[key].as_str().map(str::to_owned);
+        let id = ItemId::new_v7();
+        self.store
+            .item_insert(NewItem {
+                id,
+                item_type: PROBE_TYPE.to_owned(),
+                idempotency_key: None,
+                caller_identity: Some(submission.caller_identity.clone()),
+                now: submission.now,
+                dimensions: Vec::new(),
+            })
+            .await
+            .map_err(|error| RequestError::Unavailable(error.to_string()))?;
+        if let (Some(forge), Some(project)) = (text("forge"), text("project")) {
+            self.places.lock().unwrap().insert(id, (forge, project));
+        }
+        Ok(Submitted {
+            id,
+            outcome: "created",
+            created: true,
+            wake: false,
+        })
+    }
+
+    async fn scope(&self, id: ItemId) -> Result<Option<(String, String)>, RequestError> {
+        Ok(self.places.lock().unwrap().get(&id).cloned())
+    }
+
+    fn commands(&self) -> &'static [CommandSpec] {
+        &[CommandSpec {
+            name: PROBE_COMMAND,
+            permission: "retry",
+        }]
+    }
+
+    async fn run_command(
+        &self,
+        _id: ItemId,
+        _command: &str,
+        _body: serde_json::Value,
+        caller_identity: &str,
+    ) -> Result<CommandReply, RequestError> {
+        Ok(CommandReply {
+            status: 202,
+            body: serde_json::json!({"caller_identity": caller_identity}),
+            wake: false,
+        })
+    }
+
     fn actions(&self) -> &'static [&'static str] {
         &["noop"]
     }
@@ -54,12 +121,100 @@ pub enum Backend {
     Postgres,
 }
 
+/// A webhook source (`/webhooks/probe`) that takes any delivery and
+/// ignores it.
+pub struct ProbeWebhook;
+
+#[async_trait]
+impl WebhookReceiver for ProbeWebhook {
+    fn source(&self) -> &'static str {
+        "probe"
+    }
+
+    async fn receive(
+        &self,
+        _headers: &Headers,
+        _body: &[u8],
+        _now: OffsetDateTime,
+    ) -> Result<WebhookReceipt, WebhookError> {
+        Ok(WebhookReceipt {
+            items: Vec::new(),
+            ignored: Some("the probe tracks nothing".to_owned()),
+        })
+    }
+}
+
 /// How to build a [`TestApp`].
 #[derive(Default)]
 pub struct AppOptions {
     pub config: ApiConfig,
     /// Faults of the store the router sees.
     pub faults: Faults,
+    /// The `auth:` section; [`Tokens`] and their rules are added to it.
+    pub auth: AuthConfig,
+}
+
+/// Static tokens the app accepts, made per app.
+pub struct Tokens {
+    /// Group `admins`, rule `admins`: `admin`.
+    pub admin: String,
+    /// Group `readers`, rule `readers`: `read`.
+    pub reader: String,
+    /// Group `team`, rule `team`: `read`, `submit`, `retry` on `team/*`.
+    pub team: String,
+    /// Group `strangers`, which no rule names: authenticated, granted
+    /// nothing.
+    pub stranger: String,
+}
+
+impl Tokens {
+    fn new() -> Self {
+        let token = |name: &str| wq_auth::new_static_token(name).0;
+        Self {
+            admin: token("admin"),
+            reader: token("reader"),
+            team: token("team"),
+            stranger: token("stranger"),
+        }
+    }
+
+    /// Adds the tokens and their rules to `auth`.
+    fn configure(&self, auth: &mut AuthConfig) {
+        for (name, token, group) in [
+            ("admin", &self.admin, "admins"),
+            ("reader", &self.reader, "readers"),
+            ("team", &self.team, "team"),
+            ("stranger", &self.stranger, "strangers"),
+        ] {
+            auth.static_tokens.push(StaticTokenConfig::for_token(
+                name,
+                token,
+                vec![group.to_owned()],
+            ));
+        }
+        let rule = |name: &str, permissions: &[&str], projects: Option<&[&str]>| RuleConfig {
+            name: name.to_owned(),
+            groups: Some(vec![name.to_owned()]),
+            issuer: None,
+            claims: None,
+            permissions: permissions.iter().map(|p| (*p).to_owned()).collect(),
+            item_types: None,
+            forges: None,
+            projects: projects.map(|projects| projects.iter().map(|p| (*p).to_owned()).collect()),
+        };
+        auth.rules.push(rule("admins", &["admin"], None));
+        auth.rules.push(rule("readers", &["read"], None));
+        auth.rules.push(rule(
+            "team",
+            &["read", "submit", "retry"],
+            Some(&["team/*"]),
+        ));
+    }
+}
+
+/// `Bearer <token>`.
+pub fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
 }
 
 /// Faults a [`FaultyStore`] injects.
@@ -74,7 +229,11 @@ pub struct Faults {
 pub struct TestApp {
     /// `http://127.0.0.1:PORT`
     pub address: String,
+    /// Sends the `admin` token with every request.
     pub client: reqwest::Client,
+    /// Sends no credentials.
+    pub anonymous: reqwest::Client,
+    pub tokens: Tokens,
     /// The unwrapped store, for arranging and checking state.
     pub store: Arc<dyn Store>,
     pub engine: Arc<ProcessingManager>,
@@ -99,13 +258,17 @@ pub async fn spawn_app_with(backend: Backend, options: AppOptions) -> TestApp {
         .expect("connect to the test database");
     store.migrate().await.expect("migrate the test database");
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let probe = Probe {
+        store: Arc::clone(&store),
+        places: Mutex::new(HashMap::new()),
+    };
     let registry = TypeRegistry::builder()
-        .register(Arc::new(Probe))
+        .register(Arc::new(probe))
         .build()
         .expect("registry");
     let engine = ProcessingManager::new(
         Arc::clone(&store),
-        Arc::new(registry),
+        Arc::new(registry.clone()),
         Arc::clone(&clock),
         EngineConfig {
             handled_types: vec![PROBE_TYPE.to_owned()],
@@ -118,8 +281,22 @@ pub async fn spawn_app_with(backend: Backend, options: AppOptions) -> TestApp {
         inner: Arc::clone(&store),
         faults: options.faults,
     });
-    let state = AppState::new(faulty, Arc::clone(&clock))
+    let tokens = Tokens::new();
+    let mut auth = options.auth;
+    tokens.configure(&mut auth);
+    let authenticator = Authenticator::with_options(
+        auth.validate().expect("valid auth config"),
+        reqwest::Client::new(),
+        AuthenticatorOptions {
+            clock: Arc::clone(&clock),
+            in_cluster: None,
+        },
+    )
+    .expect("authenticator");
+    let state = AppState::new(faulty, Arc::clone(&clock), Arc::new(authenticator))
         .with_engine(Arc::clone(&engine))
+        .with_types(registry)
+        .with_webhook(Arc::new(ProbeWebhook))
         .with_metrics(metrics);
     let router = wq_api::router(state, &options.config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -130,9 +307,20 @@ pub async fn spawn_app_with(backend: Backend, options: AppOptions) -> TestApp {
     let server = tokio::spawn(wq_api::serve(listener, router, async move {
         let _ = shutdown_rx.await;
     }));
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        AUTHORIZATION,
+        HeaderValue::from_str(&bearer(&tokens.admin)).expect("header value"),
+    );
+    let client = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .expect("client");
     TestApp {
         address,
-        client: reqwest::Client::new(),
+        client,
+        anonymous: reqwest::Client::new(),
+        tokens,
         store,
         engine,
         clock,
@@ -162,6 +350,31 @@ impl TestApp {
             .send()
             .await
             .expect("request")
+    }
+
+    /// A request with `Authorization` set to `authorization` (none when
+    /// `None`).
+    pub fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        authorization: Option<&str>,
+    ) -> reqwest::RequestBuilder {
+        let request = self.anonymous.request(method, self.url(path));
+        match authorization {
+            Some(value) => request.header(AUTHORIZATION, value),
+            None => request,
+        }
+    }
+
+    /// A request authenticated with `token`.
+    pub fn request_as(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: &str,
+    ) -> reqwest::RequestBuilder {
+        self.request(method, path, Some(&bearer(token)))
     }
 
     /// Inserts an active, actionable item of `item_type`.

@@ -98,3 +98,29 @@ async fn missing_and_non_bearer_headers_are_refused() {
         .unwrap_err();
     assert_eq!(failure, AuthFailure::NotBearer);
 }
+
+#[tokio::test]
+async fn an_entry_for_a_token_made_in_process_accepts_it() {
+    let (token, _) = new_static_token("demo");
+    let entry = wq_auth::config::StaticTokenConfig::for_token("demo", &token, vec!["bots".into()]);
+    assert_eq!(entry.sha256.len(), 64);
+    let config = wq_auth::AuthConfig {
+        static_tokens: vec![entry],
+        ..wq_auth::AuthConfig::default()
+    };
+    let yaml_free = config.validate().unwrap();
+    let auth = wq_auth::Authenticator::with_options(
+        yaml_free,
+        reqwest::Client::new(),
+        wq_auth::AuthenticatorOptions {
+            clock: clock_now(),
+            in_cluster: None,
+        },
+    )
+    .unwrap();
+    let principal = auth.authenticate(Some(&bearer(&token))).await.unwrap();
+    assert_eq!(principal.name(), "demo (token demo)");
+    let (other, _) = new_static_token("demo");
+    let failure = auth.authenticate(Some(&bearer(&other))).await.unwrap_err();
+    assert_eq!(failure, AuthFailure::UnknownStaticToken);
+}
