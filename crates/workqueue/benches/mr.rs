@@ -6,22 +6,25 @@
 //!   the upsert transaction (the engine does not process them). Then the
 //!   same bodies again (`unchanged`: validation, hash, one lookup).
 //! - **webhook → merge**: for MRs whose pipeline just passed, the time from
-//!   the sim's delivery of the `Pipeline Hook` (status success) to the
-//!   merge call arriving at the sim (both in the sim's clock): webhook
-//!   receipt, event insert, wake-up, event handling, one MR read, the
-//!   journal reservation and the merge request itself.
+//!   the `Pipeline Hook` (status success) arriving at the service to the
+//!   merge call arriving at the sim, both on the wall clock of this one
+//!   machine (the sim's clock is wall time when nothing advances it): event
+//!   insert, wake-up, event handling, one MR read, the journal reservation
+//!   and the merge request.
 //!
 //! Env: `WQ_BENCH_SUBMISSIONS` (default 2000), `WQ_BENCH_MERGES` (20),
 //! `WQ_BENCH_BACKENDS` (`sqlite,postgres`).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use forge_sim::{ForgeSim, JobOutcome, JobSpec, SimConfig, SimHandle};
 use serde_json::{Value, json};
+use time::OffsetDateTime;
 use workqueue::app;
 use workqueue::config::Config;
+use wq_auth::config::{RuleConfig, StaticTokenConfig};
 use wq_core::{Clock, SystemClock};
 use wq_forge::{ForgeConfig, ForgeKind, Forges, ForgesConfig};
 
@@ -35,14 +38,21 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// When each successful pipeline's webhook reached the service, by ref.
+type Arrivals = Arc<Mutex<BTreeMap<String, OffsetDateTime>>>;
+
 struct Service {
     url: String,
+    client: reqwest::Client,
+    project_path: String,
+    arrivals: Arrivals,
     engine: Arc<wq_engine::ProcessingManager>,
     stop: tokio::sync::oneshot::Sender<()>,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 async fn start(database_url: &str, sim: &SimHandle, process: bool) -> (Service, u64) {
+    let (token, _) = wq_auth::new_static_token("bench");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let project = sim
@@ -63,6 +73,21 @@ async fn start(database_url: &str, sim: &SimHandle, process: bool) -> (Service, 
         Vec::new()
     };
     config.mr.public_url = url.clone();
+    config.auth.static_tokens = vec![StaticTokenConfig::for_token(
+        "bench",
+        &token,
+        vec!["bench".into()],
+    )];
+    config.auth.rules = vec![RuleConfig {
+        name: "bench".into(),
+        groups: Some(vec!["bench".into()]),
+        issuer: None,
+        claims: None,
+        permissions: vec!["admin".into()],
+        item_types: None,
+        forges: None,
+        projects: None,
+    }];
     config.forges = ForgesConfig {
         instances: BTreeMap::from([(
             "gitlab".to_owned(),
@@ -78,19 +103,74 @@ async fn start(database_url: &str, sim: &SimHandle, process: bool) -> (Service, 
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let built = app::assemble(&config, forges, clock, None).await.unwrap();
     built.engine.start();
+    let arrivals: Arrivals = Arc::default();
+    let seen = arrivals.clone();
+    let router = built.router.clone().layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let seen = seen.clone();
+            async move { record_pipeline_success(request, next, seen).await }
+        },
+    ));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(wq_api::serve(listener, built.router.clone(), async move {
+    let server = tokio::spawn(wq_api::serve(listener, router, async move {
         let _ = stopped.await;
     }));
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {token}").parse().unwrap(),
+    );
+    let client = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap();
+    let project_path = project_path(sim, project).await;
     (
         Service {
             url,
+            client,
+            project_path,
+            arrivals,
             engine: built.engine,
             stop,
             server,
         },
         project,
     )
+}
+
+/// Notes the arrival time of `Pipeline Hook` deliveries with status
+/// success, then hands the request on unchanged.
+async fn record_pipeline_success(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+    arrivals: Arrivals,
+) -> axum::response::Response {
+    let arrived = OffsetDateTime::now_utc();
+    let is_pipeline = request
+        .headers()
+        .get("x-gitlab-event")
+        .is_some_and(|v| v == "Pipeline Hook");
+    if !is_pipeline {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    let hook: Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    if hook["object_attributes"]["status"] == "success"
+        && let Some(reference) = hook["object_attributes"]["ref"].as_str()
+    {
+        arrivals
+            .lock()
+            .unwrap()
+            .entry(reference.to_owned())
+            .or_insert(arrived);
+    }
+    next.run(axum::extract::Request::from_parts(
+        parts,
+        axum::body::Body::from(bytes),
+    ))
+    .await
 }
 
 impl Service {
@@ -121,8 +201,9 @@ fn body(project: &str, n: usize) -> Value {
 }
 
 /// Submits `bodies` with `clients` concurrent clients; requests per second.
-async fn submit_all(url: &str, bodies: &[Value], clients: usize, expect: &str) -> f64 {
-    let client = reqwest::Client::new();
+async fn submit_all(service: &Service, bodies: &[Value], clients: usize, expect: &str) -> f64 {
+    let client = service.client.clone();
+    let url = &service.url;
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let bodies = Arc::new(bodies.to_vec());
     let started = Instant::now();
@@ -158,13 +239,12 @@ async fn submit_all(url: &str, bodies: &[Value], clients: usize, expect: &str) -
 }
 
 async fn bench_submit(database_url: &str, sim: &SimHandle, count: usize) -> (f64, f64) {
-    let (service, project) = start(database_url, sim, false).await;
-    let project_path = project_path(sim, project).await;
-    let bodies: Vec<Value> = (0..count).map(|n| body(&project_path, n)).collect();
+    let (service, _) = start(database_url, sim, false).await;
+    let bodies: Vec<Value> = (0..count).map(|n| body(&service.project_path, n)).collect();
     // Warm up connections and caches.
-    submit_all(&service.url, &bodies[..16.min(count)], 16, "created").await;
-    let created = submit_all(&service.url, &bodies[16.min(count)..], 16, "created").await;
-    let unchanged = submit_all(&service.url, &bodies, 16, "unchanged").await;
+    submit_all(&service, &bodies[..16.min(count)], 16, "created").await;
+    let created = submit_all(&service, &bodies[16.min(count)..], 16, "created").await;
+    let unchanged = submit_all(&service, &bodies, 16, "unchanged").await;
     service.stop().await;
     (created, unchanged)
 }
@@ -185,12 +265,12 @@ async fn project_path(sim: &SimHandle, project: u64) -> String {
 /// Milliseconds from each successful pipeline's webhook delivery to the
 /// merge call of its MR.
 async fn bench_merge_latency(database_url: &str, sim: &SimHandle, count: usize) -> Vec<f64> {
-    let (service, project) = start(database_url, sim, true).await;
-    let project_path = project_path(sim, project).await;
-    let client = reqwest::Client::new();
+    let (service, _) = start(database_url, sim, true).await;
+    let client = service.client.clone();
+    let encoded = service.project_path.replace('/', "%2F");
     let mut latencies = Vec::new();
     for n in 0..count {
-        let mut submission = body(&project_path, n);
+        let mut submission = body(&service.project_path, n);
         submission["file_actions"] =
             json!([{"action": "create", "file_path": format!("m/{n}.txt"), "content": "m\n"}]);
         let reply: Value = client
@@ -219,25 +299,14 @@ async fn bench_merge_latency(database_url: &str, sim: &SimHandle, count: usize) 
             assert!(Instant::now() < deadline, "not merged: {item}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
+        let merge_path = format!("/projects/{encoded}/merge_requests/{number}/merge");
         let merge_at = sim
             .requests()
             .into_iter()
-            .find(|r| {
-                r.method == "PUT" && r.path.ends_with(&format!("/merge_requests/{number}/merge"))
-            })
+            .find(|r| r.method == "PUT" && r.path.ends_with(&merge_path))
             .map(|r| r.time)
             .expect("merge call");
-        let hook_at = sim
-            .webhook_deliveries()
-            .into_iter()
-            .filter(|d| {
-                d.event == "Pipeline Hook"
-                    && d.body["object_attributes"]["status"] == "success"
-                    && d.body["object_attributes"]["ref"] == format!("bench/{n}")
-            })
-            .map(|d| d.at)
-            .min()
-            .expect("pipeline hook");
+        let hook_at = service.arrivals.lock().unwrap()[&format!("bench/{n}")];
         latencies.push((merge_at - hook_at).as_seconds_f64() * 1000.0);
     }
     service.stop().await;
