@@ -5,6 +5,7 @@
 use std::sync::LazyLock;
 
 use sqlx::Row;
+use sqlx::SqliteConnection;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::SqliteRow;
 use time::OffsetDateTime;
@@ -37,31 +38,54 @@ pub(super) async fn migrate(store: &SqliteStore) -> StoreResult<()> {
 }
 
 pub(super) async fn upsert(store: &SqliteStore, input: &UpsertInput<'_>) -> StoreResult<Upserted> {
-    let spec = input.spec;
+    // Group commit: the lookup and the writes run in one savepoint of the
+    // next batch, under the write lock, so they see one state of the table
+    // and concurrent submissions share one fsync.
+    let owned = OwnedInput {
+        spec: input.spec.clone(),
+        content_hash: input.content_hash.to_owned(),
+        metadata_hash: input.metadata_hash.to_owned(),
+        caller_identity: input.caller_identity.to_owned(),
+        now: input.now,
+    };
+    store
+        .write(move |conn| Box::pin(async move { upsert_on(conn, &owned).await }))
+        .await
+}
+
+/// [`UpsertInput`] owned, to move into the batch.
+struct OwnedInput {
+    spec: crate::spec::MrSpec,
+    content_hash: String,
+    metadata_hash: String,
+    caller_identity: String,
+    now: OffsetDateTime,
+}
+
+async fn upsert_on(conn: &mut SqliteConnection, input: &OwnedInput) -> StoreResult<Upserted> {
+    let spec = &input.spec;
     let now = input.now;
-    // BEGIN IMMEDIATE: the lookup and the write see one state of the table.
-    let mut tx = store.begin_write().await?;
     let live = sqlx::query(sql!("live_by_branch"))
         .bind(&spec.forge)
         .bind(&spec.project)
         .bind(&spec.source_branch)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *conn)
         .await?;
     let Some(live) = live else {
         let generation: i64 = sqlx::query_scalar(sql!("next_generation"))
             .bind(&spec.forge)
             .bind(&spec.project)
             .bind(&spec.source_branch)
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut *conn)
             .await?;
         let id = ItemId::new_v7();
         backend::insert_item(
-            &mut tx,
+            &mut *conn,
             &NewItem {
                 id,
                 item_type: crate::TYPE_NAME.to_owned(),
                 idempotency_key: Some(idempotency_key(spec, generation)),
-                caller_identity: Some(input.caller_identity.to_owned()),
+                caller_identity: Some(input.caller_identity.clone()),
                 now,
                 dimensions: Vec::new(),
             },
@@ -81,12 +105,11 @@ pub(super) async fn upsert(store: &SqliteStore, input: &UpsertInput<'_>) -> Stor
             .bind(json_of(&spec.file_actions).to_string())
             .bind(spec.automation.auto_merge)
             .bind(spec.automation.ci_retry)
-            .bind(input.content_hash)
-            .bind(input.metadata_hash)
+            .bind(&input.content_hash)
+            .bind(&input.metadata_hash)
             .bind(micros(now))
-            .execute(&mut *tx)
+            .execute(&mut *conn)
             .await?;
-        tx.commit().await?;
         return Ok(Upserted {
             id,
             outcome: UpsertOutcome::Created,
@@ -105,7 +128,6 @@ pub(super) async fn upsert(store: &SqliteStore, input: &UpsertInput<'_>) -> Stor
     let outcome = match phase {
         Phase::Failed => UpsertOutcome::Retried,
         _ if same_content && same_metadata => {
-            tx.rollback().await?;
             return Ok(Upserted {
                 id,
                 outcome: UpsertOutcome::Unchanged,
@@ -116,7 +138,7 @@ pub(super) async fn upsert(store: &SqliteStore, input: &UpsertInput<'_>) -> Stor
         },
     };
     if outcome == UpsertOutcome::Retried {
-        backend::retry_item(&mut tx, id, now).await?;
+        backend::retry_item(&mut *conn, id, now).await?;
     }
     sqlx::query(sql!("update_spec"))
         .bind(id_text(id))
@@ -128,17 +150,17 @@ pub(super) async fn upsert(store: &SqliteStore, input: &UpsertInput<'_>) -> Stor
         .bind(json_of(&spec.file_actions).to_string())
         .bind(spec.automation.auto_merge)
         .bind(spec.automation.ci_retry)
-        .bind(input.content_hash)
-        .bind(input.metadata_hash)
+        .bind(&input.content_hash)
+        .bind(&input.metadata_hash)
         .bind(micros(now))
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await?;
     let body = submission_event(outcome);
     for update in submission_dimensions(body["change"].as_str().unwrap_or_default()) {
-        backend::upsert_dimension(&mut tx, id, &update, now).await?;
+        backend::upsert_dimension(&mut *conn, id, &update, now).await?;
     }
     backend::insert_event(
-        &mut tx,
+        &mut *conn,
         &NewEvent {
             item_id: id,
             event_type: super::SUBMISSION_EVENT.to_owned(),
@@ -147,7 +169,6 @@ pub(super) async fn upsert(store: &SqliteStore, input: &UpsertInput<'_>) -> Stor
         },
     )
     .await?;
-    tx.commit().await?;
     Ok(Upserted { id, outcome })
 }
 

@@ -245,8 +245,10 @@ impl SqliteStore {
     /// Runs `statements` through group commit: inside the next batch's
     /// `BEGIN IMMEDIATE` transaction, in its own savepoint (rolled back if
     /// it returns an error). The result comes back only after the batch has
-    /// committed.
-    async fn write<T, F>(&self, statements: F) -> StoreResult<T>
+    /// committed. Item types use it for their own transactions so that
+    /// concurrent callers share one fsync; `statements` must only use the
+    /// connection it is given.
+    pub async fn write<T, F>(&self, statements: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, StoreResult<T>>
