@@ -12,6 +12,9 @@
 //!   insert, wake-up, event handling, one MR read, the journal reservation
 //!   and the merge request.
 //!
+//! The projects' CI takes one second, so the merge waits for the pipeline's
+//! webhook. A negative figure would mean something else triggered it.
+//!
 //! Env: `WQ_BENCH_SUBMISSIONS` (default 2000), `WQ_BENCH_MERGES` (20),
 //! `WQ_BENCH_BACKENDS` (`sqlite,postgres`).
 
@@ -58,7 +61,9 @@ async fn start(database_url: &str, sim: &SimHandle, process: bool) -> (Service, 
     let project = sim
         .gitlab_project(&format!("{PROJECT}-{}", uuid::Uuid::new_v4().simple()))
         .require_pipeline_success(true)
-        .job(JobSpec::new("unit", JobOutcome::Success))
+        // One second of CI, so the first reconcile sees it running and the
+        // merge waits for the pipeline's webhook.
+        .job(JobSpec::new("unit", JobOutcome::Success).duration_secs(1))
         .webhook(&format!("{url}/webhooks/gitlab"), SECRET)
         .create()
         .unwrap();
@@ -306,11 +311,27 @@ async fn bench_merge_latency(database_url: &str, sim: &SimHandle, count: usize) 
             .find(|r| r.method == "PUT" && r.path.ends_with(&merge_path))
             .map(|r| r.time)
             .expect("merge call");
-        let hook_at = service.arrivals.lock().unwrap()[&format!("bench/{n}")];
+        let hook_at = wait_for_arrival(&service.arrivals, &format!("bench/{n}")).await;
         latencies.push((merge_at - hook_at).as_seconds_f64() * 1000.0);
     }
     service.stop().await;
     latencies
+}
+
+/// The arrival of `reference`'s success hook (the delivery may still be on
+/// its way when the merge is seen).
+async fn wait_for_arrival(arrivals: &Arrivals, reference: &str) -> OffsetDateTime {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(at) = arrivals.lock().unwrap().get(reference) {
+            return *at;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no pipeline hook for {reference}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {

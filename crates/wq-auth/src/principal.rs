@@ -67,6 +67,14 @@ impl Principal {
         })
     }
 
+    /// True when one of the caller's rules grants `permission` with no
+    /// scope restriction (then a listing needs no per-item check).
+    pub fn permits_everywhere(&self, permission: Permission) -> bool {
+        self.rules
+            .iter()
+            .any(|rule| rule.permits_everywhere(permission))
+    }
+
     /// Who the caller is, without the rule: the OpenShift user name, the
     /// static token's identity, or a JWT's `sub` and issuer.
     pub fn name(&self) -> String {

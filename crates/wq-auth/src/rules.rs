@@ -164,6 +164,15 @@ impl Rule {
         self.permissions.allows(permission) && self.scope.contains(scope)
     }
 
+    /// Whether this rule grants `permission` with no item type, forge or
+    /// project restriction.
+    pub fn permits_everywhere(&self, permission: Permission) -> bool {
+        self.permissions.allows(permission)
+            && self.scope.item_types.is_none()
+            && self.scope.forges.is_none()
+            && self.scope.projects.is_none()
+    }
+
     pub(crate) fn matches_groups<'a>(&self, groups: impl IntoIterator<Item = &'a String>) -> bool {
         let RuleIdentity::Groups(wanted) = &self.identity else {
             return false;

@@ -183,6 +183,34 @@ pub async fn list(
     } else {
         None
     };
+    // A caller whose read is scoped (to item types, forges or projects)
+    // sees only the items it may read; the cursor still pages the whole
+    // list, so a page may come back shorter than `limit`.
+    if !caller.principal().permits_everywhere(Permission::Read) {
+        let mut visible = Vec::with_capacity(items.len());
+        for item in items {
+            let scope = match state.types.get(&item.item_type) {
+                Some(item_type) => item_type.scope(item.id).await?,
+                None => None,
+            };
+            let (forge, project) = scope.unzip();
+            let allowed = caller
+                .principal()
+                .authorize(
+                    Permission::Read,
+                    &Scope {
+                        item_type: Some(&item.item_type),
+                        forge: forge.as_deref(),
+                        project: project.as_deref(),
+                    },
+                )
+                .is_ok();
+            if allowed {
+                visible.push(item);
+            }
+        }
+        items = visible;
+    }
     Ok(Json(ItemList {
         items: items.into_iter().map(ItemBody::from).collect(),
         next_before,

@@ -240,6 +240,7 @@ async fn submissions_and_items_are_scoped_by_project(backend: Backend) {
     // The same project as the forge spells it, in another case.
     let response = submit_as(&app, &team, &probe("Team/Y")).await;
     assert_eq!(response.status().as_u16(), 201);
+    let yours: SubmitResponse = response.json().await.unwrap();
 
     // An admin's item in another project: the team may not see or retry it.
     let response = app
@@ -292,13 +293,20 @@ async fn submissions_and_items_are_scoped_by_project(backend: Backend) {
         };
         assert_eq!(phase, expected, "{}", item.id);
     }
-    // Listing names no project: the team's `read` covers it.
+    // A scoped reader's list shows only the items it may read; an
+    // unscoped one (the admin) sees all three.
     let list = app
         .request_as(Method::GET, "/api/v1/work-items", &team)
         .send()
         .await
         .unwrap();
     let list: ItemList = json_of(list).await;
+    let mut seen: Vec<_> = list.items.iter().map(|item| item.id).collect();
+    seen.sort();
+    let mut expected = vec![ours.item.id, yours.item.id];
+    expected.sort();
+    assert_eq!(seen, expected, "other/x is not listed for the team");
+    let list: ItemList = json_of(app.get("/api/v1/work-items").await).await;
     assert_eq!(list.items.len(), 3);
     app.stop().await;
 }
