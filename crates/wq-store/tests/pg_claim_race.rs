@@ -1,0 +1,109 @@
+//! PostgreSQL: a claim whose statement snapshot predates another worker's
+//! commit must not return that snapshot's (stale) dimensions. Without the
+//! guard in `items/claim_snapshot.sql`, the UPDATE's re-check on the newer
+//! row claims the item while the dimension read shows the state before the
+//! commit, and the loop redoes a step that was already done.
+
+use std::time::Duration as StdDuration;
+
+use time::{Duration, OffsetDateTime};
+use wq_core::{DimensionStatus, DimensionUpdate, ItemId};
+use wq_store::postgres::PgStore;
+use wq_store::testing::{drop_postgres_database, fresh_postgres_url};
+use wq_store::{ClaimParams, NewItem, Store};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_racing_a_commit_never_returns_dimensions_from_before_it() {
+    let url = fresh_postgres_url().await;
+    let store = PgStore::connect(&url, 5).await.unwrap();
+    store.migrate().await.unwrap();
+    let now = OffsetDateTime::now_utc();
+    let id = ItemId::new_v7();
+    store
+        .item_insert(NewItem {
+            id,
+            item_type: "t".into(),
+            idempotency_key: None,
+            caller_identity: None,
+            now,
+            dimensions: vec![DimensionUpdate::new("needs_step", true)],
+        })
+        .await
+        .unwrap();
+    let params = move |now| ClaimParams {
+        id,
+        now,
+        lease_until: now + Duration::minutes(1),
+        handled_types: vec!["t".into()],
+    };
+    // Worker A claims the item, does its step and parks; its last commit
+    // (the park) is still open. Its net effect: the row changed, the step
+    // is done, the item is unleased again.
+    let mut a = store.pool().begin().await.unwrap();
+    sqlx::query("UPDATE work_items SET leased_until = NULL, actionable = false WHERE id = $1")
+        .bind(id.0)
+        .execute(&mut *a)
+        .await
+        .unwrap();
+    wq_store::postgres::upsert_dimension(
+        &mut a,
+        id,
+        &DimensionUpdate::new("needs_step", false),
+        now,
+    )
+    .await
+    .unwrap();
+
+    // Worker B's claim starts now: its snapshot sees the item unleased with
+    // the step to do, so it waits for A's row lock.
+    let b_store = store.clone();
+    let b = tokio::spawn(async move { b_store.item_claim_snapshot(params(now)).await });
+    let deadline = std::time::Instant::now() + StdDuration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        if std::time::Instant::now() >= deadline {
+            let finished = b.is_finished();
+            let outcome = if finished {
+                format!("{:?}", b.await)
+            } else {
+                "running".into()
+            };
+            panic!("B never waited for A's lock: {outcome}");
+        }
+        tokio::time::sleep(StdDuration::from_millis(10)).await;
+    }
+    a.commit().await.unwrap();
+
+    match b.await.unwrap().unwrap() {
+        None => {}
+        Some((snapshot, _)) => {
+            let step = snapshot.view.dimension("needs_step", "").expect("row");
+            assert_eq!(
+                step.status,
+                DimensionStatus::False,
+                "B claimed with dimensions from before A's commit"
+            );
+        }
+    }
+    // A claim after the commit sees it.
+    let (snapshot, _) = store
+        .item_claim_snapshot(params(now))
+        .await
+        .unwrap()
+        .expect("claimable after A's park");
+    assert_eq!(
+        snapshot.view.dimension("needs_step", "").unwrap().status,
+        DimensionStatus::False
+    );
+    drop(store);
+    drop_postgres_database(&url).await;
+}
