@@ -276,7 +276,7 @@ impl Config {
                 );
             }
         }
-        if let Err(errors) = self.mr.submission.compile() {
+        if let Err(errors) = self.mr.compile() {
             anyhow::bail!("{}", errors.join("\n"));
         }
         for (name, forge) in &self.forges.instances {

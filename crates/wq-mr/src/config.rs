@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use wq_forge::MergeMethod;
 
-use crate::spec::SubmissionConfig;
+use crate::spec::{SubmissionConfig, SubmissionRules};
 
 /// Settings of the `mr` type. Every field has a default.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -42,5 +42,94 @@ impl Default for MrConfig {
             merge_attempt_deadline_seconds: 300,
             merge_method: None,
         }
+    }
+}
+
+impl MrConfig {
+    /// Checks what serde cannot and compiles the submission rules. Every
+    /// problem is reported, each naming its field (`mr.…`).
+    pub fn compile(&self) -> Result<SubmissionRules, Vec<String>> {
+        let mut errors = Vec::new();
+        // A zero interval would re-arm a timer that is already due: the item
+        // would re-read the forge in a loop until its deadline.
+        for (field, value) in [
+            (
+                "reconcile_interval_seconds",
+                self.reconcile_interval_seconds,
+            ),
+            (
+                "reconcile_busy_interval_seconds",
+                self.reconcile_busy_interval_seconds,
+            ),
+            (
+                "empty_check_interval_seconds",
+                self.empty_check_interval_seconds,
+            ),
+            (
+                "merge_attempt_deadline_seconds",
+                self.merge_attempt_deadline_seconds,
+            ),
+        ] {
+            if !(1..=MAX_INTERVAL_SECONDS).contains(&value) {
+                errors.push(format!(
+                    "mr.{field}: must be between 1 and {MAX_INTERVAL_SECONDS}, got {value}"
+                ));
+            }
+        }
+        let url_ok = url::Url::parse(&self.public_url)
+            .is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.has_host());
+        if !url_ok {
+            errors.push(format!(
+                "mr.public_url: expected an http(s) URL, got {:?}",
+                self.public_url
+            ));
+        }
+        if self.managed_label.contains(',') || self.managed_label.chars().any(char::is_control) {
+            errors.push(format!(
+                "mr.managed_label: must not contain commas or control characters, got {:?}",
+                self.managed_label
+            ));
+        }
+        match self.submission.compile() {
+            Ok(rules) if errors.is_empty() => Ok(rules),
+            Ok(_) => Err(errors),
+            Err(more) => {
+                errors.extend(more);
+                Err(errors)
+            }
+        }
+    }
+}
+
+/// Longest accepted interval (one week).
+const MAX_INTERVAL_SECONDS: u64 = 7 * 24 * 3600;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_compile_and_bad_values_name_their_field() {
+        assert!(MrConfig::default().compile().is_ok());
+        let config = MrConfig {
+            reconcile_interval_seconds: 0,
+            merge_attempt_deadline_seconds: 0,
+            public_url: "not a url".into(),
+            managed_label: "a,b".into(),
+            ..MrConfig::default()
+        };
+        let Err(errors) = config.compile() else {
+            panic!("a bad config was accepted");
+        };
+        assert_eq!(
+            errors,
+            vec![
+                "mr.reconcile_interval_seconds: must be between 1 and 604800, got 0".to_owned(),
+                "mr.merge_attempt_deadline_seconds: must be between 1 and 604800, got 0".to_owned(),
+                "mr.public_url: expected an http(s) URL, got \"not a url\"".to_owned(),
+                "mr.managed_label: must not contain commas or control characters, got \"a,b\""
+                    .to_owned(),
+            ]
+        );
     }
 }

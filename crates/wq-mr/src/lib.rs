@@ -56,7 +56,7 @@ impl MrType {
         config: MrConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, Vec<String>> {
-        let rules = config.submission.compile()?;
+        let rules = config.compile()?;
         Ok(Self {
             store: MrStore::new(items.as_ref()),
             items,
