@@ -67,6 +67,25 @@ pub enum ForgeEvent {
         author: String,
         body: String,
     },
+    /// GitHub check runs, check suites and commit statuses: CI news about a
+    /// commit. `numbers` are the pull requests the forge says it belongs to
+    /// (often empty for statuses); `ref_name` the branch, when given.
+    Checks {
+        project: String,
+        sha: Option<String>,
+        ref_name: Option<String>,
+        numbers: Vec<u64>,
+        status: CiStatus,
+    },
+    /// GitHub merge queue news (`merge_group`, `pull_request` `enqueued` /
+    /// `dequeued`): the pull request's queue entry changed.
+    Queue {
+        project: String,
+        number: u64,
+        /// The forge's action word (`checks_requested`, `destroyed`,
+        /// `enqueued`, `dequeued`).
+        action: String,
+    },
     /// Authentic but of no interest (event type or object we don't handle).
     Ignored { reason: String },
 }
@@ -79,6 +98,8 @@ impl ForgeEvent {
             Self::Pipeline { .. } => "pipeline",
             Self::Job { .. } => "job",
             Self::Note { .. } => "note",
+            Self::Checks { .. } => "checks",
+            Self::Queue { .. } => "queue",
             Self::Ignored { .. } => "ignored",
         }
     }

@@ -69,6 +69,22 @@ pub trait Forge: Send + Sync + 'static {
     /// need (CI, reviews, mergeability, threads, queue where cheap).
     async fn get_change(&self, project: &str, number: u64) -> ForgeResult<ChangeRequest>;
 
+    /// The merge queue entries of several change requests of one project in
+    /// one request (GitHub: one GraphQL query with an alias per pull
+    /// request). Every asked number is in the answer: an entry, `Absent`
+    /// (authoritatively in no queue), or `Unobserved` when the forge cannot
+    /// tell (no queue API; the default).
+    async fn queue_entries(
+        &self,
+        _project: &str,
+        numbers: &[u64],
+    ) -> ForgeResult<BTreeMap<u64, QueueObservation>> {
+        Ok(numbers
+            .iter()
+            .map(|n| (*n, QueueObservation::Unobserved))
+            .collect())
+    }
+
     /// Merges, or enters the merge queue / merge train. With
     /// `expected_head_sha`, the forge refuses (409, [`ForgeErrorKind::Conflict`])
     /// rather than merge another head.

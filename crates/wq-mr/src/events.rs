@@ -62,7 +62,10 @@ async fn handle_forge_event(
             ChangeAction::Closed => confirm_closed(mr, view).await,
             _ => Ok(reconcile()),
         },
-        ForgeEvent::Pipeline { .. } | ForgeEvent::Note { .. } => Ok(reconcile()),
+        ForgeEvent::Pipeline { .. }
+        | ForgeEvent::Note { .. }
+        | ForgeEvent::Checks { .. }
+        | ForgeEvent::Queue { .. } => Ok(reconcile()),
         ForgeEvent::Job { .. } | ForgeEvent::Ignored { .. } => Ok(EventResult::ignored()),
     }
 }

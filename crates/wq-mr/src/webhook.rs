@@ -118,6 +118,36 @@ impl ForgeWebhooks {
                     .find_active(forge, project, Lookup::Number(*number))
                     .await
             }
+            ForgeEvent::Checks {
+                project,
+                numbers,
+                ref_name,
+                ..
+            } => {
+                for number in numbers {
+                    if let Some(id) = store
+                        .find_active(forge, project, Lookup::Number(*number))
+                        .await?
+                    {
+                        return Ok(Some(id));
+                    }
+                }
+                match ref_name {
+                    Some(branch) => {
+                        store
+                            .find_active(forge, project, Lookup::Branch(branch))
+                            .await
+                    }
+                    None => Ok(None),
+                }
+            }
+            ForgeEvent::Queue {
+                project, number, ..
+            } => {
+                store
+                    .find_active(forge, project, Lookup::Number(*number))
+                    .await
+            }
             ForgeEvent::Ignored { .. } => Ok(None),
         }
     }
