@@ -87,6 +87,10 @@ pub struct Config {
     /// The `mr` item type (submission rules, intervals, labels).
     #[garde(skip)]
     pub mr: wq_mr::MrConfig,
+    /// The CI retry herder's matchers (`ci_retry.matchers`); the default
+    /// set when absent. Compiled by [`Config::herder`].
+    #[garde(skip)]
+    pub ci_retry: wq_herder::HerderConfig,
     /// Who may call the API (static tokens, JWT issuers, OpenShift, rules);
     /// validated by [`wq_auth::AuthConfig::validate`].
     #[garde(skip)]
@@ -227,7 +231,16 @@ impl Config {
         config
             .auth_settings()
             .map_err(|errors| ConfigErrors(errors.0))?;
+        config.herder().map_err(ConfigErrors)?;
         Ok(config)
+    }
+
+    /// The compiled `ci_retry:` matchers, or every problem, each naming the
+    /// matcher and field (`ci_retry.matchers[1] (name "oom").messages[0]: ...`).
+    pub fn herder(&self) -> Result<wq_herder::Herder, Vec<String>> {
+        self.ci_retry
+            .compile()
+            .map_err(|errors| errors.iter().map(ToString::to_string).collect())
     }
 
     /// The validated `auth:` section, or every problem in it, each naming
@@ -277,6 +290,9 @@ impl Config {
             }
         }
         if let Err(errors) = self.mr.compile() {
+            anyhow::bail!("{}", errors.join("\n"));
+        }
+        if let Err(errors) = self.herder() {
             anyhow::bail!("{}", errors.join("\n"));
         }
         for (name, forge) in &self.forges.instances {

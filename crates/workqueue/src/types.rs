@@ -27,8 +27,12 @@ pub fn build(
     config: &Config,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<Types> {
+    let herder = config
+        .herder()
+        .map_err(|errors| anyhow::anyhow!("invalid ci_retry config: {}", errors.join("; ")))?;
     let mr = MrType::new(store, forges, config.mr.clone(), clock)
-        .map_err(|errors| anyhow::anyhow!("invalid mr config: {}", errors.join("; ")))?;
+        .map_err(|errors| anyhow::anyhow!("invalid mr config: {}", errors.join("; ")))?
+        .with_herder(herder);
     let mr = Arc::new(mr);
     let registry = TypeRegistry::builder().register(mr.clone()).build()?;
     Ok(Types { registry, mr })

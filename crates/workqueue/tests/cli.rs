@@ -163,6 +163,40 @@ fn config_check_accepts_a_good_file_and_names_bad_fields() {
         )
     );
 
+    // CI retry matchers are compiled before anything starts: `serve`
+    // refuses them as `config check` does, naming the matcher.
+    for (file, matchers, expected) in [
+        (
+            "regex.yaml",
+            "    - name: oom\n      messages: [\"/Killed (/\"]\n",
+            "ci_retry.matchers[0] (name \"oom\").messages[0]",
+        ),
+        (
+            "action.yaml",
+            "    - name: flaky\n      action: restart\n",
+            "ci_retry.matchers[0] (name \"flaky\").action",
+        ),
+        (
+            "delay.yaml",
+            "    - name: runner\n      retry_delays: [30, -5]\n",
+            "ci_retry.matchers[0] (name \"runner\").retry_delays[1]",
+        ),
+    ] {
+        let path = write(&dir, file, &format!("ci_retry:\n  matchers:\n{matchers}"));
+        for command in [
+            &["config", "check", &path][..],
+            &["serve", "--config", &path][..],
+        ] {
+            let output = workqueue(command);
+            assert_eq!(output.status.code(), Some(1), "{command:?}");
+            assert!(
+                stderr_of(&output).contains(expected),
+                "{command:?}: {}",
+                stderr_of(&output)
+            );
+        }
+    }
+
     let (_, entry) = new_token("nightly");
     let tokens = write(&dir, "tokens.yaml", &auth_section(&entry));
     let output = workqueue(&["config", "check", &tokens]);

@@ -59,6 +59,10 @@ pub enum ForgeEvent {
         failure_reason: Option<String>,
         #[serde(with = "time::serde::rfc3339::option")]
         finished_at: Option<OffsetDateTime>,
+        /// The branch the job ran for (finds the item while its new head
+        /// pipeline is not recorded yet).
+        #[serde(default)]
+        ref_name: Option<String>,
     },
     Note {
         project: String,

@@ -821,6 +821,9 @@ async fn webhook_deliveries_parse_into_events() {
             ForgeEvent::Job { .. } => jobs.push(body.clone()),
             ForgeEvent::Note { .. } => notes.push(body.clone()),
             ForgeEvent::Ignored { reason } => panic!("ignored a delivery: {reason}"),
+            other @ (ForgeEvent::Checks { .. } | ForgeEvent::Queue { .. }) => {
+                panic!("a GitHub-only event from GitLab: {other:?}")
+            }
         }
     }
     let kinds: Vec<ChangeAction> = actions.iter().map(|(action, _, _)| *action).collect();
@@ -891,6 +894,7 @@ async fn webhook_deliveries_parse_into_events() {
         stage,
         failure_reason,
         finished_at,
+        ref_name: job_ref,
         ..
     } = gitlab
         .parse_webhook(&auth(job_headers), job_body)
@@ -899,6 +903,7 @@ async fn webhook_deliveries_parse_into_events() {
         panic!("not a job event");
     };
     assert_eq!(job_project, project);
+    assert_eq!(job_ref.as_deref(), Some("wq/hooks"), "the job's branch");
     assert_eq!(name, "test");
     assert_eq!(stage.as_deref(), Some("test"));
     assert_eq!(failure_reason, None);

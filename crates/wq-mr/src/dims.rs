@@ -7,22 +7,28 @@ pub const NEEDS_MR: &str = "needs_mr";
 pub const NEEDS_EMPTY_CHECK: &str = "needs_empty_check";
 pub const NEEDS_DASHBOARD: &str = "needs_dashboard";
 pub const NEEDS_RECONCILE: &str = "needs_reconcile";
+/// Failed CI jobs to judge and retry (DDR-47); absent means none.
+pub const NEEDS_CI_RETRY: &str = "needs_ci_retry";
 
 pub const ENSURE_MR: Action = Action::new("ensure_mr");
 pub const CHECK_EMPTY_DIFF: Action = Action::new("check_empty_diff");
 pub const POST_DASHBOARD_NOTE: Action = Action::new("post_dashboard_note");
 pub const RECONCILE_MR: Action = Action::new("reconcile_mr");
+pub const RETRY_CI_JOBS: Action = Action::new("retry_ci_jobs");
 
 /// Every action of the type.
 pub const ACTIONS: &[&str] = &[
     ENSURE_MR.name,
     CHECK_EMPTY_DIFF.name,
     POST_DASHBOARD_NOTE.name,
+    RETRY_CI_JOBS.name,
     RECONCILE_MR.name,
 ];
 
 /// The next action: `ensure_mr` → `check_empty_diff` →
-/// `post_dashboard_note` → `reconcile_mr`. Pure; called only by the loop.
+/// `post_dashboard_note` → `retry_ci_jobs` → `reconcile_mr`. Pure; called
+/// only by the loop. `needs_ci_retry` is the one row whose absence means
+/// nothing to do: it exists once a failed job was reported.
 pub fn decide(view: &ItemView) -> Option<Action> {
     if view.item.phase != Phase::Active {
         return None;
@@ -31,10 +37,17 @@ pub fn decide(view: &ItemView) -> Option<Action> {
         (NEEDS_MR, ENSURE_MR),
         (NEEDS_EMPTY_CHECK, CHECK_EMPTY_DIFF),
         (NEEDS_DASHBOARD, POST_DASHBOARD_NOTE),
+        (NEEDS_CI_RETRY, RETRY_CI_JOBS),
         (NEEDS_RECONCILE, RECONCILE_MR),
     ]
     .into_iter()
-    .find(|(dimension, _)| view.needs(dimension))
+    .find(|(dimension, _)| {
+        if *dimension == NEEDS_CI_RETRY {
+            view.needs_present(dimension, "")
+        } else {
+            view.needs(dimension)
+        }
+    })
     .map(|(_, action)| action)
 }
 
@@ -120,6 +133,38 @@ mod tests {
                     (NEEDS_RECONCILE, true, None),
                 ],
                 Some(CHECK_EMPTY_DIFF),
+            ),
+            // A reported failed job is judged before the reconcile; a
+            // scheduled retry waits for its time.
+            (
+                &[
+                    (NEEDS_MR, false, None),
+                    (NEEDS_EMPTY_CHECK, true, LATER),
+                    (NEEDS_DASHBOARD, false, None),
+                    (NEEDS_CI_RETRY, true, None),
+                    (NEEDS_RECONCILE, true, None),
+                ],
+                Some(RETRY_CI_JOBS),
+            ),
+            (
+                &[
+                    (NEEDS_MR, false, None),
+                    (NEEDS_EMPTY_CHECK, true, LATER),
+                    (NEEDS_DASHBOARD, false, None),
+                    (NEEDS_CI_RETRY, true, LATER),
+                    (NEEDS_RECONCILE, true, None),
+                ],
+                Some(RECONCILE_MR),
+            ),
+            (
+                &[
+                    (NEEDS_MR, false, None),
+                    (NEEDS_EMPTY_CHECK, true, LATER),
+                    (NEEDS_DASHBOARD, false, None),
+                    (NEEDS_CI_RETRY, true, EARLIER),
+                    (NEEDS_RECONCILE, true, LATER),
+                ],
+                Some(RETRY_CI_JOBS),
             ),
             // A content update re-arms ensure_mr ahead of everything.
             (

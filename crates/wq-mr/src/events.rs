@@ -66,7 +66,34 @@ async fn handle_forge_event(
         | ForgeEvent::Note { .. }
         | ForgeEvent::Checks { .. }
         | ForgeEvent::Queue { .. } => Ok(reconcile()),
-        ForgeEvent::Job { .. } | ForgeEvent::Ignored { .. } => Ok(EventResult::ignored()),
+        ForgeEvent::Job {
+            pipeline_id,
+            job_id,
+            name,
+            stage,
+            status,
+            failure_reason,
+            finished_at,
+            ..
+        } => {
+            let Some(details) = mr.store.get(view.item.id).await.map_err(store_error)? else {
+                return Ok(EventResult::ignored());
+            };
+            Ok(crate::ci_retry::on_job(
+                &details,
+                view,
+                crate::ci_retry::ReportedJob {
+                    pipeline_id,
+                    job_id,
+                    name,
+                    stage,
+                    status,
+                    failure_reason,
+                    finished_at,
+                },
+            ))
+        }
+        ForgeEvent::Ignored { .. } => Ok(EventResult::ignored()),
     }
 }
 

@@ -12,7 +12,7 @@ use wq_forge::{
 
 use crate::dims::{
     CHECK_EMPTY_DIFF, ENSURE_MR, NEEDS_DASHBOARD, NEEDS_EMPTY_CHECK, NEEDS_MR, NEEDS_RECONCILE,
-    POST_DASHBOARD_NOTE, RECONCILE_MR,
+    POST_DASHBOARD_NOTE, RECONCILE_MR, RETRY_CI_JOBS,
 };
 use crate::merge::{resolve_queue, signature, unmet_gates};
 use crate::store::{MergeResult, MrDetails, Observation};
@@ -50,6 +50,16 @@ pub(crate) async fn execute(
         a if a == CHECK_EMPTY_DIFF => run.check_empty_diff().await,
         a if a == POST_DASHBOARD_NOTE => run.post_dashboard_note().await,
         a if a == RECONCILE_MR => run.reconcile_mr().await,
+        a if a == RETRY_CI_JOBS => {
+            crate::ci_retry::retry_ci_jobs(
+                &mr.herder,
+                forge.as_ref(),
+                &details,
+                view,
+                mr.clock.now(),
+            )
+            .await
+        }
         other => Err(ExecError::permanent(format!("unknown action {other}"))),
     }
 }

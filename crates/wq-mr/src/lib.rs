@@ -3,6 +3,7 @@
 //!
 //! - [`spec`]: the submission schema and its validation (DDR-9).
 //! - [`store`]: the `mr_details` table and its transactions (DDR-7, DDR-40).
+//! - [`ci_retry`]: failed CI jobs judged by the herder and retried (DDR-47).
 //! - [`dims`]: dimension names and the decider (DDR-45, DDR-48).
 //! - `exec`: the executors `ensure_mr`, `check_empty_diff`,
 //!   `post_dashboard_note`, `reconcile_mr` (DDR-15, DDR-43, DDR-46).
@@ -10,6 +11,7 @@
 //! - `events`: the event handler (DDR-33, DDR-37, DDR-38).
 //! - [`webhook`]: the webhook receivers that resolve deliveries to items.
 
+pub mod ci_retry;
 mod config;
 pub mod dims;
 mod events;
@@ -46,6 +48,7 @@ pub struct MrType {
     rules: SubmissionRules,
     config: MrConfig,
     clock: Arc<dyn Clock>,
+    herder: Arc<wq_herder::Herder>,
 }
 
 impl MrType {
@@ -64,7 +67,14 @@ impl MrType {
             rules,
             config,
             clock,
+            herder: Arc::new(wq_herder::Herder::default_set()),
         })
+    }
+
+    /// The CI retry matchers (`ci_retry:`); the default set without this.
+    pub fn with_herder(mut self, herder: wq_herder::Herder) -> Self {
+        self.herder = Arc::new(herder);
+        self
     }
 
     /// Applies the type's migrations (after the generic store's).

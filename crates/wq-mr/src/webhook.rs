@@ -105,11 +105,31 @@ impl ForgeWebhooks {
             ForgeEvent::Job {
                 project,
                 pipeline_id,
+                ref_name,
+                status,
                 ..
             } => {
-                store
+                // Only failed jobs matter (the CI retry herder); the
+                // pipeline's own webhook reports the rest.
+                if status != "failed" {
+                    return Ok(None);
+                }
+                if let Some(id) = store
                     .find_active(forge, project, Lookup::Pipeline(*pipeline_id))
-                    .await
+                    .await?
+                {
+                    return Ok(Some(id));
+                }
+                // A new head pipeline not recorded yet; the handler and
+                // the executor tell a superseded pipeline from it.
+                match ref_name {
+                    Some(branch) => {
+                        store
+                            .find_active(forge, project, Lookup::Branch(branch))
+                            .await
+                    }
+                    None => Ok(None),
+                }
             }
             ForgeEvent::Note {
                 project, number, ..

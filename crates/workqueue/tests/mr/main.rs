@@ -2,6 +2,7 @@
 //! HTTP against forge-sim, on SQLite and on PostgreSQL.
 
 mod auth;
+mod ci_retry;
 mod faults;
 mod flow;
 mod support;

@@ -37,6 +37,8 @@ pub struct Options {
     pub require_pipeline: bool,
     pub max_attempts: i32,
     pub wrap: Option<WrapForge>,
+    /// The `ci_retry:` section as YAML; the default matchers without it.
+    pub ci_retry: Option<&'static str>,
 }
 
 impl Default for Options {
@@ -47,6 +49,7 @@ impl Default for Options {
             require_pipeline: true,
             max_attempts: 5,
             wrap: None,
+            ci_retry: None,
         }
     }
 }
@@ -159,6 +162,9 @@ impl Harness {
         config.engine.sweep_interval_seconds = 3600;
         config.engine.max_attempts = options.max_attempts;
         config.mr.public_url = url.clone();
+        if let Some(yaml) = options.ci_retry {
+            config.ci_retry = wq_herder::HerderConfig::from_yaml(yaml).expect("ci_retry yaml");
+        }
         let tokens = Tokens::new();
         tokens.configure(&mut config.auth);
         let mut forge_config = ForgeConfig::literal(
@@ -420,6 +426,15 @@ impl Harness {
         assert!(left.is_empty(), "work left unprocessed: {left:?}");
         self.halt().await;
     }
+}
+
+/// The item's dimension row `name` (`Null` when absent).
+pub fn dimension(item: &Value, name: &str) -> Value {
+    item["dimensions"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|d| d["dimension"] == name))
+        .cloned()
+        .unwrap_or(Value::Null)
 }
 
 /// A client that sends `token` as `Authorization: Bearer`.

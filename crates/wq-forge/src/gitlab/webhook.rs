@@ -191,6 +191,7 @@ fn job_event(payload: &Value) -> Result<ForgeEvent, WebhookRejection> {
         status,
         failure_reason,
         finished_at,
+        ref_name: opt_str(payload, "ref"),
     })
 }
 

@@ -1,0 +1,327 @@
+//! The CI retry herder end to end: Job webhooks from forge-sim's pipelines,
+//! the matchers from the `ci_retry:` config, retries on the sim's API.
+
+use std::time::Duration;
+
+use forge_sim::{JobOutcome, JobSpec};
+use reqwest::StatusCode;
+use serde_json::Value;
+use wq_testkit::{Backend, backend_tests};
+
+use crate::support::{Harness, Options, change, dimension};
+
+backend_tests!(
+    a_runner_failure_is_retried_after_its_delays_then_merges,
+    a_genuine_test_failure_is_not_retried,
+    a_failed_job_of_a_superseded_pipeline_is_not_retried,
+    ci_retry_off_on_the_item_retries_nothing,
+);
+
+/// Retries runner system failures by `failure_reason` alone (no trace
+/// read), after 60 s and then 300 s.
+const RUNNER_ONLY: &str = r#"
+matchers:
+  - name: runner-system-failure
+    description: The runner lost the job
+    failure_reason: runner_system_failure
+    retry_delays: [60, 300]
+"#;
+
+const RUNNER_TRACE: &str =
+    "Running on runner-7...\nERROR: Job failed (system failure): lost connection to the runner\n";
+
+/// The `needs_ci_retry` jobs list.
+fn jobs(item: &Value) -> Vec<Value> {
+    dimension(item, "needs_ci_retry")["detail"]["jobs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn retries(h: &Harness) -> usize {
+    h.count("POST", "/retry")
+}
+
+async fn a_runner_failure_is_retried_after_its_delays_then_merges(backend: Backend) {
+    let h = Harness::start_with(
+        backend,
+        Options {
+            jobs: vec![JobSpec::new(
+                "unit",
+                JobOutcome::flaky(2, "runner_system_failure", RUNNER_TRACE),
+            )],
+            ci_retry: Some(RUNNER_ONLY),
+            ..Options::default()
+        },
+    )
+    .await;
+    let id = h
+        .submit_ok(
+            &change("wq/flaky", &[("src/flaky.rs", "pub fn f() {}\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let item = h
+        .wait_for(&id, "the first failure scheduled", |item| {
+            jobs(item).iter().any(|j| j["state"] == "scheduled")
+        })
+        .await;
+    let first = jobs(&item)[0].clone();
+    assert_eq!(first["matcher"], "runner-system-failure", "{first}");
+    assert_eq!(first["failure_reason"], "runner_system_failure");
+    assert_eq!(first["retry_count"], 0);
+    assert!(first["not_before"].is_string(), "{first}");
+    assert_eq!(retries(&h), 0, "not before the first delay");
+
+    h.advance(Duration::from_secs(30)).await;
+    assert_eq!(retries(&h), 0, "30 s is inside the 60 s delay");
+    h.advance(Duration::from_secs(40)).await;
+    let item = h
+        .wait_for(&id, "the second failure scheduled", |item| {
+            let jobs = jobs(item);
+            jobs.len() == 2 && jobs[1]["state"] == "scheduled"
+        })
+        .await;
+    assert_eq!(retries(&h), 1, "retried once the first delay passed");
+    let listed = jobs(&item);
+    assert_eq!(listed[0]["state"], "retried");
+    assert_eq!(listed[0]["retried_as"], listed[1]["id"], "{listed:?}");
+    assert_eq!(listed[1]["retry_count"], 1, "the second attempt of `unit`");
+
+    h.advance(Duration::from_secs(100)).await;
+    assert_eq!(retries(&h), 1, "the second delay is 300 s");
+    h.advance(Duration::from_secs(250)).await;
+    let item = h.wait_phase(&id, "completed").await;
+    assert_eq!(retries(&h), 2, "retried twice in all");
+    assert_eq!(
+        h.count("GET", "/trace"),
+        0,
+        "a failure_reason-only matcher never downloads a trace"
+    );
+    let merged = h.mr(item["detail"]["mr"]["number"].as_u64().unwrap());
+    assert_eq!(merged["state"], "merged");
+    let listed = jobs(&item);
+    assert_eq!(listed.len(), 2, "the third attempt passed: {listed:?}");
+    assert!(listed.iter().all(|j| j["state"] == "retried"), "{listed:?}");
+    h.finish().await;
+}
+
+async fn a_genuine_test_failure_is_not_retried(backend: Backend) {
+    // The default matchers: a test assertion is none of their problems.
+    let h = Harness::start_with(
+        backend,
+        Options {
+            jobs: vec![JobSpec::new(
+                "unit",
+                JobOutcome::fail(
+                    "script_failure",
+                    "running 12 tests\nthread 'parse' panicked: assertion failed: left == right\nerror: test failed\n",
+                ),
+            )],
+            ..Options::default()
+        },
+    )
+    .await;
+    let id = h
+        .submit_ok(
+            &change("wq/broken", &[("src/broken.rs", "pub fn b() {}\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let item = h
+        .wait_for(&id, "the failure judged", |item| {
+            jobs(item).iter().any(|j| j["state"] == "no_match")
+        })
+        .await;
+    assert_eq!(
+        dimension(&item, "needs_ci_retry")["status"],
+        "false",
+        "nothing left to do: {item:#}"
+    );
+    h.advance(Duration::from_secs(3600)).await;
+    let item = h
+        .wait_for(&id, "the failed pipeline seen", |item| {
+            dimension(item, "needs_reconcile")["detail"]["unmet_gates"]
+                .as_array()
+                .is_some_and(|gates| gates.iter().any(|g| g == "ci_passed"))
+        })
+        .await;
+    assert_eq!(item["phase"], "active", "the item waits for a fix");
+    assert_eq!(retries(&h), 0, "a genuine failure is never retried");
+    assert_eq!(
+        h.count("GET", "/trace"),
+        1,
+        "one trace read for the judgment"
+    );
+    let job = &jobs(&item)[0];
+    assert_eq!(job["failure_reason"], "script_failure");
+    assert!(job["reason"].as_str().unwrap().contains("genuine"), "{job}");
+    h.finish().await;
+}
+
+async fn a_failed_job_of_a_superseded_pipeline_is_not_retried(backend: Backend) {
+    // Every head's first run of `unit` fails with a runner failure.
+    let h = Harness::start_with(
+        backend,
+        Options {
+            jobs: vec![JobSpec::new(
+                "unit",
+                JobOutcome::flaky(1, "runner_system_failure", RUNNER_TRACE),
+            )],
+            ci_retry: Some(RUNNER_ONLY),
+            ..Options::default()
+        },
+    )
+    .await;
+    let id = h
+        .submit_ok(
+            &change("wq/pushed", &[("a.txt", "one\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let item = h
+        .wait_for(&id, "the old pipeline's failure scheduled", |item| {
+            jobs(item).iter().any(|j| j["state"] == "scheduled")
+        })
+        .await;
+    let old_job = jobs(&item)[0]["id"].as_u64().unwrap();
+    let old_pipeline = jobs(&item)[0]["pipeline_id"].as_u64().unwrap();
+
+    // New content: a force-push, a new head pipeline, whose job fails too.
+    let again = h
+        .submit_ok(
+            &change("wq/pushed", &[("a.txt", "two\n")]),
+            StatusCode::OK,
+            "updated",
+        )
+        .await;
+    assert_eq!(again, id);
+    let item = h
+        .wait_for(&id, "the new pipeline's failure scheduled", |item| {
+            jobs(item)
+                .iter()
+                .any(|j| j["pipeline_id"] != old_pipeline && j["state"] == "scheduled")
+        })
+        .await;
+    let new_job = jobs(&item)
+        .iter()
+        .find(|j| j["pipeline_id"] != old_pipeline)
+        .unwrap()["id"]
+        .as_u64()
+        .unwrap();
+
+    // A duplicated delivery of the new failure is tracked once.
+    let tracked = jobs(&h.item(&id).await).len();
+    redeliver_failure(&h, new_job).await;
+    assert_eq!(jobs(&h.item(&id).await).len(), tracked, "one entry per job");
+
+    h.advance(Duration::from_secs(70)).await;
+    let item = h.wait_phase(&id, "completed").await;
+    let retried: Vec<String> = h
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/retry"))
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(retried.len(), 1, "{retried:?}");
+    assert!(
+        retried[0].ends_with(&format!("/jobs/{new_job}/retry")),
+        "only the head pipeline's job: {retried:?}"
+    );
+    let old = jobs(&item)
+        .into_iter()
+        .find(|j| j["id"] == old_job)
+        .unwrap();
+    assert_eq!(old["state"], "superseded", "{old}");
+    assert!(
+        old["reason"]
+            .as_str()
+            .unwrap()
+            .contains("is no longer the head pipeline"),
+        "{old}"
+    );
+
+    // A late delivery of the old pipeline's failure changes nothing.
+    let listed = jobs(&item).len();
+    let delivery = h
+        .sim
+        .webhook_deliveries()
+        .into_iter()
+        .find(|d| {
+            d.event == "Job Hook"
+                && d.body["build_id"] == old_job
+                && d.body["build_status"] == "failed"
+        })
+        .expect("the old job's failure was delivered");
+    let mut replay = h.client.post(&delivery.url).json(&delivery.body);
+    for (name, value) in &delivery.headers {
+        if !name.eq_ignore_ascii_case("content-type")
+            && !name.eq_ignore_ascii_case("content-length")
+        {
+            replay = replay.header(name.as_str(), value.as_str());
+        }
+    }
+    let answer = replay.send().await.unwrap();
+    assert_eq!(answer.status(), StatusCode::ACCEPTED);
+    h.settle().await;
+    assert_eq!(jobs(&h.item(&id).await).len(), listed);
+    assert_eq!(h.count("POST", "/retry"), 1);
+    h.finish().await;
+}
+
+/// Sends the sim's recorded "job failed" delivery of `job` again.
+async fn redeliver_failure(h: &Harness, job: u64) {
+    let delivery = h
+        .sim
+        .webhook_deliveries()
+        .into_iter()
+        .find(|d| {
+            d.event == "Job Hook" && d.body["build_id"] == job && d.body["build_status"] == "failed"
+        })
+        .expect("the job's failure was delivered");
+    let mut replay = h.client.post(&delivery.url).json(&delivery.body);
+    for (name, value) in &delivery.headers {
+        if !name.eq_ignore_ascii_case("content-type")
+            && !name.eq_ignore_ascii_case("content-length")
+        {
+            replay = replay.header(name.as_str(), value.as_str());
+        }
+    }
+    let answer = replay.send().await.unwrap();
+    assert_eq!(answer.status(), StatusCode::ACCEPTED);
+    h.settle().await;
+}
+
+async fn ci_retry_off_on_the_item_retries_nothing(backend: Backend) {
+    let h = Harness::start_with(
+        backend,
+        Options {
+            jobs: vec![JobSpec::new(
+                "unit",
+                JobOutcome::flaky(1, "runner_system_failure", RUNNER_TRACE),
+            )],
+            ci_retry: Some(RUNNER_ONLY),
+            ..Options::default()
+        },
+    )
+    .await;
+    let mut body = change("wq/no-retry", &[("b.txt", "b\n")]);
+    body["automation"] = serde_json::json!({"ci_retry": false});
+    let id = h.submit_ok(&body, StatusCode::CREATED, "created").await;
+    let item = h
+        .wait_for(&id, "the failed pipeline seen", |item| {
+            dimension(item, "needs_reconcile")["detail"]["unmet_gates"]
+                .as_array()
+                .is_some_and(|gates| gates.iter().any(|g| g == "ci_passed"))
+        })
+        .await;
+    h.advance(Duration::from_secs(600)).await;
+    assert_eq!(retries(&h), 0);
+    assert!(jobs(&item).is_empty(), "not even tracked: {item:#}");
+    assert_eq!(h.item(&id).await["phase"], "active");
+    h.finish().await;
+}

@@ -1,0 +1,378 @@
+//! The CI retry herder in the `mr` type (DDR-47, DDR-48): failed jobs
+//! reported by Job webhooks are collected in the `needs_ci_retry`
+//! dimension's `jobs` list; `retry_ci_jobs` judges them with the matcher
+//! engine (`wq-herder`) and retries the transient ones when their delay has
+//! passed.
+//!
+//! The list is the dimension's detail, so the API (and the dashboard) shows
+//! every job with what was decided and which matcher decided it. Each job
+//! is in one [`JobState`]; `pending` and `scheduled` ask for work.
+//!
+//! Safety (never retry what should not be): a job of a pipeline that is no
+//! longer the change request's head pipeline is `superseded`, read from
+//! the forge when the executor runs; a job that already has a newer
+//! attempt (retried by a person, or by an earlier run whose outcome was
+//! lost) is `already_retried`; one that is no longer failed is
+//! `not_failed`. The pipeline's job list is read once per run and serves
+//! every job's check; a trace is downloaded only when a matcher needs it.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use wq_core::{DimensionUpdate, EventResult, ExecError, ExecOutcome, ItemView};
+use wq_forge::{CiJob, Forge};
+use wq_herder::{Herder, JobFacts, Preliminary, Verdict};
+
+use crate::dims::NEEDS_CI_RETRY;
+use crate::exec::forge_failure;
+use crate::store::MrDetails;
+
+/// Jobs kept in the list; the oldest settled ones go first.
+const MAX_TRACKED_JOBS: usize = 100;
+
+/// What was decided about one failed job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Reported, not judged yet.
+    Pending,
+    /// A matcher said retry; waiting for `not_before`.
+    Scheduled,
+    /// Retried; `retried_as` is the new job.
+    Retried,
+    /// A matcher with `action: report` matched: a known problem a retry
+    /// does not fix.
+    Reported,
+    /// A retry matcher matched but the job's name was retried
+    /// `retry_limit` times in this pipeline already.
+    LimitReached,
+    /// No matcher matched: a genuine failure.
+    NoMatch,
+    /// Its pipeline is no longer the change request's head pipeline.
+    Superseded,
+    /// A newer attempt of the job exists already.
+    AlreadyRetried,
+    /// The job is no longer failed.
+    NotFailed,
+    /// CI retry was turned off for the item.
+    Disabled,
+}
+
+impl JobState {
+    fn is_open(self) -> bool {
+        matches!(self, Self::Pending | Self::Scheduled)
+    }
+}
+
+/// One job in the `needs_ci_retry` list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrackedJob {
+    pub id: u64,
+    pub name: String,
+    pub pipeline_id: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    #[serde(default)]
+    pub failure_reason: Option<String>,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub finished_at: Option<OffsetDateTime>,
+    pub state: JobState,
+    /// The matcher that decided (`scheduled`, `retried`, `reported`,
+    /// `limit_reached`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matcher: Option<String>,
+    /// When a scheduled retry is due.
+    #[serde(
+        default,
+        with = "time::serde::rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub not_before: Option<OffsetDateTime>,
+    /// The new job a retry created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retried_as: Option<u64>,
+    /// Retries of this job's name in its pipeline before this attempt.
+    #[serde(default)]
+    pub retry_count: u32,
+    /// For people: why this state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The `needs_ci_retry` dimension's detail.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CiRetryDetail {
+    #[serde(default)]
+    pub jobs: Vec<TrackedJob>,
+}
+
+impl CiRetryDetail {
+    fn of(view: &ItemView) -> Self {
+        view.dimension(NEEDS_CI_RETRY, "")
+            .and_then(|row| serde_json::from_value(row.detail.clone()).ok())
+            .unwrap_or_default()
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+
+    /// The dimension row for this list: open while a job is pending or
+    /// scheduled, due at the earliest `not_before`.
+    fn update(&self, now: OffsetDateTime) -> DimensionUpdate {
+        let open: Vec<&TrackedJob> = self.jobs.iter().filter(|j| j.state.is_open()).collect();
+        let row = DimensionUpdate::new(NEEDS_CI_RETRY, !open.is_empty()).detail(self.to_json());
+        if open.iter().any(|j| j.state == JobState::Pending) {
+            return row;
+        }
+        match open.iter().filter_map(|j| j.not_before).min() {
+            Some(due) if due > now => row.pending_until(due),
+            _ => row,
+        }
+    }
+
+    /// Drops the oldest settled jobs beyond [`MAX_TRACKED_JOBS`].
+    fn trim(&mut self) {
+        while self.jobs.len() > MAX_TRACKED_JOBS {
+            match self.jobs.iter().position(|j| !j.state.is_open()) {
+                Some(index) => {
+                    self.jobs.remove(index);
+                }
+                None => break,
+            }
+        }
+    }
+}
+
+/// A failed job as a Job webhook reported it.
+pub(crate) struct ReportedJob {
+    pub pipeline_id: u64,
+    pub job_id: u64,
+    pub name: String,
+    pub stage: Option<String>,
+    pub status: String,
+    pub failure_reason: Option<String>,
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+/// The event side: add a failed job of the (possibly new) head pipeline to
+/// the list, one event per job. Writes nothing itself.
+pub(crate) fn on_job(details: &MrDetails, view: &ItemView, job: ReportedJob) -> EventResult {
+    let id = view.item.id;
+    if job.status != "failed" {
+        return EventResult::ignored();
+    }
+    if !details.spec.automation.ci_retry {
+        tracing::debug!(item = %id, job = job.job_id, "ci_retry is off for the item; failed job not tracked");
+        return EventResult::ignored();
+    }
+    // Pipeline ids only grow: a job of a pipeline older than the recorded
+    // head is of a superseded pipeline. A newer one may be the new head not
+    // recorded yet; the executor checks against a fresh read.
+    if details
+        .head_pipeline_id
+        .is_some_and(|head| job.pipeline_id < head)
+    {
+        tracing::info!(item = %id, job = job.job_id, pipeline = job.pipeline_id, "failed job of a superseded pipeline ignored");
+        return EventResult::ignored();
+    }
+    let mut detail = CiRetryDetail::of(view);
+    if detail.jobs.iter().any(|j| j.id == job.job_id) {
+        return EventResult::ignored();
+    }
+    detail.jobs.push(TrackedJob {
+        id: job.job_id,
+        name: job.name,
+        pipeline_id: job.pipeline_id,
+        stage: job.stage,
+        failure_reason: job.failure_reason,
+        finished_at: job.finished_at,
+        state: JobState::Pending,
+        matcher: None,
+        not_before: None,
+        retried_as: None,
+        retry_count: 0,
+        reason: None,
+    });
+    detail.trim();
+    EventResult::ignored().with_dimension(detail.update(view.now))
+}
+
+/// `retry_ci_jobs`: judge the pending jobs, retry the due ones.
+pub(crate) async fn retry_ci_jobs(
+    herder: &Herder,
+    forge: &dyn Forge,
+    details: &MrDetails,
+    view: &ItemView,
+    now: OffsetDateTime,
+) -> Result<ExecOutcome, ExecError> {
+    let mut detail = CiRetryDetail::of(view);
+    let project = details.spec.project.as_str();
+    if !details.spec.automation.ci_retry {
+        for job in detail.jobs.iter_mut().filter(|j| j.state.is_open()) {
+            job.state = JobState::Disabled;
+            job.reason = Some("ci_retry is off for this item".into());
+        }
+        return Ok(ExecOutcome::done().with_dimension(detail.update(now)));
+    }
+    let due = |j: &TrackedJob| {
+        j.state == JobState::Pending
+            || (j.state == JobState::Scheduled && j.not_before.is_none_or(|t| t <= now))
+    };
+    if !detail.jobs.iter().any(due) {
+        return Ok(ExecOutcome::done().with_dimension(detail.update(now)));
+    }
+    // The head pipeline now, not as last recorded: a force-push may have
+    // superseded the job's pipeline since it failed.
+    let head_pipeline = match details.mr_number {
+        Some(number) => {
+            forge
+                .get_change(project, number)
+                .await
+                .map_err(|e| forge_failure("reading the merge request", e))?
+                .pipeline_id
+        }
+        None => None,
+    };
+    for job in detail.jobs.iter_mut().filter(|j| j.state.is_open()) {
+        if Some(job.pipeline_id) != head_pipeline {
+            job.state = JobState::Superseded;
+            job.not_before = None;
+            job.reason = Some(match head_pipeline {
+                Some(head) => format!(
+                    "pipeline {} is no longer the head pipeline ({head})",
+                    job.pipeline_id
+                ),
+                None => "the merge request has no head pipeline".into(),
+            });
+        }
+    }
+    let Some(head_pipeline) = head_pipeline else {
+        return Ok(ExecOutcome::done().with_dimension(detail.update(now)));
+    };
+    if !detail.jobs.iter().any(due) {
+        return Ok(ExecOutcome::done().with_dimension(detail.update(now)));
+    }
+    // One read of the job list serves every job's safety check.
+    let listed = forge
+        .pipeline_jobs(project, head_pipeline)
+        .await
+        .map_err(|e| forge_failure("listing the pipeline's jobs", e))?;
+    for index in 0..detail.jobs.len() {
+        if !due(&detail.jobs[index]) {
+            continue;
+        }
+        let job = detail.jobs[index].clone();
+        let judged = judge(herder, forge, project, &listed, job, now).await?;
+        detail.jobs[index] = judged;
+    }
+    Ok(ExecOutcome::done().with_dimension(detail.update(now)))
+}
+
+/// One due job: safety checks on the listed jobs, the verdict (reusing a
+/// scheduled one), the retry when due.
+async fn judge(
+    herder: &Herder,
+    forge: &dyn Forge,
+    project: &str,
+    listed: &[CiJob],
+    mut job: TrackedJob,
+    now: OffsetDateTime,
+) -> Result<TrackedJob, ExecError> {
+    let Some(current) = listed.iter().find(|j| j.id == job.id) else {
+        job.state = JobState::Superseded;
+        job.reason = Some("the job is not in its pipeline's job list".into());
+        return Ok(job);
+    };
+    let newer = listed
+        .iter()
+        .filter(|j| j.name == job.name && j.id > job.id)
+        .map(|j| j.id)
+        .max();
+    if current.retried || newer.is_some() {
+        job.state = JobState::AlreadyRetried;
+        job.retried_as = job.retried_as.or(newer);
+        job.not_before = None;
+        job.reason = Some("a newer attempt of this job exists".into());
+        return Ok(job);
+    }
+    if current.status != "failed" {
+        job.state = JobState::NotFailed;
+        job.not_before = None;
+        job.reason = Some(format!("the job is {} now", current.status));
+        return Ok(job);
+    }
+    let retry_count = listed
+        .iter()
+        .filter(|j| j.name == job.name && j.id < job.id)
+        .count();
+    job.retry_count = u32::try_from(retry_count).unwrap_or(u32::MAX);
+    if job.failure_reason.is_none() {
+        job.failure_reason = current.failure_reason.clone();
+    }
+    if job.finished_at.is_none() {
+        job.finished_at = current.finished_at;
+    }
+    if job.state == JobState::Pending {
+        let facts = JobFacts {
+            id: job.id,
+            name: job.name.clone(),
+            status: current.status.clone(),
+            failure_reason: job.failure_reason.clone(),
+            retry_count: job.retry_count,
+            finished_at: job.finished_at,
+        };
+        let verdict = match herder.prepare(&facts) {
+            Preliminary::Decided(verdict) => verdict,
+            Preliminary::NeedsTrace(_) => {
+                let trace = forge
+                    .job_trace(project, job.id)
+                    .await
+                    .map_err(|e| forge_failure("downloading the job's trace", e))?;
+                herder.evaluate_with_trace(&facts, &trace)
+            }
+        };
+        match verdict {
+            Verdict::NoMatch => {
+                job.state = JobState::NoMatch;
+                job.reason = Some("no matcher matched: a genuine failure".into());
+                return Ok(job);
+            }
+            Verdict::Report { matcher } => {
+                job.state = JobState::Reported;
+                job.reason = Some(format!("matcher {matcher:?} reports this failure"));
+                job.matcher = Some(matcher);
+                return Ok(job);
+            }
+            Verdict::LimitReached { matcher, limit } => {
+                job.state = JobState::LimitReached;
+                job.reason = Some(format!(
+                    "matcher {matcher:?} allows {limit} retries of this job per pipeline"
+                ));
+                job.matcher = Some(matcher);
+                return Ok(job);
+            }
+            Verdict::Retry {
+                matcher,
+                not_before,
+                ..
+            } => {
+                job.matcher = Some(matcher);
+                job.state = JobState::Scheduled;
+                job.not_before = Some(not_before.unwrap_or(now));
+            }
+        }
+    }
+    if job.not_before.is_some_and(|due| due > now) {
+        return Ok(job);
+    }
+    let new_job = forge
+        .retry_job(project, job.id)
+        .await
+        .map_err(|e| forge_failure("retrying the job", e))?;
+    tracing::info!(job = job.id, new_job = new_job.id, name = %job.name, matcher = ?job.matcher, "CI job retried");
+    job.state = JobState::Retried;
+    job.retried_as = Some(new_job.id);
+    job.not_before = None;
+    job.reason = None;
+    Ok(job)
+}
