@@ -821,6 +821,9 @@ async fn webhook_deliveries_parse_into_events() {
             ForgeEvent::Job { .. } => jobs.push(body.clone()),
             ForgeEvent::Note { .. } => notes.push(body.clone()),
             ForgeEvent::Ignored { reason } => panic!("ignored a delivery: {reason}"),
+            other @ (ForgeEvent::Checks { .. } | ForgeEvent::Queue { .. }) => {
+                panic!("GitLab delivery parsed as a GitHub event: {other:?}")
+            }
         }
     }
     let kinds: Vec<ChangeAction> = actions.iter().map(|(action, _, _)| *action).collect();
