@@ -474,6 +474,41 @@ mod tests {
         );
     }
 
+    #[test]
+    fn pull_request_state_mergeable_and_nulls() {
+        let pr = |state: &str, merged: bool, mergeable: Value| -> PullRequest {
+            serde_json::from_value(json!({
+                "number": 3, "html_url": "u", "state": state, "draft": null, "merged": merged,
+                "title": "t", "body": null, "labels": null,
+                "head": {"ref": "wq/x", "sha": "abc"}, "base": {"ref": "main", "sha": "def"},
+                "mergeable": mergeable, "mergeable_state": "unknown",
+            }))
+            .expect("pull request JSON")
+        };
+        let unknown = pr("open", false, Value::Null).into_change();
+        assert_eq!(unknown.mergeable, Mergeable::Unknown);
+        assert_eq!(unknown.state, ChangeState::Open);
+        assert_eq!(unknown.description, "");
+        assert!(!unknown.draft);
+        assert_eq!(unknown.merge_status, "unknown");
+        assert_eq!(
+            pr("open", false, json!(true)).into_change().mergeable,
+            Mergeable::Yes
+        );
+        assert_eq!(
+            pr("open", false, json!(false)).into_change().mergeable,
+            Mergeable::No
+        );
+        assert_eq!(
+            pr("closed", true, Value::Null).into_change().state,
+            ChangeState::Merged
+        );
+        assert_eq!(
+            pr("closed", false, Value::Null).into_change().state,
+            ChangeState::Closed
+        );
+    }
+
     fn run(status: &str, conclusion: Option<&str>) -> CheckRun {
         CheckRun {
             status: status.into(),
