@@ -46,7 +46,8 @@ pub struct ForgesConfig {
 pub struct ForgeConfig {
     pub kind: ForgeKind,
     /// Base URL: `https://gitlab.example.com` (the client appends
-    /// `/api/v4`) or `https://api.github.com`.
+    /// `/api/v4`); for GitHub the REST base, `https://api.github.com` or
+    /// GitHub Enterprise's `https://host/api/v3` (GraphQL is derived).
     pub url: String,
     #[serde(default)]
     pub token_env: Option<String>,

@@ -1,7 +1,9 @@
 //! Forge clients: the [`Forge`] trait the `mr` item type talks to, and its
-//! implementations (GitLab first). The trait speaks in forge-neutral terms —
-//! a *change request* is a GitLab merge request or a GitHub pull request —
-//! so that a second forge fits without changing the item type.
+//! implementations: [`GitlabClient`] (REST v4, merge trains) and
+//! [`GithubClient`] (REST and GraphQL, the merge queue through
+//! `merge-async`). The trait speaks in forge-neutral terms — a *change
+//! request* is a GitLab merge request or a GitHub pull request — so the
+//! item type does not know which forge it talks to.
 //!
 //! Every call is one or a few HTTP requests with a timeout; nothing here
 //! retries. The caller (an executor) turns a [`ForgeError`] into a
@@ -11,12 +13,14 @@
 pub mod config;
 mod error;
 pub mod events;
+pub mod github;
 pub mod gitlab;
 mod model;
 
 pub use config::{ForgeConfig, ForgeKind, ForgesConfig};
 pub use error::{ForgeError, ForgeErrorKind, ForgeResult};
 pub use events::{ChangeAction, ForgeEvent, WebhookRejection};
+pub use github::GithubClient;
 pub use gitlab::GitlabClient;
 pub use model::*;
 
@@ -152,22 +156,15 @@ impl Forges {
     pub fn from_config(config: &ForgesConfig) -> Result<Self, ForgeError> {
         let mut forges = Self::new();
         for (name, instance) in &config.instances {
+            let mut instance = instance.clone();
+            instance
+                .resolve_secrets(name)
+                .map_err(ForgeError::invalid)?;
+            let named =
+                |error: ForgeError| ForgeError::invalid(format!("forges.{name}.{}", error.message));
             let forge: Arc<dyn Forge> = match instance.kind {
-                ForgeKind::Gitlab => {
-                    let mut instance = instance.clone();
-                    instance
-                        .resolve_secrets(name)
-                        .map_err(ForgeError::invalid)?;
-                    let client = GitlabClient::new(&instance).map_err(|error| {
-                        ForgeError::invalid(format!("forges.{name}.{}", error.message))
-                    })?;
-                    Arc::new(client)
-                }
-                ForgeKind::Github => {
-                    return Err(ForgeError::invalid(format!(
-                        "forges.{name}.kind: github is not supported yet (supported: gitlab)"
-                    )));
-                }
+                ForgeKind::Gitlab => Arc::new(GitlabClient::new(&instance).map_err(named)?),
+                ForgeKind::Github => Arc::new(GithubClient::new(&instance).map_err(named)?),
             };
             forges.insert(name.clone(), forge);
         }

@@ -1,0 +1,650 @@
+//! The HTTP side of the GitHub client: URLs (REST and GraphQL),
+//! authentication, one request with its timeout, and GitHub's answers turned
+//! into values or [`ForgeError`]s.
+
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderValue};
+use reqwest::{Method, RequestBuilder, StatusCode};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc2822;
+use url::Url;
+
+use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
+
+/// `User-Agent` of every request (GitHub refuses requests without one).
+pub const USER_AGENT: &str = concat!("workqueue/", env!("CARGO_PKG_VERSION"));
+
+/// The REST API version every request asks for.
+pub const API_VERSION: &str = "2022-11-28";
+
+/// Page size of list requests (GitHub's maximum).
+pub const PER_PAGE: usize = 100;
+
+/// Pages a list request follows at most (`PER_PAGE` items each).
+pub const MAX_PAGES: u32 = 50;
+
+/// How much of a non-JSON error body ends up in an error message.
+const ERROR_BODY_CHARS: usize = 200;
+
+/// One REST request.
+pub struct Call {
+    pub method: Method,
+    /// Path segments below the API base; each is percent-encoded whole
+    /// (a `/` inside a segment becomes `%2F`).
+    pub segments: Vec<String>,
+    pub query: Vec<(&'static str, String)>,
+    pub body: Option<Value>,
+}
+
+impl Call {
+    pub fn new(method: Method, segments: &[&str]) -> Self {
+        Self {
+            method,
+            segments: segments.iter().map(|s| (*s).to_owned()).collect(),
+            query: Vec::new(),
+            body: None,
+        }
+    }
+
+    /// `repos/{owner}/{repo}/...rest` for a project `owner/repo`.
+    pub fn repo(method: Method, repo: &Repo<'_>, rest: &[&str]) -> Self {
+        let mut segments = vec!["repos", repo.owner, repo.name];
+        segments.extend_from_slice(rest);
+        Self::new(method, &segments)
+    }
+
+    /// Appends a branch name as path segments, one per `/`-separated part
+    /// (GitHub's `git/ref/heads/{ref}` and `branches/{branch}` take the
+    /// branch with its slashes).
+    pub fn branch_path(mut self, branch: &str) -> Self {
+        self.segments.extend(branch.split('/').map(str::to_owned));
+        self
+    }
+
+    pub fn query(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.query.push((name, value.into()));
+        self
+    }
+
+    pub fn body(mut self, body: Value) -> Self {
+        self.body = Some(body);
+        self
+    }
+
+    /// `GET /repos/o/r/...` for logs and error messages (no host, no query).
+    pub fn describe(&self) -> String {
+        format!("{} /{}", self.method, self.segments.join("/"))
+    }
+}
+
+/// A project `owner/repo`, split.
+#[derive(Debug, Clone, Copy)]
+pub struct Repo<'a> {
+    pub owner: &'a str,
+    pub name: &'a str,
+}
+
+impl<'a> Repo<'a> {
+    /// Errors when `project` is not `owner/repo`.
+    pub fn parse(project: &'a str) -> ForgeResult<Self> {
+        match project.split_once('/') {
+            Some((owner, name)) if !owner.is_empty() && !name.is_empty() && !name.contains('/') => {
+                Ok(Self { owner, name })
+            }
+            _ => Err(ForgeError::invalid(format!(
+                "project: {project:?} is not a GitHub repository (owner/repo)"
+            ))),
+        }
+    }
+}
+
+/// A non-2xx answer kept whole, for callers that read error bodies
+/// (`merge-async` answers 409 with the request it conflicts with).
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    /// The body as JSON (`Null` when it is not JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    /// The error the answer stands for.
+    pub fn error(&self) -> ForgeError {
+        error_from_answer(self.status, &self.headers, &self.body, SystemTime::now())
+    }
+}
+
+/// The configured connection to one GitHub (or GitHub Enterprise) API.
+pub struct Http {
+    client: reqwest::Client,
+    /// `https://api.github.com` or `https://host/api/v3`.
+    base: Url,
+    /// `https://api.github.com/graphql` or `https://host/api/graphql`.
+    graphql: Url,
+    timeout: Duration,
+}
+
+impl Http {
+    /// `url` is the REST base (`https://api.github.com`, GHE
+    /// `https://host/api/v3`). Errors name the field.
+    pub fn new(url: &str, token: &str, timeout: Duration) -> ForgeResult<Self> {
+        let (base, graphql) = api_urls(url)?;
+        let mut auth = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+            ForgeError::invalid("token: contains characters that cannot be sent in a header")
+        })?;
+        auth.set_sensitive(true);
+        let mut headers = HeaderMap::new();
+        headers.insert(AUTHORIZATION, auth);
+        headers.insert(
+            ACCEPT,
+            HeaderValue::from_static("application/vnd.github+json"),
+        );
+        headers.insert(
+            "x-github-api-version",
+            HeaderValue::from_static(API_VERSION),
+        );
+        let client = reqwest::Client::builder()
+            .user_agent(USER_AGENT)
+            .default_headers(headers)
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .build()
+            .map_err(|e| ForgeError::invalid(format!("HTTP client: {e}")))?;
+        Ok(Self {
+            client,
+            base,
+            graphql,
+            timeout,
+        })
+    }
+
+    pub fn base(&self) -> &Url {
+        &self.base
+    }
+
+    pub fn graphql_url(&self) -> &Url {
+        &self.graphql
+    }
+
+    pub fn url(&self, segments: &[String]) -> Url {
+        let mut url = self.base.clone();
+        {
+            let mut path = url
+                .path_segments_mut()
+                .expect("the API base is an http(s) URL, which has path segments");
+            path.pop_if_empty();
+            path.extend(segments);
+        }
+        url
+    }
+
+    fn request(&self, call: &Call) -> RequestBuilder {
+        let mut request = self
+            .client
+            .request(call.method.clone(), self.url(&call.segments));
+        if !call.query.is_empty() {
+            request = request.query(&call.query);
+        }
+        if let Some(body) = &call.body {
+            request = request.json(body);
+        }
+        request
+    }
+
+    /// Sends the call and returns whatever GitHub answered (any status).
+    pub async fn answer(&self, call: &Call) -> ForgeResult<Answer> {
+        let response = self
+            .request(call)
+            .send()
+            .await
+            .map_err(|e| self.transport_error(&call.describe(), &e))?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| self.transport_error(&call.describe(), &e))?;
+        Ok(Answer {
+            status,
+            headers,
+            body: body.to_vec(),
+        })
+    }
+
+    /// Sends the call; a 2xx body is returned, anything else is an error.
+    pub async fn send(&self, call: &Call) -> ForgeResult<(StatusCode, Vec<u8>)> {
+        let answer = self.answer(call).await?;
+        if answer.status.is_success() {
+            Ok((answer.status, answer.body))
+        } else {
+            Err(answer.error())
+        }
+    }
+
+    /// Sends the call and decodes the 2xx JSON body as `T`.
+    pub async fn json<T: DeserializeOwned>(&self, call: &Call, what: &str) -> ForgeResult<T> {
+        let (status, body) = self.send(call).await?;
+        decode(&body, status, &call.describe(), what)
+    }
+
+    /// Every page of a list endpoint answering a JSON array
+    /// (`per_page` = [`PER_PAGE`]; a short page is the last one; at most
+    /// [`MAX_PAGES`] pages).
+    pub async fn list<T: DeserializeOwned>(&self, call: Call, what: &str) -> ForgeResult<Vec<T>> {
+        let mut items = Vec::new();
+        for page in 1..=MAX_PAGES {
+            let paged = Call {
+                method: call.method.clone(),
+                segments: call.segments.clone(),
+                query: call
+                    .query
+                    .iter()
+                    .cloned()
+                    .chain([
+                        ("per_page", PER_PAGE.to_string()),
+                        ("page", page.to_string()),
+                    ])
+                    .collect(),
+                body: None,
+            };
+            let mut chunk: Vec<T> = self.json(&paged, what).await?;
+            let full = chunk.len() >= PER_PAGE;
+            items.append(&mut chunk);
+            if !full {
+                return Ok(items);
+            }
+        }
+        tracing::warn!(
+            request = %call.describe(),
+            max_pages = MAX_PAGES,
+            "GitHub list longer than {MAX_PAGES} pages; reading the first {MAX_PAGES}"
+        );
+        Ok(items)
+    }
+
+    /// One GraphQL request. The answer is GitHub's whole body
+    /// (`data` and/or `errors`); a non-2xx status or a body that is not a
+    /// JSON object is an error. Whether `errors` matter is the caller's call.
+    pub async fn graphql(&self, query: &str, variables: Value) -> ForgeResult<Value> {
+        let describe = "POST /graphql";
+        let response = self
+            .client
+            .post(self.graphql.clone())
+            .json(&json!({ "query": query, "variables": variables }))
+            .send()
+            .await
+            .map_err(|e| self.transport_error(describe, &e))?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| self.transport_error(describe, &e))?;
+        if !status.is_success() {
+            let error = error_from_answer(status, &headers, &body, SystemTime::now());
+            return Err(ForgeError {
+                message: format!("{describe}: {}", error.message),
+                ..error
+            });
+        }
+        let value: Value = decode(&body, status, describe, "a GraphQL response")?;
+        if !value.is_object() {
+            return Err(ForgeError::rejected(
+                Some(status.as_u16()),
+                format!("{describe}: GitHub answered {status} with a body that is not an object"),
+            ));
+        }
+        Ok(value)
+    }
+
+    fn transport_error(&self, request: &str, error: &reqwest::Error) -> ForgeError {
+        if error.is_timeout() {
+            return ForgeError::unavailable(format!(
+                "{request}: GitHub did not answer within {} s",
+                self.timeout.as_secs_f64()
+            ));
+        }
+        // reqwest's own message is short; the cause is in its sources.
+        let mut message = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        ForgeError::unavailable(format!("{request}: {message}"))
+    }
+}
+
+/// The REST base and the GraphQL endpoint from the configured URL.
+///
+/// `https://api.github.com` → `…/graphql`; a GitHub Enterprise REST base
+/// `https://host/api/v3` → `https://host/api/graphql`; anything else
+/// (the simulator) → `{url}/graphql`. `https://github.com` is read as
+/// `https://api.github.com`.
+pub fn api_urls(url: &str) -> ForgeResult<(Url, Url)> {
+    let trimmed = url.trim().trim_end_matches('/');
+    let mut base = Url::parse(trimmed)
+        .map_err(|e| ForgeError::invalid(format!("url: {trimmed:?} is not a URL ({e})")))?;
+    if !matches!(base.scheme(), "http" | "https") || base.host_str().is_none() {
+        return Err(ForgeError::invalid(format!(
+            "url: {trimmed:?} must be an http(s) URL with a host"
+        )));
+    }
+    if base.query().is_some() || base.fragment().is_some() {
+        return Err(ForgeError::invalid(format!(
+            "url: {trimmed:?} must not have a query or fragment"
+        )));
+    }
+    if base.host_str() == Some("github.com") && base.path().trim_matches('/').is_empty() {
+        base = Url::parse("https://api.github.com").expect("a valid URL");
+    }
+    let path = base.path().trim_end_matches('/').to_owned();
+    let graphql_path = match path.strip_suffix("/api/v3") {
+        Some(prefix) => format!("{prefix}/api/graphql"),
+        None => format!("{path}/graphql"),
+    };
+    let mut graphql = base.clone();
+    graphql.set_path(&graphql_path);
+    base.set_path(if path.is_empty() { "/" } else { &path });
+    Ok((base, graphql))
+}
+
+/// Decodes a 2xx JSON body; a body that does not fit is `Rejected`.
+pub fn decode<T: DeserializeOwned>(
+    body: &[u8],
+    status: StatusCode,
+    request: &str,
+    what: &str,
+) -> ForgeResult<T> {
+    serde_json::from_slice(body).map_err(|e| {
+        ForgeError::rejected(
+            Some(status.as_u16()),
+            format!("{request}: GitHub answered {status} with a body that is not {what}: {e}"),
+        )
+    })
+}
+
+/// The error for a non-2xx answer: the kind from the status, GitHub's own
+/// message, and for rate limits (429, or 403 with no requests left or a
+/// secondary-limit message) and 503 when to retry.
+pub fn error_from_answer(
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: SystemTime,
+) -> ForgeError {
+    let message = github_message(body).unwrap_or_else(|| {
+        let text = String::from_utf8_lossy(body);
+        let text = text.trim();
+        let reason = status.canonical_reason().unwrap_or("error");
+        if text.is_empty() {
+            reason.to_owned()
+        } else {
+            let snippet: String = text.chars().take(ERROR_BODY_CHARS).collect();
+            format!("{reason}: {snippet}")
+        }
+    });
+    let remaining = headers
+        .get("x-ratelimit-remaining")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    let rate_limited = status == StatusCode::TOO_MANY_REQUESTS
+        || (status == StatusCode::FORBIDDEN
+            && (remaining == Some("0")
+                || headers.contains_key("retry-after")
+                || message.to_ascii_lowercase().contains("rate limit")));
+    if rate_limited {
+        return ForgeError::new(ForgeErrorKind::RateLimited, Some(status.as_u16()), message)
+            .with_retry_after(retry_after(headers, now));
+    }
+    let error = ForgeError::from_status(status.as_u16(), message);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        error.with_retry_after(retry_after(headers, now))
+    } else {
+        error
+    }
+}
+
+/// GitHub's error text: `message`, followed by the `errors[]` details
+/// (objects with `message` or `field`/`code`, or plain strings).
+pub fn github_message(body: &[u8]) -> Option<String> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    let object = value.as_object()?;
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(Value::String(message)) = object.get("message")
+        && !message.trim().is_empty()
+    {
+        parts.push(message.trim().to_owned());
+    }
+    if let Some(Value::Array(errors)) = object.get("errors") {
+        for error in errors {
+            let text = match error {
+                Value::String(text) => text.clone(),
+                Value::Object(fields) => match fields.get("message").and_then(Value::as_str) {
+                    Some(message) => message.to_owned(),
+                    None => [
+                        fields.get("resource").and_then(Value::as_str),
+                        fields.get("field").and_then(Value::as_str),
+                        fields.get("code").and_then(Value::as_str),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                },
+                other => other.to_string(),
+            };
+            if !text.is_empty() {
+                parts.push(text);
+            }
+        }
+    }
+    if parts.is_empty() {
+        // `{"status": "failed", "details": {"message": ...}}` (merge-async).
+        let details = object
+            .get("details")
+            .and_then(|d| d.get("message"))
+            .and_then(Value::as_str)?;
+        parts.push(details.to_owned());
+    }
+    Some(parts.join(": "))
+}
+
+/// `Retry-After` (delay seconds or an HTTP date), else `X-RateLimit-Reset`
+/// (a Unix time).
+pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    let now_unix = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    if let Some(value) = header("retry-after") {
+        if let Ok(seconds) = value.parse::<u64>() {
+            return Some(Duration::from_secs(seconds));
+        }
+        if let Ok(date) = OffsetDateTime::parse(value, &Rfc2822) {
+            let at = u64::try_from(date.unix_timestamp()).unwrap_or(0);
+            return Some(Duration::from_secs(at.saturating_sub(now_unix)));
+        }
+    }
+    let reset = header("x-ratelimit-reset")?.parse::<u64>().ok()?;
+    Some(Duration::from_secs(reset.saturating_sub(now_unix)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_str(value).expect("header value"));
+        }
+        map
+    }
+
+    fn at(unix: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(unix)
+    }
+
+    #[test]
+    fn rest_and_graphql_urls() {
+        let cases = [
+            (
+                "https://api.github.com",
+                "https://api.github.com/",
+                "https://api.github.com/graphql",
+            ),
+            (
+                "https://api.github.com/",
+                "https://api.github.com/",
+                "https://api.github.com/graphql",
+            ),
+            (
+                "https://github.com",
+                "https://api.github.com/",
+                "https://api.github.com/graphql",
+            ),
+            (
+                "https://ghe.example.com/api/v3",
+                "https://ghe.example.com/api/v3",
+                "https://ghe.example.com/api/graphql",
+            ),
+            (
+                "https://ghe.example.com/api/v3/",
+                "https://ghe.example.com/api/v3",
+                "https://ghe.example.com/api/graphql",
+            ),
+            (
+                "http://127.0.0.1:8080",
+                "http://127.0.0.1:8080/",
+                "http://127.0.0.1:8080/graphql",
+            ),
+        ];
+        for (input, rest, graphql) in cases {
+            let (base, gql) = api_urls(input).expect(input);
+            assert_eq!(base.as_str(), rest, "{input}");
+            assert_eq!(gql.as_str(), graphql, "{input}");
+        }
+        for bad in ["", "api.github.com", "ftp://host", "https://host/?a=b"] {
+            let error = api_urls(bad).expect_err(bad);
+            assert_eq!(error.kind, ForgeErrorKind::Invalid);
+            assert!(error.message.starts_with("url: "), "{}", error.message);
+        }
+    }
+
+    #[test]
+    fn segments_are_encoded_and_branches_keep_their_slashes() {
+        let http = Http::new(
+            "https://ghe.example.com/api/v3",
+            "t",
+            Duration::from_secs(1),
+        )
+        .expect("client");
+        let repo = Repo::parse("octo/app").expect("repo");
+        let call = Call::repo(Method::GET, &repo, &["git", "ref", "heads"]).branch_path("wq/x y");
+        assert_eq!(
+            http.url(&call.segments).as_str(),
+            "https://ghe.example.com/api/v3/repos/octo/app/git/ref/heads/wq/x%20y"
+        );
+        let call = Call::repo(Method::GET, &repo, &["commits", "wq/x"]);
+        assert_eq!(
+            http.url(&call.segments).as_str(),
+            "https://ghe.example.com/api/v3/repos/octo/app/commits/wq%2Fx"
+        );
+        for bad in ["octo", "octo/", "/app", "a/b/c"] {
+            assert_eq!(
+                Repo::parse(bad).expect_err(bad).kind,
+                ForgeErrorKind::Invalid
+            );
+        }
+    }
+
+    #[test]
+    fn messages_include_validation_errors() {
+        assert_eq!(
+            github_message(br#"{"message":"Reference already exists","documentation_url":"x"}"#),
+            Some("Reference already exists".into())
+        );
+        assert_eq!(
+            github_message(
+                br#"{"message":"Validation Failed","errors":[{"resource":"PullRequest","code":"custom","message":"A pull request already exists for o:b."}]}"#
+            ),
+            Some("Validation Failed: A pull request already exists for o:b.".into())
+        );
+        assert_eq!(
+            github_message(
+                br#"{"message":"Validation Failed","errors":[{"resource":"Label","field":"name","code":"invalid"}]}"#
+            ),
+            Some("Validation Failed: Label name invalid".into())
+        );
+        assert_eq!(
+            github_message(
+                br#"{"status":"failed","details":{"message":"Pull request is closed."}}"#
+            ),
+            Some("Pull request is closed.".into())
+        );
+        assert_eq!(github_message(b"<html>"), None);
+    }
+
+    #[test]
+    fn rate_limits_primary_and_secondary() {
+        let now = at(1_700_000_000);
+        let primary = error_from_answer(
+            StatusCode::FORBIDDEN,
+            &headers(&[
+                ("x-ratelimit-remaining", "0"),
+                ("x-ratelimit-reset", "1700000042"),
+            ]),
+            br#"{"message":"API rate limit exceeded for user ID 1."}"#,
+            now,
+        );
+        assert_eq!(primary.kind, ForgeErrorKind::RateLimited);
+        assert_eq!(primary.retry_after, Some(Duration::from_secs(42)));
+        let secondary = error_from_answer(
+            StatusCode::FORBIDDEN,
+            &headers(&[("retry-after", "60")]),
+            br#"{"message":"You have exceeded a secondary rate limit."}"#,
+            now,
+        );
+        assert_eq!(secondary.kind, ForgeErrorKind::RateLimited);
+        assert_eq!(secondary.retry_after, Some(Duration::from_secs(60)));
+        let forbidden = error_from_answer(
+            StatusCode::FORBIDDEN,
+            &headers(&[("x-ratelimit-remaining", "4999")]),
+            br#"{"message":"Resource not accessible by integration"}"#,
+            now,
+        );
+        assert_eq!(forbidden.kind, ForgeErrorKind::Unauthorized);
+        assert_eq!(forbidden.retry_after, None);
+        let limited = error_from_answer(
+            StatusCode::TOO_MANY_REQUESTS,
+            &headers(&[("retry-after", "3")]),
+            b"",
+            now,
+        );
+        assert_eq!(limited.kind, ForgeErrorKind::RateLimited);
+        assert_eq!(limited.retry_after, Some(Duration::from_secs(3)));
+        let unavailable = error_from_answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &headers(&[("retry-after", "Tue, 14 Nov 2023 22:13:50 GMT")]),
+            b"",
+            now,
+        );
+        assert_eq!(unavailable.kind, ForgeErrorKind::Unavailable);
+        assert_eq!(unavailable.retry_after, Some(Duration::from_secs(30)));
+    }
+}

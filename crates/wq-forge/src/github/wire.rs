@@ -1,0 +1,627 @@
+//! GitHub's JSON (the fields this client reads) and how it maps onto the
+//! forge-neutral model.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use crate::error::ForgeError;
+use crate::model::{
+    ChangeRequest, ChangeState, CiStatus, Mergeable, QueueEntry, QueueObservation, ReviewDecision,
+};
+
+/// `null` as the type's default.
+fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Sha {
+    pub sha: String,
+}
+
+/// `GET /repos/{o}/{r}/branches/{b}` and `GET /repos/{o}/{r}/commits/{ref}`.
+#[derive(Debug, Deserialize)]
+pub struct Commit {
+    pub sha: String,
+    pub commit: CommitDetail,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CommitDetail {
+    pub tree: Sha,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Branch {
+    pub commit: Commit,
+}
+
+/// `GET /repos/{o}/{r}/git/trees/{sha}?recursive=1`.
+#[derive(Debug, Deserialize)]
+pub struct Tree {
+    #[serde(default, deserialize_with = "null_default")]
+    pub tree: Vec<TreeEntry>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct TreeEntry {
+    pub path: String,
+    pub mode: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub sha: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Label {
+    pub name: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct BranchRef {
+    #[serde(rename = "ref")]
+    pub name: String,
+    #[serde(default)]
+    pub sha: Option<String>,
+}
+
+/// A pull request (`GET /repos/{o}/{r}/pulls/{n}`; the list entity lacks
+/// `mergeable`, `mergeable_state` and `merged`).
+#[derive(Debug, Deserialize)]
+pub struct PullRequest {
+    pub number: u64,
+    #[serde(default, deserialize_with = "null_default")]
+    pub html_url: String,
+    pub state: String,
+    #[serde(default, deserialize_with = "null_default")]
+    pub draft: bool,
+    #[serde(default, deserialize_with = "null_default")]
+    pub merged: bool,
+    #[serde(default)]
+    pub merged_at: Option<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub title: String,
+    #[serde(default, deserialize_with = "null_default")]
+    pub body: String,
+    #[serde(default, deserialize_with = "null_default")]
+    pub labels: Vec<Label>,
+    pub head: BranchRef,
+    pub base: BranchRef,
+    #[serde(default)]
+    pub mergeable: Option<bool>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub mergeable_state: String,
+}
+
+impl PullRequest {
+    pub fn change_state(&self) -> ChangeState {
+        if self.merged || self.merged_at.is_some() {
+            ChangeState::Merged
+        } else if self.state == "open" {
+            ChangeState::Open
+        } else {
+            ChangeState::Closed
+        }
+    }
+
+    /// The REST view alone: CI, reviews and threads are not in it (`None`,
+    /// `ReviewRequired`, 0) and the queue is `Unobserved`. `get_change`
+    /// fills them in.
+    pub fn into_change(self) -> ChangeRequest {
+        let state = self.change_state();
+        ChangeRequest {
+            number: self.number,
+            url: self.html_url,
+            state,
+            draft: self.draft,
+            title: self.title,
+            description: self.body,
+            labels: self.labels.into_iter().map(|l| l.name).collect(),
+            source_branch: self.head.name,
+            target_branch: self.base.name,
+            head_sha: self.head.sha.filter(|sha| !sha.is_empty()),
+            pipeline_id: None,
+            ci: CiStatus::None,
+            pending_checks: 0,
+            review: ReviewDecision::ReviewRequired,
+            approvals: 0,
+            required_approvals: None,
+            mergeable: match self.mergeable {
+                Some(true) => Mergeable::Yes,
+                Some(false) => Mergeable::No,
+                None => Mergeable::Unknown,
+            },
+            merge_status: self.mergeable_state,
+            unresolved_threads: 0,
+            queue: QueueObservation::Unobserved,
+        }
+    }
+}
+
+/// `GET /repos/{o}/{r}/commits/{sha}/check-runs` (latest run per name).
+#[derive(Debug, Deserialize)]
+pub struct CheckRuns {
+    #[serde(default, deserialize_with = "null_default")]
+    pub total_count: u64,
+    #[serde(default, deserialize_with = "null_default")]
+    pub check_runs: Vec<CheckRun>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CheckRun {
+    #[serde(default, deserialize_with = "null_default")]
+    pub status: String,
+    #[serde(default)]
+    pub conclusion: Option<String>,
+}
+
+/// `GET /repos/{o}/{r}/commits/{sha}/status`: the latest status per
+/// context. Its `state` is `pending` when there is no status at all, so
+/// only the list is read.
+#[derive(Debug, Deserialize)]
+pub struct CombinedStatus {
+    #[serde(default, deserialize_with = "null_default")]
+    pub statuses: Vec<CommitStatus>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CommitStatus {
+    #[serde(default, deserialize_with = "null_default")]
+    pub state: String,
+}
+
+/// One check's result in GitHub's words (a check run's conclusion or
+/// status, a commit status's state): GitHub counts `neutral` and `skipped`
+/// as passing, `error`/`startup_failure` as failing, `stale` (never
+/// finished) as pending.
+pub fn check_word(word: &str) -> CiStatus {
+    match word {
+        "neutral" | "skipped" => CiStatus::Success,
+        "error" | "startup_failure" => CiStatus::Failed,
+        "stale" | "queued" | "requested" | "waiting" | "pending" => CiStatus::Pending,
+        other => CiStatus::from_forge(other),
+    }
+}
+
+/// The combined CI of a head from its check runs and commit statuses:
+/// nothing at all is `None`; any failure is `Failed`; else any cancelled
+/// `Canceled`; else any running `Running`; else any waiting `Pending`;
+/// else `Success`. `pending_checks` counts the checks not finished.
+pub fn combine_checks(runs: &[CheckRun], statuses: &[CommitStatus]) -> (CiStatus, u32) {
+    let mut results: Vec<CiStatus> = Vec::with_capacity(runs.len() + statuses.len());
+    for run in runs {
+        let result = if run.status == "completed" {
+            check_word(run.conclusion.as_deref().unwrap_or("stale"))
+        } else {
+            check_word(&run.status)
+        };
+        results.push(result);
+    }
+    results.extend(statuses.iter().map(|s| check_word(&s.state)));
+    if results.is_empty() {
+        return (CiStatus::None, 0);
+    }
+    let pending = results
+        .iter()
+        .filter(|r| matches!(r, CiStatus::Pending | CiStatus::Running))
+        .count();
+    let ci = [
+        CiStatus::Failed,
+        CiStatus::Canceled,
+        CiStatus::Running,
+        CiStatus::Pending,
+    ]
+    .into_iter()
+    .find(|wanted| results.contains(wanted))
+    .unwrap_or(CiStatus::Success);
+    (ci, u32::try_from(pending).unwrap_or(u32::MAX))
+}
+
+/// Normalizes a GraphQL `mergeQueueEntry` (`state`, `position`,
+/// `estimatedTimeToMerge`): known states lower-case with underscores,
+/// unknown ones lower-cased; a position ≤ 0 and a negative estimate are
+/// `None`.
+pub fn queue_entry(state: &str, position: Option<i64>, eta_seconds: Option<i64>) -> QueueEntry {
+    let state = match state {
+        "QUEUED" => "queued".to_owned(),
+        "AWAITING_CHECKS" => "awaiting_checks".to_owned(),
+        "MERGEABLE" => "mergeable".to_owned(),
+        "UNMERGEABLE" => "unmergeable".to_owned(),
+        "LOCKED" => "locked".to_owned(),
+        other => other.to_ascii_lowercase(),
+    };
+    QueueEntry {
+        state,
+        position: position.filter(|p| *p > 0),
+        eta_seconds: eta_seconds.filter(|s| *s >= 0),
+    }
+}
+
+/// A `mergeQueueEntry` value: `null` is authoritatively `Absent`; an
+/// object without a readable `state` is `Unobserved`.
+pub fn queue_observation(value: Option<&Value>) -> QueueObservation {
+    match value {
+        None => QueueObservation::Unobserved,
+        Some(Value::Null) => QueueObservation::Absent,
+        Some(entry) => match entry.get("state").and_then(Value::as_str) {
+            Some(state) if !state.is_empty() => QueueObservation::Entry(queue_entry(
+                state,
+                entry.get("position").and_then(Value::as_i64),
+                entry.get("estimatedTimeToMerge").and_then(Value::as_i64),
+            )),
+            _ => QueueObservation::Unobserved,
+        },
+    }
+}
+
+/// The `errors[].path` of a GraphQL answer, as strings.
+pub fn error_paths(answer: &Value) -> Vec<Vec<String>> {
+    answer
+        .get("errors")
+        .and_then(Value::as_array)
+        .map(|errors| {
+            errors
+                .iter()
+                .map(|error| {
+                    error
+                        .get("path")
+                        .and_then(Value::as_array)
+                        .map(|path| {
+                            path.iter()
+                                .map(|p| match p {
+                                    Value::String(s) => s.clone(),
+                                    other => other.to_string(),
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The messages of a GraphQL answer's `errors`, joined.
+pub fn error_messages(answer: &Value) -> String {
+    answer
+        .get("errors")
+        .and_then(Value::as_array)
+        .map(|errors| {
+            errors
+                .iter()
+                .filter_map(|e| e.get("message").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .unwrap_or_default()
+}
+
+/// True when an error touches `path`: its own path lies on it (an
+/// ancestor, the field itself or below) or it has no path (an error about
+/// the whole document touches everything).
+pub fn errored_at(paths: &[Vec<String>], path: &[&str]) -> bool {
+    paths.iter().any(|error| {
+        let n = error.len().min(path.len());
+        error[..n]
+            .iter()
+            .zip(&path[..n])
+            .all(|(got, want)| got == want)
+    })
+}
+
+/// What `get_change`'s GraphQL query read about one pull request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GraphqlView {
+    pub review: ReviewDecision,
+    pub approvals: u32,
+    pub unresolved_threads: u32,
+    pub queue: QueueObservation,
+}
+
+impl GraphqlView {
+    /// What is assumed when the GraphQL read failed: not known to be
+    /// approved (the approval gate fails closed), no approvals counted,
+    /// threads not counted, queue unobserved.
+    pub fn unknown() -> Self {
+        Self {
+            review: ReviewDecision::ReviewRequired,
+            approvals: 0,
+            unresolved_threads: 0,
+            queue: QueueObservation::Unobserved,
+        }
+    }
+}
+
+/// Reads `data.repository.pullRequest` of `get_change`'s query. `None`
+/// when the pull request part is missing (the caller then uses
+/// [`GraphqlView::unknown`]). Errors below `mergeQueueEntry` only make the
+/// queue `Unobserved`; errors on reviews or threads make the review
+/// unknown the same way.
+pub fn graphql_view(answer: &Value) -> Option<GraphqlView> {
+    let pr = answer
+        .get("data")?
+        .get("repository")?
+        .get("pullRequest")
+        .filter(|v| v.is_object())?;
+    let paths = error_paths(answer);
+    let field = |name: &'static str| ["repository", "pullRequest", name];
+    if errored_at(&paths, &field("reviewDecision"))
+        || errored_at(&paths, &field("reviews"))
+        || errored_at(&paths, &field("reviewThreads"))
+    {
+        return None;
+    }
+    let queue = if errored_at(&paths, &field("mergeQueueEntry")) {
+        QueueObservation::Unobserved
+    } else {
+        queue_observation(pr.get("mergeQueueEntry"))
+    };
+    let (approvals, changes_requested) = latest_reviews(pr.pointer("/reviews/nodes"));
+    let review = match pr.get("reviewDecision").and_then(Value::as_str) {
+        Some("APPROVED") => ReviewDecision::Approved,
+        Some("CHANGES_REQUESTED") => ReviewDecision::ChangesRequested,
+        Some(_) => ReviewDecision::ReviewRequired,
+        // null: no review is required by branch protection. Approved only
+        // when GitHub shows an approval and no request for changes.
+        None if changes_requested => ReviewDecision::ChangesRequested,
+        None if approvals > 0 => ReviewDecision::Approved,
+        None => ReviewDecision::ReviewRequired,
+    };
+    let threads = pr.get("reviewThreads");
+    let nodes = threads
+        .and_then(|t| t.get("nodes"))
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let unresolved = nodes
+        .iter()
+        .filter(|t| t.get("isResolved").and_then(Value::as_bool) != Some(true))
+        .count() as u64;
+    // Threads beyond the first page are not read: counted as unresolved.
+    let total = threads
+        .and_then(|t| t.get("totalCount"))
+        .and_then(Value::as_u64)
+        .unwrap_or(nodes.len() as u64);
+    let unread = total.saturating_sub(nodes.len() as u64);
+    Some(GraphqlView {
+        review,
+        approvals,
+        unresolved_threads: u32::try_from(unresolved + unread).unwrap_or(u32::MAX),
+        queue,
+    })
+}
+
+/// (reviewers whose latest decisive review approves, whether any
+/// reviewer's latest decisive review requests changes). Decisive reviews
+/// are `APPROVED`, `CHANGES_REQUESTED` and `DISMISSED`, oldest first.
+fn latest_reviews(nodes: Option<&Value>) -> (u32, bool) {
+    let mut latest: BTreeMap<&str, &str> = BTreeMap::new();
+    for review in nodes.and_then(Value::as_array).into_iter().flatten() {
+        let state = review.get("state").and_then(Value::as_str).unwrap_or("");
+        let author = review
+            .pointer("/author/login")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if matches!(state, "APPROVED" | "CHANGES_REQUESTED" | "DISMISSED") {
+            latest.insert(author, state);
+        }
+    }
+    let approvals = latest.values().filter(|s| **s == "APPROVED").count();
+    let changes = latest.values().any(|s| *s == "CHANGES_REQUESTED");
+    (u32::try_from(approvals).unwrap_or(u32::MAX), changes)
+}
+
+/// An unknown or non-object GraphQL answer for one field.
+pub fn graphql_error(what: &str, answer: &Value) -> ForgeError {
+    let messages = error_messages(answer);
+    ForgeError::rejected(
+        None,
+        if messages.is_empty() {
+            format!("GraphQL {what}: the answer has no data")
+        } else {
+            format!("GraphQL {what}: {messages}")
+        },
+    )
+}
+
+/// A non-empty string in a `merge-async` answer's `details`.
+pub fn details_str<'a>(body: &'a Value, key: &str) -> Option<&'a str> {
+    body.get("details")
+        .and_then(|d| d.get(key))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn queue_states_normalize() {
+        let cases = [
+            ("QUEUED", "queued"),
+            ("AWAITING_CHECKS", "awaiting_checks"),
+            ("MERGEABLE", "mergeable"),
+            ("UNMERGEABLE", "unmergeable"),
+            ("LOCKED", "locked"),
+            ("SOME_NEW_STATE", "some_new_state"),
+        ];
+        for (github, normalized) in cases {
+            assert_eq!(queue_entry(github, Some(1), Some(60)).state, normalized);
+        }
+        assert_eq!(queue_entry("QUEUED", Some(0), None).position, None);
+        assert_eq!(queue_entry("QUEUED", Some(-3), None).position, None);
+        assert_eq!(queue_entry("QUEUED", Some(2), None).position, Some(2));
+        assert_eq!(queue_entry("QUEUED", None, Some(-1)).eta_seconds, None);
+        assert_eq!(queue_entry("QUEUED", None, Some(0)).eta_seconds, Some(0));
+        assert_eq!(
+            queue_observation(Some(&Value::Null)),
+            QueueObservation::Absent
+        );
+        assert_eq!(queue_observation(None), QueueObservation::Unobserved);
+        assert_eq!(
+            queue_observation(Some(&json!({"position": 1}))),
+            QueueObservation::Unobserved
+        );
+    }
+
+    #[test]
+    fn pull_request_state_mergeable_and_nulls() {
+        let pr = |state: &str, merged: bool, mergeable: Value| -> PullRequest {
+            serde_json::from_value(json!({
+                "number": 3, "html_url": "u", "state": state, "draft": null, "merged": merged,
+                "title": "t", "body": null, "labels": null,
+                "head": {"ref": "wq/x", "sha": "abc"}, "base": {"ref": "main", "sha": "def"},
+                "mergeable": mergeable, "mergeable_state": "unknown",
+            }))
+            .expect("pull request JSON")
+        };
+        let unknown = pr("open", false, Value::Null).into_change();
+        assert_eq!(unknown.mergeable, Mergeable::Unknown);
+        assert_eq!(unknown.state, ChangeState::Open);
+        assert_eq!(unknown.description, "");
+        assert!(!unknown.draft);
+        assert_eq!(unknown.merge_status, "unknown");
+        assert_eq!(
+            pr("open", false, json!(true)).into_change().mergeable,
+            Mergeable::Yes
+        );
+        assert_eq!(
+            pr("open", false, json!(false)).into_change().mergeable,
+            Mergeable::No
+        );
+        assert_eq!(
+            pr("closed", true, Value::Null).into_change().state,
+            ChangeState::Merged
+        );
+        assert_eq!(
+            pr("closed", false, Value::Null).into_change().state,
+            ChangeState::Closed
+        );
+    }
+
+    fn run(status: &str, conclusion: Option<&str>) -> CheckRun {
+        CheckRun {
+            status: status.into(),
+            conclusion: conclusion.map(str::to_owned),
+        }
+    }
+
+    fn status(state: &str) -> CommitStatus {
+        CommitStatus {
+            state: state.into(),
+        }
+    }
+
+    #[test]
+    fn checks_and_statuses_combine() {
+        assert_eq!(combine_checks(&[], &[]), (CiStatus::None, 0));
+        assert_eq!(
+            combine_checks(&[run("completed", Some("success"))], &[status("success")]),
+            (CiStatus::Success, 0)
+        );
+        assert_eq!(
+            combine_checks(
+                &[
+                    run("completed", Some("skipped")),
+                    run("completed", Some("neutral"))
+                ],
+                &[]
+            ),
+            (CiStatus::Success, 0)
+        );
+        assert_eq!(
+            combine_checks(&[run("in_progress", None)], &[status("pending")]),
+            (CiStatus::Running, 2)
+        );
+        assert_eq!(
+            combine_checks(&[run("queued", None)], &[]),
+            (CiStatus::Pending, 1)
+        );
+        assert_eq!(
+            combine_checks(&[run("completed", Some("success"))], &[status("pending")]),
+            (CiStatus::Pending, 1)
+        );
+        assert_eq!(
+            combine_checks(&[run("in_progress", None)], &[status("error")]),
+            (CiStatus::Failed, 1)
+        );
+        assert_eq!(
+            combine_checks(&[run("completed", Some("cancelled"))], &[status("success")]),
+            (CiStatus::Canceled, 0)
+        );
+        assert_eq!(
+            combine_checks(&[run("completed", Some("timed_out"))], &[]),
+            (CiStatus::Failed, 0)
+        );
+    }
+
+    fn view(pr: Value) -> Option<GraphqlView> {
+        graphql_view(&json!({"data": {"repository": {"pullRequest": pr}}}))
+    }
+
+    #[test]
+    fn null_review_decision_is_approved_only_with_an_approval() {
+        let review = |state: &str, login: &str| json!({"state": state, "author": {"login": login}});
+        let base = |reviews: Vec<Value>| {
+            json!({
+                "reviewDecision": null,
+                "reviews": {"nodes": reviews},
+                "reviewThreads": {"totalCount": 0, "nodes": []},
+                "mergeQueueEntry": null,
+            })
+        };
+        let none = view(base(vec![])).expect("view");
+        assert_eq!(none.review, ReviewDecision::ReviewRequired);
+        assert_eq!(none.queue, QueueObservation::Absent);
+        let approved = view(base(vec![review("APPROVED", "a")])).expect("view");
+        assert_eq!(
+            (approved.review, approved.approvals),
+            (ReviewDecision::Approved, 1)
+        );
+        let changed = view(base(vec![
+            review("APPROVED", "a"),
+            review("CHANGES_REQUESTED", "b"),
+        ]))
+        .expect("view");
+        assert_eq!(changed.review, ReviewDecision::ChangesRequested);
+        let dismissed = view(base(vec![
+            review("APPROVED", "a"),
+            review("DISMISSED", "a"),
+        ]))
+        .expect("view");
+        assert_eq!(
+            (dismissed.review, dismissed.approvals),
+            (ReviewDecision::ReviewRequired, 0)
+        );
+    }
+
+    #[test]
+    fn threads_beyond_the_page_count_as_unresolved_and_queue_errors_are_unobserved() {
+        let answer = json!({
+            "data": {"repository": {"pullRequest": {
+                "reviewDecision": "APPROVED",
+                "reviews": {"nodes": []},
+                "reviewThreads": {"totalCount": 102, "nodes": [{"isResolved": true}, {"isResolved": false}]},
+                "mergeQueueEntry": null,
+            }}},
+            "errors": [{"path": ["repository", "pullRequest", "mergeQueueEntry"], "message": "no access"}],
+        });
+        let view = graphql_view(&answer).expect("view");
+        assert_eq!(view.unresolved_threads, 1 + 100);
+        assert_eq!(view.queue, QueueObservation::Unobserved);
+        let failed = json!({"data": {"repository": {"pullRequest": null}}, "errors": [{"path": ["repository", "pullRequest"], "message": "x"}]});
+        assert_eq!(graphql_view(&failed), None);
+        let whole = json!({"errors": [{"message": "Something went wrong"}]});
+        assert_eq!(graphql_view(&whole), None);
+    }
+}

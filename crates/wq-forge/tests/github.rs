@@ -1,0 +1,1748 @@
+//! `GithubClient` against forge-sim's GitHub over real HTTP: every `Forge`
+//! method, the merge-async outcomes, queue observation, and webhook
+//! deliveries (the simulator's own, signed with the repository secret).
+//!
+//! The simulator runs with its background ticker effectively off: every
+//! API request progresses it by one tick, so each test drives it
+//! deterministically. The few answers the simulator cannot produce (a
+//! `pending` without uuid, an unknown status, a 409 for a moved head, 405,
+//! 422) come from a small scripted server, also over HTTP.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use forge_sim::github::{CheckScript, GithubRepoSpec, MergeAsyncScript};
+use forge_sim::{FaultRule, HttpFault, JobOutcome, SimHandle};
+use serde_json::{Value, json};
+use wq_forge::{
+    ChangeAction, ChangeState, ChangeUpdate, CiStatus, CommitMode, CommitRequest, FileAction,
+    FileOp, Forge, ForgeConfig, ForgeErrorKind, ForgeEvent, ForgeKind, Forges, ForgesConfig,
+    GithubClient, MergeMethod, MergeOutcome, MergeParams, Mergeable, NewChange, QueueEntry,
+    QueueObservation, ReviewDecision, WebhookRejection,
+};
+
+const REPO: &str = "octo/app";
+const SECRET: &str = "hook-secret";
+const STALE_SHA: &str = "ffffffffffffffffffffffffffffffffffffffff";
+
+async fn start_sim() -> SimHandle {
+    forge_sim::ForgeSim::start(forge_sim::SimConfig {
+        tick_interval: Duration::from_secs(3600),
+        ..forge_sim::SimConfig::default()
+    })
+    .await
+    .expect("sim starts")
+}
+
+fn config(url: &str) -> ForgeConfig {
+    ForgeConfig::literal(ForgeKind::Github, url, forge_sim::DEFAULT_TOKEN, SECRET)
+}
+
+fn client(sim: &SimHandle) -> GithubClient {
+    GithubClient::new(&config(&sim.github_url())).expect("client")
+}
+
+fn create_repo(sim: &SimHandle, spec: GithubRepoSpec) {
+    sim.github_create_repo(spec).expect("repo created");
+}
+
+fn action(op: FileOp, path: &str, content: Option<&[u8]>) -> FileAction {
+    FileAction {
+        op,
+        path: path.into(),
+        previous_path: None,
+        content: content.map(<[u8]>::to_vec),
+        execute_filemode: None,
+    }
+}
+
+async fn commit(
+    github: &GithubClient,
+    branch: &str,
+    mode: CommitMode,
+    actions: &[FileAction],
+) -> wq_forge::ForgeResult<String> {
+    github
+        .commit_files(&CommitRequest {
+            project: REPO,
+            branch,
+            base_branch: "main",
+            mode,
+            message: "workqueue change",
+            actions,
+        })
+        .await
+}
+
+/// A branch with one new file and a pull request from it; returns (number,
+/// head sha).
+async fn open_change(github: &GithubClient, branch: &str) -> (u64, String) {
+    let head = commit(
+        github,
+        branch,
+        CommitMode::CreateBranch,
+        &[action(
+            FileOp::Create,
+            &format!("{branch}.txt"),
+            Some(b"content\n"),
+        )],
+    )
+    .await
+    .expect("commit");
+    let change = github
+        .create_change(&NewChange {
+            project: REPO,
+            source_branch: branch,
+            target_branch: "main",
+            title: &format!("Change {branch}"),
+            description: "",
+            labels: &[],
+        })
+        .await
+        .expect("create change");
+    assert_eq!(change.head_sha.as_deref(), Some(head.as_str()));
+    (change.number, head)
+}
+
+/// A raw REST call to the simulator as the default user.
+async fn rest(sim: &SimHandle, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .request(method, format!("{}{path}", sim.github_url()))
+        .bearer_auth(forge_sim::DEFAULT_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .expect("answered");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// File modes of a commit's tree, by path.
+async fn modes(sim: &SimHandle, sha: &str) -> BTreeMap<String, String> {
+    let (_, commit) = rest(
+        sim,
+        reqwest::Method::GET,
+        &format!("/repos/{REPO}/git/commits/{sha}"),
+        Value::Null,
+    )
+    .await;
+    let tree = commit["tree"]["sha"].as_str().expect("tree sha");
+    let (_, tree) = rest(
+        sim,
+        reqwest::Method::GET,
+        &format!("/repos/{REPO}/git/trees/{tree}"),
+        Value::Null,
+    )
+    .await;
+    tree["tree"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| {
+            (
+                e["path"].as_str().unwrap_or_default().to_owned(),
+                e["mode"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// (method, path) of the requests the simulator served since the last clear.
+fn requests(sim: &SimHandle) -> Vec<(String, String)> {
+    sim.requests()
+        .into_iter()
+        .map(|r| (r.method, r.path))
+        .collect()
+}
+
+#[tokio::test]
+async fn commits_create_force_update_delete_move_chmod_and_read_back() {
+    let sim = start_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let github = client(&sim);
+
+    assert_eq!(
+        github.branch_head(REPO, "main").await.expect("main"),
+        sim.github_branch_head(REPO, "main")
+    );
+    assert_eq!(
+        github.branch_head(REPO, "wq/none").await.expect("404"),
+        None
+    );
+    let no_repo = github
+        .branch_head("octo/missing", "main")
+        .await
+        .expect_err("a missing repository is not a missing branch");
+    assert_eq!(no_repo.kind, ForgeErrorKind::NotFound);
+
+    // Files on main to update, move, delete and chmod later (through the
+    // client itself: force-updating main onto main plus a commit).
+    let mut tool = action(FileOp::Create, "tool.sh", Some(b"#!/bin/sh\necho hi\n"));
+    tool.execute_filemode = Some(true);
+    let base = commit(
+        &github,
+        "main",
+        CommitMode::ForceUpdate,
+        &[
+            action(FileOp::Create, "a.txt", Some(b"one\n")),
+            action(FileOp::Create, "gone.txt", Some(b"bye\n")),
+            tool,
+        ],
+    )
+    .await
+    .expect("base commit");
+    assert_eq!(
+        sim.github_branch_head(REPO, "main").as_deref(),
+        Some(base.as_str())
+    );
+    assert_eq!(modes(&sim, &base).await["tool.sh"], "100755");
+
+    // Create: text and non-UTF-8 bytes, on a new branch with a slash.
+    let binary: &[u8] = &[0xff, 0x00, 0xfe, b'\n'];
+    let created = commit(
+        &github,
+        "wq/one",
+        CommitMode::CreateBranch,
+        &[
+            action(
+                FileOp::Create,
+                "notes/hello.txt",
+                Some("héllo\n".as_bytes()),
+            ),
+            action(FileOp::Create, "data.bin", Some(binary)),
+        ],
+    )
+    .await
+    .expect("create branch");
+    assert_eq!(
+        github.branch_head(REPO, "wq/one").await.expect("head"),
+        Some(created.clone())
+    );
+    assert_eq!(
+        sim.github_file(REPO, "wq/one", "notes/hello.txt")
+            .as_deref(),
+        Some("héllo\n".as_bytes())
+    );
+    assert_eq!(
+        sim.github_file(REPO, "wq/one", "data.bin").as_deref(),
+        Some(binary)
+    );
+    assert_eq!(
+        sim.github_file(REPO, "wq/one", "a.txt").as_deref(),
+        Some(&b"one\n"[..]),
+        "based on main"
+    );
+
+    // Creating the branch again is a conflict; nothing moves.
+    let again = commit(
+        &github,
+        "wq/one",
+        CommitMode::CreateBranch,
+        &[action(FileOp::Create, "x.txt", Some(b"x"))],
+    )
+    .await
+    .expect_err("branch exists");
+    assert_eq!(again.kind, ForgeErrorKind::Conflict, "{again}");
+    assert_eq!(
+        sim.github_branch_head(REPO, "wq/one").as_deref(),
+        Some(created.as_str())
+    );
+
+    // Force update: main plus update, delete, move (content kept, mode
+    // kept) and chmod; the earlier branch content is gone.
+    let mut moved = action(FileOp::Move, "bin/tool.sh", None);
+    moved.previous_path = Some("tool.sh".into());
+    let mut chmod = action(FileOp::Chmod, "README.md", None);
+    chmod.execute_filemode = Some(true);
+    let forced = commit(
+        &github,
+        "wq/one",
+        CommitMode::ForceUpdate,
+        &[
+            action(FileOp::Update, "a.txt", Some(b"two\n")),
+            action(FileOp::Delete, "gone.txt", None),
+            moved,
+            chmod,
+        ],
+    )
+    .await
+    .expect("force update");
+    assert_eq!(
+        sim.github_branch_head(REPO, "wq/one").as_deref(),
+        Some(forced.as_str())
+    );
+    let file = |path: &str| sim.github_file(REPO, "wq/one", path);
+    assert_eq!(file("a.txt").as_deref(), Some(&b"two\n"[..]));
+    assert_eq!(file("gone.txt"), None);
+    assert_eq!(file("tool.sh"), None);
+    assert_eq!(
+        file("bin/tool.sh").as_deref(),
+        Some(&b"#!/bin/sh\necho hi\n"[..])
+    );
+    assert_eq!(file("notes/hello.txt"), None, "reset to main first");
+    assert_eq!(file("README.md").as_deref(), Some(&b"# Project\n"[..]));
+    let forced_modes = modes(&sim, &forced).await;
+    assert_eq!(forced_modes["bin/tool.sh"], "100755");
+    assert_eq!(forced_modes["README.md"], "100755");
+    assert_eq!(forced_modes["a.txt"], "100644");
+
+    // A move of a file that does not exist is refused before anything is
+    // written; force-updating a missing branch creates it.
+    let mut bad_move = action(FileOp::Move, "b.txt", None);
+    bad_move.previous_path = Some("nope.txt".into());
+    let error = commit(&github, "wq/one", CommitMode::ForceUpdate, &[bad_move])
+        .await
+        .expect_err("missing source");
+    assert_eq!(error.kind, ForgeErrorKind::Invalid, "{error}");
+    let fresh = commit(
+        &github,
+        "wq/fresh",
+        CommitMode::ForceUpdate,
+        &[action(FileOp::Create, "f.txt", Some(b"f"))],
+    )
+    .await
+    .expect("force update creates");
+    assert_eq!(
+        sim.github_branch_head(REPO, "wq/fresh").as_deref(),
+        Some(fresh.as_str())
+    );
+
+    // Empty diffs compare trees: a branch whose content main already holds
+    // (by another commit) is empty, one that changes something is not.
+    assert!(
+        !github
+            .diff_is_empty(REPO, "main", "wq/fresh")
+            .await
+            .expect("diff")
+    );
+    sim.github_push_human_commit(REPO, "main", &[("f.txt", Some("f"))], "same content")
+        .expect("push");
+    assert!(
+        github
+            .diff_is_empty(REPO, "main", "wq/fresh")
+            .await
+            .expect("diff"),
+        "main holds the same tree through another commit"
+    );
+    assert!(
+        github
+            .diff_is_empty(REPO, "main", "main")
+            .await
+            .expect("diff")
+    );
+}
+
+#[tokio::test]
+async fn pull_requests_create_find_update_close_reopen() {
+    let sim = start_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let github = client(&sim);
+    commit(
+        &github,
+        "wq/pr",
+        CommitMode::CreateBranch,
+        &[action(FileOp::Create, "pr.txt", Some(b"x"))],
+    )
+    .await
+    .expect("commit");
+
+    assert_eq!(
+        github.find_open_change(REPO, "wq/pr").await.expect("find"),
+        None
+    );
+    let labels = vec!["workqueue".to_owned(), "bot".to_owned()];
+    let created = github
+        .create_change(&NewChange {
+            project: REPO,
+            source_branch: "wq/pr",
+            target_branch: "main",
+            title: "Add pr.txt",
+            description: "Body",
+            labels: &labels,
+        })
+        .await
+        .expect("create");
+    assert_eq!(created.state, ChangeState::Open);
+    assert_eq!(created.title, "Add pr.txt");
+    assert_eq!(created.description, "Body");
+    assert_eq!(created.source_branch, "wq/pr");
+    assert_eq!(created.target_branch, "main");
+    assert_eq!(created.labels, labels);
+    assert_eq!(created.pipeline_id, None);
+    assert!(created.url.ends_with(&format!("/pull/{}", created.number)));
+    let on_github = sim.github_pr(REPO, created.number).expect("pr");
+    assert_eq!(on_github["labels"].as_array().map(Vec::len), Some(2));
+
+    let duplicate = github
+        .create_change(&NewChange {
+            project: REPO,
+            source_branch: "wq/pr",
+            target_branch: "main",
+            title: "Again",
+            description: "",
+            labels: &[],
+        })
+        .await
+        .expect_err("one open pull request per branch");
+    assert_eq!(duplicate.kind, ForgeErrorKind::Conflict, "{duplicate}");
+
+    let found = github
+        .find_open_change(REPO, "wq/pr")
+        .await
+        .expect("find")
+        .expect("open");
+    assert_eq!(found.number, created.number);
+
+    let replaced = vec!["bot".to_owned(), "ready".to_owned()];
+    let updated = github
+        .update_change(
+            REPO,
+            created.number,
+            &ChangeUpdate {
+                title: Some("New title"),
+                description: Some("New body"),
+                labels: Some(&replaced),
+                open: None,
+            },
+        )
+        .await
+        .expect("update");
+    assert_eq!(
+        (updated.title.as_str(), updated.description.as_str()),
+        ("New title", "New body")
+    );
+    let mut got = updated.labels.clone();
+    got.sort();
+    assert_eq!(got, ["bot", "ready"]);
+    let on_github = sim.github_pr(REPO, created.number).expect("pr");
+    assert_eq!(on_github["title"], "New title");
+    let mut names: Vec<&str> = on_github["labels"]
+        .as_array()
+        .expect("labels")
+        .iter()
+        .filter_map(|l| l["name"].as_str())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["bot", "ready"]);
+
+    let closed = github
+        .update_change(
+            REPO,
+            created.number,
+            &ChangeUpdate {
+                open: Some(false),
+                ..ChangeUpdate::default()
+            },
+        )
+        .await
+        .expect("close");
+    assert_eq!(closed.state, ChangeState::Closed);
+    assert_eq!(closed.queue, QueueObservation::Absent);
+    assert_eq!(
+        github.find_open_change(REPO, "wq/pr").await.expect("find"),
+        None
+    );
+    let reopened = github
+        .update_change(
+            REPO,
+            created.number,
+            &ChangeUpdate {
+                open: Some(true),
+                ..ChangeUpdate::default()
+            },
+        )
+        .await
+        .expect("reopen");
+    assert_eq!(reopened.state, ChangeState::Open);
+    assert_eq!(
+        github
+            .find_open_change(REPO, "wq/pr")
+            .await
+            .expect("find")
+            .map(|c| c.number),
+        Some(created.number)
+    );
+}
+
+#[tokio::test]
+async fn get_change_reads_checks_statuses_reviews_threads_and_draft_in_four_requests() {
+    let sim = start_sim().await;
+    create_repo(
+        &sim,
+        GithubRepoSpec::new("octo", "app").checks(&[
+            CheckScript::new("ci", JobOutcome::Success).duration_secs(3600),
+            CheckScript::new("lint", JobOutcome::Success)
+                .duration_secs(3600)
+                .as_status(),
+        ]),
+    );
+    let github = client(&sim);
+    let (n, head) = open_change(&github, "wq/gates").await;
+
+    // Checks running: one check run in progress, one status pending.
+    sim.clear_requests();
+    let change = github.get_change(REPO, n).await.expect("get");
+    let served = requests(&sim);
+    assert_eq!(served.len(), 4, "{served:?}");
+    assert_eq!(
+        served[0],
+        ("GET".into(), format!("/repos/{REPO}/pulls/{n}"))
+    );
+    for wanted in [
+        ("POST".to_owned(), "/graphql".to_owned()),
+        (
+            "GET".to_owned(),
+            format!("/repos/{REPO}/commits/{head}/check-runs"),
+        ),
+        (
+            "GET".to_owned(),
+            format!("/repos/{REPO}/commits/{head}/status"),
+        ),
+    ] {
+        assert!(served.contains(&wanted), "{wanted:?} in {served:?}");
+    }
+    assert_eq!(change.state, ChangeState::Open);
+    assert_eq!(change.head_sha.as_deref(), Some(head.as_str()));
+    assert_eq!(change.ci, CiStatus::Running);
+    assert_eq!(change.pending_checks, 2);
+    assert_eq!(change.review, ReviewDecision::ReviewRequired);
+    assert_eq!(change.approvals, 0);
+    assert_eq!(change.required_approvals, None);
+    assert_eq!(change.mergeable, Mergeable::Yes);
+    assert_eq!(change.merge_status, "unstable");
+    assert_eq!(change.unresolved_threads, 0);
+    assert_eq!(change.queue, QueueObservation::Absent);
+    assert!(!change.draft);
+
+    // Threads, a draft, approvals and a request for changes.
+    sim.github_set_draft(REPO, n, true).expect("draft");
+    forge_sim::github::control::set_threads(sim.state(), "octo", "app", n, 2, 1).expect("threads");
+    let change = github.get_change(REPO, n).await.expect("get");
+    assert!(change.draft);
+    assert_eq!(change.merge_status, "draft");
+    assert_eq!(change.unresolved_threads, 2);
+
+    sim.github_set_draft(REPO, n, false).expect("ready");
+    sim.github_set_unresolved_threads(REPO, n, 0)
+        .expect("threads");
+    sim.github_approve(REPO, n, "alice").expect("approve");
+    let change = github.get_change(REPO, n).await.expect("get");
+    assert_eq!(change.review, ReviewDecision::Approved);
+    assert_eq!(change.approvals, 1);
+    assert_eq!(change.unresolved_threads, 0);
+    sim.github_request_changes(REPO, n, "bob", "please fix")
+        .expect("request changes");
+    let change = github.get_change(REPO, n).await.expect("get");
+    assert_eq!(change.review, ReviewDecision::ChangesRequested);
+    assert_eq!(change.approvals, 1, "alice still approves");
+
+    // The checks finish: success and no pending checks.
+    sim.advance(Duration::from_secs(3600));
+    sim.tick();
+    let change = github.get_change(REPO, n).await.expect("get");
+    assert_eq!((change.ci, change.pending_checks), (CiStatus::Success, 0));
+
+    // A failing check run and a failing status each make CI failed.
+    sim.github_script_checks(
+        REPO,
+        vec![CheckScript::new(
+            "ci",
+            JobOutcome::fail("script_failure", "red"),
+        )],
+    )
+    .expect("checks");
+    let (failing, _) = open_change(&github, "wq/red").await;
+    sim.tick();
+    sim.tick();
+    let change = github.get_change(REPO, failing).await.expect("get");
+    assert_eq!((change.ci, change.pending_checks), (CiStatus::Failed, 0));
+    sim.github_script_checks(
+        REPO,
+        vec![CheckScript::new("lint", JobOutcome::fail("script_failure", "red")).as_status()],
+    )
+    .expect("checks");
+    let (red_status, _) = open_change(&github, "wq/red-status").await;
+    sim.tick();
+    sim.tick();
+    let change = github.get_change(REPO, red_status).await.expect("get");
+    assert_eq!((change.ci, change.pending_checks), (CiStatus::Failed, 0));
+
+    // No checks at all is no CI, not pending.
+    sim.github_script_checks(REPO, Vec::new()).expect("checks");
+    let (bare, _) = open_change(&github, "wq/bare").await;
+    let change = github.get_change(REPO, bare).await.expect("get");
+    assert_eq!((change.ci, change.pending_checks), (CiStatus::None, 0));
+    assert_eq!(change.merge_status, "clean");
+
+    // Merged: one request, state merged, out of any queue.
+    let outcome = github
+        .merge_change(REPO, bare, &MergeParams::default())
+        .await
+        .expect("merge");
+    assert_eq!(outcome, MergeOutcome::Merged);
+    sim.clear_requests();
+    let change = github.get_change(REPO, bare).await.expect("get");
+    assert_eq!(requests(&sim).len(), 1);
+    assert_eq!(change.state, ChangeState::Merged);
+    assert_eq!(change.queue, QueueObservation::Absent);
+}
+
+/// Enqueues `n` through the client (merge_action default on a queue repo).
+async fn enqueue(github: &GithubClient, n: u64, head: &str) {
+    let outcome = github
+        .merge_change(
+            REPO,
+            n,
+            &MergeParams {
+                expected_head_sha: Some(head),
+                ..MergeParams::default()
+            },
+        )
+        .await
+        .expect("merge");
+    assert_eq!(outcome, MergeOutcome::Queued);
+}
+
+#[tokio::test]
+async fn queue_entries_are_one_graphql_request_and_normalized() {
+    let sim = start_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app").merge_queue(true));
+    sim.github_script_merge_async(
+        REPO,
+        MergeAsyncScript {
+            pending_ticks: 0,
+            ..MergeAsyncScript::default()
+        },
+    )
+    .expect("script");
+    let github = client(&sim);
+    let (one, head_one) = open_change(&github, "wq/q1").await;
+    let (two, head_two) = open_change(&github, "wq/q2").await;
+    let (three, _) = open_change(&github, "wq/q3").await;
+    sim.github_lock_queue(REPO, true).expect("lock");
+    enqueue(&github, one, &head_one).await;
+    enqueue(&github, two, &head_two).await;
+
+    sim.clear_requests();
+    let entries = github
+        .queue_entries(REPO, &[one, two, three])
+        .await
+        .expect("entries");
+    assert_eq!(
+        requests(&sim),
+        [("POST".to_owned(), "/graphql".to_owned())],
+        "one GraphQL request for three pull requests"
+    );
+    assert_eq!(
+        entries,
+        BTreeMap::from([
+            (
+                one,
+                QueueObservation::Entry(QueueEntry {
+                    state: "locked".into(),
+                    position: Some(1),
+                    eta_seconds: Some(300),
+                })
+            ),
+            (
+                two,
+                QueueObservation::Entry(QueueEntry {
+                    state: "locked".into(),
+                    position: Some(2),
+                    eta_seconds: Some(600),
+                })
+            ),
+            (three, QueueObservation::Absent),
+        ])
+    );
+
+    // A number the query errors on (no such pull request) is unobserved;
+    // the others are still read; an empty ask costs nothing.
+    let entries = github
+        .queue_entries(REPO, &[one, 99, one])
+        .await
+        .expect("entries");
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[&99], QueueObservation::Unobserved);
+    assert!(matches!(entries[&one], QueueObservation::Entry(_)));
+    sim.clear_requests();
+    assert!(
+        github
+            .queue_entries(REPO, &[])
+            .await
+            .expect("nothing")
+            .is_empty()
+    );
+    assert!(requests(&sim).is_empty());
+
+    // get_change sees the same entry; an unknown estimate is None.
+    sim.github_update_repo(
+        REPO,
+        GithubRepoSpec {
+            queue_eta_seconds_per_entry: Some(None),
+            ..GithubRepoSpec::default()
+        },
+    )
+    .expect("no eta");
+    let change = github.get_change(REPO, two).await.expect("get");
+    assert_eq!(
+        change.queue,
+        QueueObservation::Entry(QueueEntry {
+            state: "locked".into(),
+            position: Some(2),
+            eta_seconds: None,
+        })
+    );
+
+    // Unlocked, the queue runs: every state read is a normalized word, and
+    // the merged pull request is out of the queue.
+    sim.github_lock_queue(REPO, false).expect("unlock");
+    let mut seen = Vec::new();
+    let merged = loop {
+        let change = github.get_change(REPO, one).await.expect("get");
+        if change.state == ChangeState::Merged {
+            break change;
+        }
+        match &change.queue {
+            QueueObservation::Entry(entry) => seen.push(entry.state.clone()),
+            other => panic!("open and queued, got {other:?}"),
+        }
+        assert!(seen.len() < 50, "{seen:?}");
+    };
+    assert_eq!(merged.queue, QueueObservation::Absent);
+    for state in &seen {
+        assert!(
+            [
+                "queued",
+                "awaiting_checks",
+                "mergeable",
+                "unmergeable",
+                "locked"
+            ]
+            .contains(&state.as_str()),
+            "{seen:?}"
+        );
+    }
+    assert!(seen.iter().any(|s| s == "mergeable"), "{seen:?}");
+}
+
+#[tokio::test]
+async fn a_failed_graphql_read_is_unobserved_never_absent() {
+    let sim = start_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app").merge_queue(true));
+    sim.github_script_merge_async(
+        REPO,
+        MergeAsyncScript {
+            pending_ticks: 0,
+            ..MergeAsyncScript::default()
+        },
+    )
+    .expect("script");
+    let github = client(&sim);
+    let (n, head) = open_change(&github, "wq/gql").await;
+    sim.github_approve(REPO, n, "alice").expect("approve");
+    sim.github_lock_queue(REPO, true).expect("lock");
+    enqueue(&github, n, &head).await;
+    let seen = github.get_change(REPO, n).await.expect("get");
+    assert!(matches!(seen.queue, QueueObservation::Entry(_)));
+    assert_eq!(seen.review, ReviewDecision::Approved);
+
+    sim.add_fault(FaultRule::new(
+        "POST",
+        "/graphql",
+        HttpFault::Status { status: 502 },
+    ));
+    let change = github.get_change(REPO, n).await.expect("REST part read");
+    assert_eq!(change.queue, QueueObservation::Unobserved);
+    assert_eq!(
+        change.review,
+        ReviewDecision::ReviewRequired,
+        "an approval not seen is not claimed"
+    );
+    assert_eq!(change.approvals, 0);
+    assert_eq!(change.state, ChangeState::Open);
+
+    sim.add_fault(FaultRule::new(
+        "POST",
+        "/graphql",
+        HttpFault::Status { status: 502 },
+    ));
+    let error = github
+        .queue_entries(REPO, &[n])
+        .await
+        .expect_err("the whole query failed");
+    assert_eq!(error.kind, ForgeErrorKind::Unavailable);
+    assert_eq!(error.status, Some(502));
+}
+
+#[tokio::test]
+async fn merge_async_merged_already_merged_and_failures() {
+    let sim = start_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    sim.github_script_merge_async(
+        REPO,
+        MergeAsyncScript {
+            pending_ticks: 0,
+            ..MergeAsyncScript::default()
+        },
+    )
+    .expect("script");
+    let github = client(&sim);
+
+    // A moved head (sha bound to another commit): conflict, not merged.
+    let (n, head) = open_change(&github, "wq/direct").await;
+    let stale = github
+        .merge_change(
+            REPO,
+            n,
+            &MergeParams {
+                expected_head_sha: Some(STALE_SHA),
+                ..MergeParams::default()
+            },
+        )
+        .await
+        .expect_err("stale head");
+    assert_eq!(stale.kind, ForgeErrorKind::Conflict, "{stale}");
+    assert_eq!(sim.github_pr(REPO, n).expect("pr")["merged"], false);
+
+    // 200 merged, with method and message.
+    let outcome = github
+        .merge_change(
+            REPO,
+            n,
+            &MergeParams {
+                expected_head_sha: Some(&head),
+                method: Some(MergeMethod::Squash),
+                commit_message: Some("Squashed by workqueue"),
+            },
+        )
+        .await
+        .expect("merge");
+    assert_eq!(outcome, MergeOutcome::Merged);
+    let pr = sim.github_pr(REPO, n).expect("pr");
+    assert_eq!(pr["merged"], true);
+    let (_, main) = rest(
+        &sim,
+        reqwest::Method::GET,
+        &format!("/repos/{REPO}/commits/main"),
+        Value::Null,
+    )
+    .await;
+    let message = main["commit"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("Squashed by workqueue"), "{message}");
+    assert_eq!(
+        main["parents"].as_array().map(Vec::len),
+        Some(1),
+        "squash: one parent"
+    );
+
+    // Already merged: merged again.
+    assert_eq!(
+        github
+            .merge_change(REPO, n, &MergeParams::default())
+            .await
+            .expect("again"),
+        MergeOutcome::Merged
+    );
+
+    // A failed request carries GitHub's message.
+    let (failing, _) = open_change(&github, "wq/rules").await;
+    sim.github_fail_next_merge_async(REPO, "Repository rule violations found")
+        .expect("script");
+    let error = github
+        .merge_change(REPO, failing, &MergeParams::default())
+        .await
+        .expect_err("failed");
+    assert_eq!(error.kind, ForgeErrorKind::Rejected, "{error}");
+    assert!(
+        error.message.contains("Repository rule violations found"),
+        "{}",
+        error.message
+    );
+    assert_eq!(sim.github_pr(REPO, failing).expect("pr")["merged"], false);
+
+    // A closed pull request is refused with GitHub's message.
+    github
+        .update_change(
+            REPO,
+            failing,
+            &ChangeUpdate {
+                open: Some(false),
+                ..ChangeUpdate::default()
+            },
+        )
+        .await
+        .expect("close");
+    let error = github
+        .merge_change(REPO, failing, &MergeParams::default())
+        .await
+        .expect_err("closed");
+    assert_eq!(error.kind, ForgeErrorKind::Rejected);
+    assert!(
+        error.message.contains("Pull request is closed."),
+        "{}",
+        error.message
+    );
+    let missing = github
+        .merge_change(REPO, 77, &MergeParams::default())
+        .await
+        .expect_err("no such pull request");
+    assert_eq!(missing.kind, ForgeErrorKind::NotFound);
+}
+
+/// (sim time, path) of the merge-async requests served since the last clear.
+fn merge_requests(sim: &SimHandle) -> Vec<(String, time::OffsetDateTime, String)> {
+    sim.requests()
+        .into_iter()
+        .filter(|r| r.path.contains("/merge-async"))
+        .map(|r| (r.method, r.time, r.path))
+        .collect()
+}
+
+#[tokio::test]
+async fn pending_merges_are_polled_at_least_a_second_apart() {
+    let sim = start_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let github = client(&sim);
+    let (n, head) = open_change(&github, "wq/pending").await;
+    sim.github_script_merge_async(
+        REPO,
+        MergeAsyncScript {
+            pending_ticks: 3,
+            ..MergeAsyncScript::default()
+        },
+    )
+    .expect("script");
+    sim.clear_requests();
+    let outcome = github
+        .merge_change(
+            REPO,
+            n,
+            &MergeParams {
+                expected_head_sha: Some(&head),
+                ..MergeParams::default()
+            },
+        )
+        .await
+        .expect("merge");
+    assert_eq!(outcome, MergeOutcome::Merged);
+    let served = merge_requests(&sim);
+    assert_eq!(served[0].0, "PUT");
+    assert!(
+        served.len() >= 3,
+        "a PUT and at least two reads: {served:?}"
+    );
+    let uuid = served[1].2.rsplit('/').next().expect("uuid").to_owned();
+    for pair in served.windows(2) {
+        assert_eq!(pair[1].0, "GET");
+        assert!(pair[1].2.ends_with(&uuid), "the same request is followed");
+        let gap = pair[1].1 - pair[0].1;
+        assert!(
+            gap >= time::Duration::seconds(1),
+            "reads at least 1 s apart, got {gap}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_conflict_resumes_the_existing_request_without_a_second_put() {
+    let sim = start_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app").merge_queue(true));
+    let github = client(&sim);
+    let (n, head) = open_change(&github, "wq/resume").await;
+    sim.github_script_merge_async(
+        REPO,
+        MergeAsyncScript {
+            pending_ticks: 3,
+            ..MergeAsyncScript::default()
+        },
+    )
+    .expect("script");
+    // An earlier attempt (a crash after its PUT) left a pending request.
+    let (status, first) = rest(
+        &sim,
+        reqwest::Method::PUT,
+        &format!("/repos/{REPO}/pulls/{n}/merge-async"),
+        json!({ "merge_action": "default", "sha": head }),
+    )
+    .await;
+    assert_eq!(status, 202, "{first}");
+    let uuid = first["details"]["uuid"].as_str().expect("uuid").to_owned();
+
+    sim.clear_requests();
+    let outcome = github
+        .merge_change(
+            REPO,
+            n,
+            &MergeParams {
+                expected_head_sha: Some(&head),
+                ..MergeParams::default()
+            },
+        )
+        .await
+        .expect("resumed");
+    assert_eq!(outcome, MergeOutcome::Queued);
+    let served = sim.requests();
+    let puts: Vec<_> = served.iter().filter(|r| r.method == "PUT").collect();
+    assert_eq!(puts.len(), 1, "no second PUT: {served:?}");
+    assert_eq!(puts[0].status, 409);
+    let gets: Vec<_> = served
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.contains("/merge-async/"))
+        .collect();
+    assert!(!gets.is_empty());
+    assert!(gets.iter().all(|r| r.path.ends_with(&uuid)), "{gets:?}");
+}
+
+#[tokio::test]
+async fn expired_requests_moved_heads_and_the_budget() {
+    let sim = start_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let github = client(&sim);
+    let (n, head) = open_change(&github, "wq/expire").await;
+
+    // The result is kept 0 s: gone at the first read.
+    sim.github_script_merge_async(
+        REPO,
+        MergeAsyncScript {
+            pending_ticks: 1000,
+            fail_next: None,
+            ttl_seconds: 0,
+        },
+    )
+    .expect("script");
+    let expired = github
+        .merge_change(
+            REPO,
+            n,
+            &MergeParams {
+                expected_head_sha: Some(&head),
+                ..MergeParams::default()
+            },
+        )
+        .await
+        .expect_err("expired");
+    assert_eq!(expired.kind, ForgeErrorKind::NotFound, "{expired}");
+    assert!(expired.message.contains("expired"), "{}", expired.message);
+
+    // Still pending after the budget: unavailable, and nothing merged.
+    sim.github_script_merge_async(
+        REPO,
+        MergeAsyncScript {
+            pending_ticks: 1000,
+            ..MergeAsyncScript::default()
+        },
+    )
+    .expect("script");
+    let patient = client(&sim).with_merge_polling(Duration::from_secs(1), Duration::from_secs(2));
+    let started = std::time::Instant::now();
+    let error = patient
+        .merge_change(
+            REPO,
+            n,
+            &MergeParams {
+                expected_head_sha: Some(&head),
+                ..MergeParams::default()
+            },
+        )
+        .await
+        .expect_err("budget");
+    assert_eq!(error.kind, ForgeErrorKind::Unavailable, "{error}");
+    assert!(error.message.contains("still pending"), "{}", error.message);
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(sim.github_pr(REPO, n).expect("pr")["merged"], false);
+
+    // A head that moved while the request was pending: conflict.
+    let (m, _) = open_change(&github, "wq/moved").await;
+    sim.github_script_merge_async(
+        REPO,
+        MergeAsyncScript {
+            pending_ticks: 1,
+            ..MergeAsyncScript::default()
+        },
+    )
+    .expect("script");
+    let moved = github
+        .merge_change(
+            REPO,
+            m,
+            &MergeParams {
+                expected_head_sha: Some(STALE_SHA),
+                ..MergeParams::default()
+            },
+        )
+        .await
+        .expect_err("moved head");
+    assert_eq!(moved.kind, ForgeErrorKind::Conflict, "{moved}");
+    assert!(
+        moved.message.contains("Head branch was modified"),
+        "{}",
+        moved.message
+    );
+    assert_eq!(sim.github_pr(REPO, m).expect("pr")["merged"], false);
+}
+
+/// Scripted answers: (status, body) in order.
+type Script = Vec<(u16, Value)>;
+
+/// A server answering `PUT .../merge-async` and the poll with scripted
+/// (status, body) pairs, in order; for answers forge-sim cannot give.
+async fn scripted_github(answers: Script) -> (String, Arc<Mutex<Vec<String>>>) {
+    let answers = Arc::new(Mutex::new(answers.into_iter()));
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = seen.clone();
+    let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let answers = answers.clone();
+        let log = log.clone();
+        async move {
+            log.lock()
+                .expect("log")
+                .push(format!("{} {}", request.method(), request.uri().path()));
+            let (status, body) = answers
+                .lock()
+                .expect("answers")
+                .next()
+                .unwrap_or((500, json!({ "message": "script exhausted" })));
+            (
+                StatusCode::from_u16(status).expect("status"),
+                axum::Json(body),
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), seen)
+}
+
+#[tokio::test]
+async fn merge_answers_the_simulator_cannot_give_fail_closed() {
+    let head = "0123456789abcdef0123456789abcdef01234567";
+    let bound = MergeParams {
+        expected_head_sha: Some(head),
+        ..MergeParams::default()
+    };
+    let cases: Vec<(Script, ForgeErrorKind, &str)> = vec![
+        (
+            vec![(
+                202,
+                json!({ "status": "pending", "details": { "message": "in progress" } }),
+            )],
+            ForgeErrorKind::Rejected,
+            "without details.uuid",
+        ),
+        (
+            vec![(200, json!({ "status": "scheduled", "details": {} }))],
+            ForgeErrorKind::Rejected,
+            "\"scheduled\"",
+        ),
+        (
+            vec![
+                (
+                    202,
+                    json!({ "status": "pending", "details": { "uuid": "u-1" } }),
+                ),
+                (200, json!({ "status": "teleported" })),
+            ],
+            ForgeErrorKind::Rejected,
+            "\"teleported\"",
+        ),
+        (
+            vec![(
+                409,
+                json!({
+                    "message": "Head branch was modified. Review and try the merge again.",
+                    "details": { "expected_head_sha": head },
+                }),
+            )],
+            ForgeErrorKind::Conflict,
+            head,
+        ),
+        (
+            vec![(405, json!({ "message": "Pull Request is not mergeable" }))],
+            ForgeErrorKind::Rejected,
+            "Pull Request is not mergeable",
+        ),
+        (
+            vec![(
+                422,
+                json!({ "message": "Validation Failed", "errors": [{ "resource": "PullRequest", "field": "merge_method", "code": "invalid" }] }),
+            )],
+            ForgeErrorKind::Invalid,
+            "merge_method",
+        ),
+        (
+            vec![
+                (
+                    202,
+                    json!({ "status": "pending", "details": { "uuid": "u-2" } }),
+                ),
+                (404, json!({ "message": "Not Found" })),
+            ],
+            ForgeErrorKind::NotFound,
+            "expired",
+        ),
+    ];
+    for (answers, kind, needle) in cases {
+        let (url, seen) = scripted_github(answers.clone()).await;
+        let github = GithubClient::new(&config(&url)).expect("client");
+        let error = github
+            .merge_change(REPO, 5, &bound)
+            .await
+            .expect_err("fails closed");
+        assert_eq!(error.kind, kind, "{answers:?}: {error}");
+        assert!(error.message.contains(needle), "{answers:?}: {error}");
+        let seen = seen.lock().expect("log").clone();
+        assert_eq!(seen[0], format!("PUT /repos/{REPO}/pulls/5/merge-async"));
+        assert_eq!(seen.len(), answers.len(), "{seen:?}");
+    }
+
+    // Merged and enqueued after a pending read.
+    for (word, outcome) in [
+        ("merged", MergeOutcome::Merged),
+        ("enqueued", MergeOutcome::Queued),
+    ] {
+        let (url, seen) = scripted_github(vec![
+            (
+                202,
+                json!({ "status": "pending", "details": { "uuid": "u-3" } }),
+            ),
+            (200, json!({ "status": word, "details": {} })),
+        ])
+        .await;
+        let github = GithubClient::new(&config(&url)).expect("client");
+        assert_eq!(
+            github.merge_change(REPO, 5, &bound).await.expect("done"),
+            outcome
+        );
+        assert_eq!(
+            seen.lock().expect("log")[1],
+            format!("GET /repos/{REPO}/pulls/5/merge-async/u-3")
+        );
+    }
+}
+
+#[tokio::test]
+async fn notes_and_gitlab_only_ci_calls() {
+    let sim = start_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let github = client(&sim);
+    let (n, _) = open_change(&github, "wq/notes").await;
+
+    assert!(github.list_notes(REPO, n).await.expect("none").is_empty());
+    let first = github.create_note(REPO, n, "first").await.expect("note");
+    let second = github.create_note(REPO, n, "second").await.expect("note");
+    assert!(
+        first
+            .url
+            .as_deref()
+            .is_some_and(|u| u.contains("#issuecomment-"))
+    );
+    github
+        .update_note(REPO, n, first.id, "first, edited")
+        .await
+        .expect("update");
+    let notes = github.list_notes(REPO, n).await.expect("list");
+    let listed: Vec<(u64, &str, &str)> = notes
+        .iter()
+        .map(|note| (note.id, note.body.as_str(), note.author.as_str()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (first.id, "first, edited", forge_sim::DEFAULT_USERNAME),
+            (second.id, "second", forge_sim::DEFAULT_USERNAME),
+        ]
+    );
+    // More than one page (100 per page) is read whole, oldest first.
+    for i in 0..101 {
+        github
+            .create_note(REPO, n, &format!("bulk {i}"))
+            .await
+            .expect("note");
+    }
+    let notes = github.list_notes(REPO, n).await.expect("list");
+    assert_eq!(notes.len(), 103);
+    assert_eq!(notes[102].body, "bulk 100");
+
+    for error in [
+        github.pipeline_jobs(REPO, 1).await.expect_err("jobs"),
+        github.job_trace(REPO, 1).await.expect_err("trace"),
+        github.retry_job(REPO, 1).await.expect_err("retry"),
+    ] {
+        assert_eq!(error.kind, ForgeErrorKind::Invalid);
+        assert!(error.message.contains("GitLab-only"), "{}", error.message);
+    }
+}
+
+#[test]
+fn githubs_documented_signature_example() {
+    let mut config = config("https://api.github.com");
+    config.webhook_secret = Some("It's a Secret to Everybody".into());
+    let github = GithubClient::new(&config).expect("client");
+    let body = b"Hello, World!";
+    let signature = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+    let parse = |event: &str, signature: Option<&str>, body: &[u8]| {
+        let mut headers = vec![("x-github-event", event)];
+        if let Some(signature) = signature {
+            headers.push(("x-hub-signature-256", signature));
+        }
+        github.parse_webhook(&headers, body)
+    };
+    assert!(matches!(
+        parse("ping", Some(signature), body),
+        Ok(ForgeEvent::Ignored { .. })
+    ));
+    assert!(
+        matches!(
+            parse("pull_request", Some(signature), body),
+            Err(WebhookRejection::Malformed(_))
+        ),
+        "authentic, but not JSON"
+    );
+    let flipped_signature = signature.replace("757107", "757106");
+    let mut flipped_body = body.to_vec();
+    flipped_body[0] ^= 0x01;
+    for (signature, body) in [
+        (Some(flipped_signature.as_str()), &body[..]),
+        (Some(signature), &flipped_body[..]),
+        (None, &body[..]),
+        (
+            Some("sha1=757107ea0eb2509fc211221cce984b8a37570b6d"),
+            &body[..],
+        ),
+        (Some("sha256=not-hex"), &body[..]),
+    ] {
+        assert!(
+            matches!(
+                parse("ping", signature, body),
+                Err(WebhookRejection::Unauthenticated(_))
+            ),
+            "{signature:?}"
+        );
+    }
+    config.webhook_secret = None;
+    let unconfigured = GithubClient::new(&config).expect("client");
+    assert!(matches!(
+        unconfigured.parse_webhook(
+            &[
+                ("x-github-event", "ping"),
+                ("x-hub-signature-256", signature)
+            ],
+            body
+        ),
+        Err(WebhookRejection::Unauthenticated(_))
+    ));
+}
+
+type Deliveries = Arc<Mutex<Vec<(Vec<(String, String)>, Vec<u8>)>>>;
+
+/// A receiver keeping each delivery's headers and exact bytes.
+async fn start_receiver() -> (String, Deliveries) {
+    let deliveries: Deliveries = Arc::default();
+    let sink = deliveries.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: HeaderMap, body: Bytes| {
+            let sink = sink.clone();
+            async move {
+                let headers = headers
+                    .iter()
+                    .map(|(name, value)| {
+                        (
+                            name.as_str().to_owned(),
+                            value.to_str().unwrap_or_default().to_owned(),
+                        )
+                    })
+                    .collect();
+                sink.lock()
+                    .expect("receiver lock")
+                    .push((headers, body.to_vec()));
+                StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("receiver binds");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/hook"), deliveries)
+}
+
+fn header_refs(headers: &[(String, String)]) -> Vec<(&str, &str)> {
+    headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_simulators_webhook_deliveries_parse_into_events() {
+    let sim = start_sim().await;
+    let (url, deliveries) = start_receiver().await;
+    create_repo(
+        &sim,
+        GithubRepoSpec::new("octo", "app")
+            .merge_queue(true)
+            .webhook(&url, SECRET)
+            .checks(&[
+                CheckScript::new("ci", JobOutcome::Success),
+                CheckScript::new("lint", JobOutcome::Success).as_status(),
+            ]),
+    );
+    sim.github_script_merge_async(
+        REPO,
+        MergeAsyncScript {
+            pending_ticks: 0,
+            ..MergeAsyncScript::default()
+        },
+    )
+    .expect("script");
+    let github = client(&sim);
+    let (n, _) = open_change(&github, "wq/hooks").await;
+    sim.github_push_human_commit(REPO, "wq/hooks", &[("more.txt", Some("more"))], "more")
+        .expect("push");
+    let labels = vec!["workqueue".to_owned()];
+    github
+        .update_change(
+            REPO,
+            n,
+            &ChangeUpdate {
+                title: Some("Renamed"),
+                labels: Some(&labels),
+                ..ChangeUpdate::default()
+            },
+        )
+        .await
+        .expect("update");
+    sim.github_set_draft(REPO, n, true).expect("draft");
+    sim.github_set_draft(REPO, n, false).expect("ready");
+    sim.github_approve(REPO, n, "alice").expect("approve");
+    sim.github_request_changes(REPO, n, "bob", "no")
+        .expect("changes");
+    for _ in 0..3 {
+        sim.tick();
+    }
+    let head = sim.github_branch_head(REPO, "wq/hooks").expect("head");
+    assert_eq!(
+        github
+            .merge_change(
+                REPO,
+                n,
+                &MergeParams {
+                    expected_head_sha: Some(&head),
+                    ..MergeParams::default()
+                },
+            )
+            .await
+            .expect("enqueue"),
+        MergeOutcome::Queued
+    );
+    loop {
+        let change = github.get_change(REPO, n).await.expect("get");
+        if change.state == ChangeState::Merged {
+            break;
+        }
+    }
+    let (closing, _) = open_change(&github, "wq/closing").await;
+    for open in [false, true] {
+        github
+            .update_change(
+                REPO,
+                closing,
+                &ChangeUpdate {
+                    open: Some(open),
+                    ..ChangeUpdate::default()
+                },
+            )
+            .await
+            .expect("close/reopen");
+    }
+    assert!(sim.flush_webhooks(Duration::from_secs(10)).await);
+
+    let received = deliveries.lock().expect("receiver lock").clone();
+    assert!(!received.is_empty());
+    let mut changes: Vec<(u64, ChangeAction, ChangeState)> = Vec::new();
+    let mut queue: Vec<(u64, String)> = Vec::new();
+    let mut checks: Vec<(Vec<u64>, Option<String>, CiStatus)> = Vec::new();
+    for (headers, body) in &received {
+        let event = github
+            .parse_webhook(&header_refs(headers), body)
+            .expect("authentic");
+        match event {
+            ForgeEvent::Change {
+                project,
+                number,
+                action,
+                state,
+                source_branch,
+                head_sha,
+            } => {
+                assert_eq!(project, REPO);
+                assert!(source_branch.is_some() && head_sha.is_some());
+                changes.push((number, action, state));
+            }
+            ForgeEvent::Queue {
+                project,
+                number,
+                action,
+            } => {
+                assert_eq!(project, REPO);
+                queue.push((number, action));
+            }
+            ForgeEvent::Checks {
+                project,
+                sha,
+                ref_name,
+                numbers,
+                status,
+            } => {
+                assert_eq!(project, REPO);
+                assert!(sha.is_some());
+                checks.push((numbers, ref_name, status));
+            }
+            other => panic!("unexpected event {other:?}"),
+        }
+        // The same delivery with one body byte changed is refused.
+        let mut tampered = body.clone();
+        if let Some(last) = tampered.last_mut() {
+            *last ^= 0x20;
+        }
+        assert!(matches!(
+            github.parse_webhook(&header_refs(headers), &tampered),
+            Err(WebhookRejection::Unauthenticated(_))
+        ));
+    }
+    for expected in [
+        (n, ChangeAction::Opened, ChangeState::Open),
+        (n, ChangeAction::Pushed, ChangeState::Open),
+        (n, ChangeAction::Updated, ChangeState::Open),
+        (n, ChangeAction::Approved, ChangeState::Open),
+        (n, ChangeAction::Other, ChangeState::Open),
+        (n, ChangeAction::Merged, ChangeState::Merged),
+        (closing, ChangeAction::Closed, ChangeState::Closed),
+        (closing, ChangeAction::Reopened, ChangeState::Open),
+    ] {
+        assert!(changes.contains(&expected), "{expected:?} in {changes:?}");
+    }
+    for expected in ["enqueued", "checks_requested", "destroyed"] {
+        assert!(
+            queue
+                .iter()
+                .any(|(number, action)| *number == n && action == expected),
+            "{expected} in {queue:?}"
+        );
+    }
+    assert!(
+        checks
+            .iter()
+            .any(|(numbers, ref_name, status)| numbers == &[n]
+                && ref_name.as_deref() == Some("wq/hooks")
+                && *status == CiStatus::Success),
+        "a check run of the PR head: {checks:?}"
+    );
+    assert!(
+        checks
+            .iter()
+            .any(|(numbers, _, status)| numbers.is_empty() && *status == CiStatus::Pending),
+        "a pending commit status: {checks:?}"
+    );
+    assert!(
+        checks.iter().any(|(_, ref_name, _)| ref_name
+            .as_deref()
+            .is_some_and(|r| r.starts_with("gh-readonly-queue/"))),
+        "checks of the merge group: {checks:?}"
+    );
+}
+
+/// A delivery signed like GitHub signs it.
+fn signed(event: &str, payload: &Value) -> (Vec<(String, String)>, Vec<u8>) {
+    let body = serde_json::to_vec(payload).expect("json");
+    let signature = forge_sim::github::sign::signature_256(SECRET.as_bytes(), &body);
+    (
+        vec![
+            ("x-github-event".to_owned(), event.to_owned()),
+            ("x-hub-signature-256".to_owned(), signature),
+        ],
+        body,
+    )
+}
+
+#[test]
+fn deliveries_the_simulator_does_not_send() {
+    let github = GithubClient::new(&config("https://api.github.com")).expect("client");
+    let parse = |event: &str, payload: Value| {
+        let (headers, body) = signed(event, &payload);
+        github.parse_webhook(&header_refs(&headers), &body)
+    };
+    let repository = json!({ "full_name": REPO });
+    let pull_request = json!({ "number": 4, "state": "open", "merged": false, "head": { "ref": "wq/x", "sha": STALE_SHA } });
+
+    assert_eq!(
+        parse(
+            "issue_comment",
+            json!({
+                "action": "created", "repository": repository,
+                "issue": { "number": 4, "pull_request": { "url": "x" } },
+                "comment": { "id": 77, "body": "hello", "user": { "login": "carol" } },
+            })
+        ),
+        Ok(ForgeEvent::Note {
+            project: REPO.into(),
+            number: 4,
+            note_id: 77,
+            author: "carol".into(),
+            body: "hello".into(),
+        })
+    );
+    assert!(matches!(
+        parse(
+            "issue_comment",
+            json!({ "action": "created", "repository": repository, "issue": { "number": 5 }, "comment": { "id": 1, "body": "x" } })
+        ),
+        Ok(ForgeEvent::Ignored { .. })
+    ));
+    let change = |action: ChangeAction| {
+        Ok(ForgeEvent::Change {
+            project: REPO.into(),
+            number: 4,
+            action,
+            state: ChangeState::Open,
+            source_branch: Some("wq/x".into()),
+            head_sha: Some(STALE_SHA.into()),
+        })
+    };
+    assert_eq!(
+        parse(
+            "pull_request_review",
+            json!({ "action": "dismissed", "repository": repository, "pull_request": pull_request, "review": { "state": "dismissed" } })
+        ),
+        change(ChangeAction::Unapproved)
+    );
+    assert_eq!(
+        parse(
+            "pull_request_review",
+            json!({ "action": "submitted", "repository": repository, "pull_request": pull_request, "review": { "state": "commented" } })
+        ),
+        change(ChangeAction::Other)
+    );
+    assert_eq!(
+        parse(
+            "pull_request_review_thread",
+            json!({ "action": "resolved", "repository": repository, "pull_request": pull_request, "thread": {} })
+        ),
+        change(ChangeAction::Other)
+    );
+    assert_eq!(
+        parse(
+            "pull_request",
+            json!({ "action": "dequeued", "repository": repository, "pull_request": pull_request, "reason": "MANUAL" })
+        ),
+        Ok(ForgeEvent::Queue {
+            project: REPO.into(),
+            number: 4,
+            action: "dequeued".into()
+        })
+    );
+    assert!(matches!(
+        parse(
+            "merge_group",
+            json!({ "action": "checks_requested", "repository": repository, "merge_group": { "head_ref": "refs/heads/main" } })
+        ),
+        Ok(ForgeEvent::Ignored { .. })
+    ));
+    assert_eq!(
+        parse(
+            "check_suite",
+            json!({ "action": "completed", "repository": repository, "check_suite": {
+                "head_sha": STALE_SHA, "head_branch": "wq/x", "status": "completed",
+                "conclusion": "failure", "pull_requests": [{ "number": 4 }, { "number": 6 }],
+            } })
+        ),
+        Ok(ForgeEvent::Checks {
+            project: REPO.into(),
+            sha: Some(STALE_SHA.into()),
+            ref_name: Some("wq/x".into()),
+            numbers: vec![4, 6],
+            status: CiStatus::Failed,
+        })
+    );
+    assert_eq!(
+        parse(
+            "status",
+            json!({ "repository": repository, "sha": STALE_SHA, "state": "error", "branches": [] })
+        ),
+        Ok(ForgeEvent::Checks {
+            project: REPO.into(),
+            sha: Some(STALE_SHA.into()),
+            ref_name: None,
+            numbers: vec![],
+            status: CiStatus::Failed,
+        })
+    );
+    assert!(matches!(
+        parse("push", json!({ "ref": "refs/heads/main" })),
+        Ok(ForgeEvent::Ignored { .. })
+    ));
+    assert_eq!(
+        parse(
+            "pull_request",
+            json!({ "action": "opened", "repository": repository, "pull_request": { "state": "open" } })
+        ),
+        Err(WebhookRejection::Malformed(
+            "pull_request.number: missing".into()
+        ))
+    );
+    let (headers, _) = signed("pull_request", &json!({}));
+    let body = b"{not json";
+    let signature = forge_sim::github::sign::signature_256(SECRET.as_bytes(), body);
+    let headers = [
+        (headers[0].0.as_str(), headers[0].1.as_str()),
+        ("x-hub-signature-256", signature.as_str()),
+    ];
+    assert!(matches!(
+        github.parse_webhook(&headers, body),
+        Err(WebhookRejection::Malformed(_))
+    ));
+}
+
+#[tokio::test]
+async fn forges_are_built_from_config_with_github() {
+    let sim = start_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let forges = Forges::from_config(&ForgesConfig {
+        instances: BTreeMap::from([("gh".to_owned(), config(&sim.github_url()))]),
+    })
+    .expect("github is supported");
+    let forge = forges.get("gh").expect("configured");
+    assert_eq!(forge.kind(), ForgeKind::Github);
+    assert_eq!(
+        forge.branch_head(REPO, "main").await.expect("main"),
+        sim.github_branch_head(REPO, "main")
+    );
+    let mut no_token = config(&sim.github_url());
+    no_token.token = None;
+    no_token.token_env = Some("WQ_TEST_SURELY_UNSET_GITHUB_TOKEN".into());
+    let error = Forges::from_config(&ForgesConfig {
+        instances: BTreeMap::from([("gh".to_owned(), no_token)]),
+    })
+    .expect_err("no token");
+    assert!(error.message.starts_with("forges.gh."), "{}", error.message);
+    let wrong = GithubClient::new(&config(&sim.github_url()))
+        .expect("client")
+        .get_change("not-a-repo", 1)
+        .await
+        .expect_err("project must be owner/repo");
+    assert_eq!(wrong.kind, ForgeErrorKind::Invalid);
+}
