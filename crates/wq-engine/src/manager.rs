@@ -278,7 +278,26 @@ impl ProcessingManager {
     }
 
     async fn work(self: Arc<Self>, id: ItemId, permit: OwnedSemaphorePermit) {
-        let outcome = self.run_item(id).await;
+        use futures::FutureExt as _;
+        // A panicking executor (a bug) ends this run as a crash would: no
+        // further write, the lease expires and the sweep retries the item.
+        // The pool, the tracking and the other items go on.
+        let outcome = match std::panic::AssertUnwindSafe(self.run_item(id))
+            .catch_unwind()
+            .await
+        {
+            Ok(outcome) => outcome,
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a non-string panic".to_owned());
+                tracing::error!(item_id = %id, panic = %message, "item run for {id} panicked; the sweep retries it once its lease expires");
+                metrics::counter!("workqueue_run_panics_total").increment(1);
+                RunOutcome::Crashed
+            }
+        };
         drop(permit);
         tracing::debug!(item_id = %id, ?outcome, "item run ended for {id}");
         let mut tracked = self.tracked.lock().expect("tracked lock");
@@ -358,10 +377,19 @@ impl ProcessingManager {
             lease: Arc::new(tokio::sync::Mutex::new(lease)),
             lease_lost: CancellationToken::new(),
         };
-        let heartbeat = run.start_heartbeat();
-        let outcome = run.run(snapshot).await;
-        heartbeat.abort();
-        outcome
+        // Stopped however the run ends: a panicking executor must not leave
+        // a heartbeat renewing the lease of an item nobody works on.
+        let _heartbeat = AbortOnDrop(run.start_heartbeat());
+        run.run(snapshot).await
+    }
+}
+
+/// Aborts the task when dropped (also while unwinding).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

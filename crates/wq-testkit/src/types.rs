@@ -94,6 +94,7 @@ impl Executions {
 pub struct ChainType {
     pub executions: Executions,
     failures: Arc<Mutex<HashMap<ItemId, (u32, bool)>>>,
+    panics: Arc<Mutex<HashMap<ItemId, u32>>>,
 }
 
 impl ChainType {
@@ -107,6 +108,22 @@ impl ChainType {
             .lock()
             .expect("failures lock")
             .insert(id, (times, permanent));
+    }
+
+    /// The next `times` executions for `id` panic (an executor bug).
+    pub fn panic_next(&self, id: ItemId, times: u32) {
+        self.panics.lock().expect("panics lock").insert(id, times);
+    }
+
+    fn take_panic(&self, id: ItemId) -> bool {
+        let mut panics = self.panics.lock().expect("panics lock");
+        match panics.get_mut(&id) {
+            Some(left) if *left > 0 => {
+                *left -= 1;
+                true
+            }
+            _ => false,
+        }
     }
 
     fn take_failure(&self, id: ItemId) -> Option<bool> {
@@ -144,6 +161,7 @@ impl ItemType for ChainType {
 
     async fn execute(&self, action: Action, view: &ItemView) -> Result<ExecOutcome, ExecError> {
         let id = view.item.id;
+        assert!(!self.take_panic(id), "scripted panic in {action}");
         if let Some(permanent) = self.take_failure(id) {
             return Err(if permanent {
                 ExecError::permanent(format!("scripted permanent failure of {action}"))

@@ -713,7 +713,51 @@ async fn notify_is_deduplicated_and_the_pool_is_bounded(backend: Backend) {
     }
 }
 
+async fn a_panicking_executor_is_contained_and_retried_after_its_lease(backend: Backend) {
+    let store = backend.fresh_store().await;
+    let chain = ChainType::new();
+    let clock = manual_clock();
+    let engine =
+        ProcessingManager::new(store.clone(), registry(&chain), clock.clone(), config()).unwrap();
+    let broken = insert_chain(&store, clock.as_ref()).await;
+    let healthy = insert_chain(&store, clock.as_ref()).await;
+    chain.panic_next(broken, 1);
+    engine.start();
+    engine.notify(broken);
+    engine.notify(healthy);
+    // The pool goes idle: the panic did not leave the item tracked.
+    tokio::time::timeout(Duration::from_secs(10), engine.wait_idle())
+        .await
+        .expect("the engine is idle after a panic");
+    assert_eq!(
+        chain.executions.order(healthy),
+        vec!["step1", "step2", "step3"]
+    );
+    assert!(chain.executions.order(broken).is_empty());
+    let item = store.item_get(broken).await.unwrap().unwrap();
+    assert!(
+        item.leased_until.is_some(),
+        "no write after the panic, as in a crash"
+    );
+    assert_eq!(
+        engine.sweep_now().await.unwrap(),
+        0,
+        "leased: not swept yet"
+    );
+
+    clock.advance(time::Duration::seconds(61));
+    assert_eq!(engine.sweep_now().await.unwrap(), 1);
+    engine.wait_idle().await;
+    assert_eq!(
+        chain.executions.order(broken),
+        vec!["step1", "step2", "step3"]
+    );
+    assert_done(&store, broken, false).await;
+    engine.shutdown().await;
+}
+
 backend_tests!(
+    a_panicking_executor_is_contained_and_retried_after_its_lease,
     notify_is_deduplicated_and_the_pool_is_bounded,
     heartbeat_keeps_the_lease_through_a_slow_action,
     chained_actions_run_in_order_and_park,
