@@ -119,6 +119,23 @@ pub async fn assemble(
     })
 }
 
+impl App {
+    /// Reads the merge queue entries of queued pull requests every
+    /// `interval` (`mr.queue_sync_interval_seconds`) until the task is
+    /// aborted; errors are logged and the next round tries again.
+    pub fn spawn_queue_sync(&self, interval: std::time::Duration) -> tokio::task::JoinHandle<()> {
+        let mr = Arc::clone(&self.mr);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                if let Err(error) = mr.sync_queues().await {
+                    tracing::warn!(%error, "merge queue sync failed: {error}");
+                }
+            }
+        })
+    }
+}
+
 /// A database URL without its password, for logs and errors.
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {

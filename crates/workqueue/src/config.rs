@@ -296,9 +296,6 @@ impl Config {
             anyhow::bail!("{}", errors.join("\n"));
         }
         for (name, forge) in &self.forges.instances {
-            if forge.kind == wq_forge::ForgeKind::Github {
-                anyhow::bail!("forges.{name}.kind: github is not supported yet");
-            }
             if forge.token_env.is_none() && forge.token.is_none() {
                 anyhow::bail!(
                     "forges.{name}.token_env: required (the environment variable holding the API token)"

@@ -34,12 +34,24 @@ pub async fn serve(config: &Config) -> anyhow::Result<()> {
     let forges = app::forges_from_env(config)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let metrics = wq_api::metrics::prometheus_handle()?;
+    let app = app::assemble(config, forges, clock, Some(metrics)).await?;
+    // Replicas that process `mr` items also follow the merge queues.
+    let queue_sync = config
+        .engine
+        .handled_types
+        .iter()
+        .any(|t| t == wq_mr::TYPE_NAME)
+        .then(|| {
+            app.spawn_queue_sync(std::time::Duration::from_secs(
+                config.mr.queue_sync_interval_seconds,
+            ))
+        });
     let App {
         engine,
         router,
         auth,
         ..
-    } = app::assemble(config, forges, clock, Some(metrics)).await?;
+    } = app;
     // The issuers' keys, fetched before the first caller needs them; a
     // failure is logged and retried on use.
     tokio::spawn(async move { auth.warm_up().await });
@@ -55,6 +67,9 @@ pub async fn serve(config: &Config) -> anyhow::Result<()> {
         .await
         .context("HTTP server failed")?;
     tracing::info!("HTTP server stopped; stopping the engine");
+    if let Some(queue_sync) = queue_sync {
+        queue_sync.abort();
+    }
     engine.shutdown().await;
     tracing::info!("engine stopped; bye");
     Ok(())

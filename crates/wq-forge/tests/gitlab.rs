@@ -822,7 +822,7 @@ async fn webhook_deliveries_parse_into_events() {
             ForgeEvent::Note { .. } => notes.push(body.clone()),
             ForgeEvent::Ignored { reason } => panic!("ignored a delivery: {reason}"),
             other @ (ForgeEvent::Checks { .. } | ForgeEvent::Queue { .. }) => {
-                panic!("a GitHub-only event from GitLab: {other:?}")
+                panic!("GitLab delivery parsed as a GitHub event: {other:?}")
             }
         }
     }
@@ -1100,11 +1100,24 @@ async fn config_accepts_the_api_base_and_forges_are_built_from_config() {
         main
     );
 
+    // GitHub instances are built next to GitLab ones; their errors name
+    // the field the same way.
     let github = ForgeConfig::literal(ForgeKind::Github, "https://api.github.com", "t", "s");
-    let error = Forges::from_config(&forges_config(vec![("gh", github)])).expect_err("github");
+    let both = Forges::from_config(&forges_config(vec![
+        ("gh", github.clone()),
+        ("gl", config(&sim.base_url())),
+    ]))
+    .expect("github and gitlab");
+    assert_eq!(
+        both.get("gh").map(|forge| forge.kind()),
+        Some(ForgeKind::Github)
+    );
+    let mut bad_github = github;
+    bad_github.url = "github.example.com".into();
+    let error = Forges::from_config(&forges_config(vec![("gh", bad_github)])).expect_err("url");
     assert_eq!(error.kind, ForgeErrorKind::Invalid);
     assert!(
-        error.message.starts_with("forges.gh.kind: "),
+        error.message.starts_with("forges.gh.url: "),
         "{}",
         error.message
     );

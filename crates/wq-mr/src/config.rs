@@ -28,6 +28,9 @@ pub struct MrConfig {
     pub merge_attempt_deadline_seconds: u64,
     /// Merge method; the forge's project setting when unset.
     pub merge_method: Option<MergeMethod>,
+    /// How often `serve` reads the merge queue entries of queued pull
+    /// requests, one batched GraphQL query per repository (30 s).
+    pub queue_sync_interval_seconds: u64,
 }
 
 impl Default for MrConfig {
@@ -41,6 +44,7 @@ impl Default for MrConfig {
             empty_check_interval_seconds: 1800,
             merge_attempt_deadline_seconds: 300,
             merge_method: None,
+            queue_sync_interval_seconds: 30,
         }
     }
 }
@@ -68,6 +72,10 @@ impl MrConfig {
             (
                 "merge_attempt_deadline_seconds",
                 self.merge_attempt_deadline_seconds,
+            ),
+            (
+                "queue_sync_interval_seconds",
+                self.queue_sync_interval_seconds,
             ),
         ] {
             if !(1..=MAX_INTERVAL_SECONDS).contains(&value) {

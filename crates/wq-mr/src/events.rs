@@ -33,7 +33,9 @@ pub(crate) async fn handle(
             result.dimensions = submission_dimensions(change);
             Ok(result)
         }
-        RETRY_MERGE_EVENT => Ok(reconcile()),
+        RETRY_MERGE_EVENT | crate::MANUAL_MERGE_EVENT | crate::QUEUE_OBSERVED_EVENT => {
+            Ok(reconcile())
+        }
         WEBHOOK_EVENT => {
             let Ok(forge_event) = serde_json::from_value::<ForgeEvent>(event.body["event"].clone())
             else {

@@ -402,7 +402,9 @@ impl Run<'_> {
         let idle = self.mr.config.reconcile_interval_seconds;
         // An active queue entry means the forge accepted the attempt.
         if let Some(entry) = &queue {
-            if journal.result != Some(MergeResult::Accepted) {
+            // It confirms an attempt of ours, if there is one (a person may
+            // have queued it).
+            if journal.result.is_some() && journal.result != Some(MergeResult::Accepted) {
                 self.record(MergeResult::Accepted, change.head_sha.as_deref(), None)
                     .await?;
             }
@@ -415,9 +417,11 @@ impl Run<'_> {
             let deadline = journal.attempt_at.unwrap_or_else(|| self.now())
                 + MrType::seconds(self.mr.config.merge_attempt_deadline_seconds);
             if self.now() < deadline {
-                let wait = (deadline - self.now()).whole_seconds().max(1);
-                return Ok(ExecOutcome::done()
-                    .with_dimension(self.reconcile_in(u64::try_from(wait).unwrap_or(1))));
+                // Look again at the deadline, or sooner: the queue or a
+                // merge may confirm the attempt before it.
+                let wait =
+                    u64::try_from((deadline - self.now()).whole_seconds().max(1)).unwrap_or(1);
+                return Ok(ExecOutcome::done().with_dimension(self.reconcile_in(wait.min(busy))));
             }
             self.record(
                 MergeResult::Failed,

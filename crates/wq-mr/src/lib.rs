@@ -9,6 +9,7 @@
 //!   `post_dashboard_note`, `reconcile_mr` (DDR-15, DDR-43, DDR-46).
 //! - [`merge`]: readiness gates, signature and the merge-attempt journal.
 //! - `events`: the event handler (DDR-33, DDR-37, DDR-38).
+//! - `queue_sync`: the batched merge queue read ([`MrType::sync_queues`]).
 //! - [`webhook`]: the webhook receivers that resolve deliveries to items.
 
 pub mod ci_retry;
@@ -17,11 +18,13 @@ pub mod dims;
 mod events;
 mod exec;
 pub mod merge;
+mod queue_sync;
 pub mod spec;
 pub mod store;
 pub mod webhook;
 
 pub use config::MrConfig;
+pub use queue_sync::{QUEUE_OBSERVED_EVENT, QueueSync};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -207,21 +210,28 @@ impl ItemType for MrType {
     }
 
     fn commands(&self) -> &'static [CommandSpec] {
-        &[CommandSpec {
-            name: "retry-merge",
-            permission: "retry",
-        }]
+        &[
+            CommandSpec {
+                name: "retry-merge",
+                permission: "retry",
+            },
+            CommandSpec {
+                name: "merge",
+                permission: "merge",
+            },
+        ]
     }
 
     async fn run_command(
         &self,
         id: ItemId,
         command: &str,
-        _body: serde_json::Value,
-        _caller_identity: &str,
+        body: serde_json::Value,
+        caller_identity: &str,
     ) -> Result<CommandReply, RequestError> {
         match command {
             "retry-merge" => self.retry_merge(id).await,
+            "merge" => self.manual_merge(id, body, caller_identity).await,
             other => Err(RequestError::Unsupported(format!(
                 "item type mr has no command {other:?}"
             ))),
@@ -229,7 +239,154 @@ impl ItemType for MrType {
     }
 }
 
+/// The body of `POST /api/v1/work-items/{id}/merge`; both fields optional.
+#[derive(Debug, Default)]
+struct ManualMerge {
+    /// `merge`, `squash` or `rebase`; else `mr.merge_method`, else the
+    /// forge's project setting.
+    merge_method: Option<wq_forge::MergeMethod>,
+    /// When given, the forge refuses to merge any other head (409).
+    expected_head_sha: Option<String>,
+}
+
+impl ManualMerge {
+    /// The body, or 422 naming the field that is wrong.
+    fn parse(body: serde_json::Value) -> Result<Self, RequestError> {
+        let invalid = |field: &str, message: String| {
+            RequestError::Invalid(vec![FieldError::new(field, message)])
+        };
+        let fields = match body {
+            serde_json::Value::Null => return Ok(Self::default()),
+            serde_json::Value::Object(fields) => fields,
+            _ => return Err(invalid("body", "must be a JSON object".into())),
+        };
+        let mut request = Self::default();
+        for (name, value) in fields {
+            match name.as_str() {
+                "merge_method" => {
+                    request.merge_method = serde_json::from_value(value).map_err(|_| {
+                        invalid(
+                            "merge_method",
+                            "must be one of merge, squash, rebase".into(),
+                        )
+                    })?;
+                }
+                "expected_head_sha" => {
+                    request.expected_head_sha = serde_json::from_value(value)
+                        .map_err(|_| invalid("expected_head_sha", "must be a string".into()))?;
+                }
+                other => {
+                    return Err(invalid(
+                        other,
+                        "unknown field (known: merge_method, expected_head_sha)".into(),
+                    ));
+                }
+            }
+        }
+        Ok(request)
+    }
+}
+
+/// The event a successful manual merge stores: the item reads the outcome
+/// back (merged → completed, queued → the queue entry) at once.
+pub const MANUAL_MERGE_EVENT: &str = "mr.manual_merge";
+
 impl MrType {
+    /// `POST /api/v1/work-items/{id}/merge`: a person's merge, now, through
+    /// the forge (which picks the direct or the queued path). Unlike the
+    /// automatic merge it needs no readiness gate of workqueue's and binds
+    /// the head only when the caller names one (the forge's own branch
+    /// protection still applies). It writes no journal entry: a forge error
+    /// changes nothing stored; a success wakes the item to read the result.
+    async fn manual_merge(
+        &self,
+        id: ItemId,
+        body: serde_json::Value,
+        caller_identity: &str,
+    ) -> Result<CommandReply, RequestError> {
+        let request = ManualMerge::parse(body)?;
+        if request
+            .expected_head_sha
+            .as_deref()
+            .is_some_and(|sha| sha.is_empty() || !sha.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            return Err(RequestError::Invalid(vec![FieldError::new(
+                "expected_head_sha",
+                "must be a commit SHA in hexadecimal",
+            )]));
+        }
+        let item = self
+            .items
+            .item_get(id)
+            .await
+            .map_err(request_store_error)?
+            .ok_or_else(|| RequestError::NotFound(format!("work item {id} not found")))?;
+        if item.phase != Phase::Active {
+            return Err(RequestError::Conflict(format!(
+                "work item {id} is {}; only active items can be merged",
+                item.phase.as_str()
+            )));
+        }
+        let details = self
+            .store
+            .get(id)
+            .await
+            .map_err(request_store_error)?
+            .ok_or_else(|| RequestError::NotFound(format!("work item {id} has no mr details")))?;
+        let Some(number) = details.mr_number else {
+            return Err(RequestError::Conflict(
+                "the merge request is not created yet".into(),
+            ));
+        };
+        let forge = self.forges.get(&details.spec.forge).ok_or_else(|| {
+            RequestError::Unavailable(format!(
+                "forge {:?} is not configured on this instance",
+                details.spec.forge
+            ))
+        })?;
+        let outcome = forge
+            .merge_change(
+                &details.spec.project,
+                number,
+                &wq_forge::MergeParams {
+                    expected_head_sha: request.expected_head_sha.as_deref(),
+                    method: request.merge_method.or(self.config.merge_method),
+                    commit_message: None,
+                },
+            )
+            .await
+            .map_err(|error| {
+                tracing::warn!(item = %id, number, %error, caller = caller_identity, "manual merge refused by the forge");
+                let message = format!("the forge did not merge: {}", error.message);
+                match error.kind {
+                    wq_forge::ForgeErrorKind::Conflict => RequestError::Conflict(message),
+                    wq_forge::ForgeErrorKind::Rejected | wq_forge::ForgeErrorKind::Invalid => {
+                        RequestError::BadRequest(message)
+                    }
+                    _ => RequestError::Upstream(message),
+                }
+            })?;
+        tracing::info!(item = %id, number, outcome = outcome.as_str(), caller = caller_identity, "manual merge");
+        if let Err(error) = self
+            .items
+            .event_insert(wq_store::NewEvent {
+                item_id: id,
+                event_type: MANUAL_MERGE_EVENT.to_owned(),
+                body: serde_json::json!({ "outcome": outcome.as_str(), "caller": caller_identity }),
+                now: self.clock.now(),
+            })
+            .await
+        {
+            // The merge happened; the webhook or the next reconcile reads it.
+            tracing::warn!(item = %id, %error, "manual merge not recorded as an event");
+        }
+        Ok(CommandReply {
+            status: 200,
+            body: serde_json::json!({ "status": outcome.as_str() }),
+            wake: false,
+        })
+    }
+
     /// `POST /api/v1/work-items/{id}/retry-merge`: the explicit one-shot
     /// retry of a failed (or expired in-flight) automatic merge attempt.
     async fn retry_merge(&self, id: ItemId) -> Result<CommandReply, RequestError> {

@@ -62,6 +62,7 @@ async fn a_head_pushed_between_check_and_merge_is_not_merged(backend: Backend) {
                         })
                     }),
                     gate: None,
+                    crash: None,
                 })
             })),
             ..Options::default()
@@ -271,6 +272,7 @@ async fn retry_merge_is_refused_while_in_flight(backend: Backend) {
                     inner,
                     before_merge: Box::new(|| Box::pin(async {})),
                     gate: Some(held),
+                    crash: None,
                 })
             })),
             ..Options::default()

@@ -5,5 +5,6 @@ mod auth;
 mod ci_retry;
 mod faults;
 mod flow;
+mod github;
 mod support;
 mod webhooks;

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use forge_sim::github::{CheckKind, CheckScript, GithubRepoSpec};
 use forge_sim::{ForgeSim, JobOutcome, JobSpec, SimConfig, SimHandle};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -23,6 +24,12 @@ use wq_testkit::Backend;
 pub const SECRET: &str = "hook-secret";
 pub const PROJECT: &str = "team/app";
 pub const FORGE: &str = "gitlab";
+pub const GITHUB: &str = "github";
+/// The target branch's first commit.
+const INITIAL_FILES: &[(&str, Option<&str>)] = &[
+    ("README.md", Some("# app\n")),
+    ("src/lib.rs", Some("pub fn v() -> u32 { 1 }\n")),
+];
 /// How long a test waits for a condition before failing.
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -39,6 +46,19 @@ pub struct Options {
     pub wrap: Option<WrapForge>,
     /// The `ci_retry:` section as YAML; the default matchers without it.
     pub ci_retry: Option<&'static str>,
+    /// A GitHub repository (forge `github`, repo [`PROJECT`]) instead of
+    /// the GitLab project.
+    pub github: Option<GithubRepo>,
+}
+
+/// The simulated GitHub repository's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct GithubRepo {
+    pub merge_queue: bool,
+    /// Approving reviews branch protection requires (0: none).
+    pub required_approvals: u32,
+    /// A push dismisses earlier approvals.
+    pub dismiss_stale_reviews: bool,
 }
 
 impl Default for Options {
@@ -50,6 +70,7 @@ impl Default for Options {
             max_attempts: 5,
             wrap: None,
             ci_retry: None,
+            github: None,
         }
     }
 }
@@ -110,6 +131,7 @@ impl Tokens {
 
 pub struct Harness {
     pub sim: SimHandle,
+    /// The GitLab project's id (0 on GitHub).
     pub project: u64,
     pub clock: Arc<ManualClock>,
     pub url: String,
@@ -136,25 +158,45 @@ impl Harness {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let listener_addr = listener.local_addr().unwrap();
         let url = format!("http://{listener_addr}");
-        let mut builder = sim
-            .gitlab_project(PROJECT)
-            .require_pipeline_success(options.require_pipeline)
-            .merge_trains(options.merge_trains)
-            .webhook(&format!("{url}/webhooks/gitlab"), SECRET);
-        for job in options.jobs {
-            builder = builder.job(job);
-        }
-        let project = builder.create().expect("project");
-        sim.gitlab_push(
-            project,
-            "main",
-            &[
-                ("README.md", Some("# app\n")),
-                ("src/lib.rs", Some("pub fn v() -> u32 { 1 }\n")),
-            ],
-            "Initial commit",
-        )
-        .expect("initial push");
+        let (project, forge) = match options.github {
+            None => {
+                let mut builder = sim
+                    .gitlab_project(PROJECT)
+                    .require_pipeline_success(options.require_pipeline)
+                    .merge_trains(options.merge_trains)
+                    .webhook(&format!("{url}/webhooks/gitlab"), SECRET);
+                for job in options.jobs {
+                    builder = builder.job(job);
+                }
+                let project = builder.create().expect("project");
+                sim.gitlab_push(project, "main", INITIAL_FILES, "Initial commit")
+                    .expect("initial push");
+                (project, FORGE)
+            }
+            Some(repo) => {
+                let (owner, name) = PROJECT.split_once('/').unwrap();
+                let checks: Vec<CheckScript> = options
+                    .jobs
+                    .into_iter()
+                    .map(|job| CheckScript {
+                        job,
+                        kind: CheckKind::CheckRun,
+                    })
+                    .collect();
+                sim.github_create_repo(
+                    GithubRepoSpec::new(owner, name)
+                        .merge_queue(repo.merge_queue)
+                        .required_approvals(repo.required_approvals)
+                        .dismiss_stale_reviews(repo.dismiss_stale_reviews)
+                        .checks(&checks)
+                        .webhook(&format!("{url}/webhooks/github"), SECRET),
+                )
+                .expect("repository");
+                sim.github_push_human_commit(PROJECT, "main", INITIAL_FILES, "Initial commit")
+                    .expect("initial push");
+                (0, GITHUB)
+            }
+        };
         let database_url = backend.fresh_url().await;
         let mut config = Config::default();
         config.database.url = database_url.clone();
@@ -167,20 +209,21 @@ impl Harness {
         }
         let tokens = Tokens::new();
         tokens.configure(&mut config.auth);
-        let mut forge_config = ForgeConfig::literal(
-            ForgeKind::Gitlab,
-            &sim.gitlab_url(),
-            forge_sim::DEFAULT_TOKEN,
-            SECRET,
-        );
+        let (kind, forge_url) = if forge == GITHUB {
+            (ForgeKind::Github, sim.github_url())
+        } else {
+            (ForgeKind::Gitlab, sim.gitlab_url())
+        };
+        let mut forge_config =
+            ForgeConfig::literal(kind, &forge_url, forge_sim::DEFAULT_TOKEN, SECRET);
         forge_config.timeout_seconds = 3;
         config.forges = ForgesConfig {
-            instances: BTreeMap::from([(FORGE.to_owned(), forge_config)]),
+            instances: BTreeMap::from([(forge.to_owned(), forge_config)]),
         };
         let mut forges = Forges::from_config(&config.forges).expect("forges");
         if let Some(wrap) = options.wrap {
-            let inner = forges.get(FORGE).unwrap().clone();
-            forges = Forges::new().with(FORGE, wrap(inner, &sim, project));
+            let inner = forges.get(forge).unwrap().clone();
+            forges = Forges::new().with(forge, wrap(inner, &sim, project));
         }
         let clock = Arc::new(ManualClock::new(OffsetDateTime::now_utc()));
         let mut harness = Self {
@@ -468,6 +511,13 @@ pub fn change(branch: &str, files: &[(&str, &str)]) -> Value {
     })
 }
 
+/// [`change`] on the GitHub forge.
+pub fn github_change(branch: &str, files: &[(&str, &str)]) -> Value {
+    let mut body = change(branch, files);
+    body["forge"] = GITHUB.into();
+    body
+}
+
 /// The same with automatic merge off (the item stays active with its MR).
 pub fn manual(mut body: Value) -> Value {
     body["automation"] = json!({"auto_merge": false});
@@ -477,10 +527,38 @@ pub fn manual(mut body: Value) -> Value {
 /// A forge that delegates to the real client, with hooks around the merge
 /// call: something to do first (a human push racing the merge) and a gate
 /// that holds the call until opened.
+/// Where an [`Intercept`] makes the merge executor die, as a killed process
+/// would: nothing after that point is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashAt {
+    BeforeMergeCall,
+    AfterMergeCall,
+}
+
+/// A [`CrashAt`] that happens on the first merge call only.
+pub struct CrashOnce {
+    at: CrashAt,
+    fired: std::sync::atomic::AtomicBool,
+}
+
+impl CrashOnce {
+    pub fn new(at: CrashAt) -> Self {
+        Self {
+            at,
+            fired: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn fire(&self) -> Option<CrashAt> {
+        (!self.fired.swap(true, std::sync::atomic::Ordering::SeqCst)).then_some(self.at)
+    }
+}
+
 pub struct Intercept {
     pub inner: Arc<dyn Forge>,
     pub before_merge: Box<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>,
     pub gate: Option<Arc<tokio::sync::Semaphore>>,
+    pub crash: Option<CrashOnce>,
 }
 
 #[async_trait::async_trait]
@@ -547,7 +625,15 @@ impl Forge for Intercept {
         if let Some(gate) = &self.gate {
             let _permit = gate.acquire().await.expect("gate open");
         }
-        self.inner.merge_change(project, number, request).await
+        let crash = self.crash.as_ref().and_then(CrashOnce::fire);
+        if crash == Some(CrashAt::BeforeMergeCall) {
+            panic!("the process dies before the merge call leaves it");
+        }
+        let outcome = self.inner.merge_change(project, number, request).await;
+        if crash == Some(CrashAt::AfterMergeCall) {
+            panic!("the process dies after the forge accepted the merge: {outcome:?}");
+        }
+        outcome
     }
     async fn create_note(
         &self,

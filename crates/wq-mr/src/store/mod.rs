@@ -104,6 +104,19 @@ pub struct MergeJournal {
     pub retry_authorized: bool,
 }
 
+/// One item the merge queue sync looks at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueWatch {
+    pub id: ItemId,
+    pub project: String,
+    pub number: u64,
+    /// The stored queue entry.
+    pub entry: Option<QueueEntry>,
+}
+
+/// A `queue_watch` row: id, project, number, state, position, ETA.
+type QueueWatchRow = (ItemId, String, i64, String, Option<i64>, Option<i64>);
+
 /// One `mr_details` row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MrDetails {
@@ -316,6 +329,29 @@ impl MrStore {
             Backend::Sqlite(store) => sqlite::find_active(store, forge, project, lookup).await,
             Backend::Postgres(store) => postgres::find_active(store, forge, project, lookup).await,
         }
+    }
+
+    /// The merge queue sync's work list on `forge`: active items whose
+    /// attempt is in flight or accepted, or that were last seen queued.
+    pub async fn queue_watch(&self, forge: &str, limit: u32) -> StoreResult<Vec<QueueWatch>> {
+        let rows = match &self.backend {
+            Backend::Sqlite(store) => sqlite::queue_watch(store, forge, limit).await?,
+            Backend::Postgres(store) => postgres::queue_watch(store, forge, limit).await?,
+        };
+        rows.into_iter()
+            .map(|(id, project, number, state, position, eta_seconds)| {
+                Ok(QueueWatch {
+                    id,
+                    project,
+                    number: unsigned(Some(number), "mr_number")?.unwrap_or_default(),
+                    entry: (!state.is_empty()).then_some(QueueEntry {
+                        state,
+                        position,
+                        eta_seconds,
+                    }),
+                })
+            })
+            .collect()
     }
 
     /// `ensure_mr`'s result: the change request and the head it pushed.

@@ -238,6 +238,25 @@ pub(super) async fn find_active(
     Ok(query.fetch_optional(store.pool()).await?.map(ItemId))
 }
 
+pub(super) async fn queue_watch(
+    store: &PgStore,
+    forge: &str,
+    limit: u32,
+) -> StoreResult<Vec<super::QueueWatchRow>> {
+    let rows: Vec<(uuid::Uuid, String, i64, String, Option<i64>, Option<i64>)> =
+        sqlx::query_as(sql!("queue_watch"))
+            .bind(forge)
+            .bind(i64::from(limit))
+            .fetch_all(store.pool())
+            .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, project, number, state, position, eta)| {
+            (ItemId(id), project, number, state, position, eta)
+        })
+        .collect())
+}
+
 pub(super) async fn record_change(
     store: &PgStore,
     id: ItemId,

@@ -249,6 +249,24 @@ pub(super) async fn find_active(
     id.as_deref().map(parse_id).transpose()
 }
 
+pub(super) async fn queue_watch(
+    store: &SqliteStore,
+    forge: &str,
+    limit: u32,
+) -> StoreResult<Vec<super::QueueWatchRow>> {
+    let rows: Vec<(String, String, i64, String, Option<i64>, Option<i64>)> =
+        sqlx::query_as(sql!("queue_watch"))
+            .bind(forge)
+            .bind(i64::from(limit))
+            .fetch_all(store.pool())
+            .await?;
+    rows.into_iter()
+        .map(|(id, project, number, state, position, eta)| {
+            Ok((parse_id(&id)?, project, number, state, position, eta))
+        })
+        .collect()
+}
+
 pub(super) async fn record_change(
     store: &SqliteStore,
     id: ItemId,

@@ -1,0 +1,488 @@
+//! The `mr` type on GitHub: pull requests, the asynchronous merge, the
+//! merge queue, the attempt journal across a crash, the manual merge, and
+//! signed webhooks; the real service against forge-sim's GitHub.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use forge_sim::{JobOutcome, JobSpec};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use wq_testkit::{Backend, backend_tests};
+
+use crate::support::{
+    CrashAt, CrashOnce, GithubRepo, Harness, Intercept, Options, PROJECT, bearer_client, dimension,
+    github_change, manual,
+};
+
+backend_tests!(
+    a_queue_repository_enqueues_shows_the_entry_and_completes_when_merged,
+    a_repository_without_a_queue_merges_directly,
+    a_crash_in_flight_converges_to_accepted_when_the_queue_has_the_pr,
+    a_crash_in_flight_before_the_call_reached_github_fails_at_its_deadline,
+    a_head_pushed_after_the_gates_passed_is_never_merged,
+    the_manual_merge_answers_merged_or_queued_and_refusals_change_nothing,
+    webhooks_without_a_valid_signature_are_refused,
+    the_queue_sync_reads_every_queued_pr_in_one_request,
+);
+
+fn options(merge_queue: bool) -> Options {
+    Options {
+        jobs: vec![JobSpec::new("ci", JobOutcome::Success)],
+        github: Some(GithubRepo {
+            merge_queue,
+            required_approvals: 1,
+            dismiss_stale_reviews: false,
+        }),
+        ..Options::default()
+    }
+}
+
+fn merge_calls(h: &Harness) -> usize {
+    h.count("PUT", "/merge-async")
+}
+
+fn unmet(item: &Value) -> Vec<String> {
+    dimension(item, "needs_reconcile")["detail"]["unmet_gates"]
+        .as_array()
+        .map(|gates| {
+            gates
+                .iter()
+                .map(|g| g.as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Submits, and waits until CI passed and only the review is missing.
+async fn submit_and_wait_for_review(h: &Harness, body: &Value) -> (String, u64) {
+    let id = h.submit_ok(body, StatusCode::CREATED, "created").await;
+    let number = h.wait_mr(&id).await;
+    h.wait_for(&id, "CI passed, review missing", |item| {
+        unmet(item) == ["approved"]
+    })
+    .await;
+    (id, number)
+}
+
+fn pr(h: &Harness, number: u64) -> Value {
+    h.sim.github_pr(PROJECT, number).expect("the pull request")
+}
+
+async fn a_queue_repository_enqueues_shows_the_entry_and_completes_when_merged(backend: Backend) {
+    let h = Harness::start_with(backend, options(true)).await;
+    let (id, number) =
+        submit_and_wait_for_review(&h, &github_change("wq/queued", &[("q.txt", "q\n")])).await;
+    assert_eq!(merge_calls(&h), 0, "nothing is merged before the review");
+    // The queue holds its entries while locked, so they can be looked at.
+    h.sim.github_lock_queue(PROJECT, true).unwrap();
+    h.sim.github_approve(PROJECT, number, "reviewer").unwrap();
+    h.settle().await;
+    h.advance(Duration::from_secs(61)).await;
+    let item = h
+        .wait_for(&id, "the queue entry", |item| {
+            item["detail"]["merge_queue"]["position"] == 1
+        })
+        .await;
+    assert_eq!(item["phase"], "active");
+    let entry = &item["detail"]["merge_queue"];
+    assert!(
+        entry["state"].as_str().is_some_and(|s| !s.is_empty()),
+        "{entry}"
+    );
+    assert_eq!(item["detail"]["merge"]["last_result"], "accepted");
+    assert_eq!(
+        item["detail"]["merge"]["queue_head_sha"],
+        item["detail"]["mr"]["head_sha"]
+    );
+    assert_eq!(merge_calls(&h), 1);
+
+    h.sim.github_lock_queue(PROJECT, false).unwrap();
+    h.advance(Duration::from_secs(61)).await;
+    let item = h.wait_phase(&id, "completed").await;
+    assert!(item["detail"]["merge_queue"].is_null(), "{item:#}");
+    assert_eq!(pr(&h, number)["merged"], true);
+    assert_eq!(merge_calls(&h), 1, "one merge call in all");
+    h.finish().await;
+}
+
+async fn a_repository_without_a_queue_merges_directly(backend: Backend) {
+    let h = Harness::start_with(backend, options(false)).await;
+    let (id, number) =
+        submit_and_wait_for_review(&h, &github_change("wq/direct", &[("d.txt", "d\n")])).await;
+    h.sim.github_approve(PROJECT, number, "reviewer").unwrap();
+    let item = h.wait_phase(&id, "completed").await;
+    let merged = pr(&h, number);
+    assert_eq!(merged["merged"], true, "{merged}");
+    assert_eq!(merge_calls(&h), 1);
+    assert_eq!(item["detail"]["merge"]["last_result"], "accepted");
+    assert_eq!(
+        item["detail"]["merge"]["queue_head_sha"], item["detail"]["mr"]["head_sha"],
+        "the checked head is the merged one"
+    );
+    assert!(item["detail"]["merge_queue"].is_null());
+    // The branch and its one commit came through the Git data API.
+    assert_eq!(h.count("POST", "/git/commits"), 1);
+    assert_eq!(h.count("POST", "/pulls"), 1);
+    h.finish().await;
+}
+
+/// A GitHub repository whose merge executor dies once, at `at`.
+fn crashing(merge_queue: bool, at: CrashAt) -> Options {
+    let mut options = options(merge_queue);
+    options.wrap = Some(Box::new(move |inner, _, _| {
+        Arc::new(Intercept {
+            inner,
+            before_merge: Box::new(|| Box::pin(async {})),
+            gate: None,
+            crash: Some(CrashOnce::new(at)),
+        })
+    }));
+    options
+}
+
+async fn a_crash_in_flight_converges_to_accepted_when_the_queue_has_the_pr(backend: Backend) {
+    let mut h = Harness::start_with(backend, crashing(true, CrashAt::AfterMergeCall)).await;
+    let (id, number) =
+        submit_and_wait_for_review(&h, &github_change("wq/crash-q", &[("c.txt", "c\n")])).await;
+    h.sim.github_lock_queue(PROJECT, true).unwrap();
+    h.sim.github_approve(PROJECT, number, "reviewer").unwrap();
+    // The merge call reaches GitHub, which enqueues the PR; the process dies
+    // before it records the answer.
+    h.wait_for(&id, "the reservation and the call", |item| {
+        item["detail"]["merge"]["last_result"] == "in_flight" && merge_calls(&h) == 1
+    })
+    .await;
+    assert_eq!(
+        h.item(&id).await["detail"]["merge"]["last_result"],
+        "in_flight"
+    );
+
+    h.crash_and_restart().await;
+    // Past the dead run's lease, the sweep takes the item up again.
+    h.advance(Duration::from_secs(61)).await;
+    let item = h
+        .wait_for(&id, "the attempt accepted", |item| {
+            item["detail"]["merge"]["last_result"] == "accepted"
+        })
+        .await;
+    assert_eq!(item["detail"]["merge_queue"]["position"], 1, "{item:#}");
+    assert_eq!(merge_calls(&h), 1, "never resubmitted");
+    h.sim.github_lock_queue(PROJECT, false).unwrap();
+    h.advance(Duration::from_secs(61)).await;
+    h.wait_phase(&id, "completed").await;
+    assert_eq!(pr(&h, number)["merged"], true);
+    assert_eq!(merge_calls(&h), 1, "one merge call in all");
+    h.finish().await;
+}
+
+async fn a_crash_in_flight_before_the_call_reached_github_fails_at_its_deadline(backend: Backend) {
+    let mut h = Harness::start_with(backend, crashing(true, CrashAt::BeforeMergeCall)).await;
+    let (id, number) =
+        submit_and_wait_for_review(&h, &github_change("wq/crash-f", &[("f.txt", "f\n")])).await;
+    h.sim.github_approve(PROJECT, number, "reviewer").unwrap();
+    h.wait_for(&id, "the reservation", |item| {
+        item["detail"]["merge"]["last_result"] == "in_flight"
+    })
+    .await;
+    h.crash_and_restart().await;
+    h.advance(Duration::from_secs(61)).await;
+    let item = h.item(&id).await;
+    assert_eq!(item["detail"]["merge"]["last_result"], "in_flight");
+    assert_eq!(
+        merge_calls(&h),
+        0,
+        "an in-flight attempt is never resubmitted"
+    );
+    // Retry is refused while the attempt may still be in flight.
+    let (status, _) = h
+        .post(&format!("/api/v1/work-items/{id}/retry-merge"), None)
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+
+    h.advance(Duration::from_secs(300)).await;
+    let item = h
+        .wait_for(&id, "the attempt failed at its deadline", |item| {
+            item["detail"]["merge"]["last_result"] == "failed"
+        })
+        .await;
+    assert!(
+        item["detail"]["merge"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("retry-merge"),
+        "{item:#}"
+    );
+    assert_eq!(merge_calls(&h), 0, "still no merge call");
+    assert!(pr(&h, number)["merged"] != true);
+
+    let (status, reply) = h
+        .post(&format!("/api/v1/work-items/{id}/retry-merge"), None)
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    h.wait_for(&id, "the retried attempt accepted", |item| {
+        item["detail"]["merge"]["last_result"] == "accepted"
+    })
+    .await;
+    assert_eq!(
+        merge_calls(&h),
+        1,
+        "one merge call, after the explicit retry"
+    );
+    h.advance(Duration::from_secs(61)).await;
+    h.wait_phase(&id, "completed").await;
+    h.finish().await;
+}
+
+async fn a_head_pushed_after_the_gates_passed_is_never_merged(backend: Backend) {
+    let pushed = Arc::new(AtomicBool::new(false));
+    let flag = pushed.clone();
+    let mut options = options(false);
+    // GitHub's own rule that an approval covers the head it was given for.
+    options.github.as_mut().unwrap().dismiss_stale_reviews = true;
+    options.wrap = Some(Box::new(move |inner, sim, _| {
+        let push = format!("{}/github/repos/{PROJECT}/push", sim.control_url());
+        Arc::new(Intercept {
+            inner,
+            before_merge: Box::new(move || {
+                let flag = flag.clone();
+                let push = push.clone();
+                Box::pin(async move {
+                    // A human pushes to the branch after the gates were
+                    // checked, before the merge call.
+                    if !flag.swap(true, Ordering::SeqCst) {
+                        let status = reqwest::Client::new()
+                            .post(push)
+                            .json(&json!({
+                                "branch": "wq/raced",
+                                "files": {"human.txt": "h\n"},
+                                "message": "human",
+                            }))
+                            .send()
+                            .await
+                            .expect("human push")
+                            .status();
+                        assert!(status.is_success(), "push: {status}");
+                    }
+                })
+            }),
+            gate: None,
+            crash: None,
+        })
+    }));
+    let h = Harness::start_with(backend, options).await;
+    let (id, number) =
+        submit_and_wait_for_review(&h, &github_change("wq/raced", &[("r.txt", "r\n")])).await;
+    let checked = h.item(&id).await["detail"]["mr"]["head_sha"].clone();
+    h.sim.github_approve(PROJECT, number, "reviewer").unwrap();
+    let item = h
+        .wait_for(&id, "the attempt failed", |item| {
+            item["detail"]["merge"]["last_result"] == "failed"
+        })
+        .await;
+    assert!(pushed.load(Ordering::SeqCst));
+    assert_eq!(merge_calls(&h), 1);
+    let after = pr(&h, number);
+    assert!(
+        after["merged"] != true,
+        "the human's head was not merged: {after}"
+    );
+    assert_ne!(after["head"]["sha"], checked, "the head moved");
+    assert_eq!(item["phase"], "active");
+    assert_eq!(item["detail"]["merge"]["error_kind"], "auto_merge");
+    // The human's head has no review: no merge, however long it waits.
+    h.advance(Duration::from_secs(3 * 3600)).await;
+    let item = h.item(&id).await;
+    assert!(unmet(&item).contains(&"approved".to_owned()), "{item:#}");
+    assert_eq!(merge_calls(&h), 1, "one merge call only");
+    assert!(pr(&h, number)["merged"] != true);
+    h.finish().await;
+}
+
+async fn the_manual_merge_answers_merged_or_queued_and_refusals_change_nothing(backend: Backend) {
+    for queue in [false, true] {
+        let h = Harness::start_with(backend, options(queue)).await;
+        let branch = if queue { "wq/manual-q" } else { "wq/manual" };
+        let (id, number) =
+            submit_and_wait_for_review(&h, &manual(github_change(branch, &[("m.txt", "m\n")])))
+                .await;
+        h.sim.github_approve(PROJECT, number, "reviewer").unwrap();
+        h.settle().await;
+        let path = format!("/api/v1/work-items/{id}/merge");
+        let before = h.item(&id).await["detail"].clone();
+
+        // A reader may not merge.
+        let reader = bearer_client(&h.tokens.reader);
+        let (status, _) = h.post_as(&reader, &path, Some(&json!({}))).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        // A bad body names its field.
+        let (status, reply) = h
+            .post(&path, Some(&json!({"merge_method": "fast-forward"})))
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{reply}");
+        assert!(reply.to_string().contains("merge_method"), "{reply}");
+        // Another head than the one named: the forge refuses, 409, with its
+        // message; nothing stored changes.
+        let (status, reply) = h
+            .post(
+                &path,
+                Some(&json!({"expected_head_sha": "0000000000000000000000000000000000000000"})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{reply}");
+        assert!(
+            reply.to_string().contains("the forge did not merge"),
+            "{reply}"
+        );
+        assert_eq!(h.item(&id).await["detail"], before, "nothing changed");
+        assert!(pr(&h, number)["merged"] != true);
+
+        let (status, reply) = h
+            .post(&path, Some(&json!({"merge_method": "squash"})))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{reply}");
+        let expected = if queue { "queued" } else { "merged" };
+        assert_eq!(reply, json!({"status": expected}));
+        if queue {
+            h.advance(Duration::from_secs(61)).await;
+        }
+        h.wait_phase(&id, "completed").await;
+        assert_eq!(pr(&h, number)["merged"], true);
+        // Manual merges write no automatic-merge journal entry.
+        assert!(h.item(&id).await["detail"]["merge"]["last_result"].is_null());
+        let (status, _) = h.post(&path, Some(&json!({}))).await;
+        assert_eq!(
+            status,
+            StatusCode::CONFLICT,
+            "a completed item is not merged again"
+        );
+        h.finish().await;
+    }
+}
+
+async fn webhooks_without_a_valid_signature_are_refused(backend: Backend) {
+    let h = Harness::start_with(backend, options(false)).await;
+    let id = h
+        .submit_ok(
+            &github_change("wq/hooks", &[("h.txt", "h\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let number = h.wait_mr(&id).await;
+    h.settle().await;
+    let body = json!({
+        "action": "closed",
+        "number": number,
+        "pull_request": {"number": number, "merged": false, "state": "closed",
+                         "head": {"ref": "wq/hooks", "sha": "abc"}},
+        "repository": {"full_name": PROJECT},
+    })
+    .to_string();
+    let url = format!("{}/webhooks/github", h.url);
+    for signature in [
+        None,
+        Some("sha256=0000000000000000000000000000000000000000000000000000000000000000"),
+        Some("sha1=0000000000000000000000000000000000000000"),
+    ] {
+        let mut request = h
+            .client
+            .post(&url)
+            .header("x-github-event", "pull_request")
+            .header("content-type", "application/json")
+            .body(body.clone());
+        if let Some(signature) = signature {
+            request = request.header("x-hub-signature-256", signature);
+        }
+        let status = request.send().await.unwrap().status();
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{signature:?}");
+    }
+    h.settle().await;
+    let item = h.item(&id).await;
+    assert_eq!(item["phase"], "active", "a forged close changes nothing");
+    // The sim's own signed deliveries were all accepted.
+    let refused: Vec<_> = h
+        .sim
+        .webhook_deliveries()
+        .into_iter()
+        .filter(|d| d.url.ends_with("/webhooks/github") && d.status != Some(202))
+        .map(|d| (d.event, d.status))
+        .collect();
+    assert!(refused.is_empty(), "{refused:?}");
+    h.finish().await;
+}
+
+async fn the_queue_sync_reads_every_queued_pr_in_one_request(backend: Backend) {
+    let h = Harness::start_with(backend, options(true)).await;
+    h.sim.github_lock_queue(PROJECT, true).unwrap();
+    let mut items = Vec::new();
+    for branch in ["wq/one", "wq/two", "wq/three"] {
+        let (id, number) =
+            submit_and_wait_for_review(&h, &github_change(branch, &[("f.txt", branch)])).await;
+        h.sim.github_approve(PROJECT, number, "reviewer").unwrap();
+        h.wait_for(&id, "queued", |item| {
+            item["detail"]["merge"]["last_result"] == "accepted"
+        })
+        .await;
+        items.push((id, number));
+    }
+    h.advance(Duration::from_secs(61)).await;
+    for (position, (id, _)) in items.iter().enumerate() {
+        h.wait_for(id, "its position", |item| {
+            item["detail"]["merge_queue"]["position"] == position + 1
+        })
+        .await;
+    }
+    // From now on no webhook reaches the service, and no timer is due.
+    h.sim
+        .github_set_webhook(PROJECT, "http://127.0.0.1:9/unreachable", "x")
+        .unwrap();
+    // A person closes the first pull request: it leaves the queue and the
+    // others move up.
+    let closed = h
+        .client
+        .patch(format!(
+            "{}/repos/{PROJECT}/pulls/{}",
+            h.sim.github_url(),
+            items[0].1
+        ))
+        .bearer_auth(forge_sim::DEFAULT_TOKEN)
+        .json(&json!({"state": "closed"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(closed.status().is_success());
+
+    let graphql = || h.count("POST", "/graphql");
+    let before = graphql();
+    let sync = h.app().mr.sync_queues().await.unwrap();
+    assert_eq!(
+        graphql() - before,
+        1,
+        "one query for the three pull requests"
+    );
+    assert_eq!(
+        (sync.watched, sync.reads, sync.changed),
+        (3, 1, 3),
+        "{sync:?}"
+    );
+    h.settle().await;
+    assert_eq!(h.item(&items[0].0).await["phase"], "cancelled");
+    for (position, (id, _)) in items[1..].iter().enumerate() {
+        let item = h.item(id).await;
+        assert_eq!(
+            item["detail"]["merge_queue"]["position"],
+            position + 1,
+            "{item:#}"
+        );
+    }
+    // Nothing moved since: the next sync reads once and wakes nobody.
+    let sync = h.app().mr.sync_queues().await.unwrap();
+    assert_eq!(
+        (sync.watched, sync.reads, sync.changed),
+        (2, 1, 0),
+        "{sync:?}"
+    );
+    h.finish().await;
+}
