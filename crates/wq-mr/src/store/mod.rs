@@ -115,7 +115,7 @@ pub struct QueueWatch {
 }
 
 /// A `queue_watch` row: id, project, number, state, position, ETA.
-type QueueWatchRow = (ItemId, String, i64, String, Option<i64>, Option<i64>);
+type QueueWatchRow<Id = ItemId> = (Id, String, i64, String, Option<i64>, Option<i64>);
 
 /// One `mr_details` row.
 #[derive(Debug, Clone, PartialEq)]

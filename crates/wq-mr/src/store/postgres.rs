@@ -243,12 +243,11 @@ pub(super) async fn queue_watch(
     forge: &str,
     limit: u32,
 ) -> StoreResult<Vec<super::QueueWatchRow>> {
-    let rows: Vec<(uuid::Uuid, String, i64, String, Option<i64>, Option<i64>)> =
-        sqlx::query_as(sql!("queue_watch"))
-            .bind(forge)
-            .bind(i64::from(limit))
-            .fetch_all(store.pool())
-            .await?;
+    let rows: Vec<super::QueueWatchRow<uuid::Uuid>> = sqlx::query_as(sql!("queue_watch"))
+        .bind(forge)
+        .bind(i64::from(limit))
+        .fetch_all(store.pool())
+        .await?;
     Ok(rows
         .into_iter()
         .map(|(id, project, number, state, position, eta)| {

@@ -254,12 +254,11 @@ pub(super) async fn queue_watch(
     forge: &str,
     limit: u32,
 ) -> StoreResult<Vec<super::QueueWatchRow>> {
-    let rows: Vec<(String, String, i64, String, Option<i64>, Option<i64>)> =
-        sqlx::query_as(sql!("queue_watch"))
-            .bind(forge)
-            .bind(i64::from(limit))
-            .fetch_all(store.pool())
-            .await?;
+    let rows: Vec<super::QueueWatchRow<String>> = sqlx::query_as(sql!("queue_watch"))
+        .bind(forge)
+        .bind(i64::from(limit))
+        .fetch_all(store.pool())
+        .await?;
     rows.into_iter()
         .map(|(id, project, number, state, position, eta)| {
             Ok((parse_id(&id)?, project, number, state, position, eta))
