@@ -25,6 +25,7 @@ backend_tests!(
     the_manual_merge_answers_merged_or_queued_and_refusals_change_nothing,
     webhooks_without_a_valid_signature_are_refused,
     the_queue_sync_reads_every_queued_pr_in_one_request,
+    a_target_that_catches_up_closes_the_pull_request,
 );
 
 fn options(merge_queue: bool) -> Options {
@@ -337,6 +338,16 @@ async fn the_manual_merge_answers_merged_or_queued_and_refusals_change_nothing(b
         );
         assert_eq!(h.item(&id).await["detail"], before, "nothing changed");
         assert!(pr(&h, number)["merged"] != true);
+        // A draft is not mergeable: 400 with GitHub's message.
+        h.sim.github_set_draft(PROJECT, number, true).unwrap();
+        let (status, reply) = h.post(&path, Some(&json!({}))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{reply}");
+        assert!(
+            reply.to_string().contains("the forge did not merge"),
+            "{reply}"
+        );
+        h.sim.github_set_draft(PROJECT, number, false).unwrap();
+        h.settle().await;
 
         let (status, reply) = h
             .post(&path, Some(&json!({"merge_method": "squash"})))
@@ -484,5 +495,33 @@ async fn the_queue_sync_reads_every_queued_pr_in_one_request(backend: Backend) {
         (2, 1, 0),
         "{sync:?}"
     );
+    h.finish().await;
+}
+
+async fn a_target_that_catches_up_closes_the_pull_request(backend: Backend) {
+    let h = Harness::start_with(backend, options(false)).await;
+    let (id, number) =
+        submit_and_wait_for_review(&h, &github_change("wq/upstreamed", &[("u.txt", "u\n")])).await;
+    // Someone lands the same change on main another way.
+    h.sim
+        .github_push_human_commit(
+            PROJECT,
+            "main",
+            &[("u.txt", Some("u\n"))],
+            "the same change",
+        )
+        .unwrap();
+    h.advance(Duration::from_secs(1801)).await;
+    let item = h.wait_phase(&id, "cancelled").await;
+    assert!(
+        item["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("empty diff")
+            || item.to_string().contains("empty diff"),
+        "{item:#}"
+    );
+    assert_eq!(pr(&h, number)["state"], "closed");
+    assert_eq!(merge_calls(&h), 0);
     h.finish().await;
 }
