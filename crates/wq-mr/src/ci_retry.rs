@@ -22,12 +22,14 @@ use wq_core::{DimensionUpdate, EventResult, ExecError, ExecOutcome, ItemView};
 use wq_forge::{CiJob, Forge};
 use wq_herder::{Herder, JobFacts, Preliminary, Verdict};
 
-use crate::dims::NEEDS_CI_RETRY;
+use crate::dims::{NEEDS_CI_RETRY, NEEDS_DASHBOARD};
 use crate::exec::forge_failure;
 use crate::store::MrDetails;
 
 /// Jobs kept in the list; the oldest settled ones go first.
 const MAX_TRACKED_JOBS: usize = 100;
+/// Decided jobs the status note lists (the newest).
+const MAX_NOTE_LINES: usize = 10;
 
 /// What was decided about one failed job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,7 +108,7 @@ pub struct CiRetryDetail {
 }
 
 impl CiRetryDetail {
-    fn of(view: &ItemView) -> Self {
+    pub(crate) fn of(view: &ItemView) -> Self {
         view.dimension(NEEDS_CI_RETRY, "")
             .and_then(|row| serde_json::from_value(row.detail.clone()).ok())
             .unwrap_or_default()
@@ -128,6 +130,53 @@ impl CiRetryDetail {
             Some(due) if due > now => row.pending_until(due),
             _ => row,
         }
+    }
+
+    /// The status note's section on decided jobs (newest last), empty when
+    /// there is nothing to say. Jobs that needed no decision (superseded,
+    /// already retried, passed meanwhile) are left out.
+    pub(crate) fn note_section(&self) -> String {
+        let lines: Vec<String> = self
+            .jobs
+            .iter()
+            .filter_map(|job| {
+                let name = format!("`{}` (job {})", job.name, job.id);
+                let matcher = job
+                    .matcher
+                    .as_deref()
+                    .map(|m| format!(" by matcher `{m}`"))
+                    .unwrap_or_default();
+                let line = match job.state {
+                    JobState::Retried => match job.retried_as {
+                        Some(new) => format!("{name}: retried{matcher} as job {new}"),
+                        None => format!("{name}: retried{matcher}"),
+                    },
+                    JobState::Scheduled => format!(
+                        "{name}: will be retried{matcher} after {}",
+                        job.not_before
+                            .and_then(|t| t
+                                .format(&time::format_description::well_known::Rfc3339)
+                                .ok())
+                            .unwrap_or_else(|| "its delay".into())
+                    ),
+                    JobState::Reported | JobState::LimitReached | JobState::NoMatch => format!(
+                        "{name}: not retried: {}",
+                        job.reason.as_deref().unwrap_or("no rule applies")
+                    ),
+                    JobState::Pending
+                    | JobState::Superseded
+                    | JobState::AlreadyRetried
+                    | JobState::NotFailed
+                    | JobState::Disabled => return None,
+                };
+                Some(format!("- {line}"))
+            })
+            .collect();
+        if lines.is_empty() {
+            return String::new();
+        }
+        let shown = &lines[lines.len().saturating_sub(MAX_NOTE_LINES)..];
+        format!("\n\nFailed CI jobs:\n{}", shown.join("\n"))
     }
 
     /// Drops the oldest settled jobs beyond [`MAX_TRACKED_JOBS`].
@@ -199,6 +248,31 @@ pub(crate) fn on_job(details: &MrDetails, view: &ItemView, job: ReportedJob) -> 
 
 /// `retry_ci_jobs`: judge the pending jobs, retry the due ones.
 pub(crate) async fn retry_ci_jobs(
+    herder: &Herder,
+    forge: &dyn Forge,
+    details: &MrDetails,
+    view: &ItemView,
+    now: OffsetDateTime,
+) -> Result<ExecOutcome, ExecError> {
+    let before = CiRetryDetail::of(view);
+    let outcome = judge_all(herder, forge, details, view, now).await?;
+    // The status note says why jobs were (not) retried: refresh it when
+    // that changed.
+    let after = outcome
+        .dimensions
+        .iter()
+        .find(|d| d.dimension == NEEDS_CI_RETRY)
+        .and_then(|d| d.detail.clone())
+        .and_then(|detail| serde_json::from_value::<CiRetryDetail>(detail).ok())
+        .unwrap_or_default();
+    Ok(if after.note_section() != before.note_section() {
+        outcome.with_dimension(DimensionUpdate::new(NEEDS_DASHBOARD, true))
+    } else {
+        outcome
+    })
+}
+
+async fn judge_all(
     herder: &Herder,
     forge: &dyn Forge,
     details: &MrDetails,

@@ -338,19 +338,27 @@ impl Run<'_> {
             .list_notes(self.project(), number)
             .await
             .map_err(|e| forge_failure("listing notes", e))?;
+        let body = format!(
+            "{marker}\nThis merge request is managed by workqueue (item `{id}`). \
+             Status: {link}\n\nIt merges automatically when CI passes and every \
+             merge requirement holds{}.{}",
+            if self.details.spec.automation.auto_merge {
+                ""
+            } else {
+                " — automatic merge is off for this item"
+            },
+            crate::ci_retry::CiRetryDetail::of(self.view).note_section(),
+        );
         let note = match notes.into_iter().find(|n| n.body.contains(&marker)) {
-            Some(note) => note.id,
+            Some(note) if note.body == body => note.id,
+            Some(note) => {
+                self.forge
+                    .update_note(self.project(), number, note.id, &body)
+                    .await
+                    .map_err(|e| forge_failure("updating the status note", e))?;
+                note.id
+            }
             None => {
-                let body = format!(
-                    "{marker}\nThis merge request is managed by workqueue (item `{id}`). \
-                     Status: {link}\n\nIt merges automatically when CI passes and every \
-                     merge requirement holds{}.",
-                    if self.details.spec.automation.auto_merge {
-                        ""
-                    } else {
-                        " — automatic merge is off for this item"
-                    }
-                );
                 self.forge
                     .create_note(self.project(), number, &body)
                     .await

@@ -38,6 +38,32 @@ fn jobs(item: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// The body of workqueue's status note on the MR.
+async fn status_note(h: &Harness, iid: u64) -> String {
+    let notes: Vec<Value> = h
+        .client
+        .get(format!(
+            "{}/projects/{}/merge_requests/{iid}/notes",
+            h.sim.gitlab_url(),
+            h.project
+        ))
+        .header("PRIVATE-TOKEN", forge_sim::DEFAULT_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ours: Vec<String> = notes
+        .iter()
+        .filter_map(|n| n["body"].as_str())
+        .filter(|body| body.contains("<!-- workqueue:item:"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(ours.len(), 1, "one status note: {notes:?}");
+    ours[0].clone()
+}
+
 fn retries(h: &Harness) -> usize {
     h.count("POST", "/retry")
 }
@@ -104,6 +130,17 @@ async fn a_runner_failure_is_retried_after_its_delays_then_merges(backend: Backe
     let listed = jobs(&item);
     assert_eq!(listed.len(), 2, "the third attempt passed: {listed:?}");
     assert!(listed.iter().all(|j| j["state"] == "retried"), "{listed:?}");
+    // The status note says what was retried and by which rule.
+    let note = status_note(&h, item["detail"]["mr"]["number"].as_u64().unwrap()).await;
+    for job in &listed {
+        assert!(
+            note.contains(&format!(
+                "`unit` (job {}): retried by matcher `runner-system-failure` as job",
+                job["id"]
+            )),
+            "{note}"
+        );
+    }
     h.finish().await;
 }
 
