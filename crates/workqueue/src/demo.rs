@@ -1,15 +1,18 @@
 //! `workqueue demo`: the product's main job with nothing to set up. It
-//! starts a simulated GitLab (forge-sim) and the service on SQLite in this
-//! process, submits a few changes through the real API, and prints each
-//! one's way to its end state: merged, cancelled as already upstream, or
-//! refused before any forge write. Its API takes one static token, made at
-//! start and granted `admin`, which it uses itself and prints for the user.
+//! starts a simulated GitLab and GitHub (forge-sim) and the service on
+//! SQLite in this process, submits a few changes through the real API, and
+//! prints each one's way to its end state: merged (on GitLab after its flaky
+//! CI job was retried by rule; on GitHub through a merge queue after a
+//! review), cancelled as already upstream, or refused before any forge
+//! write. Its API takes one static token, made at start and granted
+//! `admin`, which it uses itself and prints for the user.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use forge_sim::github::{CheckScript, GithubRepoSpec};
 use forge_sim::{ForgeSim, JobOutcome, JobSpec, SimConfig};
 use serde_json::{Value, json};
 use wq_auth::config::{RuleConfig, StaticTokenConfig};
@@ -24,6 +27,9 @@ use crate::config::Config;
 const DEMO_TIMEOUT: Duration = Duration::from_secs(120);
 const PROJECT: &str = "demo/service";
 const FORGE: &str = "gitlab";
+const GITHUB: &str = "github";
+/// The demo's CI retry rule: runner failures are retried after a second.
+const CI_RETRY: &str = "matchers:\n  - name: runner-system-failure\n    failure_reason: runner_system_failure\n    retry_delays: [1]\n";
 /// Name, identity and group of the demo's token.
 const DEMO_CALLER: &str = "demo";
 
@@ -74,6 +80,20 @@ fn changes() -> Vec<Change> {
             expect: "completed",
         },
         Change {
+            label: "a pull request on GitHub",
+            body: {
+                let mut body = submission(
+                    "demo/contributing",
+                    "Add contribution notes",
+                    json!([{"action": "create", "file_path": "CONTRIBUTING.md",
+                            "content": "# Contributing\n\nOpen a pull request.\n"}]),
+                );
+                body["forge"] = GITHUB.into();
+                body
+            },
+            expect: "completed",
+        },
+        Change {
             label: "a change main already has",
             body: submission(
                 "demo/already-upstream",
@@ -117,7 +137,19 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let project = sim
         .gitlab_project(PROJECT)
         .require_pipeline_success(true)
-        .job(JobSpec::new("build", JobOutcome::Success).stage("build"))
+        // Flaky CI: every head's first `build` fails with a runner system
+        // failure, which the demo's CI retry rule retries.
+        .job(
+            JobSpec::new(
+                "build",
+                JobOutcome::flaky(
+                    1,
+                    "runner_system_failure",
+                    "ERROR: Job failed (system failure): the runner went away\n",
+                ),
+            )
+            .stage("build"),
+        )
         .job(
             JobSpec::new("test", JobOutcome::Success)
                 .stage("test")
@@ -125,6 +157,20 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         )
         .webhook(&format!("{url}/webhooks/gitlab"), &secret)
         .create()?;
+    let (owner, name) = PROJECT.split_once('/').unwrap_or(("demo", "service"));
+    sim.github_create_repo(
+        GithubRepoSpec::new(owner, name)
+            .merge_queue(true)
+            .required_approvals(1)
+            .checks(&[CheckScript::new("ci", JobOutcome::Success)])
+            .webhook(&format!("{url}/webhooks/github"), &secret),
+    )?;
+    sim.github_push_human_commit(
+        PROJECT,
+        "main",
+        &[("README.md", Some("# service\n"))],
+        "Initial commit",
+    )?;
     sim.gitlab_push(
         project,
         "main",
@@ -141,6 +187,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     config.engine.handled_types = vec![wq_mr::TYPE_NAME.to_owned()];
     config.engine.sweep_interval_seconds = 5;
     config.mr.public_url = url.clone();
+    config.mr.queue_sync_interval_seconds = 1;
+    config.ci_retry =
+        wq_herder::HerderConfig::from_yaml(CI_RETRY).map_err(|e| anyhow::anyhow!("{e}"))?;
     let (token, _) = wq_auth::new_static_token(DEMO_CALLER);
     config.auth.static_tokens = vec![StaticTokenConfig::for_token(
         DEMO_CALLER,
@@ -158,20 +207,33 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         projects: None,
     }];
     config.forges = ForgesConfig {
-        instances: BTreeMap::from([(
-            FORGE.to_owned(),
-            ForgeConfig::literal(
-                ForgeKind::Gitlab,
-                &sim.gitlab_url(),
-                forge_sim::DEFAULT_TOKEN,
-                &secret,
+        instances: BTreeMap::from([
+            (
+                FORGE.to_owned(),
+                ForgeConfig::literal(
+                    ForgeKind::Gitlab,
+                    &sim.gitlab_url(),
+                    forge_sim::DEFAULT_TOKEN,
+                    &secret,
+                ),
             ),
-        )]),
+            (
+                GITHUB.to_owned(),
+                ForgeConfig::literal(
+                    ForgeKind::Github,
+                    &sim.github_url(),
+                    forge_sim::DEFAULT_TOKEN,
+                    &secret,
+                ),
+            ),
+        ]),
     };
     let forges = Forges::from_config(&config.forges).map_err(|e| anyhow::anyhow!("{e}"))?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let app = app::assemble(&config, forges, clock, None).await?;
     app.engine.start();
+    let queue_sync =
+        app.spawn_queue_sync(Duration::from_secs(config.mr.queue_sync_interval_seconds));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(wq_api::serve(listener, app.router.clone(), async move {
         let _ = stopped.await;
@@ -180,6 +242,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!("workqueue demo");
     println!("  service      {url}   (API: {url}/api/v1/work-items)");
     println!("  simulated    GitLab at {}", sim.gitlab_url());
+    println!(
+        "               GitHub at {} (merge queue, one review required)",
+        sim.github_url()
+    );
     println!("  database     {}", database.display());
     println!("  API token    {token}   (admin, for this run only)");
     println!("  try          curl -H \"Authorization: Bearer {token}\" {url}/api/v1/work-items");
@@ -199,6 +265,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     }
     let _ = stop.send(());
     let _ = server.await;
+    queue_sync.abort();
     app.engine.shutdown().await;
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", database.display()));
@@ -277,11 +344,21 @@ async fn follow(
                     lines.push(line);
                 }
             }
-            // The demo project needs no approval; a reviewer in a real
-            // project would approve here.
-            if let Some(number) = item["detail"]["mr"]["number"].as_u64()
+            // The GitHub repository requires a review: once CI passed the
+            // demo approves as a reviewer would.
+            let waits_for_review = item["dimensions"].as_array().is_some_and(|rows| {
+                rows.iter().any(|d| {
+                    d["dimension"] == "needs_reconcile"
+                        && d["detail"]["unmet_gates"] == json!(["approved"])
+                })
+            });
+            if item["detail"]["forge"] == GITHUB
+                && waits_for_review
+                && let Some(number) = item["detail"]["mr"]["number"].as_u64()
                 && !approved.contains(&number)
             {
+                sim.github_approve(PROJECT, number, "reviewer")?;
+                println!("  {label:<30} approved by a reviewer");
                 approved.push(number);
             }
             let phase = item["phase"].as_str().unwrap_or_default();
@@ -314,10 +391,41 @@ fn progress(item: &Value) -> Vec<String> {
         detail["mr"]["number"].as_u64(),
         detail["mr"]["url"].as_str(),
     ) {
-        lines.push(format!("merge request !{number} open: {url}"));
+        let what = if detail["forge"] == GITHUB {
+            format!("pull request #{number}")
+        } else {
+            format!("merge request !{number}")
+        };
+        lines.push(format!("{what} open: {url}"));
     }
     if let Some(pipeline) = detail["mr"]["head_pipeline_id"].as_u64() {
         lines.push(format!("pipeline #{pipeline} running"));
+    }
+    let rows = item["dimensions"].as_array().cloned().unwrap_or_default();
+    for row in &rows {
+        if row["dimension"] != "needs_ci_retry" {
+            continue;
+        }
+        for job in row["detail"]["jobs"].as_array().into_iter().flatten() {
+            let (name, id) = (job["name"].as_str().unwrap_or_default(), &job["id"]);
+            let matcher = job["matcher"].as_str().unwrap_or_default();
+            match job["state"].as_str() {
+                Some("scheduled") => lines.push(format!(
+                    "job {name} #{id} failed ({}); retry scheduled by rule {matcher}",
+                    job["failure_reason"].as_str().unwrap_or("unknown reason")
+                )),
+                Some("retried") => {
+                    lines.push(format!("job {name} #{id} retried by rule {matcher}"))
+                }
+                Some("no_match") => lines.push(format!(
+                    "job {name} #{id} failed: not retried (no rule matches)"
+                )),
+                _ => {}
+            }
+        }
+    }
+    if let Some(state) = detail["merge_queue"]["state"].as_str() {
+        lines.push(format!("in the merge queue ({state})"));
     }
     if let Some(result) = detail["merge"]["last_result"].as_str() {
         lines.push(format!("merge attempt {result}"));

@@ -553,3 +553,29 @@ fn serve_without_rules_warns_refuses_the_api_and_answers_health() {
     assert_eq!(warning["level"], "WARN");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// README's first command: the demo follows every change to its end and
+/// exits 0 with `--exit`.
+#[test]
+fn the_demo_follows_every_change_to_its_end() {
+    let output = workqueue(&["demo", "--exit", "--port", "0"]);
+    let stdout = stdout_of(&output);
+    assert!(output.status.success(), "{stdout}\n{}", stderr_of(&output));
+    for expected in [
+        // (Whether the demo's poll sees the retry while it is scheduled is
+        // timing; the outcome is always there.)
+        "retried by rule runner-system-failure",
+        "pull request #1 open",
+        "approved by a reviewer",
+        "cancelled: empty diff",
+        "refused before any forge write",
+        "all changes reached their end state",
+    ] {
+        assert!(stdout.contains(expected), "{expected:?} missing:\n{stdout}");
+    }
+    assert_eq!(
+        stdout.matches("completed: merged").count(),
+        3,
+        "two merge requests and one pull request merged:\n{stdout}"
+    );
+}
