@@ -15,7 +15,9 @@ mod error;
 pub mod events;
 pub mod github;
 pub mod gitlab;
+mod http_util;
 mod model;
+mod payload;
 
 pub use config::{ForgeConfig, ForgeKind, ForgesConfig};
 pub use error::{ForgeError, ForgeErrorKind, ForgeResult};

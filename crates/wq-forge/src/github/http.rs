@@ -8,14 +8,12 @@ use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderValue};
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc2822;
 use url::Url;
 
 use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
 
 /// `User-Agent` of every request (GitHub refuses requests without one).
-pub const USER_AGENT: &str = concat!("workqueue/", env!("CARGO_PKG_VERSION"));
+pub use crate::http_util::USER_AGENT;
 
 /// The REST API version every request asks for.
 pub const API_VERSION: &str = "2022-11-28";
@@ -25,9 +23,6 @@ pub const PER_PAGE: usize = 100;
 
 /// Pages a list request follows at most (`PER_PAGE` items each).
 pub const MAX_PAGES: u32 = 50;
-
-/// How much of a non-JSON error body ends up in an error message.
-const ERROR_BODY_CHARS: usize = 200;
 
 /// One REST request.
 pub struct Call {
@@ -364,12 +359,7 @@ pub fn decode<T: DeserializeOwned>(
     request: &str,
     what: &str,
 ) -> ForgeResult<T> {
-    serde_json::from_slice(body).map_err(|e| {
-        ForgeError::rejected(
-            Some(status.as_u16()),
-            format!("{request}: GitHub answered {status} with a body that is not {what}: {e}"),
-        )
-    })
+    crate::http_util::decode("GitHub", body, status, request, what)
 }
 
 /// The error for a non-2xx answer: the kind from the status, GitHub's own
@@ -381,17 +371,8 @@ pub fn error_from_answer(
     body: &[u8],
     now: SystemTime,
 ) -> ForgeError {
-    let message = github_message(body).unwrap_or_else(|| {
-        let text = String::from_utf8_lossy(body);
-        let text = text.trim();
-        let reason = status.canonical_reason().unwrap_or("error");
-        if text.is_empty() {
-            reason.to_owned()
-        } else {
-            let snippet: String = text.chars().take(ERROR_BODY_CHARS).collect();
-            format!("{reason}: {snippet}")
-        }
-    });
+    let message =
+        github_message(body).unwrap_or_else(|| crate::http_util::fallback_message(status, body));
     let remaining = headers
         .get("x-ratelimit-remaining")
         .and_then(|v| v.to_str().ok())
@@ -461,27 +442,12 @@ pub fn github_message(body: &[u8]) -> Option<String> {
 /// `Retry-After` (delay seconds or an HTTP date), else `X-RateLimit-Reset`
 /// (a Unix time).
 pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-    };
-    let now_unix = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    if let Some(value) = header("retry-after") {
-        if let Ok(seconds) = value.parse::<u64>() {
-            return Some(Duration::from_secs(seconds));
-        }
-        if let Ok(date) = OffsetDateTime::parse(value, &Rfc2822) {
-            let at = u64::try_from(date.unix_timestamp()).unwrap_or(0);
-            return Some(Duration::from_secs(at.saturating_sub(now_unix)));
-        }
+    use crate::http_util::{header, retry_after_header, unix_seconds};
+    if let Some(delay) = retry_after_header(headers, now) {
+        return Some(delay);
     }
-    let reset = header("x-ratelimit-reset")?.parse::<u64>().ok()?;
-    Some(Duration::from_secs(reset.saturating_sub(now_unix)))
+    let reset = header(headers, "x-ratelimit-reset")?.parse::<u64>().ok()?;
+    Some(Duration::from_secs(reset.saturating_sub(unix_seconds(now))))
 }
 
 #[cfg(test)]

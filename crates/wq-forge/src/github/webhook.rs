@@ -13,6 +13,7 @@ use sha2::Sha256;
 use super::wire::check_word;
 use crate::events::{ChangeAction, ForgeEvent, WebhookRejection};
 use crate::model::{ChangeState, CiStatus};
+use crate::payload::{at, header, malformed, opt_str, req_str, req_u64};
 
 /// The events this client reads; every other event type is `Ignored`
 /// without looking at the body.
@@ -65,13 +66,6 @@ pub fn parse(
     }
 }
 
-fn header<'a>(headers: &[(&str, &'a str)], name: &str) -> Option<&'a str> {
-    headers
-        .iter()
-        .find(|(key, _)| key.eq_ignore_ascii_case(name))
-        .map(|(_, value)| *value)
-}
-
 /// `X-Hub-Signature-256: sha256=<hex HMAC-SHA256(secret, body)>`, compared
 /// in constant time.
 fn authenticate(
@@ -104,41 +98,6 @@ fn authenticate(
         .map_err(|_| WebhookRejection::Unauthenticated("webhook secret unusable".into()))?;
     mac.update(body);
     mac.verify_slice(&digest).map_err(|_| wrong())
-}
-
-fn malformed(message: impl Into<String>) -> WebhookRejection {
-    WebhookRejection::Malformed(message.into())
-}
-
-/// The value at a dotted path; `null` counts as absent.
-fn at<'a>(payload: &'a Value, path: &str) -> Option<&'a Value> {
-    path.split('.')
-        .try_fold(payload, |value, key| value.get(key))
-        .filter(|value| !value.is_null())
-}
-
-fn opt_str(payload: &Value, path: &str) -> Option<String> {
-    at(payload, path)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-}
-
-fn req_str(payload: &Value, path: &str) -> Result<String, WebhookRejection> {
-    match at(payload, path) {
-        None => Err(malformed(format!("{path}: missing"))),
-        Some(Value::String(text)) if !text.is_empty() => Ok(text.clone()),
-        Some(_) => Err(malformed(format!("{path}: not a non-empty string"))),
-    }
-}
-
-fn req_u64(payload: &Value, path: &str) -> Result<u64, WebhookRejection> {
-    match at(payload, path) {
-        None => Err(malformed(format!("{path}: missing"))),
-        Some(value) => value
-            .as_u64()
-            .ok_or_else(|| malformed(format!("{path}: not a non-negative integer"))),
-    }
 }
 
 fn project(payload: &Value) -> Result<String, WebhookRejection> {

@@ -8,23 +8,18 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc2822;
 use url::Url;
 
 use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
 
 /// `User-Agent` of every request.
-pub const USER_AGENT: &str = concat!("workqueue/", env!("CARGO_PKG_VERSION"));
+pub use crate::http_util::USER_AGENT;
 
 /// Page size of list requests (GitLab's maximum).
 pub const PER_PAGE: u32 = 100;
 
 /// Pages a list request follows at most (`PER_PAGE` items each).
 pub const MAX_PAGES: u32 = 50;
-
-/// How much of a non-JSON error body ends up in an error message.
-const ERROR_BODY_CHARS: usize = 200;
 
 /// One HTTP request.
 pub struct Call {
@@ -279,12 +274,7 @@ fn decode<T: DeserializeOwned>(
     request: &str,
     what: &str,
 ) -> ForgeResult<T> {
-    serde_json::from_slice(body).map_err(|e| {
-        ForgeError::rejected(
-            Some(status.as_u16()),
-            format!("{request}: GitLab answered {status} with a body that is not {what}: {e}"),
-        )
-    })
+    crate::http_util::decode("GitLab", body, status, request, what)
 }
 
 /// The error for a non-2xx answer: the kind from the status, GitLab's own
@@ -295,17 +285,8 @@ pub fn error_from_answer(
     body: &[u8],
     now: SystemTime,
 ) -> ForgeError {
-    let message = gitlab_message(body).unwrap_or_else(|| {
-        let text = String::from_utf8_lossy(body);
-        let text = text.trim();
-        let reason = status.canonical_reason().unwrap_or("error");
-        if text.is_empty() {
-            reason.to_owned()
-        } else {
-            let snippet: String = text.chars().take(ERROR_BODY_CHARS).collect();
-            format!("{reason}: {snippet}")
-        }
-    });
+    let message =
+        gitlab_message(body).unwrap_or_else(|| crate::http_util::fallback_message(status, body));
     let error = ForgeError::from_status(status.as_u16(), message);
     if matches!(
         status,
@@ -350,30 +331,15 @@ fn flatten_message(value: &Value) -> String {
 /// `Retry-After` (delay seconds or an HTTP date), else `RateLimit-Reset`
 /// (GitLab sends a Unix time; small values are read as delay seconds).
 pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-    };
-    let now_unix = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    if let Some(value) = header("retry-after") {
-        if let Ok(seconds) = value.parse::<u64>() {
-            return Some(Duration::from_secs(seconds));
-        }
-        if let Ok(date) = OffsetDateTime::parse(value, &Rfc2822) {
-            let at = u64::try_from(date.unix_timestamp()).unwrap_or(0);
-            return Some(Duration::from_secs(at.saturating_sub(now_unix)));
-        }
-    }
-    let reset = header("ratelimit-reset")?.parse::<u64>().ok()?;
+    use crate::http_util::{header, retry_after_header, unix_seconds};
     /// Values above this are a Unix time (2001-09-09), below a delay.
     const UNIX_TIME_FLOOR: u64 = 1_000_000_000;
+    if let Some(delay) = retry_after_header(headers, now) {
+        return Some(delay);
+    }
+    let reset = header(headers, "ratelimit-reset")?.parse::<u64>().ok()?;
     if reset >= UNIX_TIME_FLOOR {
-        Some(Duration::from_secs(reset.saturating_sub(now_unix)))
+        Some(Duration::from_secs(reset.saturating_sub(unix_seconds(now))))
     } else {
         Some(Duration::from_secs(reset))
     }

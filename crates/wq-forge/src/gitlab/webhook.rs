@@ -12,6 +12,7 @@ use time::{OffsetDateTime, PrimitiveDateTime};
 
 use crate::events::{ChangeAction, ForgeEvent, WebhookRejection};
 use crate::model::{ChangeState, CiStatus};
+use crate::payload::{at, header, malformed, opt_str, opt_u64, req_str, req_u64};
 
 /// Authenticates and parses one delivery. `secret` is the configured
 /// webhook secret; `None` (or empty) refuses every delivery.
@@ -45,13 +46,6 @@ pub fn parse(
     }
 }
 
-fn header<'a>(headers: &[(&str, &'a str)], name: &str) -> Option<&'a str> {
-    headers
-        .iter()
-        .find(|(key, _)| key.eq_ignore_ascii_case(name))
-        .map(|(_, value)| *value)
-}
-
 fn authenticate(secret: Option<&str>, headers: &[(&str, &str)]) -> Result<(), WebhookRejection> {
     let Some(secret) = secret.filter(|s| !s.is_empty()) else {
         return Err(WebhookRejection::Unauthenticated(
@@ -69,48 +63,6 @@ fn authenticate(secret: Option<&str>, headers: &[(&str, &str)]) -> Result<(), We
         Err(WebhookRejection::Unauthenticated(
             "header x-gitlab-token: does not match the configured secret".into(),
         ))
-    }
-}
-
-fn malformed(message: impl Into<String>) -> WebhookRejection {
-    WebhookRejection::Malformed(message.into())
-}
-
-/// The value at a dotted path; `null` counts as absent.
-fn at<'a>(payload: &'a Value, path: &str) -> Option<&'a Value> {
-    path.split('.')
-        .try_fold(payload, |value, key| value.get(key))
-        .filter(|value| !value.is_null())
-}
-
-fn opt_str(payload: &Value, path: &str) -> Option<String> {
-    at(payload, path)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-}
-
-fn req_str(payload: &Value, path: &str) -> Result<String, WebhookRejection> {
-    match at(payload, path) {
-        None => Err(malformed(format!("{path}: missing"))),
-        Some(Value::String(text)) if !text.is_empty() => Ok(text.clone()),
-        Some(_) => Err(malformed(format!("{path}: not a non-empty string"))),
-    }
-}
-
-fn req_u64(payload: &Value, path: &str) -> Result<u64, WebhookRejection> {
-    match at(payload, path) {
-        None => Err(malformed(format!("{path}: missing"))),
-        Some(value) => value
-            .as_u64()
-            .ok_or_else(|| malformed(format!("{path}: not a non-negative integer"))),
-    }
-}
-
-fn opt_u64(payload: &Value, path: &str) -> Result<Option<u64>, WebhookRejection> {
-    match at(payload, path) {
-        None => Ok(None),
-        Some(_) => req_u64(payload, path).map(Some),
     }
 }
 
