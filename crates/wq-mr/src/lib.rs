@@ -38,7 +38,7 @@ use wq_forge::Forges;
 use wq_store::{Store, StoreError};
 
 use crate::spec::SubmissionRules;
-use crate::store::{MergeResult, MrStore, UpsertInput, UpsertOutcome};
+use crate::store::{MergeResult, MrDetails, MrStore, UpsertInput, UpsertOutcome};
 
 /// The `item_type` of merge request items.
 pub const TYPE_NAME: &str = "mr";
@@ -315,24 +315,7 @@ impl MrType {
                 "must be a commit SHA in hexadecimal",
             )]));
         }
-        let item = self
-            .items
-            .item_get(id)
-            .await
-            .map_err(request_store_error)?
-            .ok_or_else(|| RequestError::NotFound(format!("work item {id} not found")))?;
-        if item.phase != Phase::Active {
-            return Err(RequestError::Conflict(format!(
-                "work item {id} is {}; only active items can be merged",
-                item.phase.as_str()
-            )));
-        }
-        let details = self
-            .store
-            .get(id)
-            .await
-            .map_err(request_store_error)?
-            .ok_or_else(|| RequestError::NotFound(format!("work item {id} has no mr details")))?;
+        let details = self.active_details(id, "be merged").await?;
         let Some(number) = details.mr_number else {
             return Err(RequestError::Conflict(
                 "the merge request is not created yet".into(),
@@ -387,10 +370,9 @@ impl MrType {
         })
     }
 
-    /// `POST /api/v1/work-items/{id}/retry-merge`: the explicit one-shot
-    /// retry of a failed (or expired in-flight) automatic merge attempt.
-    async fn retry_merge(&self, id: ItemId) -> Result<CommandReply, RequestError> {
-        let now = self.clock.now();
+    /// The details of an active item, for a command that only active items
+    /// take: 404 for an unknown item, 409 naming the phase otherwise.
+    async fn active_details(&self, id: ItemId, what: &str) -> Result<MrDetails, RequestError> {
         let item = self
             .items
             .item_get(id)
@@ -399,16 +381,22 @@ impl MrType {
             .ok_or_else(|| RequestError::NotFound(format!("work item {id} not found")))?;
         if item.phase != Phase::Active {
             return Err(RequestError::Conflict(format!(
-                "work item {id} is {}; only active items can retry a merge",
+                "work item {id} is {}; only active items can {what}",
                 item.phase.as_str()
             )));
         }
-        let details = self
-            .store
+        self.store
             .get(id)
             .await
             .map_err(request_store_error)?
-            .ok_or_else(|| RequestError::NotFound(format!("work item {id} has no mr details")))?;
+            .ok_or_else(|| RequestError::NotFound(format!("work item {id} has no mr details")))
+    }
+
+    /// `POST /api/v1/work-items/{id}/retry-merge`: the explicit one-shot
+    /// retry of a failed (or expired in-flight) automatic merge attempt.
+    async fn retry_merge(&self, id: ItemId) -> Result<CommandReply, RequestError> {
+        let now = self.clock.now();
+        let details = self.active_details(id, "retry a merge").await?;
         let deadline = Self::seconds(self.config.merge_attempt_deadline_seconds);
         let cutoff = now - deadline;
         match details.journal.result {

@@ -54,6 +54,24 @@ impl ForgeWebhooks {
             .collect()
     }
 
+    /// The active item on `branch`, when the delivery names one.
+    async fn by_branch(
+        &self,
+        forge: &str,
+        project: &str,
+        branch: Option<&str>,
+    ) -> Result<Option<ItemId>, StoreError> {
+        match branch {
+            Some(branch) => {
+                self.mr
+                    .store
+                    .find_active(forge, project, Lookup::Branch(branch))
+                    .await
+            }
+            None => Ok(None),
+        }
+    }
+
     async fn resolve(&self, forge: &str, event: &ForgeEvent) -> Result<Option<ItemId>, StoreError> {
         let store = &self.mr.store;
         match event {
@@ -70,14 +88,8 @@ impl ForgeWebhooks {
                     return Ok(Some(id));
                 }
                 // The MR was opened before ensure_mr recorded its number.
-                match source_branch {
-                    Some(branch) => {
-                        store
-                            .find_active(forge, project, Lookup::Branch(branch))
-                            .await
-                    }
-                    None => Ok(None),
-                }
+                self.by_branch(forge, project, source_branch.as_deref())
+                    .await
             }
             ForgeEvent::Pipeline {
                 project,
@@ -93,14 +105,7 @@ impl ForgeWebhooks {
                 }
                 // A new head pipeline not recorded yet: its branch says
                 // whose it is; the reconcile it triggers reads the truth.
-                match ref_name {
-                    Some(branch) => {
-                        store
-                            .find_active(forge, project, Lookup::Branch(branch))
-                            .await
-                    }
-                    None => Ok(None),
-                }
+                self.by_branch(forge, project, ref_name.as_deref()).await
             }
             ForgeEvent::Job {
                 project,
@@ -122,14 +127,7 @@ impl ForgeWebhooks {
                 }
                 // A new head pipeline not recorded yet; the handler and
                 // the executor tell a superseded pipeline from it.
-                match ref_name {
-                    Some(branch) => {
-                        store
-                            .find_active(forge, project, Lookup::Branch(branch))
-                            .await
-                    }
-                    None => Ok(None),
-                }
+                self.by_branch(forge, project, ref_name.as_deref()).await
             }
             ForgeEvent::Note {
                 project, number, ..
@@ -152,14 +150,7 @@ impl ForgeWebhooks {
                         return Ok(Some(id));
                     }
                 }
-                match ref_name {
-                    Some(branch) => {
-                        store
-                            .find_active(forge, project, Lookup::Branch(branch))
-                            .await
-                    }
-                    None => Ok(None),
-                }
+                self.by_branch(forge, project, ref_name.as_deref()).await
             }
             ForgeEvent::Queue {
                 project, number, ..
