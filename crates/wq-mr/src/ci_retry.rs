@@ -420,7 +420,7 @@ async fn judge(
             Verdict::LimitReached { matcher, limit } => {
                 job.state = JobState::LimitReached;
                 job.reason = Some(format!(
-                    "matcher {matcher:?} allows {limit} retries of this job per pipeline"
+                    "retry limit {limit} of matcher {matcher:?} reached for this job in this pipeline"
                 ));
                 job.matcher = Some(matcher);
                 return Ok(job);

@@ -15,6 +15,7 @@ backend_tests!(
     a_genuine_test_failure_is_not_retried,
     a_failed_job_of_a_superseded_pipeline_is_not_retried,
     ci_retry_off_on_the_item_retries_nothing,
+    report_matchers_and_spent_limits_are_recorded_not_retried,
 );
 
 /// Retries runner system failures by `failure_reason` alone (no trace
@@ -360,5 +361,94 @@ async fn ci_retry_off_on_the_item_retries_nothing(backend: Backend) {
     assert_eq!(retries(&h), 0);
     assert!(jobs(&item).is_empty(), "not even tracked: {item:#}");
     assert_eq!(h.item(&id).await["phase"], "active");
+    h.finish().await;
+}
+
+async fn report_matchers_and_spent_limits_are_recorded_not_retried(backend: Backend) {
+    const RULES: &str = r#"
+matchers:
+  - name: runner-system-failure
+    failure_reason: runner_system_failure
+    retry_limit: 1
+    retry_delays: [0]
+  - name: registry-outage
+    description: A known outage a retry does not fix
+    action: report
+    messages: ["could not resolve host: registry"]
+"#;
+    let h = Harness::start_with(
+        backend,
+        Options {
+            jobs: vec![
+                JobSpec::new(
+                    "unit",
+                    JobOutcome::flaky(5, "runner_system_failure", RUNNER_TRACE),
+                ),
+                JobSpec::new(
+                    "image",
+                    JobOutcome::fail(
+                        "script_failure",
+                        "pulling base image\nfatal: could not resolve host: registry.example.com\n",
+                    ),
+                ),
+            ],
+            ci_retry: Some(RULES),
+            ..Options::default()
+        },
+    )
+    .await;
+    let id = h
+        .submit_ok(
+            &change("wq/limits", &[("l.txt", "l\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let decided = |item: &Value| {
+        let jobs = jobs(item);
+        jobs.iter().any(|j| j["state"] == "limit_reached")
+            && jobs.iter().any(|j| j["state"] == "reported")
+    };
+    // The service's clock stands still unless moved; the sim's jobs finish
+    // in real time, so a zero delay is due once the clock passes them.
+    let mut item = h.item(&id).await;
+    for _ in 0..100 {
+        if decided(&item) {
+            break;
+        }
+        h.advance(Duration::from_secs(1)).await;
+        item = h.item(&id).await;
+    }
+    assert!(decided(&item), "{item:#}");
+    h.advance(Duration::from_secs(3600)).await;
+    assert_eq!(retries(&h), 1, "one retry of `unit`, then its limit");
+    let listed = jobs(&item);
+    let by_state = |state: &str| -> Vec<Value> {
+        listed
+            .iter()
+            .filter(|j| j["state"] == state)
+            .cloned()
+            .collect()
+    };
+    let limit = &by_state("limit_reached")[0];
+    assert_eq!(limit["name"], "unit");
+    assert_eq!(limit["matcher"], "runner-system-failure");
+    assert_eq!(limit["retry_count"], 1);
+    let reported = &by_state("reported")[0];
+    assert_eq!(reported["name"], "image");
+    assert_eq!(reported["matcher"], "registry-outage");
+    assert_eq!(by_state("retried").len(), 1);
+    let item = h.item(&id).await;
+    assert_eq!(item["phase"], "active");
+    let note = status_note(&h, item["detail"]["mr"]["number"].as_u64().unwrap()).await;
+    assert!(
+        note.contains("`image`")
+            && note.contains("matcher \"registry-outage\" reports this failure"),
+        "{note}"
+    );
+    assert!(
+        note.contains("not retried: retry limit 1 of matcher \"runner-system-failure\" reached"),
+        "{note}"
+    );
     h.finish().await;
 }
