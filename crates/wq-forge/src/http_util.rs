@@ -3,11 +3,14 @@
 
 use std::time::{Duration, SystemTime};
 
-use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
+use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc2822;
+
+use url::Url;
 
 use crate::error::{ForgeError, ForgeResult};
 
@@ -16,6 +19,81 @@ pub const USER_AGENT: &str = concat!("workqueue/", env!("CARGO_PKG_VERSION"));
 
 /// How much of an unreadable error body goes into the error message.
 const ERROR_BODY_CHARS: usize = 200;
+
+/// One REST request (each forge adds its own constructors).
+pub struct Call {
+    pub method: Method,
+    /// Path segments below the API base; each is percent-encoded whole
+    /// (a `/` inside a segment becomes `%2F`).
+    pub segments: Vec<String>,
+    pub query: Vec<(&'static str, String)>,
+    pub body: Option<Value>,
+}
+
+impl Call {
+    pub fn new(method: Method, segments: &[&str]) -> Self {
+        Self {
+            method,
+            segments: segments.iter().map(|s| (*s).to_owned()).collect(),
+            query: Vec::new(),
+            body: None,
+        }
+    }
+
+    pub fn query(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.query.push((name, value.into()));
+        self
+    }
+
+    pub fn body(mut self, body: Value) -> Self {
+        self.body = Some(body);
+        self
+    }
+
+    /// `GET /projects/:id/...` for logs and error messages (no host, no
+    /// query).
+    pub fn describe(&self) -> String {
+        format!("{} /{}", self.method, self.segments.join("/"))
+    }
+}
+
+/// `base` with `segments` appended, each percent-encoded whole.
+pub(crate) fn join(base: &Url, segments: &[String]) -> Url {
+    let mut url = base.clone();
+    {
+        let mut path = url
+            .path_segments_mut()
+            .expect("the API base is an http(s) URL, which has path segments");
+        path.pop_if_empty();
+        path.extend(segments);
+    }
+    url
+}
+
+/// A request that got no answer: a timeout, or the transport's error with
+/// its causes (reqwest's own message is short; connection refused, reset
+/// or DNS is in its sources).
+pub(crate) fn transport_error(
+    forge: &str,
+    request: &str,
+    timeout: Duration,
+    error: &reqwest::Error,
+) -> ForgeError {
+    if error.is_timeout() {
+        return ForgeError::unavailable(format!(
+            "{request}: {forge} did not answer within {} s",
+            timeout.as_secs_f64()
+        ));
+    }
+    let mut message = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    ForgeError::unavailable(format!("{request}: {message}"))
+}
 
 /// Decodes a 2xx JSON body; a body that does not fit is `Rejected`.
 pub(crate) fn decode<T: DeserializeOwned>(

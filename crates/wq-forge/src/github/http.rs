@@ -24,26 +24,9 @@ pub const PER_PAGE: usize = 100;
 /// Pages a list request follows at most (`PER_PAGE` items each).
 pub const MAX_PAGES: u32 = 50;
 
-/// One REST request.
-pub struct Call {
-    pub method: Method,
-    /// Path segments below the API base; each is percent-encoded whole
-    /// (a `/` inside a segment becomes `%2F`).
-    pub segments: Vec<String>,
-    pub query: Vec<(&'static str, String)>,
-    pub body: Option<Value>,
-}
+pub use crate::http_util::Call;
 
 impl Call {
-    pub fn new(method: Method, segments: &[&str]) -> Self {
-        Self {
-            method,
-            segments: segments.iter().map(|s| (*s).to_owned()).collect(),
-            query: Vec::new(),
-            body: None,
-        }
-    }
-
     /// `repos/{owner}/{repo}/...rest` for a project `owner/repo`.
     pub fn repo(method: Method, repo: &Repo<'_>, rest: &[&str]) -> Self {
         let mut segments = vec!["repos", repo.owner, repo.name];
@@ -57,21 +40,6 @@ impl Call {
     pub fn branch_path(mut self, branch: &str) -> Self {
         self.segments.extend(branch.split('/').map(str::to_owned));
         self
-    }
-
-    pub fn query(mut self, name: &'static str, value: impl Into<String>) -> Self {
-        self.query.push((name, value.into()));
-        self
-    }
-
-    pub fn body(mut self, body: Value) -> Self {
-        self.body = Some(body);
-        self
-    }
-
-    /// `GET /repos/o/r/...` for logs and error messages (no host, no query).
-    pub fn describe(&self) -> String {
-        format!("{} /{}", self.method, self.segments.join("/"))
     }
 }
 
@@ -169,15 +137,7 @@ impl Http {
     }
 
     pub fn url(&self, segments: &[String]) -> Url {
-        let mut url = self.base.clone();
-        {
-            let mut path = url
-                .path_segments_mut()
-                .expect("the API base is an http(s) URL, which has path segments");
-            path.pop_if_empty();
-            path.extend(segments);
-        }
-        url
+        crate::http_util::join(&self.base, segments)
     }
 
     fn request(&self, call: &Call) -> RequestBuilder {
@@ -300,21 +260,7 @@ impl Http {
     }
 
     fn transport_error(&self, request: &str, error: &reqwest::Error) -> ForgeError {
-        if error.is_timeout() {
-            return ForgeError::unavailable(format!(
-                "{request}: GitHub did not answer within {} s",
-                self.timeout.as_secs_f64()
-            ));
-        }
-        // reqwest's own message is short; the cause is in its sources.
-        let mut message = error.to_string();
-        let mut source = std::error::Error::source(error);
-        while let Some(cause) = source {
-            message.push_str(": ");
-            message.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        ForgeError::unavailable(format!("{request}: {message}"))
+        crate::http_util::transport_error("GitHub", request, self.timeout, error)
     }
 }
 

@@ -21,43 +21,11 @@ pub const PER_PAGE: u32 = 100;
 /// Pages a list request follows at most (`PER_PAGE` items each).
 pub const MAX_PAGES: u32 = 50;
 
-/// One HTTP request.
-pub struct Call {
-    pub method: Method,
-    /// Path segments below the API base; each is percent-encoded whole, so
-    /// a project path `group/name` becomes `group%2Fname`.
-    pub segments: Vec<String>,
-    pub query: Vec<(&'static str, String)>,
-    pub body: Option<Value>,
-}
+pub use crate::http_util::Call;
 
 impl Call {
-    pub fn new(method: Method, segments: &[&str]) -> Self {
-        Self {
-            method,
-            segments: segments.iter().map(|s| (*s).to_owned()).collect(),
-            query: Vec::new(),
-            body: None,
-        }
-    }
-
     pub fn get(segments: &[&str]) -> Self {
         Self::new(Method::GET, segments)
-    }
-
-    pub fn query(mut self, name: &'static str, value: impl Into<String>) -> Self {
-        self.query.push((name, value.into()));
-        self
-    }
-
-    pub fn body(mut self, body: Value) -> Self {
-        self.body = Some(body);
-        self
-    }
-
-    /// `GET /projects/:id/...` for logs and error messages (no host, no query).
-    fn describe(&self) -> String {
-        format!("{} /{}", self.method, self.segments.join("/"))
     }
 }
 
@@ -99,15 +67,7 @@ impl Http {
     }
 
     fn url(&self, segments: &[String]) -> Url {
-        let mut url = self.base.clone();
-        {
-            let mut path = url
-                .path_segments_mut()
-                .expect("the API base is an http(s) URL, which has path segments");
-            path.pop_if_empty();
-            path.extend(segments);
-        }
-        url
+        crate::http_util::join(&self.base, segments)
     }
 
     fn request(&self, call: &Call) -> RequestBuilder {
@@ -223,23 +183,7 @@ impl Http {
     }
 
     fn transport_error(&self, call: &Call, error: &reqwest::Error) -> ForgeError {
-        if error.is_timeout() {
-            return ForgeError::unavailable(format!(
-                "{}: GitLab did not answer within {} s",
-                call.describe(),
-                self.timeout.as_secs_f64()
-            ));
-        }
-        // reqwest's own message is short ("error sending request"); the
-        // cause (connection refused, reset, DNS) is in its sources.
-        let mut message = error.to_string();
-        let mut source = std::error::Error::source(error);
-        while let Some(cause) = source {
-            message.push_str(": ");
-            message.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        ForgeError::unavailable(format!("{}: {message}", call.describe()))
+        crate::http_util::transport_error("GitLab", &call.describe(), self.timeout, error)
     }
 }
 
