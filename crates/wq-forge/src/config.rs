@@ -66,7 +66,48 @@ fn default_timeout() -> u64 {
     30
 }
 
+/// What a client takes from its [`ForgeConfig`], checked.
+pub(crate) struct ClientSettings<'a> {
+    pub token: &'a str,
+    pub timeout: std::time::Duration,
+    pub webhook_secret: Option<String>,
+}
+
 impl ForgeConfig {
+    /// The settings a client of `kind` needs; errors name the field
+    /// (`kind`, `token`, `timeout_seconds`).
+    pub(crate) fn client_settings(
+        &self,
+        kind: ForgeKind,
+    ) -> crate::ForgeResult<ClientSettings<'_>> {
+        use crate::ForgeError;
+        if self.kind != kind {
+            return Err(ForgeError::invalid(format!(
+                "kind: {} is not {}",
+                self.kind.as_str(),
+                kind.as_str()
+            )));
+        }
+        let token = self
+            .token
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                ForgeError::invalid(
+                    "token: required (token_env names the environment variable holding it)",
+                )
+            })?;
+        if self.timeout_seconds == 0 {
+            return Err(ForgeError::invalid("timeout_seconds: must be at least 1"));
+        }
+        Ok(ClientSettings {
+            token,
+            timeout: std::time::Duration::from_secs(self.timeout_seconds),
+            webhook_secret: self.webhook_secret.clone().filter(|s| !s.is_empty()),
+        })
+    }
+
     /// A config with literal secrets (tests, demo).
     pub fn literal(kind: ForgeKind, url: &str, token: &str, webhook_secret: &str) -> Self {
         Self {

@@ -73,32 +73,11 @@ impl GitlabClient {
     /// `timeout_seconds`); `config.token_env` must already be resolved
     /// ([`ForgeConfig::resolve_secrets`]).
     pub fn new(config: &ForgeConfig) -> ForgeResult<Self> {
-        if config.kind != ForgeKind::Gitlab {
-            return Err(ForgeError::invalid(format!(
-                "kind: {} is not gitlab",
-                config.kind.as_str()
-            )));
-        }
-        let token = config
-            .token
-            .as_deref()
-            .filter(|t| !t.trim().is_empty())
-            .ok_or_else(|| {
-                ForgeError::invalid(
-                    "token: required (token_env names the environment variable holding it)",
-                )
-            })?;
-        if config.timeout_seconds == 0 {
-            return Err(ForgeError::invalid("timeout_seconds: must be at least 1"));
-        }
-        let http = Http::new(
-            &config.url,
-            token.trim(),
-            Duration::from_secs(config.timeout_seconds),
-        )?;
+        let settings = config.client_settings(ForgeKind::Gitlab)?;
+        let http = Http::new(&config.url, settings.token, settings.timeout)?;
         Ok(Self {
             http,
-            webhook_secret: config.webhook_secret.clone().filter(|s| !s.is_empty()),
+            webhook_secret: settings.webhook_secret,
             projects: Mutex::new(HashMap::new()),
         })
     }
