@@ -111,14 +111,8 @@ impl ForgeWebhooks {
                 project,
                 pipeline_id,
                 ref_name,
-                status,
                 ..
             } => {
-                // Only failed jobs matter (the CI retry herder); the
-                // pipeline's own webhook reports the rest.
-                if status != "failed" {
-                    return Ok(None);
-                }
                 if let Some(id) = store
                     .find_active(forge, project, Lookup::Pipeline(*pipeline_id))
                     .await?
@@ -211,6 +205,16 @@ impl WebhookReceiver for ForgeWebhooks {
             return Ok(WebhookReceipt {
                 items: Vec::new(),
                 ignored: Some(reason.clone()),
+            });
+        }
+        // Only failed jobs matter (the CI retry herder); the pipeline's own
+        // webhook reports the rest.
+        if let ForgeEvent::Job { status, .. } = &event
+            && status != "failed"
+        {
+            return Ok(WebhookReceipt {
+                items: Vec::new(),
+                ignored: Some(format!("job {status}: only failed jobs are tracked")),
             });
         }
         let unavailable = |e: StoreError| WebhookError::Unavailable(format!("store: {e}"));
