@@ -299,3 +299,88 @@ async fn webhook_lookups_see_active_items_only(backend: Backend) {
         None
     );
 }
+
+/// The loop's exit (`wq_park`) takes the item's advisory lock, then its
+/// `work_items` row. An upsert or a retry-merge authorization running
+/// meanwhile must wait for the advisory lock before it locks any row of
+/// the item; when they locked a row first, PostgreSQL broke the cycle with
+/// "deadlock detected" and the submission failed with 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_writers_take_the_item_lock_before_its_rows() {
+    let (store, mr) = setup(Backend::Postgres).await;
+    let wq_store::Backend::Postgres(pg) = store.handle() else {
+        panic!("a PostgreSQL store");
+    };
+    let (id, _) = upsert(&mr, &spec("1"), NOW).await;
+    mr.reserve_merge(id, "sig-1", NOW).await.unwrap();
+    mr.merge_result(
+        id,
+        MergeResult::Failed,
+        None,
+        Some(("auto_merge", "409")),
+        NOW,
+    )
+    .await
+    .unwrap();
+
+    // Holds the item's advisory lock as wq_park does, lets `write` start
+    // and block, then locks `row_sql`'s row: with the writer holding that
+    // row, this is a deadlock and one side fails.
+    async fn hold_the_item_lock_then<F>(
+        pg: &wq_store::postgres::PgStore,
+        id: ItemId,
+        row_sql: &'static str,
+        write: F,
+    ) where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let mut exit = pg.pool().begin().await.unwrap();
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(id.lock_key())
+            .execute(&mut *exit)
+            .await
+            .unwrap();
+        let writer = tokio::spawn(write);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(!writer.is_finished(), "the writer waits for the item lock");
+        sqlx::query(row_sql)
+            .bind(id.0)
+            .execute(&mut *exit)
+            .await
+            .expect("the row is free while the writer waits for the item lock");
+        exit.commit().await.unwrap();
+        writer
+            .await
+            .expect("the writer succeeds once the lock is released");
+    }
+
+    let upserting = mr.clone();
+    hold_the_item_lock_then(
+        &pg,
+        id,
+        "SELECT 1 FROM work_items WHERE id = $1 FOR UPDATE",
+        async move {
+            assert_eq!(
+                upsert(&upserting, &spec("2"), NOW).await.1,
+                UpsertOutcome::Updated { content: true }
+            );
+        },
+    )
+    .await;
+
+    let authorizing = mr.clone();
+    hold_the_item_lock_then(
+        &pg,
+        id,
+        "SELECT 1 FROM mr_details WHERE work_item_id = $1 FOR UPDATE",
+        async move {
+            assert!(
+                authorizing
+                    .authorize_merge_retry(id, NOW, NOW)
+                    .await
+                    .unwrap()
+            );
+        },
+    )
+    .await;
+}

@@ -1,6 +1,8 @@
-//! `mr_details` on PostgreSQL. The upsert locks the live item's row
-//! (`FOR UPDATE`); a concurrent first insert loses on the partial unique
-//! index of the idempotency key and is retried by the caller (DDR-40).
+//! `mr_details` on PostgreSQL. The upsert serialises per branch with an
+//! advisory lock, then takes the live item's advisory lock and row lock in
+//! the store's lock order; a concurrent first insert loses on the partial
+//! unique index of the idempotency key and is retried by the caller
+//! (DDR-40).
 
 use std::sync::LazyLock;
 
@@ -53,19 +55,25 @@ fn branch_lock_key(spec: &crate::spec::MrSpec) -> i32 {
 pub(super) async fn upsert(store: &PgStore, input: &UpsertInput<'_>) -> StoreResult<Upserted> {
     let spec = input.spec;
     let now = input.now;
-    // BEGIN IMMEDIATE: the lookup and the write see one state of the table.
     let mut tx = store.pool().begin().await?;
     sqlx::query(sql!("lock_branch"))
         .bind(BRANCH_LOCK_NAMESPACE)
         .bind(branch_lock_key(spec))
         .execute(&mut *tx)
         .await?;
-    let live = sqlx::query(sql!("live_by_branch"))
-        .bind(&spec.forge)
-        .bind(&spec.project)
-        .bind(&spec.source_branch)
-        .fetch_optional(&mut *tx)
-        .await?;
+    let live = live_by_branch(&mut tx, spec, false).await?;
+    // Lock order (wq_store::postgres, "Lock order"): the item's advisory
+    // lock before its row. The loop's exit holds the advisory lock while it
+    // waits for the row; locking the row first here deadlocked with it.
+    let live = match live {
+        Some(row) => {
+            backend::lock_item(&mut tx, ItemId(row.try_get::<uuid::Uuid, _>(0)?)).await?;
+            // Read again under the row lock: the phase may have moved on
+            // (completed, say) between the lookup and the lock.
+            live_by_branch(&mut tx, spec, true).await?
+        }
+        None => None,
+    };
     let Some(live) = live else {
         let generation: i64 = sqlx::query_scalar(sql!("next_generation"))
             .bind(&spec.forge)
@@ -168,6 +176,30 @@ pub(super) async fn upsert(store: &PgStore, input: &UpsertInput<'_>) -> StoreRes
     .await?;
     tx.commit().await?;
     Ok(Upserted { id, outcome })
+}
+
+/// The live item of the spec's branch; `lock` adds `FOR UPDATE OF w`.
+/// Only the upsert creates items for a branch, under the branch lock, so
+/// the locked read finds the same item or none (it became terminal).
+async fn live_by_branch(
+    tx: &mut sqlx::PgConnection,
+    spec: &crate::spec::MrSpec,
+    lock: bool,
+) -> StoreResult<Option<PgRow>> {
+    let sql = if lock {
+        concat!(
+            include_str!("postgres/live_by_branch.sql"),
+            "\nFOR UPDATE OF w"
+        )
+    } else {
+        include_str!("postgres/live_by_branch.sql")
+    };
+    Ok(sqlx::query(sql)
+        .bind(&spec.forge)
+        .bind(&spec.project)
+        .bind(&spec.source_branch)
+        .fetch_optional(&mut *tx)
+        .await?)
 }
 
 fn raw_from_row(row: &PgRow) -> StoreResult<RawDetails> {
@@ -358,6 +390,8 @@ pub(super) async fn authorize_merge_retry(
     cutoff: OffsetDateTime,
 ) -> StoreResult<bool> {
     let mut tx = store.pool().begin().await?;
+    // The item's advisory lock before any row (see `upsert`).
+    backend::lock_item(&mut tx, id).await?;
     let authorized = sqlx::query(sql!("authorize_retry"))
         .bind(id.0)
         .bind(to_micros(now))

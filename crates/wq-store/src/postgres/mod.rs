@@ -16,6 +16,15 @@
 //! while a worker decides to exit is either seen by the exit's check or
 //! committed after the lease is released, with `actionable = true` (DDR-34).
 //!
+//! # Lock order
+//!
+//! Every transaction that takes more than one lock on an item takes them in
+//! this order: the item's advisory lock ([`lock_item`]), its `work_items`
+//! row, then its other rows (a type's detail row, dimensions, events). The
+//! loop's exit holds the advisory lock while it waits for the row, so a
+//! writer that locked the row first and then asked for the advisory lock
+//! (through [`insert_event`], say) would deadlock with it.
+//!
 //! # Extending from an item type
 //!
 //! An item type's own store module (e.g. `mr_details`) builds on this one:
@@ -258,7 +267,6 @@ pub async fn upsert_dimension(
     Ok(())
 }
 
-/// Takes the item's transaction-scoped advisory lock (DDR-34).
 /// Stores a raw event and sets `actionable = true` on the caller's
 /// transaction, taking the item's advisory lock first so the insert is
 /// serialised with the loop's exit (DDR-30, DDR-34, DDR-49). A missing item
@@ -312,6 +320,8 @@ pub async fn retry_item(
     }
 }
 
+/// Takes the item's transaction-scoped advisory lock (DDR-34): the first
+/// lock of the store's lock order.
 pub async fn lock_item(conn: &mut PgConnection, id: ItemId) -> StoreResult<()> {
     sqlx::query(sql!("items/advisory_lock.sql"))
         .bind(id.lock_key())
