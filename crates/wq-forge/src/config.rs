@@ -143,3 +143,36 @@ impl ForgeConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(config: &ForgeConfig, kind: ForgeKind) -> String {
+        match config.client_settings(kind) {
+            Ok(_) => panic!("{config:?} accepted for {kind:?}"),
+            Err(error) => error.message,
+        }
+    }
+
+    #[test]
+    fn client_settings_are_checked_and_errors_name_the_field() {
+        let mut config = ForgeConfig::literal(ForgeKind::Gitlab, "https://g.example", " t ", "");
+        let settings = config.client_settings(ForgeKind::Gitlab).expect("valid");
+        assert_eq!(settings.token, "t", "the token is trimmed");
+        assert_eq!(settings.timeout, std::time::Duration::from_secs(30));
+        assert_eq!(settings.webhook_secret, None, "an empty secret is none");
+
+        assert_eq!(
+            message(&config, ForgeKind::Github),
+            "kind: gitlab is not github"
+        );
+        for token in [None, Some(" ")] {
+            config.token = token.map(str::to_owned);
+            assert!(message(&config, ForgeKind::Gitlab).starts_with("token: required"));
+        }
+        config.token = Some("t".into());
+        config.timeout_seconds = 0;
+        assert!(message(&config, ForgeKind::Gitlab).starts_with("timeout_seconds: "));
+    }
+}

@@ -150,3 +150,23 @@ pub(crate) fn retry_after_header(headers: &HeaderMap, now: SystemTime) -> Option
     let at = u64::try_from(date.unix_timestamp()).unwrap_or(0);
     Some(Duration::from_secs(at.saturating_sub(unix_seconds(now))))
 }
+
+/// Header maps and instants for the clients' unit tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::time::{Duration, SystemTime};
+
+    use reqwest::header::{HeaderMap, HeaderValue};
+
+    pub(crate) fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_str(value).expect("header value"));
+        }
+        map
+    }
+
+    pub(crate) fn at(unix: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(unix)
+    }
+}

@@ -292,18 +292,7 @@ pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.insert(*name, HeaderValue::from_str(value).expect("header value"));
-        }
-        map
-    }
-
-    fn at(unix: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(unix)
-    }
+    use crate::http_util::test_support::{at, headers};
 
     #[test]
     fn api_base_appends_api_v4_once() {
