@@ -151,6 +151,16 @@ pub(crate) fn retry_after_header(headers: &HeaderMap, now: SystemTime) -> Option
     Some(Duration::from_secs(at.saturating_sub(unix_seconds(now))))
 }
 
+/// `#[serde(deserialize_with = "null_default")]`: `null` as the type's
+/// default (both forges send `null` for empty strings and lists in places).
+pub(crate) fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + serde::Deserialize<'de>,
+{
+    Ok(<Option<T> as serde::Deserialize>::deserialize(d)?.unwrap_or_default())
+}
+
 /// Header maps and instants for the clients' unit tests.
 #[cfg(test)]
 pub(crate) mod test_support {

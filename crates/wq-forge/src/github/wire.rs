@@ -3,22 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::ForgeError;
+use crate::http_util::null_default;
 use crate::model::{
     ChangeRequest, ChangeState, CiStatus, Mergeable, QueueEntry, QueueObservation, ReviewDecision,
 };
-
-/// `null` as the type's default.
-fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
-}
 
 #[derive(Debug, Deserialize)]
 pub struct Sha {

@@ -1,25 +1,16 @@
 //! GitLab's JSON (the fields this client reads) and how it maps onto the
 //! forge-neutral model.
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::error::{ForgeError, ForgeResult};
+use crate::http_util::null_default;
 use crate::model::{
     ChangeRequest, ChangeState, CiJob, CiStatus, Mergeable, QueueEntry, QueueObservation,
     ReviewDecision,
 };
-
-/// `null` as the type's default (GitLab sends `null` for empty strings and
-/// lists in places).
-fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
-}
 
 #[derive(Debug, Deserialize)]
 pub struct Id {
