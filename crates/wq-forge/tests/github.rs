@@ -8,12 +8,15 @@
 //! `pending` without uuid, an unknown status, a 409 for a moved head, 405,
 //! 422) come from a small scripted server, also over HTTP.
 
+mod support;
+
+use support::{header_refs, start_receiver};
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use forge_sim::github::{CheckScript, GithubRepoSpec, MergeAsyncScript};
 use forge_sim::{FaultRule, HttpFault, JobOutcome, SimHandle};
 use serde_json::{Value, json};
@@ -1341,50 +1344,6 @@ fn githubs_documented_signature_example() {
         ),
         Err(WebhookRejection::Unauthenticated(_))
     ));
-}
-
-type Deliveries = Arc<Mutex<Vec<(Vec<(String, String)>, Vec<u8>)>>>;
-
-/// A receiver keeping each delivery's headers and exact bytes.
-async fn start_receiver() -> (String, Deliveries) {
-    let deliveries: Deliveries = Arc::default();
-    let sink = deliveries.clone();
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move |headers: HeaderMap, body: Bytes| {
-            let sink = sink.clone();
-            async move {
-                let headers = headers
-                    .iter()
-                    .map(|(name, value)| {
-                        (
-                            name.as_str().to_owned(),
-                            value.to_str().unwrap_or_default().to_owned(),
-                        )
-                    })
-                    .collect();
-                sink.lock()
-                    .expect("receiver lock")
-                    .push((headers, body.to_vec()));
-                StatusCode::OK
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("receiver binds");
-    let addr = listener.local_addr().expect("address");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (format!("http://{addr}/hook"), deliveries)
-}
-
-fn header_refs(headers: &[(String, String)]) -> Vec<(&str, &str)> {
-    headers
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.as_str()))
-        .collect()
 }
 
 #[tokio::test]

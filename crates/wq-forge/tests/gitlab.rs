@@ -2,8 +2,11 @@
 //! merge and merge-train outcomes, error mapping under injected faults, and
 //! webhook deliveries captured from the simulator.
 
+mod support;
+
+use support::{header_refs, start_receiver};
+
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use forge_sim::{FaultRule, HttpFault, JobOutcome, JobSpec, SimHandle};
@@ -667,52 +670,6 @@ async fn notes_jobs_traces_and_retries() {
         .await
         .expect_err("no such note");
     assert_eq!(missing.kind, ForgeErrorKind::NotFound);
-}
-
-/// Webhooks the simulator delivered: (lower-case headers, raw body).
-type Deliveries = Arc<Mutex<Vec<(Vec<(String, String)>, Vec<u8>)>>>;
-
-async fn start_receiver() -> (String, Deliveries) {
-    let deliveries: Deliveries = Arc::default();
-    let sink = deliveries.clone();
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(
-            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
-                let sink = sink.clone();
-                async move {
-                    let headers = headers
-                        .iter()
-                        .map(|(name, value)| {
-                            (
-                                name.as_str().to_owned(),
-                                value.to_str().unwrap_or_default().to_owned(),
-                            )
-                        })
-                        .collect();
-                    sink.lock()
-                        .expect("receiver lock")
-                        .push((headers, body.to_vec()));
-                    axum::http::StatusCode::OK
-                }
-            },
-        ),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("receiver binds");
-    let addr = listener.local_addr().expect("receiver address");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (format!("http://{addr}/hook"), deliveries)
-}
-
-fn header_refs(headers: &[(String, String)]) -> Vec<(&str, &str)> {
-    headers
-        .iter()
-        .map(|(name, value)| (name.as_str(), value.as_str()))
-        .collect()
 }
 
 fn with_header(
