@@ -1,9 +1,11 @@
-//! What the forge clients' HTTP layers share: decoding a 2xx body, the
-//! message of an error answer without a usable body, and `Retry-After`.
+//! What the forge clients' HTTP layers share: the configured URL and the
+//! reqwest client, one request ([`Call`]) and its URL, transport errors,
+//! decoding a 2xx body, the message of an error answer without a usable
+//! body, `Retry-After`, and `null_default` for wire types.
 
 use std::time::{Duration, SystemTime};
 
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -50,11 +52,63 @@ impl Call {
         self
     }
 
-    /// `GET /projects/:id/...` for logs and error messages (no host, no
-    /// query).
+    /// `GET projects/1/...` or `GET repos/o/r/...` for logs and error
+    /// messages (no host, no query).
     pub fn describe(&self) -> String {
         format!("{} /{}", self.method, self.segments.join("/"))
     }
+
+    /// The request on `client`, below `base`.
+    pub(crate) fn build(&self, client: &reqwest::Client, base: &Url) -> reqwest::RequestBuilder {
+        let mut request = client.request(self.method.clone(), join(base, &self.segments));
+        if !self.query.is_empty() {
+            request = request.query(&self.query);
+        }
+        if let Some(body) = &self.body {
+            request = request.json(body);
+        }
+        request
+    }
+}
+
+/// The configured `url`, checked: an http(s) URL with a host and without
+/// query or fragment. Errors name the field (`url`).
+pub(crate) fn parse_base_url(url: &str) -> ForgeResult<Url> {
+    let trimmed = url.trim().trim_end_matches('/');
+    let base = Url::parse(trimmed)
+        .map_err(|e| ForgeError::invalid(format!("url: {trimmed:?} is not a URL ({e})")))?;
+    if !matches!(base.scheme(), "http" | "https") || base.host_str().is_none() {
+        return Err(ForgeError::invalid(format!(
+            "url: {trimmed:?} must be an http(s) URL with a host"
+        )));
+    }
+    if base.query().is_some() || base.fragment().is_some() {
+        return Err(ForgeError::invalid(format!(
+            "url: {trimmed:?} must not have a query or fragment"
+        )));
+    }
+    Ok(base)
+}
+
+/// A header value holding a secret (kept out of debug output).
+pub(crate) fn secret_header(value: &str) -> ForgeResult<HeaderValue> {
+    let mut value = HeaderValue::from_str(value).map_err(|_| {
+        ForgeError::invalid("token: contains characters that cannot be sent in a header")
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+/// The reqwest client of one forge: its default headers, the
+/// [`USER_AGENT`], and `timeout` for connecting and for the whole request.
+pub(crate) fn client(headers: HeaderMap, timeout: Duration) -> ForgeResult<reqwest::Client> {
+    reqwest::Client::builder()
+        .user_agent(USER_AGENT)
+        .default_headers(headers)
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .build()
+        .map_err(|e| ForgeError::invalid(format!("HTTP client: {e}")))
 }
 
 /// `base` with `segments` appended, each percent-encoded whole.

@@ -64,7 +64,7 @@ impl<'a> Repo<'a> {
     }
 }
 
-/// A non-2xx answer kept whole, for callers that read error bodies
+/// An answer of any status kept whole, for callers that read error bodies
 /// (`merge-async` answers 409 with the request it conflicts with).
 pub struct Answer {
     pub status: StatusCode,
@@ -99,12 +99,11 @@ impl Http {
     /// `https://host/api/v3`). Errors name the field.
     pub fn new(url: &str, token: &str, timeout: Duration) -> ForgeResult<Self> {
         let (base, graphql) = api_urls(url)?;
-        let mut auth = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-            ForgeError::invalid("token: contains characters that cannot be sent in a header")
-        })?;
-        auth.set_sensitive(true);
         let mut headers = HeaderMap::new();
-        headers.insert(AUTHORIZATION, auth);
+        headers.insert(
+            AUTHORIZATION,
+            crate::http_util::secret_header(&format!("Bearer {token}"))?,
+        );
         headers.insert(
             ACCEPT,
             HeaderValue::from_static("application/vnd.github+json"),
@@ -113,13 +112,7 @@ impl Http {
             "x-github-api-version",
             HeaderValue::from_static(API_VERSION),
         );
-        let client = reqwest::Client::builder()
-            .user_agent(USER_AGENT)
-            .default_headers(headers)
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .build()
-            .map_err(|e| ForgeError::invalid(format!("HTTP client: {e}")))?;
+        let client = crate::http_util::client(headers, timeout)?;
         Ok(Self {
             client,
             base,
@@ -136,36 +129,24 @@ impl Http {
         &self.graphql
     }
 
-    pub fn url(&self, segments: &[String]) -> Url {
-        crate::http_util::join(&self.base, segments)
-    }
-
-    fn request(&self, call: &Call) -> RequestBuilder {
-        let mut request = self
-            .client
-            .request(call.method.clone(), self.url(&call.segments));
-        if !call.query.is_empty() {
-            request = request.query(&call.query);
-        }
-        if let Some(body) = &call.body {
-            request = request.json(body);
-        }
-        request
-    }
-
     /// Sends the call and returns whatever GitHub answered (any status).
     pub async fn answer(&self, call: &Call) -> ForgeResult<Answer> {
-        let response = self
-            .request(call)
+        self.read(call.build(&self.client, &self.base), &call.describe())
+            .await
+    }
+
+    /// Sends `request` and reads the whole answer, any status.
+    async fn read(&self, request: RequestBuilder, describe: &str) -> ForgeResult<Answer> {
+        let response = request
             .send()
             .await
-            .map_err(|e| self.transport_error(&call.describe(), &e))?;
+            .map_err(|e| self.transport_error(describe, &e))?;
         let status = response.status();
         let headers = response.headers().clone();
         let body = response
             .bytes()
             .await
-            .map_err(|e| self.transport_error(&call.describe(), &e))?;
+            .map_err(|e| self.transport_error(describe, &e))?;
         Ok(Answer {
             status,
             headers,
@@ -229,26 +210,19 @@ impl Http {
     /// JSON object is an error. Whether `errors` matter is the caller's call.
     pub async fn graphql(&self, query: &str, variables: Value) -> ForgeResult<Value> {
         let describe = "POST /graphql";
-        let response = self
+        let request = self
             .client
             .post(self.graphql.clone())
-            .json(&json!({ "query": query, "variables": variables }))
-            .send()
-            .await
-            .map_err(|e| self.transport_error(describe, &e))?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| self.transport_error(describe, &e))?;
-        if !status.is_success() {
-            let error = error_from_answer(status, &headers, &body, SystemTime::now());
+            .json(&json!({ "query": query, "variables": variables }));
+        let answer = self.read(request, describe).await?;
+        if !answer.status.is_success() {
+            let error = answer.error();
             return Err(ForgeError {
                 message: format!("{describe}: {}", error.message),
                 ..error
             });
         }
+        let (status, body) = (answer.status, answer.body);
         let value: Value = decode(&body, status, describe, "a GraphQL response")?;
         if !value.is_object() {
             return Err(ForgeError::rejected(
@@ -271,19 +245,7 @@ impl Http {
 /// (the simulator) → `{url}/graphql`. `https://github.com` is read as
 /// `https://api.github.com`.
 pub fn api_urls(url: &str) -> ForgeResult<(Url, Url)> {
-    let trimmed = url.trim().trim_end_matches('/');
-    let mut base = Url::parse(trimmed)
-        .map_err(|e| ForgeError::invalid(format!("url: {trimmed:?} is not a URL ({e})")))?;
-    if !matches!(base.scheme(), "http" | "https") || base.host_str().is_none() {
-        return Err(ForgeError::invalid(format!(
-            "url: {trimmed:?} must be an http(s) URL with a host"
-        )));
-    }
-    if base.query().is_some() || base.fragment().is_some() {
-        return Err(ForgeError::invalid(format!(
-            "url: {trimmed:?} must not have a query or fragment"
-        )));
-    }
+    let mut base = crate::http_util::parse_base_url(url)?;
     if base.host_str() == Some("github.com") && base.path().trim_matches('/').is_empty() {
         base = Url::parse("https://api.github.com").expect("a valid URL");
     }
@@ -458,12 +420,12 @@ mod tests {
         let repo = Repo::parse("octo/app").expect("repo");
         let call = Call::repo(Method::GET, &repo, &["git", "ref", "heads"]).branch_path("wq/x y");
         assert_eq!(
-            http.url(&call.segments).as_str(),
+            crate::http_util::join(http.base(), &call.segments).as_str(),
             "https://ghe.example.com/api/v3/repos/octo/app/git/ref/heads/wq/x%20y"
         );
         let call = Call::repo(Method::GET, &repo, &["commits", "wq/x"]);
         assert_eq!(
-            http.url(&call.segments).as_str(),
+            crate::http_util::join(http.base(), &call.segments).as_str(),
             "https://ghe.example.com/api/v3/repos/octo/app/commits/wq%2Fx"
         );
         for bad in ["octo", "octo/", "/app", "a/b/c"] {

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::header::HeaderMap;
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -42,19 +42,9 @@ impl Http {
     /// (`.../api/v4`). Errors name the field.
     pub fn new(url: &str, token: &str, timeout: Duration) -> ForgeResult<Self> {
         let base = api_base(url)?;
-        let mut token = HeaderValue::from_str(token).map_err(|_| {
-            ForgeError::invalid("token: contains characters that cannot be sent in a header")
-        })?;
-        token.set_sensitive(true);
         let mut headers = HeaderMap::new();
-        headers.insert("private-token", token);
-        let client = reqwest::Client::builder()
-            .user_agent(USER_AGENT)
-            .default_headers(headers)
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .build()
-            .map_err(|e| ForgeError::invalid(format!("HTTP client: {e}")))?;
+        headers.insert("private-token", crate::http_util::secret_header(token)?);
+        let client = crate::http_util::client(headers, timeout)?;
         Ok(Self {
             client,
             base,
@@ -66,21 +56,8 @@ impl Http {
         &self.base
     }
 
-    fn url(&self, segments: &[String]) -> Url {
-        crate::http_util::join(&self.base, segments)
-    }
-
     fn request(&self, call: &Call) -> RequestBuilder {
-        let mut request = self
-            .client
-            .request(call.method.clone(), self.url(&call.segments));
-        if !call.query.is_empty() {
-            request = request.query(&call.query);
-        }
-        if let Some(body) = &call.body {
-            request = request.json(body);
-        }
-        request
+        call.build(&self.client, &self.base)
     }
 
     /// Sends the call; a 2xx answer is returned, anything else is an error.
@@ -189,22 +166,10 @@ impl Http {
 
 /// `{url}/api/v4` from the configured server URL.
 fn api_base(url: &str) -> ForgeResult<Url> {
-    let trimmed = url.trim().trim_end_matches('/');
-    let mut base = Url::parse(trimmed)
-        .map_err(|e| ForgeError::invalid(format!("url: {trimmed:?} is not a URL ({e})")))?;
-    if !matches!(base.scheme(), "http" | "https") || base.host_str().is_none() {
-        return Err(ForgeError::invalid(format!(
-            "url: {trimmed:?} must be an http(s) URL with a host"
-        )));
-    }
-    if base.query().is_some() || base.fragment().is_some() {
-        return Err(ForgeError::invalid(format!(
-            "url: {trimmed:?} must not have a query or fragment"
-        )));
-    }
+    let mut base = crate::http_util::parse_base_url(url)?;
     if !base.path().trim_end_matches('/').ends_with("/api/v4") {
         base.path_segments_mut()
-            .map_err(|()| ForgeError::invalid(format!("url: {trimmed:?} cannot take a path")))?
+            .map_err(|()| ForgeError::invalid(format!("url: {url:?} cannot take a path")))?
             .pop_if_empty()
             .extend(["api", "v4"]);
     }
@@ -336,7 +301,7 @@ mod tests {
             "branches",
             "wq/x y",
         ];
-        let url = http.url(&segments.map(String::from));
+        let url = crate::http_util::join(http.base(), &segments.map(String::from));
         assert_eq!(
             url.as_str(),
             "https://gitlab.example.com/api/v4/projects/group%2Fsub%2Fname/repository/branches/wq%2Fx%20y"
