@@ -470,6 +470,35 @@ async fn pull_requests_create_find_update_close_reopen() {
     );
 }
 
+/// GitHub pages a combined status (100 statuses at most per page): a
+/// failing status on the second page still fails CI.
+#[tokio::test]
+async fn every_page_of_commit_statuses_is_read() {
+    let sim = start_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let github = client(&sim);
+    let (n, head) = open_change(&github, "wq/statuses").await;
+    for i in 0..=100 {
+        let state = if i == 100 { "failure" } else { "success" };
+        let (status, body) = rest(
+            &sim,
+            reqwest::Method::POST,
+            &format!("/repos/{REPO}/statuses/{head}"),
+            json!({ "state": state, "context": format!("ctx-{i:03}") }),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    sim.clear_requests();
+    let change = github.get_change(REPO, n).await.expect("get");
+    assert_eq!(change.ci, CiStatus::Failed);
+    let status_reads = requests(&sim)
+        .iter()
+        .filter(|(_, path)| path.ends_with("/status"))
+        .count();
+    assert_eq!(status_reads, 2, "two pages of 100 and 1");
+}
+
 #[tokio::test]
 async fn get_change_reads_checks_statuses_reviews_threads_and_draft_in_four_requests() {
     let sim = start_sim().await;
@@ -1170,6 +1199,19 @@ async fn merge_answers_the_simulator_cannot_give_fail_closed() {
             head,
         ),
         (
+            // A pending request that binds no head is not ours to follow.
+            vec![(
+                409,
+                json!({
+                    "message": "A merge request is already in progress",
+                    "status": "pending",
+                    "details": { "uuid": "u-unbound" },
+                }),
+            )],
+            ForgeErrorKind::Conflict,
+            "already in progress",
+        ),
+        (
             vec![(405, json!({ "message": "Pull Request is not mergeable" }))],
             ForgeErrorKind::Rejected,
             "Pull Request is not mergeable",
@@ -1231,6 +1273,41 @@ async fn merge_answers_the_simulator_cannot_give_fail_closed() {
             format!("GET /repos/{REPO}/pulls/5/merge-async/u-3")
         );
     }
+}
+
+/// A status read that hangs does not stretch the merge past its budget:
+/// the call ends at the budget, not at the (longer) request timeout.
+#[tokio::test]
+async fn the_merge_budget_bounds_a_hanging_read() {
+    let app = axum::Router::new().fallback(|request: axum::extract::Request| async move {
+        if request.method() == reqwest::Method::PUT {
+            (
+                StatusCode::ACCEPTED,
+                axum::Json(json!({ "status": "pending", "details": { "uuid": "u-slow" } })),
+            )
+        } else {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            (StatusCode::OK, axum::Json(json!({ "status": "merged" })))
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let mut config = config(&url);
+    config.timeout_seconds = 30;
+    let github = GithubClient::new(&config)
+        .expect("client")
+        .with_merge_polling(Duration::from_secs(1), Duration::from_secs(3));
+    let error = github
+        .merge_change(REPO, 5, &MergeParams::default())
+        .await
+        .expect_err("no final answer");
+    assert_eq!(error.kind, ForgeErrorKind::Unavailable, "{error}");
+    assert!(error.message.contains("3 s budget"), "{error}");
 }
 
 #[tokio::test]

@@ -10,11 +10,11 @@
 //!
 //! | call | requests |
 //! |---|---|
-//! | `get_change` (open PR) | 4: `GET pulls/:n`, then at once one GraphQL query (review decision, reviews, review threads, merge queue entry), `GET commits/:head/check-runs` and `GET commits/:head/status` |
+//! | `get_change` (open PR) | 4: `GET pulls/:n`, then at once one GraphQL query (review decision, reviews, review threads, merge queue entry), `GET commits/:head/check-runs` and `GET commits/:head/status` (one more each per further page of 100) |
 //! | `get_change` (merged or closed PR) | 1: `GET pulls/:n` (the queue is `Absent`, CI not read) |
 //! | `find_open_change` | `GET pulls?state=open&head=owner:branch`, then `get_change` of the match |
-//! | `create_change` | `POST pulls`, `POST issues/:n/labels` when there are labels, then the three reads of `get_change` |
-//! | `update_change` | `PATCH pulls/:n` (or `GET` when only labels change), a `POST`/`DELETE` per label change, then the three reads |
+//! | `create_change` | `POST pulls`, the three reads of `get_change`, then one `POST issues/:n/labels` when there are labels |
+//! | `update_change` | `PATCH pulls/:n` (or `GET` when only labels change), the three reads, then one `POST` for the labels to add and a `DELETE` per label to remove |
 //! | `queue_entries` | 1 GraphQL query with an alias per pull request (up to [`QUEUE_ALIASES_PER_QUERY`]) |
 //! | `merge_change` | `PUT pulls/:n/merge-async`, then `GET pulls/:n/merge-async/:uuid` every [`MERGE_POLL_INTERVAL`] while pending, within [`MERGE_BUDGET`] |
 //! | `commit_files` | `GET branches/:base`, `GET git/trees/:tree` when an update, move or chmod needs the existing entries, `POST git/blobs` per file content, `POST git/trees`, `POST git/commits`, `POST git/refs` or `PATCH git/refs/heads/:branch` |
@@ -216,30 +216,49 @@ impl GithubClient {
         let Some(head) = head else {
             return Ok((crate::model::CiStatus::None, 0));
         };
-        let (runs, statuses) = tokio::join!(self.check_runs(repo, head), async {
-            let call = Call::repo(Method::GET, repo, &["commits", head, "status"])
-                .query("per_page", http::PER_PAGE.to_string());
-            self.http
-                .json::<wire::CombinedStatus>(&call, "a combined commit status")
-                .await
-        });
-        Ok(wire::combine_checks(&runs?, &statuses?.statuses))
+        let (runs_path, status_path) =
+            (["commits", head, "check-runs"], ["commits", head, "status"]);
+        let (runs, statuses) = tokio::join!(
+            self.counted_pages(
+                repo,
+                &runs_path,
+                "a list of check runs",
+                |page: wire::CheckRuns| (page.total_count, page.check_runs),
+            ),
+            self.counted_pages(
+                repo,
+                &status_path,
+                "a combined commit status",
+                |page: wire::CombinedStatus| (page.total_count, page.statuses),
+            ),
+        );
+        Ok(wire::combine_checks(&runs?, &statuses?))
     }
 
-    async fn check_runs(&self, repo: &Repo<'_>, head: &str) -> ForgeResult<Vec<wire::CheckRun>> {
-        let mut runs = Vec::new();
+    /// Every page of a list GitHub wraps in an object with `total_count`
+    /// (check runs, a combined status): read until a short page, or until
+    /// `total_count` items when GitHub gives it, at most
+    /// [`http::MAX_PAGES`] pages.
+    async fn counted_pages<W: serde::de::DeserializeOwned, T>(
+        &self,
+        repo: &Repo<'_>,
+        segments: &[&str],
+        what: &str,
+        split: impl Fn(W) -> (u64, Vec<T>),
+    ) -> ForgeResult<Vec<T>> {
+        let mut items = Vec::new();
         for page in 1..=http::MAX_PAGES {
-            let call = Call::repo(Method::GET, repo, &["commits", head, "check-runs"])
+            let call = Call::repo(Method::GET, repo, segments)
                 .query("per_page", http::PER_PAGE.to_string())
                 .query("page", page.to_string());
-            let mut chunk: wire::CheckRuns = self.http.json(&call, "a list of check runs").await?;
-            let short = chunk.check_runs.len() < http::PER_PAGE;
-            runs.append(&mut chunk.check_runs);
-            if short || runs.len() as u64 >= chunk.total_count {
+            let (total, mut chunk) = split(self.http.json(&call, what).await?);
+            let short = chunk.len() < http::PER_PAGE;
+            items.append(&mut chunk);
+            if short || (total > 0 && items.len() as u64 >= total) {
                 break;
             }
         }
-        Ok(runs)
+        Ok(items)
     }
 
     /// The branch's head commit, `None` when GitHub says "Branch not found"
@@ -391,16 +410,16 @@ fn submit_step(what: &str, answer: &Answer, params: &MergeParams<'_>) -> ForgeRe
     match status.as_u16() {
         200..=299 => result_step(what, status, &body, params),
         409 => {
-            // A request already exists for this pull request: resume it,
-            // unless it binds another head than ours.
+            // A request already exists for this pull request: resume it.
+            // A call bound to a head resumes only a request bound to the
+            // same head: one naming no head could merge any revision.
             let pending = body.get("status").and_then(Value::as_str) == Some("pending");
             let theirs = wire::details_str(&body, "expected_head_sha");
-            let other_head = matches!(
-                (theirs, params.expected_head_sha),
-                (Some(theirs), Some(ours)) if theirs != ours
-            );
+            let same_head = params
+                .expected_head_sha
+                .is_none_or(|ours| theirs == Some(ours));
             match wire::details_str(&body, "uuid") {
-                Some(uuid) if pending && !other_head => Ok(Step::Poll(uuid.to_owned())),
+                Some(uuid) if pending && same_head => Ok(Step::Poll(uuid.to_owned())),
                 _ => Err(conflict(what, status, &body)),
             }
         }
@@ -887,14 +906,27 @@ impl Forge for GithubClient {
         }
         let what = format!("merge of {project}#{number}");
         let call = Call::repo(Method::PUT, &repo, &["pulls", &n, "merge-async"]).body(body);
-        let answer = self.http.answer(&call).await?;
-        match submit_step(&what, &answer, request)? {
-            Step::Done(outcome) => Ok(outcome),
-            Step::Poll(uuid) => {
-                self.follow_merge(&repo, number, &uuid, request, &what)
-                    .await
+        // The budget bounds the whole call: a read started just before it
+        // ends does not get its own full request timeout on top.
+        let merge = async {
+            let answer = self.http.answer(&call).await?;
+            match submit_step(&what, &answer, request)? {
+                Step::Done(outcome) => Ok(outcome),
+                Step::Poll(uuid) => {
+                    self.follow_merge(&repo, number, &uuid, request, &what)
+                        .await
+                }
             }
-        }
+        };
+        tokio::time::timeout(self.merge_budget, merge)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ForgeError::unavailable(format!(
+                    "{what}: no final answer from GitHub within the {} s budget; \
+                     a pending request stays with GitHub and the next merge call resumes it",
+                    self.merge_budget.as_secs()
+                )))
+            })
     }
 
     async fn create_note(&self, project: &str, number: u64, body: &str) -> ForgeResult<NoteRef> {
@@ -1030,8 +1062,18 @@ mod tests {
             Ok(Step::Poll(uuid)) if uuid == "u1"
         ));
         assert!(matches!(
-            step(409, json!({"status": "pending", "details": {"uuid": "u2"}})),
+            step(409, json!({"status": "pending", "details": {"uuid": "u2", "expected_head_sha": SHA}})),
             Ok(Step::Poll(uuid)) if uuid == "u2"
+        ));
+        // A request binding no head is resumed only by a call binding none.
+        let unbound = json!({"status": "pending", "details": {"uuid": "u4"}});
+        assert!(matches!(
+            step(409, unbound.clone()).err().map(|e| e.kind),
+            Some(ForgeErrorKind::Conflict)
+        ));
+        assert!(matches!(
+            submit_step("m", &answer(409, unbound), &MergeParams::default()),
+            Ok(Step::Poll(uuid)) if uuid == "u4"
         ));
         let other_head = step(
             409,

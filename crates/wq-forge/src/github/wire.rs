@@ -161,6 +161,8 @@ pub struct CheckRun {
 #[derive(Debug, Deserialize)]
 pub struct CombinedStatus {
     #[serde(default, deserialize_with = "null_default")]
+    pub total_count: u64,
+    #[serde(default, deserialize_with = "null_default")]
     pub statuses: Vec<CommitStatus>,
 }
 

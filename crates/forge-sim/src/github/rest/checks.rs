@@ -150,8 +150,12 @@ async fn rerequest(
     })
 }
 
-fn combined(ctx: &crate::github::Ctx, repo: &GhRepo, sha: &str) -> Value {
-    let statuses: Vec<Value> = ops::latest_statuses(repo, sha)
+/// The combined status; `statuses` is paged (`per_page`, `page`) as on
+/// GitHub, `total_count` counts them all.
+fn combined(ctx: &crate::github::Ctx, repo: &GhRepo, sha: &str, query: &Option<String>) -> Value {
+    let latest = ops::latest_statuses(repo, sha);
+    let total = latest.len();
+    let statuses: Vec<Value> = paginate(latest, query)
         .into_iter()
         .map(|s| js::status(ctx, s))
         .collect();
@@ -160,7 +164,7 @@ fn combined(ctx: &crate::github::Ctx, repo: &GhRepo, sha: &str) -> Value {
         "state": ops::combined_state(repo, sha),
         "statuses": statuses,
         "sha": sha,
-        "total_count": statuses.len(),
+        "total_count": total,
         "repository": js::repo(ctx, repo),
         "commit_url": format!("{}/repos/{full}/commits/{sha}", ctx.base_url),
         "url": format!("{}/repos/{full}/commits/{sha}/status", ctx.base_url),
@@ -171,11 +175,12 @@ async fn combined_status(
     State(st): State<Shared>,
     headers: HeaderMap,
     Path((o, r, reference)): P3,
+    RawQuery(query): RawQuery,
 ) -> ApiResult<Response> {
     let ctx = auth(&st, &headers)?;
     with_repo(&st, &o, &r, |repo, _| {
         let sha = resolve(repo, &reference)?;
-        Ok(reply(StatusCode::OK, combined(&ctx, repo, &sha)))
+        Ok(reply(StatusCode::OK, combined(&ctx, repo, &sha, &query)))
     })
 }
 
