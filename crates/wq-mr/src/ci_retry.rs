@@ -57,6 +57,9 @@ pub enum JobState {
     NotFailed,
     /// CI retry was turned off for the item.
     Disabled,
+    /// The forge refused a step for this job (the retry, or its trace):
+    /// `reason` says which and why. Not tried again.
+    Error,
 }
 
 impl JobState {
@@ -100,6 +103,13 @@ pub struct TrackedJob {
     pub reason: Option<String>,
 }
 
+impl TrackedJob {
+    /// Open and not waiting for a later `not_before`.
+    fn is_due(&self, now: OffsetDateTime) -> bool {
+        self.state.is_open() && self.not_before.is_none_or(|t| t <= now)
+    }
+}
+
 /// The `needs_ci_retry` dimension's detail.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CiRetryDetail {
@@ -119,16 +129,17 @@ impl CiRetryDetail {
     }
 
     /// The dimension row for this list: open while a job is pending or
-    /// scheduled, due at the earliest `not_before`.
+    /// scheduled; due now when an open job is, else at the earliest
+    /// `not_before`.
     fn update(&self, now: OffsetDateTime) -> DimensionUpdate {
         let open: Vec<&TrackedJob> = self.jobs.iter().filter(|j| j.state.is_open()).collect();
         let row = DimensionUpdate::new(NEEDS_CI_RETRY, !open.is_empty()).detail(self.to_json());
-        if open.iter().any(|j| j.state == JobState::Pending) {
+        if open.iter().any(|j| j.is_due(now)) {
             return row;
         }
         match open.iter().filter_map(|j| j.not_before).min() {
-            Some(due) if due > now => row.pending_until(due),
-            _ => row,
+            Some(due) => row.pending_until(due),
+            None => row,
         }
     }
 
@@ -159,7 +170,10 @@ impl CiRetryDetail {
                                 .ok())
                             .unwrap_or_else(|| "its delay".into())
                     ),
-                    JobState::Reported | JobState::LimitReached | JobState::NoMatch => format!(
+                    JobState::Reported
+                    | JobState::LimitReached
+                    | JobState::NoMatch
+                    | JobState::Error => format!(
                         "{name}: not retried: {}",
                         job.reason.as_deref().unwrap_or("no rule applies")
                     ),
@@ -246,7 +260,19 @@ pub(crate) fn on_job(details: &MrDetails, view: &ItemView, job: ReportedJob) -> 
     EventResult::ignored().with_dimension(detail.update(view.now))
 }
 
-/// `retry_ci_jobs`: judge the pending jobs, retry the due ones.
+/// How long a job of a pipeline newer than the change request's head
+/// pipeline waits for the forge to show it as the head (GitLab records a
+/// new head pipeline a moment after it starts) before it counts as
+/// superseded.
+const NEW_PIPELINE_GRACE: time::Duration = time::Duration::minutes(10);
+/// When a job whose step met a transient forge error is tried again (at
+/// least; a longer `Retry-After` wins).
+const JOB_BACKOFF: time::Duration = time::Duration::minutes(1);
+
+/// `retry_ci_jobs`: judge the pending jobs, retry the due ones. A forge
+/// error on one job's step (its trace, its retry) is that job's: a refusal
+/// settles it as `error`, a transient error postpones it and the jobs after
+/// it; either way the decisions already made in this run are kept.
 pub(crate) async fn retry_ci_jobs(
     herder: &Herder,
     forge: &dyn Forge,
@@ -255,17 +281,12 @@ pub(crate) async fn retry_ci_jobs(
     now: OffsetDateTime,
 ) -> Result<ExecOutcome, ExecError> {
     let before = CiRetryDetail::of(view);
-    let outcome = judge_all(herder, forge, details, view, now).await?;
+    let mut detail = before.clone();
+    judge_all(herder, forge, details, &mut detail, now).await?;
+    let outcome = ExecOutcome::done().with_dimension(detail.update(now));
     // The status note says why jobs were (not) retried: refresh it when
     // that changed.
-    let after = outcome
-        .dimensions
-        .iter()
-        .find(|d| d.dimension == NEEDS_CI_RETRY)
-        .and_then(|d| d.detail.clone())
-        .and_then(|detail| serde_json::from_value::<CiRetryDetail>(detail).ok())
-        .unwrap_or_default();
-    Ok(if after.note_section() != before.note_section() {
+    Ok(if detail.note_section() != before.note_section() {
         outcome.with_dimension(DimensionUpdate::new(NEEDS_DASHBOARD, true))
     } else {
         outcome
@@ -276,24 +297,19 @@ async fn judge_all(
     herder: &Herder,
     forge: &dyn Forge,
     details: &MrDetails,
-    view: &ItemView,
+    detail: &mut CiRetryDetail,
     now: OffsetDateTime,
-) -> Result<ExecOutcome, ExecError> {
-    let mut detail = CiRetryDetail::of(view);
+) -> Result<(), ExecError> {
     let project = details.spec.project.as_str();
     if !details.spec.automation.ci_retry {
         for job in detail.jobs.iter_mut().filter(|j| j.state.is_open()) {
             job.state = JobState::Disabled;
             job.reason = Some("ci_retry is off for this item".into());
         }
-        return Ok(ExecOutcome::done().with_dimension(detail.update(now)));
+        return Ok(());
     }
-    let due = |j: &TrackedJob| {
-        j.state == JobState::Pending
-            || (j.state == JobState::Scheduled && j.not_before.is_none_or(|t| t <= now))
-    };
-    if !detail.jobs.iter().any(due) {
-        return Ok(ExecOutcome::done().with_dimension(detail.update(now)));
+    if !detail.jobs.iter().any(|j| j.is_due(now)) {
+        return Ok(());
     }
     // The head pipeline now, not as last recorded: a force-push may have
     // superseded the job's pipeline since it failed.
@@ -308,38 +324,92 @@ async fn judge_all(
         None => None,
     };
     for job in detail.jobs.iter_mut().filter(|j| j.state.is_open()) {
-        if Some(job.pipeline_id) != head_pipeline {
-            job.state = JobState::Superseded;
-            job.not_before = None;
-            job.reason = Some(match head_pipeline {
-                Some(head) => format!(
-                    "pipeline {} is no longer the head pipeline ({head})",
-                    job.pipeline_id
-                ),
-                None => "the merge request has no head pipeline".into(),
-            });
-        }
+        check_pipeline(job, head_pipeline, now);
     }
     let Some(head_pipeline) = head_pipeline else {
-        return Ok(ExecOutcome::done().with_dimension(detail.update(now)));
+        return Ok(());
     };
-    if !detail.jobs.iter().any(due) {
-        return Ok(ExecOutcome::done().with_dimension(detail.update(now)));
+    if !detail.jobs.iter().any(|j| j.is_due(now)) {
+        return Ok(());
     }
     // One read of the job list serves every job's safety check.
     let listed = forge
         .pipeline_jobs(project, head_pipeline)
         .await
         .map_err(|e| forge_failure("listing the pipeline's jobs", e))?;
-    for index in 0..detail.jobs.len() {
-        if !due(&detail.jobs[index]) {
+    let mut postponed: Option<OffsetDateTime> = None;
+    for job in detail.jobs.iter_mut().filter(|j| j.is_due(now)) {
+        if let Some(until) = postponed {
+            job.not_before = Some(until);
             continue;
         }
-        let job = detail.jobs[index].clone();
-        let judged = judge(herder, forge, project, &listed, job, now).await?;
-        detail.jobs[index] = judged;
+        if let Err(failure) = judge(herder, forge, project, &listed, job, now).await {
+            if failure.error.is_transient() {
+                let wait = failure
+                    .error
+                    .retry_after
+                    .and_then(|after| time::Duration::try_from(after).ok())
+                    .map_or(JOB_BACKOFF, |after| after.max(JOB_BACKOFF));
+                tracing::warn!(job = job.id, error = %failure.error, "CI job step postponed");
+                postponed = Some(now + wait);
+                job.not_before = postponed;
+                job.reason = Some(format!(
+                    "{} will be tried again: {}",
+                    failure.step, failure.error
+                ));
+            } else {
+                tracing::warn!(job = job.id, error = %failure.error, "CI job step refused by the forge");
+                job.state = JobState::Error;
+                job.not_before = None;
+                job.reason = Some(format!("{} failed: {}", failure.step, failure.error));
+            }
+        }
     }
-    Ok(ExecOutcome::done().with_dimension(detail.update(now)))
+    Ok(())
+}
+
+/// Settles an open job whose pipeline is not the head pipeline: an older
+/// pipeline's job is `superseded`; a newer one, when due, waits (up to
+/// [`NEW_PIPELINE_GRACE`] after it finished) for the forge to show its
+/// pipeline as the head, then counts as superseded.
+fn check_pipeline(job: &mut TrackedJob, head: Option<u64>, now: OffsetDateTime) {
+    if Some(job.pipeline_id) == head {
+        return;
+    }
+    let newer = head.is_none_or(|head| job.pipeline_id > head);
+    if newer && !job.is_due(now) {
+        return;
+    }
+    // Without a finish time there is nothing to count the grace from.
+    let waited_enough = job
+        .finished_at
+        .is_none_or(|at| now >= at + NEW_PIPELINE_GRACE);
+    if newer && !waited_enough {
+        job.not_before = Some(now + JOB_BACKOFF);
+        job.reason = Some(format!(
+            "waiting for pipeline {} to show as the head pipeline",
+            job.pipeline_id
+        ));
+        return;
+    }
+    job.state = JobState::Superseded;
+    job.not_before = None;
+    job.reason = Some(match head {
+        Some(head) => format!(
+            "pipeline {} is no longer the head pipeline ({head})",
+            job.pipeline_id
+        ),
+        None => format!(
+            "pipeline {} did not become the head pipeline",
+            job.pipeline_id
+        ),
+    });
+}
+
+/// A forge error on one job's step.
+struct StepFailure {
+    step: &'static str,
+    error: wq_forge::ForgeError,
 }
 
 /// One due job: safety checks on the listed jobs, the verdict (reusing a
@@ -349,13 +419,13 @@ async fn judge(
     forge: &dyn Forge,
     project: &str,
     listed: &[CiJob],
-    mut job: TrackedJob,
+    job: &mut TrackedJob,
     now: OffsetDateTime,
-) -> Result<TrackedJob, ExecError> {
+) -> Result<(), StepFailure> {
     let Some(current) = listed.iter().find(|j| j.id == job.id) else {
         job.state = JobState::Superseded;
         job.reason = Some("the job is not in its pipeline's job list".into());
-        return Ok(job);
+        return Ok(());
     };
     let newer = listed
         .iter()
@@ -367,13 +437,13 @@ async fn judge(
         job.retried_as = job.retried_as.or(newer);
         job.not_before = None;
         job.reason = Some("a newer attempt of this job exists".into());
-        return Ok(job);
+        return Ok(());
     }
     if current.status != "failed" {
         job.state = JobState::NotFailed;
         job.not_before = None;
         job.reason = Some(format!("the job is {} now", current.status));
-        return Ok(job);
+        return Ok(());
     }
     let retry_count = listed
         .iter()
@@ -398,10 +468,14 @@ async fn judge(
         let verdict = match herder.prepare(&facts) {
             Preliminary::Decided(verdict) => verdict,
             Preliminary::NeedsTrace(_) => {
-                let trace = forge
-                    .job_trace(project, job.id)
-                    .await
-                    .map_err(|e| forge_failure("downloading the job's trace", e))?;
+                let trace =
+                    forge
+                        .job_trace(project, job.id)
+                        .await
+                        .map_err(|error| StepFailure {
+                            step: "downloading the job's trace",
+                            error,
+                        })?;
                 herder.evaluate_with_trace(&facts, &trace)
             }
         };
@@ -409,13 +483,13 @@ async fn judge(
             Verdict::NoMatch => {
                 job.state = JobState::NoMatch;
                 job.reason = Some("no matcher matched: a genuine failure".into());
-                return Ok(job);
+                return Ok(());
             }
             Verdict::Report { matcher } => {
                 job.state = JobState::Reported;
                 job.reason = Some(format!("matcher {matcher:?} reports this failure"));
                 job.matcher = Some(matcher);
-                return Ok(job);
+                return Ok(());
             }
             Verdict::LimitReached { matcher, limit } => {
                 job.state = JobState::LimitReached;
@@ -423,30 +497,119 @@ async fn judge(
                     "retry limit {limit} of matcher {matcher:?} reached for this job in this pipeline"
                 ));
                 job.matcher = Some(matcher);
-                return Ok(job);
+                return Ok(());
             }
             Verdict::Retry {
                 matcher,
+                delay,
                 not_before,
-                ..
             } => {
                 job.matcher = Some(matcher);
                 job.state = JobState::Scheduled;
-                job.not_before = Some(not_before.unwrap_or(now));
+                job.reason = None;
+                // Without a finish time the delay counts from now.
+                let delay = time::Duration::try_from(delay).unwrap_or(time::Duration::MAX);
+                job.not_before = Some(not_before.unwrap_or_else(|| now.saturating_add(delay)));
             }
         }
     }
     if job.not_before.is_some_and(|due| due > now) {
-        return Ok(job);
+        return Ok(());
     }
     let new_job = forge
         .retry_job(project, job.id)
         .await
-        .map_err(|e| forge_failure("retrying the job", e))?;
+        .map_err(|error| StepFailure {
+            step: "retrying the job",
+            error,
+        })?;
     tracing::info!(job = job.id, new_job = new_job.id, name = %job.name, matcher = ?job.matcher, "CI job retried");
     job.state = JobState::Retried;
     job.retried_as = Some(new_job.id);
     job.not_before = None;
     job.reason = None;
-    Ok(job)
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    const NOW: OffsetDateTime = datetime!(2026-11-30 12:00 UTC);
+
+    fn job(pipeline_id: u64, state: JobState, finished_at: Option<OffsetDateTime>) -> TrackedJob {
+        TrackedJob {
+            id: 7,
+            name: "unit".into(),
+            pipeline_id,
+            stage: None,
+            failure_reason: Some("runner_system_failure".into()),
+            finished_at,
+            state,
+            matcher: None,
+            not_before: None,
+            retried_as: None,
+            retry_count: 0,
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn an_older_pipelines_job_is_superseded_a_newer_one_waits_for_the_head() {
+        let finished = Some(NOW - time::Duration::minutes(1));
+        let mut old = job(10, JobState::Scheduled, finished);
+        old.not_before = Some(NOW + time::Duration::hours(1));
+        check_pipeline(&mut old, Some(11), NOW);
+        assert_eq!(old.state, JobState::Superseded, "even before it is due");
+
+        // The forge still shows the previous head: wait a minute.
+        let mut newer = job(12, JobState::Pending, finished);
+        check_pipeline(&mut newer, Some(11), NOW);
+        assert_eq!(newer.state, JobState::Pending);
+        assert_eq!(newer.not_before, Some(NOW + JOB_BACKOFF));
+        assert!(!newer.is_due(NOW));
+        // Still not the head after the grace: superseded.
+        let later = NOW + NEW_PIPELINE_GRACE;
+        check_pipeline(&mut newer, Some(11), later);
+        assert_eq!(newer.state, JobState::Superseded);
+        assert!(newer.reason.unwrap().contains("no longer the head"));
+
+        let mut unknown = job(12, JobState::Pending, None);
+        check_pipeline(&mut unknown, None, NOW);
+        assert_eq!(
+            unknown.state,
+            JobState::Superseded,
+            "without a finish time there is no grace to count"
+        );
+
+        let mut head = job(11, JobState::Pending, finished);
+        check_pipeline(&mut head, Some(11), NOW);
+        assert_eq!((head.state, head.not_before), (JobState::Pending, None));
+    }
+
+    #[test]
+    fn the_row_is_due_now_when_a_job_is_else_at_the_earliest_not_before() {
+        let mut waiting = job(1, JobState::Pending, None);
+        waiting.not_before = Some(NOW + time::Duration::minutes(1));
+        let mut scheduled = job(1, JobState::Scheduled, None);
+        scheduled.not_before = Some(NOW + time::Duration::minutes(5));
+        let detail = CiRetryDetail {
+            jobs: vec![waiting.clone(), scheduled.clone()],
+        };
+        let row = detail.update(NOW);
+        assert_eq!(row.status, wq_core::DimensionStatus::True);
+        assert_eq!(row.pending_until, Some(NOW + time::Duration::minutes(1)));
+
+        let due = job(1, JobState::Pending, None);
+        let detail = CiRetryDetail {
+            jobs: vec![waiting, scheduled, due],
+        };
+        assert_eq!(detail.update(NOW).pending_until, None);
+
+        let detail = CiRetryDetail {
+            jobs: vec![job(1, JobState::Error, None)],
+        };
+        assert_eq!(detail.update(NOW).status, wq_core::DimensionStatus::False);
+    }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use forge_sim::{JobOutcome, JobSpec};
+use forge_sim::{FaultRule, HttpFault, JobOutcome, JobSpec};
 use reqwest::StatusCode;
 use serde_json::Value;
 use wq_testkit::{Backend, backend_tests};
@@ -16,7 +16,20 @@ backend_tests!(
     a_failed_job_of_a_superseded_pipeline_is_not_retried,
     ci_retry_off_on_the_item_retries_nothing,
     report_matchers_and_spent_limits_are_recorded_not_retried,
+    a_transient_error_on_a_retry_postpones_the_job_not_the_item,
+    a_refused_retry_settles_the_job_and_the_item_stays_active,
 );
+
+/// Retries runner system failures at once.
+const RUNNER_AT_ONCE: &str = r#"
+matchers:
+  - name: runner-system-failure
+    failure_reason: runner_system_failure
+    retry_delays: [0]
+"#;
+
+/// The GitLab job retry endpoint, for faults.
+const RETRY_PATH: &str = "/api/v4/projects/*/jobs/*/retry";
 
 /// Retries runner system failures by `failure_reason` alone (no trace
 /// read), after 60 s and then 300 s.
@@ -448,6 +461,117 @@ matchers:
     );
     assert!(
         note.contains("not retried: retry limit 1 of matcher \"runner-system-failure\" reached"),
+        "{note}"
+    );
+    h.finish().await;
+}
+
+/// A 503 on one job's retry postpones that job by a minute; the run still
+/// writes its decisions and the item records no failure.
+async fn a_transient_error_on_a_retry_postpones_the_job_not_the_item(backend: Backend) {
+    let h = Harness::start_with(
+        backend,
+        Options {
+            jobs: vec![JobSpec::new(
+                "unit",
+                JobOutcome::flaky(1, "runner_system_failure", RUNNER_TRACE),
+            )],
+            ci_retry: Some(RUNNER_AT_ONCE),
+            ..Options::default()
+        },
+    )
+    .await;
+    h.sim.add_fault(FaultRule::pattern(
+        "POST",
+        RETRY_PATH,
+        HttpFault::Status { status: 503 },
+    ));
+    let id = h
+        .submit_ok(
+            &change("wq/later", &[("l.txt", "l\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let item = h
+        .wait_for(&id, "the retry postponed", |item| {
+            jobs(item).iter().any(|j| {
+                j["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("retrying the job will be tried again"))
+            })
+        })
+        .await;
+    let job = &jobs(&item)[0];
+    assert_eq!(job["state"], "scheduled", "{job}");
+    assert!(job["not_before"].is_string(), "{job}");
+    assert_eq!(item["attempts"], 0, "the item did not fail: {item:#}");
+    assert!(item["error"].is_null(), "{item:#}");
+    assert_eq!(retries(&h), 1, "the refused call");
+
+    h.advance(Duration::from_secs(61)).await;
+    let item = h.wait_phase(&id, "completed").await;
+    assert_eq!(retries(&h), 2, "tried again after a minute");
+    let job = &jobs(&item)[0];
+    assert_eq!(job["state"], "retried", "{job}");
+    assert_eq!(job["matcher"], "runner-system-failure");
+    h.finish().await;
+}
+
+/// GitLab refusing a retry (403 "job is not retryable") settles that job as
+/// `error` with the reason; the item neither fails nor retries again.
+async fn a_refused_retry_settles_the_job_and_the_item_stays_active(backend: Backend) {
+    let h = Harness::start_with(
+        backend,
+        Options {
+            jobs: vec![JobSpec::new(
+                "unit",
+                JobOutcome::flaky(1, "runner_system_failure", RUNNER_TRACE),
+            )],
+            ci_retry: Some(RUNNER_AT_ONCE),
+            ..Options::default()
+        },
+    )
+    .await;
+    h.sim.add_fault(FaultRule::pattern(
+        "POST",
+        RETRY_PATH,
+        HttpFault::Status { status: 403 },
+    ));
+    let id = h
+        .submit_ok(
+            &change("wq/refused", &[("r.txt", "r\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let item = h
+        .wait_for(&id, "the job settled as an error", |item| {
+            jobs(item).iter().any(|j| j["state"] == "error")
+        })
+        .await;
+    let job = &jobs(&item)[0];
+    assert!(
+        job["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("retrying the job failed")),
+        "{job}"
+    );
+    assert_eq!(dimension(&item, "needs_ci_retry")["status"], "false");
+    h.advance(Duration::from_secs(3600)).await;
+    let item = h
+        .wait_for(&id, "the failed pipeline seen", |item| {
+            dimension(item, "needs_reconcile")["detail"]["unmet_gates"]
+                .as_array()
+                .is_some_and(|gates| gates.iter().any(|g| g == "ci_passed"))
+        })
+        .await;
+    assert_eq!(item["phase"], "active", "the item waits: {item:#}");
+    assert_eq!(item["attempts"], 0, "{item:#}");
+    assert_eq!(retries(&h), 1, "asked once");
+    let note = status_note(&h, item["detail"]["mr"]["number"].as_u64().unwrap()).await;
+    assert!(
+        note.contains("not retried: retrying the job failed"),
         "{note}"
     );
     h.finish().await;
