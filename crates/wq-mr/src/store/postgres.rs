@@ -390,8 +390,19 @@ pub(super) async fn authorize_merge_retry(
     cutoff: OffsetDateTime,
 ) -> StoreResult<bool> {
     let mut tx = store.pool().begin().await?;
-    // The item's advisory lock before any row (see `upsert`).
-    backend::lock_item(&mut tx, id).await?;
+    // The lock order (see `upsert`): the event insert takes the item's
+    // advisory lock and then its work_items row, before the detail row
+    // below; a refusal rolls the event back.
+    backend::insert_event(
+        &mut tx,
+        &NewEvent {
+            item_id: id,
+            event_type: super::RETRY_MERGE_EVENT.to_owned(),
+            body: serde_json::json!({}),
+            now,
+        },
+    )
+    .await?;
     let authorized = sqlx::query(sql!("authorize_retry"))
         .bind(id.0)
         .bind(to_micros(now))
@@ -404,16 +415,6 @@ pub(super) async fn authorize_merge_retry(
         tx.rollback().await?;
         return Ok(false);
     }
-    backend::insert_event(
-        &mut tx,
-        &NewEvent {
-            item_id: id,
-            event_type: super::RETRY_MERGE_EVENT.to_owned(),
-            body: serde_json::json!({}),
-            now,
-        },
-    )
-    .await?;
     tx.commit().await?;
     Ok(true)
 }
