@@ -459,11 +459,18 @@ impl Run<'_> {
             // explicit retry.
             return Ok(ExecOutcome::done().with_dimension(rearm));
         }
-        self.mr
+        let reserved = self
+            .mr
             .store
             .reserve_merge(id, &signature, self.now())
             .await
             .map_err(store_error)?;
+        if !reserved {
+            // The journal changed since it was read (another worker
+            // reserved): its attempt is the one.
+            tracing::info!(item = %id, "merge attempt reserved elsewhere; not calling the forge");
+            return Ok(ExecOutcome::done().with_dimension(rearm));
+        }
         let result = self
             .forge
             .merge_change(

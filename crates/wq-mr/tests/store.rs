@@ -66,6 +66,7 @@ async fn upsert(mr: &MrStore, spec: &MrSpec, at: OffsetDateTime) -> (ItemId, Ups
 backend_tests!(
     upsert_outcomes_and_generations,
     the_merge_journal,
+    a_reservation_is_taken_once_per_signature,
     webhook_lookups_see_active_items_only
 );
 
@@ -160,7 +161,7 @@ async fn the_merge_journal(backend: Backend) {
         "no attempt yet"
     );
 
-    mr.reserve_merge(id, "sig-1", NOW).await.unwrap();
+    assert!(mr.reserve_merge(id, "sig-1", NOW).await.unwrap());
     let journal = mr.get(id).await.unwrap().unwrap().journal;
     assert_eq!(journal.result, Some(MergeResult::InFlight));
     assert_eq!(journal.signature.as_deref(), Some("sig-1"));
@@ -183,7 +184,7 @@ async fn the_merge_journal(backend: Backend) {
     assert!(journal.retry_authorized);
 
     // A reservation consumes the authorization; failed stores the error.
-    mr.reserve_merge(id, "sig-2", later).await.unwrap();
+    assert!(mr.reserve_merge(id, "sig-2", later).await.unwrap());
     mr.merge_result(
         id,
         MergeResult::Failed,
@@ -212,6 +213,55 @@ async fn the_merge_journal(backend: Backend) {
     assert!(
         !mr.authorize_merge_retry(id, later, cutoff).await.unwrap(),
         "nothing to retry"
+    );
+}
+
+/// The reservation is the correctness boundary: of two workers that read
+/// the same journal, only one gets it; a tried signature needs a change or
+/// an authorized retry.
+async fn a_reservation_is_taken_once_per_signature(backend: Backend) {
+    let (_store, mr) = setup(backend).await;
+    let (id, _) = upsert(&mr, &spec("1"), NOW).await;
+    assert!(mr.reserve_merge(id, "sig-1", NOW).await.unwrap());
+    assert!(
+        !mr.reserve_merge(id, "sig-1", NOW).await.unwrap(),
+        "the second worker with the same reading"
+    );
+    assert!(
+        !mr.reserve_merge(id, "sig-2", NOW).await.unwrap(),
+        "not while an attempt is in flight"
+    );
+    mr.merge_result(
+        id,
+        MergeResult::Failed,
+        None,
+        Some(("auto_merge", "409")),
+        NOW,
+    )
+    .await
+    .unwrap();
+    assert!(
+        !mr.reserve_merge(id, "sig-1", NOW).await.unwrap(),
+        "a failed signature is not tried again by itself"
+    );
+    assert!(mr.authorize_merge_retry(id, NOW, NOW).await.unwrap());
+    assert!(
+        mr.reserve_merge(id, "sig-1", NOW).await.unwrap(),
+        "authorized"
+    );
+    assert!(!mr.get(id).await.unwrap().unwrap().journal.retry_authorized);
+    mr.merge_result(
+        id,
+        MergeResult::Failed,
+        None,
+        Some(("auto_merge", "409")),
+        NOW,
+    )
+    .await
+    .unwrap();
+    assert!(
+        mr.reserve_merge(id, "sig-2", NOW).await.unwrap(),
+        "a new readiness state"
     );
 }
 
@@ -312,7 +362,7 @@ async fn postgres_writers_take_the_item_lock_before_its_rows() {
         panic!("a PostgreSQL store");
     };
     let (id, _) = upsert(&mr, &spec("1"), NOW).await;
-    mr.reserve_merge(id, "sig-1", NOW).await.unwrap();
+    assert!(mr.reserve_merge(id, "sig-1", NOW).await.unwrap());
     mr.merge_result(
         id,
         MergeResult::Failed,

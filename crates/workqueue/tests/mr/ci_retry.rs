@@ -78,6 +78,26 @@ async fn status_note(h: &Harness, iid: u64) -> String {
     ours[0].clone()
 }
 
+/// Waits for `done`, moving the service's clock a second at a time: it
+/// stands still unless moved, while the sim's jobs finish in real time, so
+/// a zero delay is due only once the clock passes them.
+async fn wait_moving_the_clock(
+    h: &Harness,
+    id: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let mut item = h.item(id).await;
+    for _ in 0..100 {
+        if done(&item) {
+            return item;
+        }
+        h.advance(Duration::from_secs(1)).await;
+        item = h.item(id).await;
+    }
+    panic!("timed out waiting for {what}: {item:#}");
+}
+
 fn retries(h: &Harness) -> usize {
     h.count("POST", "/retry")
 }
@@ -422,17 +442,7 @@ matchers:
         jobs.iter().any(|j| j["state"] == "limit_reached")
             && jobs.iter().any(|j| j["state"] == "reported")
     };
-    // The service's clock stands still unless moved; the sim's jobs finish
-    // in real time, so a zero delay is due once the clock passes them.
-    let mut item = h.item(&id).await;
-    for _ in 0..100 {
-        if decided(&item) {
-            break;
-        }
-        h.advance(Duration::from_secs(1)).await;
-        item = h.item(&id).await;
-    }
-    assert!(decided(&item), "{item:#}");
+    let item = wait_moving_the_clock(&h, &id, "both decisions", decided).await;
     h.advance(Duration::from_secs(3600)).await;
     assert_eq!(retries(&h), 1, "one retry of `unit`, then its limit");
     let listed = jobs(&item);
@@ -493,15 +503,14 @@ async fn a_transient_error_on_a_retry_postpones_the_job_not_the_item(backend: Ba
             "created",
         )
         .await;
-    let item = h
-        .wait_for(&id, "the retry postponed", |item| {
-            jobs(item).iter().any(|j| {
-                j["reason"]
-                    .as_str()
-                    .is_some_and(|r| r.contains("retrying the job will be tried again"))
-            })
+    let item = wait_moving_the_clock(&h, &id, "the retry postponed", |item| {
+        jobs(item).iter().any(|j| {
+            j["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("retrying the job will be tried again"))
         })
-        .await;
+    })
+    .await;
     let job = &jobs(&item)[0];
     assert_eq!(job["state"], "scheduled", "{job}");
     assert!(job["not_before"].is_string(), "{job}");
@@ -545,11 +554,10 @@ async fn a_refused_retry_settles_the_job_and_the_item_stays_active(backend: Back
             "created",
         )
         .await;
-    let item = h
-        .wait_for(&id, "the job settled as an error", |item| {
-            jobs(item).iter().any(|j| j["state"] == "error")
-        })
-        .await;
+    let item = wait_moving_the_clock(&h, &id, "the job settled as an error", |item| {
+        jobs(item).iter().any(|j| j["state"] == "error")
+    })
+    .await;
     let job = &jobs(&item)[0];
     assert!(
         job["reason"]

@@ -409,13 +409,15 @@ impl MrStore {
     }
 
     /// Reserves an `in_flight` attempt for `signature`, durably, before the
-    /// merge call; consumes a retry authorization.
+    /// merge call; consumes a retry authorization. `false`: not reserved
+    /// (an attempt is in flight, or this signature was tried and no retry
+    /// is authorized), so the caller must not call the forge.
     pub async fn reserve_merge(
         &self,
         id: ItemId,
         signature: &str,
         now: OffsetDateTime,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<bool> {
         match &self.backend {
             Backend::Sqlite(store) => sqlite::reserve_merge(store, id, signature, now).await,
             Backend::Postgres(store) => postgres::reserve_merge(store, id, signature, now).await,

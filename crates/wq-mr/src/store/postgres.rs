@@ -351,15 +351,15 @@ pub(super) async fn reserve_merge(
     id: ItemId,
     signature: &str,
     now: OffsetDateTime,
-) -> StoreResult<()> {
-    sqlx::query(sql!("reserve_merge"))
+) -> StoreResult<bool> {
+    Ok(sqlx::query(sql!("reserve_merge"))
         .bind(id.0)
         .bind(signature)
         .bind(to_micros(now))
         .bind(false)
-        .execute(store.pool())
-        .await?;
-    Ok(())
+        .fetch_optional(store.pool())
+        .await?
+        .is_some())
 }
 
 pub(super) async fn merge_result(

@@ -329,15 +329,15 @@ pub(super) async fn reserve_merge(
     id: ItemId,
     signature: &str,
     now: OffsetDateTime,
-) -> StoreResult<()> {
-    sqlx::query(sql!("reserve_merge"))
+) -> StoreResult<bool> {
+    Ok(sqlx::query(sql!("reserve_merge"))
         .bind(id_text(id))
         .bind(signature)
         .bind(micros(now))
         .bind(false)
-        .execute(store.writer())
-        .await?;
-    Ok(())
+        .fetch_optional(store.writer())
+        .await?
+        .is_some())
 }
 
 pub(super) async fn merge_result(
