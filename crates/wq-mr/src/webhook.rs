@@ -96,18 +96,8 @@ impl ForgeWebhooks {
                 pipeline_id,
                 ref_name,
                 ..
-            } => {
-                if let Some(id) = store
-                    .find_active(forge, project, Lookup::Pipeline(*pipeline_id))
-                    .await?
-                {
-                    return Ok(Some(id));
-                }
-                // A new head pipeline not recorded yet: its branch says
-                // whose it is; the reconcile it triggers reads the truth.
-                self.by_branch(forge, project, ref_name.as_deref()).await
             }
-            ForgeEvent::Job {
+            | ForgeEvent::Job {
                 project,
                 pipeline_id,
                 ref_name,
@@ -119,8 +109,10 @@ impl ForgeWebhooks {
                 {
                     return Ok(Some(id));
                 }
-                // A new head pipeline not recorded yet; the handler and
-                // the executor tell a superseded pipeline from it.
+                // A new head pipeline not recorded yet: its branch says
+                // whose it is; the reconcile it triggers (for a job, the
+                // handler and the executor) tells a superseded pipeline
+                // from it.
                 self.by_branch(forge, project, ref_name.as_deref()).await
             }
             ForgeEvent::Note {

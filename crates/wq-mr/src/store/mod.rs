@@ -1,7 +1,9 @@
 //! The `mr` type's own store: the `mr_details` table on both backends, its
 //! migrations, and the transactions that touch it together with the generic
 //! tables (through `wq-store`'s connection-level building blocks). One
-//! `.sql` file per statement under `store/{sqlite,postgres}/`.
+//! `.sql` file per statement: under `store/sql/` when both backends run the
+//! same text (the portable subset: `$n` parameters, no `IS DISTINCT FROM`,
+//! no backend functions), else under `store/{sqlite,postgres}/`.
 
 mod postgres;
 mod sqlite;

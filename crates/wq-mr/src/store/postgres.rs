@@ -21,8 +21,13 @@ use super::{
     idempotency_key, json_of, signed, submission_dimensions, submission_event,
 };
 
+/// A statement both backends run (`store/sql/`), or this backend's own
+/// (`store/postgres/`).
 macro_rules! sql {
     ($name:literal) => {
+        include_str!(concat!("sql/", $name, ".sql"))
+    };
+    (own $name:literal) => {
         include_str!(concat!("postgres/", $name, ".sql"))
     };
 }
@@ -56,7 +61,7 @@ pub(super) async fn upsert(store: &PgStore, input: &UpsertInput<'_>) -> StoreRes
     let spec = input.spec;
     let now = input.now;
     let mut tx = store.pool().begin().await?;
-    sqlx::query(sql!("lock_branch"))
+    sqlx::query(sql!(own "lock_branch"))
         .bind(BRANCH_LOCK_NAMESPACE)
         .bind(branch_lock_key(spec))
         .execute(&mut *tx)
@@ -187,12 +192,9 @@ async fn live_by_branch(
     lock: bool,
 ) -> StoreResult<Option<PgRow>> {
     let sql = if lock {
-        concat!(
-            include_str!("postgres/live_by_branch.sql"),
-            "\nFOR UPDATE OF w"
-        )
+        concat!(sql!(own "live_by_branch"), "\nFOR UPDATE OF w")
     } else {
-        include_str!("postgres/live_by_branch.sql")
+        sql!(own "live_by_branch")
     };
     Ok(sqlx::query(sql)
         .bind(&spec.forge)

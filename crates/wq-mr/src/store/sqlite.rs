@@ -18,8 +18,13 @@ use super::{
     idempotency_key, json_of, signed, submission_dimensions, submission_event,
 };
 
+/// A statement both backends run (`store/sql/`), or this backend's own
+/// (`store/sqlite/`).
 macro_rules! sql {
     ($name:literal) => {
+        include_str!(concat!("sql/", $name, ".sql"))
+    };
+    (own $name:literal) => {
         include_str!(concat!("sqlite/", $name, ".sql"))
     };
 }
@@ -65,7 +70,7 @@ struct OwnedInput {
 async fn upsert_on(conn: &mut SqliteConnection, input: &OwnedInput) -> StoreResult<Upserted> {
     let spec = &input.spec;
     let now = input.now;
-    let live = sqlx::query(sql!("live_by_branch"))
+    let live = sqlx::query(sql!(own "live_by_branch"))
         .bind(&spec.forge)
         .bind(&spec.project)
         .bind(&spec.source_branch)

@@ -1,7 +1,0 @@
--- Webhook resolution by the recorded head pipeline: active items only.
-SELECT d.work_item_id
-FROM mr_details d
-JOIN work_items w ON w.id = d.work_item_id
-WHERE d.forge = $1 AND d.project = $2 AND d.head_pipeline_id = $3 AND w.phase = 'active'
-ORDER BY d.generation DESC
-LIMIT 1
