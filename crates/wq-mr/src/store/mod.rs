@@ -9,7 +9,7 @@ mod postgres;
 mod sqlite;
 
 use time::OffsetDateTime;
-use wq_core::ItemId;
+use wq_core::{ItemId, Phase};
 use wq_forge::{FileAction, QueueEntry};
 use wq_store::{Backend, Store, StoreError, StoreResult};
 
@@ -61,6 +61,25 @@ pub struct UpsertInput<'a> {
     pub metadata_hash: &'a str,
     pub caller_identity: &'a str,
     pub now: OffsetDateTime,
+}
+
+/// What resubmitting means for the live item (DDR-40), from its phase and
+/// its stored `[content hash, metadata hash, target branch]` against the
+/// submission's: a failed item is retried; otherwise all three the same is
+/// unchanged, anything else an update (of content when the commit must be
+/// rebuilt: new files or a new target, since the commit is built on the
+/// target branch).
+fn classify(phase: Phase, stored: [&str; 3], submitted: [&str; 3]) -> UpsertOutcome {
+    let [content, metadata, target] = stored;
+    let same_content = content == submitted[0] && target == submitted[2];
+    let same_metadata = metadata == submitted[1];
+    match phase {
+        Phase::Failed => UpsertOutcome::Retried,
+        _ if same_content && same_metadata => UpsertOutcome::Unchanged,
+        _ => UpsertOutcome::Updated {
+            content: !same_content,
+        },
+    }
 }
 
 /// `last_merge_result` of the merge-attempt journal.

@@ -129,24 +129,15 @@ pub(super) async fn upsert(store: &PgStore, input: &UpsertInput<'_>) -> StoreRes
         .try_get::<&str, _>(1)?
         .parse()
         .map_err(|e| StoreError::Corrupt(format!("work_items.phase: {e}")))?;
-    // The commit is built on the target branch: a new target needs a new
-    // commit like new content does.
-    let same_content = live.try_get::<&str, _>(2)? == input.content_hash
-        && live.try_get::<&str, _>(4)? == spec.target_branch;
-    let same_metadata = live.try_get::<&str, _>(3)? == input.metadata_hash;
-    let outcome = match phase {
-        Phase::Failed => UpsertOutcome::Retried,
-        _ if same_content && same_metadata => {
-            tx.rollback().await?;
-            return Ok(Upserted {
-                id,
-                outcome: UpsertOutcome::Unchanged,
-            });
-        }
-        _ => UpsertOutcome::Updated {
-            content: !same_content,
-        },
-    };
+    let outcome = super::classify(
+        phase,
+        [live.try_get(2)?, live.try_get(3)?, live.try_get(4)?],
+        [input.content_hash, input.metadata_hash, &spec.target_branch],
+    );
+    if outcome == UpsertOutcome::Unchanged {
+        tx.rollback().await?;
+        return Ok(Upserted { id, outcome });
+    }
     if outcome == UpsertOutcome::Retried {
         backend::retry_item(&mut tx, id, now).await?;
     }
