@@ -58,9 +58,9 @@ async fn handle_forge_event(
 ) -> Result<EventResult, ExecError> {
     match event {
         ForgeEvent::Change { action, .. } => match action {
-            ChangeAction::Merged => Ok(EventResult::ignored()
-                .with_phase(Phase::Completed)
-                .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, false))),
+            // The reconcile reads the merge, confirms our attempt in the
+            // journal and completes the item.
+            ChangeAction::Merged => Ok(reconcile()),
             ChangeAction::Closed => confirm_closed(mr, view).await,
             _ => Ok(reconcile()),
         },
@@ -121,9 +121,6 @@ async fn confirm_closed(mr: &MrType, view: &ItemView) -> Result<EventResult, Exe
             result.reason = Some("the merge request was closed on the forge".into());
             result
         }
-        ChangeState::Merged => EventResult::ignored()
-            .with_phase(Phase::Completed)
-            .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, false)),
-        ChangeState::Open | ChangeState::Locked => reconcile(),
+        ChangeState::Merged | ChangeState::Open | ChangeState::Locked => reconcile(),
     })
 }

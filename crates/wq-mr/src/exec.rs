@@ -303,7 +303,7 @@ impl Run<'_> {
             .await
             .map_err(|e| forge_failure("reading the merge request", e))?;
         match change.state {
-            ChangeState::Merged => return Ok(completed()),
+            ChangeState::Merged => return self.merged(&change).await,
             ChangeState::Closed => return Ok(closed_on_forge()),
             ChangeState::Open | ChangeState::Locked => {}
         }
@@ -390,13 +390,7 @@ impl Run<'_> {
         self.observe(&change, queue.as_ref()).await?;
         let journal = &self.details.journal;
         match change.state {
-            ChangeState::Merged => {
-                if journal.result != Some(MergeResult::Accepted) && journal.result.is_some() {
-                    self.record(MergeResult::Accepted, change.head_sha.as_deref(), None)
-                        .await?;
-                }
-                return Ok(completed());
-            }
+            ChangeState::Merged => return self.merged(&change).await,
             ChangeState::Closed => return Ok(closed_on_forge()),
             ChangeState::Locked => {
                 return Ok(ExecOutcome::done().with_dimension(
@@ -530,6 +524,17 @@ impl Run<'_> {
             )
             .await
             .map_err(store_error)
+    }
+
+    /// The change request is merged: an attempt of ours it confirms is
+    /// `accepted` (clearing only an `auto_merge` error); the item completes.
+    async fn merged(&self, change: &ChangeRequest) -> Result<ExecOutcome, ExecError> {
+        let result = self.details.journal.result;
+        if result.is_some() && result != Some(MergeResult::Accepted) {
+            self.record(MergeResult::Accepted, change.head_sha.as_deref(), None)
+                .await?;
+        }
+        Ok(completed())
     }
 
     async fn record(

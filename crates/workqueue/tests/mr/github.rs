@@ -21,6 +21,7 @@ backend_tests!(
     a_repository_without_a_queue_merges_directly,
     a_crash_in_flight_converges_to_accepted_when_the_queue_has_the_pr,
     a_crash_in_flight_before_the_call_reached_github_fails_at_its_deadline,
+    a_crash_after_a_direct_merge_completes_with_the_attempt_accepted,
     a_head_pushed_after_the_gates_passed_is_never_merged,
     the_manual_merge_answers_merged_or_queued_and_refusals_change_nothing,
     webhooks_without_a_valid_signature_are_refused,
@@ -175,6 +176,31 @@ async fn a_crash_in_flight_converges_to_accepted_when_the_queue_has_the_pr(backe
     h.wait_phase(&id, "completed").await;
     assert_eq!(pr(&h, number)["merged"], true);
     assert_eq!(merge_calls(&h), 1, "one merge call in all");
+    h.finish().await;
+}
+
+/// The process dies right after GitHub merged the PR; the merged webhook
+/// completes the item, and the journal says the attempt was accepted (a
+/// merged PR confirms it), not `in_flight`.
+async fn a_crash_after_a_direct_merge_completes_with_the_attempt_accepted(backend: Backend) {
+    let mut h = Harness::start_with(backend, crashing(false, CrashAt::AfterMergeCall)).await;
+    let (id, number) =
+        submit_and_wait_for_review(&h, &github_change("wq/crash-m", &[("m.txt", "m\n")])).await;
+    h.sim.github_approve(PROJECT, number, "reviewer").unwrap();
+    h.wait_for(&id, "the reservation and the call", |item| {
+        item["detail"]["merge"]["last_result"] == "in_flight" && merge_calls(&h) == 1
+    })
+    .await;
+    assert_eq!(pr(&h, number)["merged"], true);
+
+    h.crash_and_restart().await;
+    h.advance(Duration::from_secs(61)).await;
+    let item = h.wait_phase(&id, "completed").await;
+    assert_eq!(
+        item["detail"]["merge"]["last_result"], "accepted",
+        "{item:#}"
+    );
+    assert_eq!(merge_calls(&h), 1, "never resubmitted");
     h.finish().await;
 }
 
