@@ -125,15 +125,32 @@ impl App {
     /// aborted; errors are logged and the next round tries again.
     pub fn spawn_queue_sync(&self, interval: std::time::Duration) -> tokio::task::JoinHandle<()> {
         let mr = Arc::clone(&self.mr);
+        let engine = Arc::clone(&self.engine);
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(interval).await;
-                if let Err(error) = mr.sync_queues().await {
+                if let Err(error) = sync_queues(&mr, &engine).await {
                     tracing::warn!(%error, "merge queue sync failed: {error}");
                 }
             }
         })
     }
+
+    /// One merge queue sync; the items it woke go to the engine at once.
+    pub async fn sync_queues(&self) -> Result<wq_mr::QueueSync, wq_store::StoreError> {
+        sync_queues(&self.mr, &self.engine).await
+    }
+}
+
+async fn sync_queues(
+    mr: &wq_mr::MrType,
+    engine: &ProcessingManager,
+) -> Result<wq_mr::QueueSync, wq_store::StoreError> {
+    let sync = mr.sync_queues().await?;
+    for id in &sync.woken {
+        engine.notify(*id);
+    }
+    Ok(sync)
 }
 
 /// A database URL without its password, for logs and errors.

@@ -2,8 +2,9 @@
 //! one batched read per project of the queue entries of every active item
 //! whose merge attempt is in flight or accepted, or that was last seen
 //! queued. An item whose entry changed (appeared, moved, changed state,
-//! left the queue) gets a `mr.queue_observed` event; its reconcile then
-//! reads the change request and applies the queue rules. A read that cannot
+//! left the queue) gets a `mr.queue_observed` event and is handed to the
+//! engine by the caller; its reconcile then reads the change request and
+//! applies the queue rules. A read that cannot
 //! see the queue changes nothing, so stored observations are preserved.
 //!
 //! It complements webhooks and the reconcile timer: queue positions and
@@ -12,6 +13,7 @@
 
 use std::collections::BTreeMap;
 
+use wq_core::ItemId;
 use wq_forge::{ForgeKind, QueueObservation};
 use wq_store::{NewEvent, StoreError};
 
@@ -25,7 +27,7 @@ pub const QUEUE_OBSERVED_EVENT: &str = "mr.queue_observed";
 const WATCH_LIMIT: u32 = 5_000;
 
 /// What one sync did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueueSync {
     /// Items whose queue entries were read.
     pub watched: usize,
@@ -33,6 +35,9 @@ pub struct QueueSync {
     pub reads: usize,
     /// Items woken because their entry changed.
     pub changed: usize,
+    /// Their ids, for the caller to hand to the engine at once (the event
+    /// makes them sweep-visible in any case).
+    pub woken: Vec<ItemId>,
 }
 
 impl MrType {
@@ -73,10 +78,13 @@ impl MrType {
                             Some(QueueObservation::Absent) => item.entry.is_some(),
                             Some(QueueObservation::Unobserved) | None => false,
                         };
-                        if changed {
-                            self.wake_for_queue(item, observed.get(&item.number))
-                                .await?;
+                        if changed
+                            && self
+                                .wake_for_queue(item, observed.get(&item.number))
+                                .await?
+                        {
                             sync.changed += 1;
+                            sync.woken.push(item.id);
                         }
                     }
                 }
@@ -88,11 +96,13 @@ impl MrType {
         Ok(sync)
     }
 
+    /// Stores the observation as an event; `false` when the item ended
+    /// meanwhile.
     async fn wake_for_queue(
         &self,
         item: &QueueWatch,
         observed: Option<&QueueObservation>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let inserted = self
             .items
             .event_insert(NewEvent {
@@ -103,8 +113,9 @@ impl MrType {
             })
             .await;
         match inserted {
+            Ok(_) => Ok(true),
             // Ended meanwhile: nothing to wake.
-            Ok(_) | Err(StoreError::NotFound(_)) => Ok(()),
+            Err(StoreError::NotFound(_)) => Ok(false),
             Err(error) => Err(error),
         }
     }
