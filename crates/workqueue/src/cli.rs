@@ -41,8 +41,9 @@ pub enum Command {
     /// Make API tokens for the config file.
     #[command(subcommand)]
     Token(TokenCommand),
-    /// Run the whole service with no setup: SQLite, a simulated GitLab in
-    /// the same process, a few submitted changes followed to their end.
+    /// Run the whole service with no setup: SQLite, a simulated GitLab and
+    /// GitHub in the same process, a few submitted changes followed to their
+    /// end.
     Demo(DemoArgs),
 }
 

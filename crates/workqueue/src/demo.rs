@@ -123,7 +123,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let sim = ForgeSim::start(SimConfig::default())
         .await
-        .context("starting the simulated GitLab")?;
+        .context("starting the simulated GitLab and GitHub")?;
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
         .await
         .with_context(|| {

@@ -62,6 +62,13 @@ pub async fn serve(config: &Config) -> anyhow::Result<()> {
     let address = listener.local_addr()?;
     engine.start();
     tracing::info!(%address, handled_types = ?config.engine.handled_types, "listening on http://{address}");
+    if config.engine.handled_types.is_empty() {
+        tracing::warn!(
+            "engine.handled_types is empty: this replica serves the API and webhooks but \
+             processes no item; submissions wait for a replica that handles their type \
+             (set engine.handled_types: [mr] to process them here)"
+        );
+    }
 
     wq_api::serve(listener, router, shutdown_signal())
         .await

@@ -541,16 +541,19 @@ fn serve_without_rules_warns_refuses_the_api_and_answers_health() {
 
     let (status, logs) = server.terminate();
     assert!(status.success(), "{}", logs.join("\n"));
-    let warning = logs
-        .iter()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .find(|event| {
-            event["message"]
-                .as_str()
-                .is_some_and(|message| message.starts_with("auth.rules grants nothing"))
-        })
-        .unwrap_or_else(|| panic!("no warning about auth.rules in:\n{}", logs.join("\n")));
-    assert_eq!(warning["level"], "WARN");
+    // No rule, and no item type handled: both said at start.
+    for start in ["auth.rules grants nothing", "engine.handled_types is empty"] {
+        let warning = logs
+            .iter()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .find(|event| {
+                event["message"]
+                    .as_str()
+                    .is_some_and(|message| message.starts_with(start))
+            })
+            .unwrap_or_else(|| panic!("no warning {start:?} in:\n{}", logs.join("\n")));
+        assert_eq!(warning["level"], "WARN");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 
