@@ -148,8 +148,8 @@ pub fn fresh_sqlite_url() -> String {
 
 /// Inserts `count` active items of `item_type` in large batches, for
 /// benchmarks and scale tests. `actionable` items wait for the engine;
-/// `with_timer` gives each a `needs_reconcile` row deferred 30 minutes, as a
-/// parked merge request has.
+/// `with_timer` gives each a `periodic_check` row deferred 30 minutes, as an
+/// item parked until its next periodic check has.
 pub async fn seed_items(
     url: &str,
     item_type: &str,
