@@ -16,7 +16,7 @@ use wq_auth::{Permission, Scope};
 use wq_core::{FieldError, ItemId, Phase, Submission};
 use wq_store::{ItemListParams, StoreError};
 
-use crate::auth::{Caller, command_permission};
+use crate::auth::{Caller, command_permission, command_permissions};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::models::{DimensionBody, ItemBody, ItemDetail, ItemList, SubmitResponse};
@@ -352,13 +352,16 @@ pub async fn submit(
 
 /// `POST /api/v1/work-items/{id}/{command}`: a command the item's type
 /// offers (e.g. `retry-merge`), for callers granted the permission the
-/// command names on the item's scope.
+/// command names on the item's scope. A caller granted none of the
+/// permissions any command needs is refused before the item or the command
+/// is looked up.
 pub async fn command(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath((raw_id, command)): ApiPath<(String, String)>,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    caller.authorize_any(&command_permissions(&state.types), &Scope::ANY)?;
     let id = parse_id(&raw_id)?;
     let item = state
         .store

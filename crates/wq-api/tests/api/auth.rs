@@ -215,6 +215,51 @@ async fn a_reader_may_read_but_not_write() {
     app.stop().await;
 }
 
+/// A caller granted nothing learns nothing from a command route: existing
+/// and unknown items, known and unknown commands are all the same 403.
+async fn a_caller_granted_nothing_cannot_probe_items_or_commands(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let item = app.insert(PROBE_TYPE).await;
+    let stranger = app.tokens.stranger.clone();
+    let existing = item.id;
+    let unknown = wq_core::ItemId::new_v7();
+    let mut answers = Vec::new();
+    for (id, command) in [
+        (existing, PROBE_COMMAND),
+        (unknown, PROBE_COMMAND),
+        (existing, "no-such-command"),
+        (unknown, "no-such-command"),
+    ] {
+        let response = app
+            .request_as(
+                Method::POST,
+                &format!("/api/v1/work-items/{id}/{command}"),
+                &stranger,
+            )
+            .send()
+            .await
+            .unwrap();
+        let envelope = error_of(response, 403).await;
+        assert_eq!(envelope.error.code, "forbidden", "{id} {command}");
+        answers.push(serde_json::to_value(envelope).unwrap());
+    }
+    assert!(
+        answers.iter().all(|answer| *answer == answers[0]),
+        "every refusal is the same: {answers:?}"
+    );
+    assert_eq!(
+        answers[0],
+        json!({"error": {
+            "code": "forbidden",
+            "message": "forbidden: no rule of the caller grants retry for this request",
+            "field": null,
+        }})
+    );
+    assert_eq!(app.engine.in_flight(), 0);
+    app.stop().await;
+}
+on_both_backends!(a_caller_granted_nothing_cannot_probe_items_or_commands);
+
 async fn submissions_and_items_are_scoped_by_project(backend: Backend) {
     let app = spawn_app(backend).await;
     let team = app.tokens.team.clone();
