@@ -111,11 +111,21 @@ fn store_error(error: StoreError) -> ExecError {
     ExecError::transient(format!("store: {error}"))
 }
 
+/// A store failure as the answer to a request, like the API's own mapping
+/// of store errors: database, migration and stored-data failures are
+/// internal (their text is logged, never sent).
 fn request_store_error(error: StoreError) -> RequestError {
     match error {
         StoreError::NotFound(id) => RequestError::NotFound(format!("work item {id} not found")),
-        StoreError::Conflict(message) => RequestError::Conflict(message),
-        other => RequestError::Unavailable(format!("store: {other}")),
+        StoreError::Conflict(message) | StoreError::Duplicate(message) => {
+            RequestError::Conflict(message)
+        }
+        StoreError::LeaseLost(id) => {
+            RequestError::Conflict(format!("work item {id} is being processed; try again"))
+        }
+        other @ (StoreError::Corrupt(_) | StoreError::Database(_) | StoreError::Migrate(_)) => {
+            RequestError::Internal(format!("store: {other}"))
+        }
     }
 }
 
@@ -439,5 +449,39 @@ impl MrType {
             }),
             wake: true,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_failures_are_internal_and_keep_their_detail_for_the_log() {
+        let database = request_store_error(StoreError::Database(sqlx::Error::Protocol(
+            "relation \"mr_details\" does not exist".into(),
+        )));
+        assert!(
+            matches!(&database, RequestError::Internal(detail) if detail.contains("mr_details")),
+            "{database:?}"
+        );
+        let corrupt = request_store_error(StoreError::Corrupt("bad spec json".into()));
+        assert!(
+            matches!(&corrupt, RequestError::Internal(detail) if detail.contains("bad spec json")),
+            "{corrupt:?}"
+        );
+        let id = ItemId::new_v7();
+        assert_eq!(
+            request_store_error(StoreError::NotFound(id)),
+            RequestError::NotFound(format!("work item {id} not found"))
+        );
+        assert_eq!(
+            request_store_error(StoreError::Duplicate("taken".into())),
+            RequestError::Conflict("taken".into())
+        );
+        assert!(matches!(
+            request_store_error(StoreError::LeaseLost(id)),
+            RequestError::Conflict(_)
+        ));
     }
 }
