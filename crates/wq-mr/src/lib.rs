@@ -360,7 +360,7 @@ impl MrType {
                 }
             })?;
         tracing::info!(item = %id, number, outcome = outcome.as_str(), caller = caller_identity, "manual merge");
-        if let Err(error) = self
+        let recorded = match self
             .items
             .event_insert(wq_store::NewEvent {
                 item_id: id,
@@ -370,13 +370,18 @@ impl MrType {
             })
             .await
         {
-            // The merge happened; the webhook or the next reconcile reads it.
-            tracing::warn!(item = %id, %error, "manual merge not recorded as an event");
-        }
+            Ok(_) => true,
+            Err(error) => {
+                // The merge happened; the webhook or the next reconcile reads it.
+                tracing::warn!(item = %id, %error, "manual merge not recorded as an event");
+                false
+            }
+        };
         Ok(CommandReply {
             status: 200,
             body: serde_json::json!({ "status": outcome.as_str() }),
-            wake: false,
+            // The stored event is for the item to read now.
+            wake: recorded,
         })
     }
 
