@@ -334,11 +334,6 @@ impl From<wq_core::RequestError> for ApiError {
             RequestError::Upstream(message) => ApiError::upstream(message),
             RequestError::Unavailable(message) => ApiError::unavailable(message),
             RequestError::Internal(detail) => ApiError::internal(detail),
-            RequestError::Unsupported(message) => ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                code::METHOD_NOT_ALLOWED,
-                message,
-            ),
         }
     }
 }

@@ -80,9 +80,6 @@ pub enum RequestError {
     /// for the log only; the caller gets a generic answer.
     #[error("{0}")]
     Internal(String),
-    /// 405: the type takes no submissions / no such command.
-    #[error("{0}")]
-    Unsupported(String),
 }
 
 /// An item command the type offers at `POST /api/v1/work-items/{id}/{name}`.

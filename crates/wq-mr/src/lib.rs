@@ -242,7 +242,7 @@ impl ItemType for MrType {
         match command {
             "retry-merge" => self.retry_merge(id).await,
             "merge" => self.manual_merge(id, body, caller_identity).await,
-            other => Err(RequestError::Unsupported(format!(
+            other => Err(RequestError::NotFound(format!(
                 "item type mr has no command {other:?}"
             ))),
         }

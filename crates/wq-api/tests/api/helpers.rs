@@ -115,6 +115,35 @@ impl ItemType for Probe {
     }
 }
 
+/// A registered item type that takes no submissions and offers no
+/// commands: every default of [`ItemType`].
+pub const BARE_TYPE: &str = "bare";
+
+struct Bare;
+
+#[async_trait]
+impl ItemType for Bare {
+    fn name(&self) -> &'static str {
+        BARE_TYPE
+    }
+    fn actions(&self) -> &'static [&'static str] {
+        &["noop"]
+    }
+    fn decide(&self, _view: &ItemView) -> Option<Action> {
+        None
+    }
+    async fn execute(&self, _action: Action, _view: &ItemView) -> Result<ExecOutcome, ExecError> {
+        Ok(ExecOutcome::done())
+    }
+    async fn handle_event(
+        &self,
+        _view: &ItemView,
+        _event: &PendingEvent,
+    ) -> Result<EventResult, ExecError> {
+        Ok(EventResult::ignored())
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,
@@ -264,6 +293,7 @@ pub async fn spawn_app_with(backend: Backend, options: AppOptions) -> TestApp {
     };
     let registry = TypeRegistry::builder()
         .register(Arc::new(probe))
+        .register(Arc::new(Bare))
         .build()
         .expect("registry");
     let engine = ProcessingManager::new(
