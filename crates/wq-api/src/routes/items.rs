@@ -267,8 +267,8 @@ pub async fn submit(
     caller.authorize(Permission::Submit, &Scope::ANY)?;
     let Some(object) = body.as_object() else {
         return Err(ApiError::invalid_fields(vec![FieldError::new(
-            "",
-            "the body must be a JSON object",
+            "body",
+            "must be a JSON object",
         )]));
     };
     if object.contains_key(CALLER_IDENTITY_FIELD) {

@@ -249,3 +249,30 @@ async fn a_type_that_takes_no_submissions_is_an_invalid_item_type() {
     assert!(list.items.is_empty(), "nothing stored: {list:?}");
     app.stop().await;
 }
+
+/// A submission that is JSON but not an object names the body.
+#[tokio::test]
+async fn a_submission_that_is_not_an_object_names_the_body() {
+    let app = spawn_app(Backend::Sqlite).await;
+    for body in [json!([BARE_TYPE]), json!("probe"), json!(42), Value::Null] {
+        let response = app
+            .client
+            .post(app.url("/api/v1/work-items"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let envelope = error_of(response, 422).await;
+        assert_eq!(
+            serde_json::to_value(envelope).unwrap(),
+            json!({"error": {
+                "code": "invalid_field",
+                "message": "body: must be a JSON object",
+                "field": "body",
+                "errors": [{"field": "body", "message": "must be a JSON object"}],
+            }}),
+            "{body}"
+        );
+    }
+    app.stop().await;
+}
