@@ -151,6 +151,14 @@ pub trait ItemType: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Whether every item of this type belongs to a forge and project. When
+    /// true, an item whose [`ItemType::scope`] is `None` (its detail row is
+    /// missing) is in an unknown place: only callers granted the permission
+    /// without a forge or project restriction may act on it.
+    fn scoped_by_project(&self) -> bool {
+        false
+    }
+
     /// Commands the type offers on its items.
     fn commands(&self) -> &'static [CommandSpec] {
         &[]

@@ -219,6 +219,10 @@ impl ItemType for MrType {
         Ok(details.map(|d| (d.spec.forge, d.spec.project)))
     }
 
+    fn scoped_by_project(&self) -> bool {
+        true
+    }
+
     fn commands(&self) -> &'static [CommandSpec] {
         &[
             CommandSpec {

@@ -357,6 +357,67 @@ async fn submissions_and_items_are_scoped_by_project(backend: Backend) {
 }
 on_both_backends!(submissions_and_items_are_scoped_by_project);
 
+/// An item whose type reports no forge and project for it (here: inserted
+/// without one) is not in the team's projects: a rule restricted to
+/// projects neither lists, shows, retries nor commands it; unrestricted
+/// rules do.
+async fn an_item_in_an_unknown_project_is_only_for_unrestricted_rules(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let item = app.insert(PROBE_TYPE).await;
+    let item = app.set_phase(&item, Phase::Failed).await;
+    let team = app.tokens.team.clone();
+    let show = format!("/api/v1/work-items/{}", item.id);
+    let retry = format!("/api/v1/work-items/{}/retry", item.id);
+    let command = format!("/api/v1/work-items/{}/{PROBE_COMMAND}", item.id);
+    for (method, path) in [
+        (Method::GET, &show),
+        (Method::POST, &retry),
+        (Method::POST, &command),
+    ] {
+        let response = app
+            .request_as(method.clone(), path, &team)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            error_of(response, 403).await.error.code,
+            "forbidden",
+            "{method} {path}"
+        );
+    }
+    let list = app
+        .request_as(Method::GET, "/api/v1/work-items", &team)
+        .send()
+        .await
+        .unwrap();
+    let list: ItemList = json_of(list).await;
+    assert!(list.items.is_empty(), "not listed for the team: {list:?}");
+    let stored = app.store.item_get(item.id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.phase,
+        Phase::Failed,
+        "the refused retry changed nothing"
+    );
+
+    // A reader without a project restriction sees it; the admin retries it.
+    let shown = app
+        .request_as(Method::GET, &show, &app.tokens.reader)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(shown.status().as_u16(), 200);
+    let list = app
+        .request_as(Method::GET, "/api/v1/work-items", &app.tokens.reader)
+        .send()
+        .await
+        .unwrap();
+    let list: ItemList = json_of(list).await;
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(app.post(&retry).await.status().as_u16(), 200);
+    app.stop().await;
+}
+on_both_backends!(an_item_in_an_unknown_project_is_only_for_unrestricted_rules);
+
 async fn the_caller_identity_comes_from_the_credentials(backend: Backend) {
     let app = spawn_app(backend).await;
     let mut body = probe("team/x");

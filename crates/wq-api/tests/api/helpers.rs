@@ -31,6 +31,9 @@ use wq_store::{
 /// submissions (`forge` and `project` optional, other keys ignored), reports
 /// their forge and project as its items' scope, and offers `retry-merge`
 /// (permission `retry`), which answers with the caller identity it got.
+/// Its items belong to a project ([`ItemType::scoped_by_project`]): one
+/// inserted or submitted without a forge and project is in an unknown
+/// place, which only rules without a project restriction grant.
 pub const PROBE_TYPE: &str = "probe";
 /// The probe's command.
 pub const PROBE_COMMAND: &str = "retry-merge";
@@ -74,6 +77,10 @@ impl ItemType for Probe {
 
     async fn scope(&self, id: ItemId) -> Result<Option<(String, String)>, RequestError> {
         Ok(self.places.lock().unwrap().get(&id).cloned())
+    }
+
+    fn scoped_by_project(&self) -> bool {
+        true
     }
 
     fn commands(&self) -> &'static [CommandSpec] {
