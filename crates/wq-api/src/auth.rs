@@ -62,6 +62,36 @@ impl Caller {
             }
         }
     }
+
+    /// Passes when a rule of the caller grants one of `permissions` for
+    /// `scope`; else a 403 naming them all, whose reason goes to the log.
+    /// For a check before what a request touches is known (e.g. which
+    /// permission an item's command needs).
+    pub fn authorize_any(
+        &self,
+        permissions: &[Permission],
+        scope: &Scope<'_>,
+    ) -> Result<(), ApiError> {
+        if permissions
+            .iter()
+            .any(|permission| self.principal.authorize(*permission, scope).is_ok())
+        {
+            return Ok(());
+        }
+        let caller = self.principal.name();
+        let wanted = permissions
+            .iter()
+            .map(|permission| permission.as_str())
+            .collect::<Vec<_>>()
+            .join(" or ");
+        tracing::warn!(
+            %caller,
+            permission = %wanted,
+            %scope,
+            "request refused: {caller} is forbidden: no rule grants {wanted} for {scope}"
+        );
+        Err(ApiError::forbidden(wanted))
+    }
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
@@ -156,6 +186,27 @@ pub fn command_permission(spec: &wq_core::CommandSpec) -> Option<Permission> {
     Permission::parse(spec.permission)
 }
 
+/// The permissions the commands of `types` need, in [`Permission::ALL`]
+/// order: a caller granted none of them anywhere may run no command. `admin`
+/// alone when no type offers a command.
+pub fn command_permissions(types: &TypeRegistry) -> Vec<Permission> {
+    let needed: Vec<Permission> = types
+        .names()
+        .filter_map(|name| types.get(name))
+        .flat_map(|item_type| item_type.commands())
+        .filter_map(command_permission)
+        .collect();
+    let permissions: Vec<Permission> = Permission::ALL
+        .into_iter()
+        .filter(|permission| needed.contains(permission))
+        .collect();
+    if permissions.is_empty() {
+        vec![Permission::Admin]
+    } else {
+        permissions
+    }
+}
+
 /// Checks at start-up that every command of every type names a known
 /// permission; the error names the type, the command and the permission.
 pub fn check_command_permissions(types: &TypeRegistry) -> Result<(), String> {
@@ -225,6 +276,33 @@ mod tests {
             .register(Arc::new(Commanding(commands)))
             .build()
             .unwrap()
+    }
+
+    #[test]
+    fn the_command_permissions_are_those_the_commands_name() {
+        let commands = registry(&[
+            CommandSpec {
+                name: "merge",
+                permission: "merge",
+            },
+            CommandSpec {
+                name: "retry-merge",
+                permission: "retry",
+            },
+            CommandSpec {
+                name: "again",
+                permission: "retry",
+            },
+        ]);
+        assert_eq!(
+            command_permissions(&commands),
+            vec![Permission::Retry, Permission::Merge]
+        );
+        assert_eq!(command_permissions(&registry(&[])), vec![Permission::Admin]);
+        assert_eq!(
+            command_permissions(&TypeRegistry::default()),
+            vec![Permission::Admin]
+        );
     }
 
     #[test]

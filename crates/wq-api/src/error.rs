@@ -333,11 +333,7 @@ impl From<wq_core::RequestError> for ApiError {
             RequestError::BadRequest(message) => ApiError::bad_request(message),
             RequestError::Upstream(message) => ApiError::upstream(message),
             RequestError::Unavailable(message) => ApiError::unavailable(message),
-            RequestError::Unsupported(message) => ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                code::METHOD_NOT_ALLOWED,
-                message,
-            ),
+            RequestError::Internal(detail) => ApiError::internal(detail),
         }
     }
 }
@@ -437,6 +433,23 @@ mod tests {
             !serde_json::to_string(&error.envelope())
                 .unwrap()
                 .contains("10.0.0.1")
+        );
+    }
+
+    #[test]
+    fn an_internal_request_error_is_a_generic_500() {
+        let error = ApiError::from(wq_core::RequestError::Internal(
+            "store: database error: relation \"mr_details\" does not exist".into(),
+        ));
+        assert_eq!(error.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(error.code(), code::INTERNAL);
+        assert_eq!(error.message(), INTERNAL_MESSAGE);
+        let body = serde_json::to_string(&error.envelope()).unwrap();
+        assert!(!body.contains("mr_details"), "{body}");
+        assert!(!body.contains("database"), "{body}");
+        assert_eq!(
+            error.into_response().status(),
+            StatusCode::INTERNAL_SERVER_ERROR
         );
     }
 

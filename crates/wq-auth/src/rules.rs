@@ -112,6 +112,10 @@ pub struct Scope<'a> {
     pub item_type: Option<&'a str>,
     pub forge: Option<&'a str>,
     pub project: Option<&'a str>,
+    /// The request touches a forge and project, but which is not known
+    /// (e.g. an item whose type reports none): unlike "not applicable",
+    /// only a rule with no forge or project restriction grants it.
+    pub place_unknown: bool,
 }
 
 impl Scope<'_> {
@@ -120,6 +124,7 @@ impl Scope<'_> {
         item_type: None,
         forge: None,
         project: None,
+        place_unknown: false,
     };
 }
 
@@ -132,6 +137,10 @@ impl fmt::Display for Scope<'_> {
         ]
         .into_iter()
         .filter_map(|(label, value)| value.map(|value| format!("{label} {value}")))
+        .chain(
+            self.place_unknown
+                .then(|| "an unknown forge and project".to_owned()),
+        )
         .collect();
         if parts.is_empty() {
             f.write_str("any scope")
@@ -298,6 +307,9 @@ impl ScopePatterns {
                 _ => true,
             }
         }
+        if scope.place_unknown && (self.forges.is_some() || self.projects.is_some()) {
+            return false;
+        }
         allows(self.item_types.as_ref(), scope.item_type)
             && allows(self.forges.as_ref(), scope.forge)
             && allows(self.projects.as_ref(), scope.project)
@@ -449,5 +461,58 @@ mod tests {
             project: Some("other/a"),
             ..Scope::ANY
         }));
+    }
+
+    #[test]
+    fn an_unknown_place_is_granted_only_by_rules_without_a_place_restriction() {
+        let patterns = |pattern: &str| Some(Patterns::new(&[pattern.to_owned()], true).unwrap());
+        let unknown = Scope {
+            item_type: Some("mr"),
+            place_unknown: true,
+            ..Scope::ANY
+        };
+        let by_project = ScopePatterns {
+            item_types: None,
+            forges: None,
+            projects: patterns("team/*"),
+        };
+        assert!(!by_project.contains(&unknown));
+        let by_forge = ScopePatterns {
+            item_types: None,
+            forges: patterns("gitlab"),
+            projects: None,
+        };
+        assert!(!by_forge.contains(&unknown));
+        // Even a pattern that matches every project is a restriction.
+        let any_project = ScopePatterns {
+            item_types: None,
+            forges: None,
+            projects: patterns("**"),
+        };
+        assert!(!any_project.contains(&unknown));
+        let unrestricted = ScopePatterns {
+            item_types: None,
+            forges: None,
+            projects: None,
+        };
+        assert!(unrestricted.contains(&unknown));
+        // The item type is still checked.
+        let by_type = ScopePatterns {
+            item_types: patterns("mr"),
+            forges: None,
+            projects: None,
+        };
+        assert!(by_type.contains(&unknown));
+        let other_type = ScopePatterns {
+            item_types: patterns("deploy"),
+            forges: None,
+            projects: None,
+        };
+        assert!(!other_type.contains(&unknown));
+        // What the place is not known is named for the log.
+        assert_eq!(
+            unknown.to_string(),
+            "item type mr, an unknown forge and project"
+        );
     }
 }

@@ -73,12 +73,13 @@ pub enum RequestError {
     /// 502: the forge refused or failed; nothing stored changed.
     #[error("{0}")]
     Upstream(String),
-    /// 503: the store or a dependency is unavailable.
+    /// 503: a dependency is unavailable; the message is for the caller.
     #[error("{0}")]
     Unavailable(String),
-    /// 405: the type takes no submissions / no such command.
+    /// 500: the service itself failed (e.g. its database). The detail is
+    /// for the log only; the caller gets a generic answer.
     #[error("{0}")]
-    Unsupported(String),
+    Internal(String),
 }
 
 /// An item command the type offers at `POST /api/v1/work-items/{id}/{name}`.

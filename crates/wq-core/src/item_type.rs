@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::api::{CommandReply, CommandSpec, RequestError, Submission, Submitted};
+use crate::api::{CommandReply, CommandSpec, FieldError, RequestError, Submission, Submitted};
 use crate::dimension::DimensionUpdate;
 use crate::event::{EventResult, PendingEvent};
 use crate::item::{ItemId, ItemView, Phase, WorkItem};
@@ -125,13 +125,14 @@ pub trait ItemType: Send + Sync + 'static {
     ) -> Result<EventResult, ExecError>;
 
     /// Creates or updates an item from a caller's submission
-    /// (`POST /api/v1/work-items`). Types that take none keep the default.
+    /// (`POST /api/v1/work-items`). Types that take none keep the default,
+    /// which refuses the submission's `item_type` (422).
     async fn submit(&self, submission: Submission) -> Result<Submitted, RequestError> {
         let _ = submission;
-        Err(RequestError::Unsupported(format!(
-            "item type {:?} takes no submissions",
-            self.name()
-        )))
+        Err(RequestError::Invalid(vec![FieldError::new(
+            "item_type",
+            format!("item type {:?} takes no submissions", self.name()),
+        )]))
     }
 
     /// The type's own view of an item (its detail row), shown under
@@ -150,12 +151,21 @@ pub trait ItemType: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Whether every item of this type belongs to a forge and project. When
+    /// true, an item whose [`ItemType::scope`] is `None` (its detail row is
+    /// missing) is in an unknown place: only callers granted the permission
+    /// without a forge or project restriction may act on it.
+    fn scoped_by_project(&self) -> bool {
+        false
+    }
+
     /// Commands the type offers on its items.
     fn commands(&self) -> &'static [CommandSpec] {
         &[]
     }
 
-    /// Runs one of [`ItemType::commands`] for an item of this type.
+    /// Runs one of [`ItemType::commands`] for an item of this type; a
+    /// command it does not know is [`RequestError::NotFound`] (404).
     async fn run_command(
         &self,
         id: ItemId,
@@ -164,7 +174,7 @@ pub trait ItemType: Send + Sync + 'static {
         caller_identity: &str,
     ) -> Result<CommandReply, RequestError> {
         let _ = (id, body, caller_identity);
-        Err(RequestError::Unsupported(format!(
+        Err(RequestError::NotFound(format!(
             "item type {:?} has no command {command:?}",
             self.name()
         )))

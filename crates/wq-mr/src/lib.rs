@@ -111,11 +111,21 @@ fn store_error(error: StoreError) -> ExecError {
     ExecError::transient(format!("store: {error}"))
 }
 
+/// A store failure as the answer to a request, like the API's own mapping
+/// of store errors: database, migration and stored-data failures are
+/// internal (their text is logged, never sent).
 fn request_store_error(error: StoreError) -> RequestError {
     match error {
         StoreError::NotFound(id) => RequestError::NotFound(format!("work item {id} not found")),
-        StoreError::Conflict(message) => RequestError::Conflict(message),
-        other => RequestError::Unavailable(format!("store: {other}")),
+        StoreError::Conflict(message) | StoreError::Duplicate(message) => {
+            RequestError::Conflict(message)
+        }
+        StoreError::LeaseLost(id) => {
+            RequestError::Conflict(format!("work item {id} is being processed; try again"))
+        }
+        other @ (StoreError::Corrupt(_) | StoreError::Database(_) | StoreError::Migrate(_)) => {
+            RequestError::Internal(format!("store: {other}"))
+        }
     }
 }
 
@@ -209,6 +219,10 @@ impl ItemType for MrType {
         Ok(details.map(|d| (d.spec.forge, d.spec.project)))
     }
 
+    fn scoped_by_project(&self) -> bool {
+        true
+    }
+
     fn commands(&self) -> &'static [CommandSpec] {
         &[
             CommandSpec {
@@ -232,7 +246,7 @@ impl ItemType for MrType {
         match command {
             "retry-merge" => self.retry_merge(id).await,
             "merge" => self.manual_merge(id, body, caller_identity).await,
-            other => Err(RequestError::Unsupported(format!(
+            other => Err(RequestError::NotFound(format!(
                 "item type mr has no command {other:?}"
             ))),
         }
@@ -350,7 +364,7 @@ impl MrType {
                 }
             })?;
         tracing::info!(item = %id, number, outcome = outcome.as_str(), caller = caller_identity, "manual merge");
-        if let Err(error) = self
+        let recorded = match self
             .items
             .event_insert(wq_store::NewEvent {
                 item_id: id,
@@ -360,13 +374,18 @@ impl MrType {
             })
             .await
         {
-            // The merge happened; the webhook or the next reconcile reads it.
-            tracing::warn!(item = %id, %error, "manual merge not recorded as an event");
-        }
+            Ok(_) => true,
+            Err(error) => {
+                // The merge happened; the webhook or the next reconcile reads it.
+                tracing::warn!(item = %id, %error, "manual merge not recorded as an event");
+                false
+            }
+        };
         Ok(CommandReply {
             status: 200,
             body: serde_json::json!({ "status": outcome.as_str() }),
-            wake: false,
+            // The stored event is for the item to read now.
+            wake: recorded,
         })
     }
 
@@ -439,5 +458,39 @@ impl MrType {
             }),
             wake: true,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_failures_are_internal_and_keep_their_detail_for_the_log() {
+        let database = request_store_error(StoreError::Database(sqlx::Error::Protocol(
+            "relation \"mr_details\" does not exist".into(),
+        )));
+        assert!(
+            matches!(&database, RequestError::Internal(detail) if detail.contains("mr_details")),
+            "{database:?}"
+        );
+        let corrupt = request_store_error(StoreError::Corrupt("bad spec json".into()));
+        assert!(
+            matches!(&corrupt, RequestError::Internal(detail) if detail.contains("bad spec json")),
+            "{corrupt:?}"
+        );
+        let id = ItemId::new_v7();
+        assert_eq!(
+            request_store_error(StoreError::NotFound(id)),
+            RequestError::NotFound(format!("work item {id} not found"))
+        );
+        assert_eq!(
+            request_store_error(StoreError::Duplicate("taken".into())),
+            RequestError::Conflict("taken".into())
+        );
+        assert!(matches!(
+            request_store_error(StoreError::LeaseLost(id)),
+            RequestError::Conflict(_)
+        ));
     }
 }

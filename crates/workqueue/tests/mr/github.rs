@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use forge_sim::{JobOutcome, JobSpec};
+use forge_sim::{JobOutcome, JobSpec, WebhookFaultKind, WebhookFaultRule};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use wq_testkit::{Backend, backend_tests};
@@ -24,6 +24,7 @@ backend_tests!(
     a_crash_after_a_direct_merge_completes_with_the_attempt_accepted,
     a_head_pushed_after_the_gates_passed_is_never_merged,
     the_manual_merge_answers_merged_or_queued_and_refusals_change_nothing,
+    a_manual_merge_wakes_the_item_at_once,
     webhooks_without_a_valid_signature_are_refused,
     the_queue_sync_reads_every_queued_pr_in_one_request,
     a_target_that_catches_up_closes_the_pull_request,
@@ -396,6 +397,36 @@ async fn the_manual_merge_answers_merged_or_queued_and_refusals_change_nothing(b
         );
         h.finish().await;
     }
+}
+
+/// A manual merge stores its outcome as an event and wakes the item: it
+/// completes with no webhook delivered and no sweep (the test clock stays
+/// put; the sweep interval is an hour).
+async fn a_manual_merge_wakes_the_item_at_once(backend: Backend) {
+    let h = Harness::start_with(backend, options(false)).await;
+    let (id, number) =
+        submit_and_wait_for_review(&h, &manual(github_change("wq/woken", &[("w.txt", "w\n")])))
+            .await;
+    h.sim.github_approve(PROJECT, number, "reviewer").unwrap();
+    h.settle().await;
+    // From here on no delivery reaches the service, and nothing is running.
+    h.sim
+        .add_webhook_fault(WebhookFaultRule::new(WebhookFaultKind::Drop, None, 1000));
+    h.app().engine.wait_idle().await;
+    assert_eq!(h.item(&id).await["phase"], "active");
+
+    let (status, reply) = h
+        .post(&format!("/api/v1/work-items/{id}/merge"), Some(&json!({})))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    assert_eq!(reply, json!({"status": "merged"}));
+    assert_eq!(pr(&h, number)["merged"], true);
+    // The command queued the item before answering.
+    h.app().engine.wait_idle().await;
+    let item = h.item(&id).await;
+    assert_eq!(item["phase"], "completed", "{item:#}");
+    h.sim.clear_faults();
+    h.finish().await;
 }
 
 async fn webhooks_without_a_valid_signature_are_refused(backend: Backend) {

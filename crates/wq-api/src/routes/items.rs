@@ -5,9 +5,10 @@
 //! show need `read`, submit `submit`, retry `retry`, a command the
 //! permission its type names. Submissions are scoped by the body's
 //! `item_type`, `forge` and `project`; an existing item by its type and the
-//! forge and project its type reports ([`wq_core::ItemType::scope`]). A
-//! caller without the permission anywhere is refused before the item is
-//! read.
+//! forge and project its type reports ([`wq_core::ItemType::scope`]); when
+//! a type whose items all have one reports none, only rules without a forge
+//! or project restriction grant it. A caller without the permission
+//! anywhere is refused before the item is read.
 
 use axum::Json;
 use axum::extract::State;
@@ -16,7 +17,7 @@ use wq_auth::{Permission, Scope};
 use wq_core::{FieldError, ItemId, Phase, Submission};
 use wq_store::{ItemListParams, StoreError};
 
-use crate::auth::{Caller, command_permission};
+use crate::auth::{Caller, command_permission, command_permissions};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::models::{DimensionBody, ItemBody, ItemDetail, ItemList, SubmitResponse};
@@ -125,20 +126,24 @@ fn not_found(id: ItemId) -> ApiError {
 }
 
 /// What an existing item touches, for authorization: its type and, when the
-/// type reports them, its forge and project.
+/// type reports them, its forge and project. An item of a type whose items
+/// all have a forge and project, but that reports none, is in an unknown
+/// place: only rules without a forge or project restriction grant it.
 struct ItemScope {
     item_type: String,
     place: Option<(String, String)>,
+    place_unknown: bool,
 }
 
 impl ItemScope {
     async fn of(state: &AppState, item_type: &str, id: ItemId) -> Result<Self, ApiError> {
-        let place = match state.types.get(item_type) {
-            Some(handler) => handler.scope(id).await?,
-            None => None,
+        let (place, scoped) = match state.types.get(item_type) {
+            Some(handler) => (handler.scope(id).await?, handler.scoped_by_project()),
+            None => (None, false),
         };
         Ok(Self {
             item_type: item_type.to_owned(),
+            place_unknown: scoped && place.is_none(),
             place,
         })
     }
@@ -148,6 +153,7 @@ impl ItemScope {
             item_type: Some(&self.item_type),
             forge: self.place.as_ref().map(|(forge, _)| forge.as_str()),
             project: self.place.as_ref().map(|(_, project)| project.as_str()),
+            place_unknown: self.place_unknown,
         }
     }
 }
@@ -189,21 +195,10 @@ pub async fn list(
     if !caller.principal().permits_everywhere(Permission::Read) {
         let mut visible = Vec::with_capacity(items.len());
         for item in items {
-            let scope = match state.types.get(&item.item_type) {
-                Some(item_type) => item_type.scope(item.id).await?,
-                None => None,
-            };
-            let (forge, project) = scope.unzip();
+            let scope = ItemScope::of(&state, &item.item_type, item.id).await?;
             let allowed = caller
                 .principal()
-                .authorize(
-                    Permission::Read,
-                    &Scope {
-                        item_type: Some(&item.item_type),
-                        forge: forge.as_deref(),
-                        project: project.as_deref(),
-                    },
-                )
+                .authorize(Permission::Read, &scope.scope())
                 .is_ok();
             if allowed {
                 visible.push(item);
@@ -267,8 +262,8 @@ pub async fn submit(
     caller.authorize(Permission::Submit, &Scope::ANY)?;
     let Some(object) = body.as_object() else {
         return Err(ApiError::invalid_fields(vec![FieldError::new(
-            "",
-            "the body must be a JSON object",
+            "body",
+            "must be a JSON object",
         )]));
     };
     if object.contains_key(CALLER_IDENTITY_FIELD) {
@@ -317,6 +312,7 @@ pub async fn submit(
             item_type: Some(&item_type),
             forge: text("forge"),
             project: text("project"),
+            place_unknown: false,
         },
     )?;
     let submitted = handler
@@ -352,13 +348,16 @@ pub async fn submit(
 
 /// `POST /api/v1/work-items/{id}/{command}`: a command the item's type
 /// offers (e.g. `retry-merge`), for callers granted the permission the
-/// command names on the item's scope.
+/// command names on the item's scope. A caller granted none of the
+/// permissions any command needs is refused before the item or the command
+/// is looked up.
 pub async fn command(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath((raw_id, command)): ApiPath<(String, String)>,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    caller.authorize_any(&command_permissions(&state.types), &Scope::ANY)?;
     let id = parse_id(&raw_id)?;
     let item = state
         .store

@@ -24,6 +24,9 @@ pub struct WebhookAck {
     pub reason: Option<String>,
 }
 
+/// The message of a 503 for a delivery that could not be stored.
+pub const UNSTORED_MESSAGE: &str = "the delivery could not be stored; deliver it again later";
+
 pub async fn receive(
     State(state): State<AppState>,
     ApiPath(source): ApiPath<String>,
@@ -63,10 +66,48 @@ pub async fn receive(
             };
             Ok((StatusCode::ACCEPTED, Json(ack)))
         }
-        Err(WebhookError::Unauthenticated(reason)) => {
+        Err(error) => Err(refusal(&source, error)),
+    }
+}
+
+/// The answer to a refused delivery. Why goes to the log only: an
+/// unavailable store's error text is not for the sender.
+fn refusal(source: &str, error: WebhookError) -> ApiError {
+    match error {
+        WebhookError::Unauthenticated(reason) => {
             tracing::warn!(%source, %reason, "webhook refused");
-            Err(ApiError::unauthenticated("webhook authentication failed"))
+            ApiError::unauthenticated("webhook authentication failed")
         }
-        Err(WebhookError::Unavailable(reason)) => Err(ApiError::unavailable(reason)),
+        WebhookError::Unavailable(reason) => {
+            tracing::error!(%source, %reason, "webhook not stored: {reason}");
+            ApiError::unavailable(UNSTORED_MESSAGE)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unstored_delivery_is_a_503_without_the_store_error() {
+        let error = refusal(
+            "gitlab",
+            WebhookError::Unavailable(
+                "store: database error: connection to 10.0.0.7 refused".into(),
+            ),
+        );
+        assert_eq!(error.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(error.message(), UNSTORED_MESSAGE);
+        let body = serde_json::to_string(&error.envelope()).unwrap();
+        assert!(!body.contains("10.0.0.7"), "{body}");
+        assert!(!body.contains("database"), "{body}");
+
+        let error = refusal(
+            "gitlab",
+            WebhookError::Unauthenticated("bad token for forge gitlab-internal".into()),
+        );
+        assert_eq!(error.status(), StatusCode::UNAUTHORIZED);
+        assert!(!error.message().contains("gitlab-internal"));
     }
 }

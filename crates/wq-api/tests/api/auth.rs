@@ -215,6 +215,51 @@ async fn a_reader_may_read_but_not_write() {
     app.stop().await;
 }
 
+/// A caller granted nothing learns nothing from a command route: existing
+/// and unknown items, known and unknown commands are all the same 403.
+async fn a_caller_granted_nothing_cannot_probe_items_or_commands(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let item = app.insert(PROBE_TYPE).await;
+    let stranger = app.tokens.stranger.clone();
+    let existing = item.id;
+    let unknown = wq_core::ItemId::new_v7();
+    let mut answers = Vec::new();
+    for (id, command) in [
+        (existing, PROBE_COMMAND),
+        (unknown, PROBE_COMMAND),
+        (existing, "no-such-command"),
+        (unknown, "no-such-command"),
+    ] {
+        let response = app
+            .request_as(
+                Method::POST,
+                &format!("/api/v1/work-items/{id}/{command}"),
+                &stranger,
+            )
+            .send()
+            .await
+            .unwrap();
+        let envelope = error_of(response, 403).await;
+        assert_eq!(envelope.error.code, "forbidden", "{id} {command}");
+        answers.push(serde_json::to_value(envelope).unwrap());
+    }
+    assert!(
+        answers.iter().all(|answer| *answer == answers[0]),
+        "every refusal is the same: {answers:?}"
+    );
+    assert_eq!(
+        answers[0],
+        json!({"error": {
+            "code": "forbidden",
+            "message": "forbidden: no rule of the caller grants retry for this request",
+            "field": null,
+        }})
+    );
+    assert_eq!(app.engine.in_flight(), 0);
+    app.stop().await;
+}
+on_both_backends!(a_caller_granted_nothing_cannot_probe_items_or_commands);
+
 async fn submissions_and_items_are_scoped_by_project(backend: Backend) {
     let app = spawn_app(backend).await;
     let team = app.tokens.team.clone();
@@ -311,6 +356,67 @@ async fn submissions_and_items_are_scoped_by_project(backend: Backend) {
     app.stop().await;
 }
 on_both_backends!(submissions_and_items_are_scoped_by_project);
+
+/// An item whose type reports no forge and project for it (here: inserted
+/// without one) is not in the team's projects: a rule restricted to
+/// projects neither lists, shows, retries nor commands it; unrestricted
+/// rules do.
+async fn an_item_in_an_unknown_project_is_only_for_unrestricted_rules(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let item = app.insert(PROBE_TYPE).await;
+    let item = app.set_phase(&item, Phase::Failed).await;
+    let team = app.tokens.team.clone();
+    let show = format!("/api/v1/work-items/{}", item.id);
+    let retry = format!("/api/v1/work-items/{}/retry", item.id);
+    let command = format!("/api/v1/work-items/{}/{PROBE_COMMAND}", item.id);
+    for (method, path) in [
+        (Method::GET, &show),
+        (Method::POST, &retry),
+        (Method::POST, &command),
+    ] {
+        let response = app
+            .request_as(method.clone(), path, &team)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            error_of(response, 403).await.error.code,
+            "forbidden",
+            "{method} {path}"
+        );
+    }
+    let list = app
+        .request_as(Method::GET, "/api/v1/work-items", &team)
+        .send()
+        .await
+        .unwrap();
+    let list: ItemList = json_of(list).await;
+    assert!(list.items.is_empty(), "not listed for the team: {list:?}");
+    let stored = app.store.item_get(item.id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.phase,
+        Phase::Failed,
+        "the refused retry changed nothing"
+    );
+
+    // A reader without a project restriction sees it; the admin retries it.
+    let shown = app
+        .request_as(Method::GET, &show, &app.tokens.reader)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(shown.status().as_u16(), 200);
+    let list = app
+        .request_as(Method::GET, "/api/v1/work-items", &app.tokens.reader)
+        .send()
+        .await
+        .unwrap();
+    let list: ItemList = json_of(list).await;
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(app.post(&retry).await.status().as_u16(), 200);
+    app.stop().await;
+}
+on_both_backends!(an_item_in_an_unknown_project_is_only_for_unrestricted_rules);
 
 async fn the_caller_identity_comes_from_the_credentials(backend: Backend) {
     let app = spawn_app(backend).await;

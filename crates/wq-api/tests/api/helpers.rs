@@ -31,6 +31,9 @@ use wq_store::{
 /// submissions (`forge` and `project` optional, other keys ignored), reports
 /// their forge and project as its items' scope, and offers `retry-merge`
 /// (permission `retry`), which answers with the caller identity it got.
+/// Its items belong to a project ([`ItemType::scoped_by_project`]): one
+/// inserted or submitted without a forge and project is in an unknown
+/// place, which only rules without a project restriction grant.
 pub const PROBE_TYPE: &str = "probe";
 /// The probe's command.
 pub const PROBE_COMMAND: &str = "retry-merge";
@@ -76,6 +79,10 @@ impl ItemType for Probe {
         Ok(self.places.lock().unwrap().get(&id).cloned())
     }
 
+    fn scoped_by_project(&self) -> bool {
+        true
+    }
+
     fn commands(&self) -> &'static [CommandSpec] {
         &[CommandSpec {
             name: PROBE_COMMAND,
@@ -97,6 +104,35 @@ impl ItemType for Probe {
         })
     }
 
+    fn actions(&self) -> &'static [&'static str] {
+        &["noop"]
+    }
+    fn decide(&self, _view: &ItemView) -> Option<Action> {
+        None
+    }
+    async fn execute(&self, _action: Action, _view: &ItemView) -> Result<ExecOutcome, ExecError> {
+        Ok(ExecOutcome::done())
+    }
+    async fn handle_event(
+        &self,
+        _view: &ItemView,
+        _event: &PendingEvent,
+    ) -> Result<EventResult, ExecError> {
+        Ok(EventResult::ignored())
+    }
+}
+
+/// A registered item type that takes no submissions and offers no
+/// commands: every default of [`ItemType`].
+pub const BARE_TYPE: &str = "bare";
+
+struct Bare;
+
+#[async_trait]
+impl ItemType for Bare {
+    fn name(&self) -> &'static str {
+        BARE_TYPE
+    }
     fn actions(&self) -> &'static [&'static str] {
         &["noop"]
     }
@@ -264,6 +300,7 @@ pub async fn spawn_app_with(backend: Backend, options: AppOptions) -> TestApp {
     };
     let registry = TypeRegistry::builder()
         .register(Arc::new(probe))
+        .register(Arc::new(Bare))
         .build()
         .expect("registry");
     let engine = ProcessingManager::new(

@@ -1,11 +1,12 @@
-//! `GET /api/v1/work-items` (filters, keyset pages) and
-//! `GET /api/v1/work-items/{id}` (dimensions, 404, 400).
+//! `GET /api/v1/work-items` (filters, keyset pages),
+//! `GET /api/v1/work-items/{id}` (dimensions, 404, 400), and submissions
+//! refused by shape or by type.
 
 use serde_json::{Value, json};
 use wq_api::models::{ItemBody, ItemDetail, ItemList};
 use wq_core::{DimensionStatus, DimensionUpdate, ItemId, Phase};
 
-use crate::helpers::{Backend, error_of, json_of, on_both_backends, spawn_app};
+use crate::helpers::{BARE_TYPE, Backend, error_of, json_of, on_both_backends, spawn_app};
 
 fn ids(list: &ItemList) -> Vec<ItemId> {
     list.items.iter().map(|item| item.id).collect()
@@ -217,3 +218,61 @@ async fn show_answers_404_and_400(backend: Backend) {
     app.stop().await;
 }
 on_both_backends!(show_answers_404_and_400);
+
+/// A type registered without submissions refuses the body's `item_type`:
+/// 422 naming the field, like an unknown type; nothing is stored.
+#[tokio::test]
+async fn a_type_that_takes_no_submissions_is_an_invalid_item_type() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let response = app
+        .client
+        .post(app.url("/api/v1/work-items"))
+        .json(&json!({"item_type": BARE_TYPE}))
+        .send()
+        .await
+        .unwrap();
+    assert!(!response.headers().contains_key("allow"));
+    let envelope = error_of(response, 422).await;
+    assert_eq!(
+        serde_json::to_value(envelope).unwrap(),
+        json!({"error": {
+            "code": "invalid_field",
+            "message": "item_type: item type \"bare\" takes no submissions",
+            "field": "item_type",
+            "errors": [{
+                "field": "item_type",
+                "message": "item type \"bare\" takes no submissions",
+            }],
+        }})
+    );
+    let list: ItemList = json_of(app.get("/api/v1/work-items").await).await;
+    assert!(list.items.is_empty(), "nothing stored: {list:?}");
+    app.stop().await;
+}
+
+/// A submission that is JSON but not an object names the body.
+#[tokio::test]
+async fn a_submission_that_is_not_an_object_names_the_body() {
+    let app = spawn_app(Backend::Sqlite).await;
+    for body in [json!([BARE_TYPE]), json!("probe"), json!(42), Value::Null] {
+        let response = app
+            .client
+            .post(app.url("/api/v1/work-items"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let envelope = error_of(response, 422).await;
+        assert_eq!(
+            serde_json::to_value(envelope).unwrap(),
+            json!({"error": {
+                "code": "invalid_field",
+                "message": "body: must be a JSON object",
+                "field": "body",
+                "errors": [{"field": "body", "message": "must be a JSON object"}],
+            }}),
+            "{body}"
+        );
+    }
+    app.stop().await;
+}

@@ -64,6 +64,7 @@ const TEAM_APP: Scope<'static> = Scope {
     item_type: Some("mr"),
     forge: Some("gitlab"),
     project: Some("team/app"),
+    ..Scope::ANY
 };
 
 #[tokio::test]
