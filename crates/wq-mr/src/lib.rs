@@ -6,7 +6,8 @@
 //! - [`ci_retry`]: failed CI jobs judged by the herder and retried (DDR-47).
 //! - [`dims`]: dimension names and the decider (DDR-45, DDR-48).
 //! - `exec`: the executors `ensure_mr`, `check_empty_diff`,
-//!   `post_dashboard_note`, `reconcile_mr` (DDR-15, DDR-43, DDR-46).
+//!   `post_dashboard_note`, `reconcile_mr` (DDR-15, DDR-43, DDR-46);
+//!   `retry_ci_jobs` is in [`ci_retry`].
 //! - [`merge`]: readiness gates, signature and the merge-attempt journal.
 //! - `events`: the event handler (DDR-33, DDR-37, DDR-38).
 //! - `queue_sync`: the batched merge queue read ([`MrType::sync_queues`]).
@@ -319,14 +320,12 @@ impl MrType {
         caller_identity: &str,
     ) -> Result<CommandReply, RequestError> {
         let request = ManualMerge::parse(body)?;
-        if request
-            .expected_head_sha
-            .as_deref()
-            .is_some_and(|sha| sha.is_empty() || !sha.bytes().all(|b| b.is_ascii_hexdigit()))
-        {
+        if request.expected_head_sha.as_deref().is_some_and(|sha| {
+            !matches!(sha.len(), 40 | 64) || !sha.bytes().all(|b| b.is_ascii_hexdigit())
+        }) {
             return Err(RequestError::Invalid(vec![FieldError::new(
                 "expected_head_sha",
-                "must be a commit SHA in hexadecimal",
+                "must be a full commit SHA (40 or 64 hexadecimal digits)",
             )]));
         }
         let details = self.active_details(id, "be merged").await?;

@@ -354,7 +354,7 @@ async fn webhook_lookups_see_active_items_only(backend: Backend) {
 /// `work_items` row. An upsert or a retry-merge authorization running
 /// meanwhile must wait for the advisory lock before it locks any row of
 /// the item; when they locked a row first, PostgreSQL broke the cycle with
-/// "deadlock detected" and the submission failed with 503.
+/// "deadlock detected" and the submission failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_writers_take_the_item_lock_before_its_rows() {
     let (store, mr) = setup(Backend::Postgres).await;

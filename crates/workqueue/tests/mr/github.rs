@@ -350,6 +350,12 @@ async fn the_manual_merge_answers_merged_or_queued_and_refusals_change_nothing(b
             .await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{reply}");
         assert!(reply.to_string().contains("merge_method"), "{reply}");
+        // An abbreviated SHA could name more than one commit.
+        let (status, reply) = h
+            .post(&path, Some(&json!({"expected_head_sha": "abc1234"})))
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{reply}");
+        assert!(reply.to_string().contains("expected_head_sha"), "{reply}");
         // Another head than the one named: the forge refuses, 409, with its
         // message; nothing stored changes.
         let (status, reply) = h
