@@ -202,6 +202,11 @@ impl ApiError {
         Self::new(StatusCode::CONFLICT, code::CONFLICT, message)
     }
 
+    /// 409 with a code of its own (e.g. `owned_by_another_caller`).
+    pub fn conflict_with(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, message)
+    }
+
     /// 413: the request body is larger than the configured limit.
     pub fn payload_too_large(limit_bytes: usize) -> Self {
         Self::new(
@@ -330,6 +335,7 @@ impl From<wq_core::RequestError> for ApiError {
             RequestError::Invalid(errors) => ApiError::invalid_fields(errors),
             RequestError::NotFound(message) => ApiError::not_found(message),
             RequestError::Conflict(message) => ApiError::conflict(message),
+            RequestError::Refused { code, message } => ApiError::conflict_with(code, message),
             RequestError::BadRequest(message) => ApiError::bad_request(message),
             RequestError::Upstream(message) => ApiError::upstream(message),
             RequestError::Unavailable(message) => ApiError::unavailable(message),

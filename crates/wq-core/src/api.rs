@@ -17,8 +17,17 @@ pub struct Submission {
     pub body: serde_json::Value,
     /// The authenticated identity recorded on the item.
     pub caller_identity: String,
+    /// True when the caller holds `admin` on the submission's scope: it may
+    /// update or retry a live item another caller submitted. Without it, a
+    /// type refuses that with [`RequestError::Refused`] and the code
+    /// [`OWNED_BY_ANOTHER_CALLER`].
+    pub caller_is_admin: bool,
     pub now: OffsetDateTime,
 }
+
+/// The error code of a refused update or retry of an item another caller
+/// owns (HTTP 409).
+pub const OWNED_BY_ANOTHER_CALLER: &str = "owned_by_another_caller";
 
 /// What a submission did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +76,10 @@ pub enum RequestError {
     /// 409: the item's state does not allow it now.
     #[error("{0}")]
     Conflict(String),
+    /// 409 with a machine-readable code of its own (e.g.
+    /// [`OWNED_BY_ANOTHER_CALLER`]).
+    #[error("{message}")]
+    Refused { code: &'static str, message: String },
     /// 400: the request is understood but cannot be carried out as asked.
     #[error("{0}")]
     BadRequest(String),

@@ -159,6 +159,15 @@ pub trait ItemType: Send + Sync + 'static {
         false
     }
 
+    /// Whether retrying this item (`POST .../retry`) needs `admin` on its
+    /// scope rather than `retry`: an item a person ended on purpose (the
+    /// `mr` type: cancelled because someone closed its merge request) is
+    /// not reopened by a caller who may only retry.
+    async fn retry_needs_admin(&self, item: &WorkItem) -> Result<bool, RequestError> {
+        let _ = item;
+        Ok(false)
+    }
+
     /// Commands the type offers on its items.
     fn commands(&self) -> &'static [CommandSpec] {
         &[]

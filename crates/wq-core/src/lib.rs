@@ -10,8 +10,8 @@ pub mod item;
 pub mod item_type;
 
 pub use api::{
-    CommandReply, CommandSpec, FieldError, Headers, RequestError, Submission, Submitted,
-    WebhookError, WebhookReceipt, WebhookReceiver,
+    CommandReply, CommandSpec, FieldError, Headers, OWNED_BY_ANOTHER_CALLER, RequestError,
+    Submission, Submitted, WebhookError, WebhookReceipt, WebhookReceiver,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use dimension::{Dimension, DimensionStatus, DimensionUpdate};

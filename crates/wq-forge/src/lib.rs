@@ -41,6 +41,22 @@ use async_trait::async_trait;
 pub trait Forge: Send + Sync + 'static {
     fn kind(&self) -> ForgeKind;
 
+    /// The forge user this client's token acts as (GitLab and GitHub
+    /// `GET /user`), read once and cached by the client: what workqueue
+    /// created is recognised by this author.
+    async fn current_user(&self) -> ForgeResult<ForgeUser>;
+
+    /// The project's path as the forge spells it (GitLab
+    /// `path_with_namespace`, GitHub `full_name`): `Team/Service` for a
+    /// caller's `team/service`. [`ForgeErrorKind::NotFound`] when the
+    /// project does not exist.
+    async fn project_path(&self, project: &str) -> ForgeResult<String>;
+
+    /// Whether the forge protects `branch`, whether or not it exists yet
+    /// (GitLab protected branches, wildcards included; GitHub branch
+    /// protection or a branch ruleset).
+    async fn branch_protected(&self, project: &str, branch: &str) -> ForgeResult<bool>;
+
     /// The head commit of `branch`, or `None` when it does not exist.
     async fn branch_head(&self, project: &str, branch: &str) -> ForgeResult<Option<String>>;
 

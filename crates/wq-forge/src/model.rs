@@ -231,6 +231,17 @@ pub struct ChangeRequest {
     pub merge_status: String,
     pub unresolved_threads: u32,
     pub queue: QueueObservation,
+    /// Who opened it (GitLab `author.username`, GitHub `user.login`), when
+    /// the forge said.
+    pub author: Option<String>,
+}
+
+/// The forge user a client's token acts as.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForgeUser {
+    pub id: u64,
+    /// GitLab `username`, GitHub `login`.
+    pub username: String,
 }
 
 /// How to merge.

@@ -161,6 +161,7 @@ mod tests {
             merge_status: "mergeable".into(),
             unresolved_threads: 0,
             queue: QueueObservation::Unobserved,
+            author: Some("workqueue-bot".into()),
         }
     }
 

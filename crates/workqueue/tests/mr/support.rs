@@ -566,6 +566,19 @@ impl Forge for Intercept {
     fn kind(&self) -> ForgeKind {
         self.inner.kind()
     }
+    async fn current_user(&self) -> wq_forge::ForgeResult<wq_forge::ForgeUser> {
+        self.inner.current_user().await
+    }
+    async fn project_path(&self, project: &str) -> wq_forge::ForgeResult<String> {
+        self.inner.project_path(project).await
+    }
+    async fn branch_protected(
+        &self,
+        project: &str,
+        branch: &str,
+    ) -> wq_forge::ForgeResult<bool> {
+        self.inner.branch_protected(project, branch).await
+    }
     async fn branch_head(
         &self,
         project: &str,

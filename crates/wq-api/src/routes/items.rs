@@ -306,19 +306,24 @@ pub async fn submit(
         )]));
     };
     let text = |key: &str| object.get(key).and_then(serde_json::Value::as_str);
-    let caller_identity = caller.authorize(
-        Permission::Submit,
-        &Scope {
-            item_type: Some(&item_type),
-            forge: text("forge"),
-            project: text("project"),
-            place_unknown: false,
-        },
-    )?;
+    let scope = Scope {
+        item_type: Some(&item_type),
+        forge: text("forge"),
+        project: text("project"),
+        place_unknown: false,
+    };
+    let caller_identity = caller.authorize(Permission::Submit, &scope)?;
+    // Admin on the same scope lets a caller update or retry an item that
+    // another caller submitted (the type checks the owner).
+    let caller_is_admin = caller
+        .principal()
+        .authorize(Permission::Admin, &scope)
+        .is_ok();
     let submitted = handler
         .submit(Submission {
             body,
             caller_identity,
+            caller_is_admin,
             now: state.clock.now(),
         })
         .await?;

@@ -562,6 +562,18 @@ impl Forge for GithubClient {
         ForgeKind::Github
     }
 
+    async fn current_user(&self) -> ForgeResult<crate::ForgeUser> {
+        Err(ForgeError::invalid("current_user: not implemented yet"))
+    }
+
+    async fn project_path(&self, _project: &str) -> ForgeResult<String> {
+        Err(ForgeError::invalid("project_path: not implemented yet"))
+    }
+
+    async fn branch_protected(&self, _project: &str, _branch: &str) -> ForgeResult<bool> {
+        Err(ForgeError::invalid("branch_protected: not implemented yet"))
+    }
+
     async fn branch_head(&self, project: &str, branch: &str) -> ForgeResult<Option<String>> {
         let repo = Repo::parse(project)?;
         Ok(self.branch(&repo, branch).await?.map(|commit| commit.sha))

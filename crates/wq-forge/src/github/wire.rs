@@ -134,6 +134,7 @@ impl PullRequest {
             merge_status: self.mergeable_state,
             unresolved_threads: 0,
             queue: QueueObservation::Unobserved,
+            author: None,
         }
     }
 }

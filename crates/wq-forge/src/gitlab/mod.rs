@@ -357,6 +357,18 @@ impl Forge for GitlabClient {
         ForgeKind::Gitlab
     }
 
+    async fn current_user(&self) -> ForgeResult<crate::ForgeUser> {
+        Err(ForgeError::invalid("current_user: not implemented yet"))
+    }
+
+    async fn project_path(&self, _project: &str) -> ForgeResult<String> {
+        Err(ForgeError::invalid("project_path: not implemented yet"))
+    }
+
+    async fn branch_protected(&self, _project: &str, _branch: &str) -> ForgeResult<bool> {
+        Err(ForgeError::invalid("branch_protected: not implemented yet"))
+    }
+
     /// 404 is `None` unless GitLab says the project is missing: a missing
     /// project must not read as "create the branch".
     async fn branch_head(&self, project: &str, branch: &str) -> ForgeResult<Option<String>> {

@@ -172,6 +172,7 @@ impl MergeRequest {
             merge_status,
             unresolved_threads: u32::from(unresolved),
             queue,
+            author: None,
         })
     }
 }
