@@ -309,6 +309,7 @@ async fn insert(store: &dyn Store, item_type: &str, dimensions: Vec<DimensionUpd
             item_type: item_type.to_owned(),
             idempotency_key: None,
             caller_identity: None,
+            place: None,
             now: OffsetDateTime::now_utc(),
             dimensions,
         })

@@ -58,6 +58,10 @@ pub struct NewItem {
     pub item_type: String,
     pub idempotency_key: Option<String>,
     pub caller_identity: Option<String>,
+    /// The `(forge, project)` the item belongs to, when its type has that
+    /// notion ([`wq_core::ItemType::scope`]): kept on the generic row so a
+    /// reader's scope can be applied in SQL.
+    pub place: Option<(String, String)>,
     pub now: OffsetDateTime,
     /// Dimension rows written with the item, in the same transaction.
     pub dimensions: Vec<DimensionUpdate>,

@@ -172,6 +172,7 @@ fn new_item(item_type: &str, key: Option<&str>, now: OffsetDateTime) -> NewItem 
         item_type: item_type.to_owned(),
         idempotency_key: key.map(str::to_owned),
         caller_identity: Some("tester".to_owned()),
+        place: None,
         now,
         dimensions: Vec::new(),
     }

@@ -25,6 +25,7 @@ async fn a_claim_racing_a_commit_never_returns_dimensions_from_before_it() {
             item_type: "t".into(),
             idempotency_key: None,
             caller_identity: None,
+            place: None,
             now,
             dimensions: vec![DimensionUpdate::new("needs_step", true)],
         })

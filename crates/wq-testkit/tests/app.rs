@@ -25,6 +25,7 @@ async fn failed_item_is_visible_and_retry_recovers_it(backend: Backend) {
             item_type: CHAIN.to_owned(),
             idempotency_key: Some(format!("chain:{id}")),
             caller_identity: Some("tester".to_owned()),
+            place: None,
             now: clock.now(),
             dimensions: Vec::new(),
         })

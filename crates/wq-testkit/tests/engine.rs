@@ -43,6 +43,7 @@ async fn insert_chain(store: &Arc<dyn Store>, clock: &dyn Clock) -> ItemId {
             item_type: CHAIN.to_owned(),
             idempotency_key: None,
             caller_identity: Some("test".to_owned()),
+            place: None,
             now: clock.now(),
             dimensions: Vec::new(),
         })

@@ -572,11 +572,7 @@ impl Forge for Intercept {
     async fn project_path(&self, project: &str) -> wq_forge::ForgeResult<String> {
         self.inner.project_path(project).await
     }
-    async fn branch_protected(
-        &self,
-        project: &str,
-        branch: &str,
-    ) -> wq_forge::ForgeResult<bool> {
+    async fn branch_protected(&self, project: &str, branch: &str) -> wq_forge::ForgeResult<bool> {
         self.inner.branch_protected(project, branch).await
     }
     async fn branch_head(

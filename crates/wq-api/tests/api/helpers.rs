@@ -59,6 +59,7 @@ impl ItemType for Probe {
                 item_type: PROBE_TYPE.to_owned(),
                 idempotency_key: None,
                 caller_identity: Some(submission.caller_identity.clone()),
+                place: None,
                 now: submission.now,
                 dimensions: Vec::new(),
             })
@@ -426,6 +427,7 @@ impl TestApp {
                 item_type: item_type.to_owned(),
                 idempotency_key: None,
                 caller_identity: Some("tester".to_owned()),
+                place: None,
                 now: self.clock.now(),
                 dimensions,
             })

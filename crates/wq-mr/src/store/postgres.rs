@@ -94,6 +94,7 @@ pub(super) async fn upsert(store: &PgStore, input: &UpsertInput<'_>) -> StoreRes
                 item_type: crate::TYPE_NAME.to_owned(),
                 idempotency_key: Some(idempotency_key(spec, generation)),
                 caller_identity: Some(input.caller_identity.to_owned()),
+                place: Some((spec.forge.clone(), spec.project.clone())),
                 now,
                 dimensions: Vec::new(),
             },

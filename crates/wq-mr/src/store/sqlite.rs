@@ -91,6 +91,7 @@ async fn upsert_on(conn: &mut SqliteConnection, input: &OwnedInput) -> StoreResu
                 item_type: crate::TYPE_NAME.to_owned(),
                 idempotency_key: Some(idempotency_key(spec, generation)),
                 caller_identity: Some(input.caller_identity.clone()),
+                place: Some((spec.forge.clone(), spec.project.clone())),
                 now,
                 dimensions: Vec::new(),
             },
