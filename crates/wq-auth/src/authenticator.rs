@@ -1,7 +1,8 @@
 //! The [`Authenticator`]: turns an `Authorization: Bearer` header into a
 //! [`Principal`] (DDR-24). The token's form picks the check:
 //!
-//! - `sha256~...`: an OpenShift token, checked with `users/~`;
+//! - `sha256~...`: an OpenShift token, checked with `users/~` (see the
+//!   `openshift` module for its caches and the cap on look-ups);
 //! - three dot-separated parts: a JWT from a trusted issuer;
 //! - anything else: a static API token.
 //!
@@ -158,9 +159,14 @@ impl Authenticator {
         self.authenticate_token(token).await
     }
 
-    /// Authenticates a bare bearer token.
+    /// Authenticates a bare bearer token. One that is empty, longer than
+    /// [`MAX_TOKEN_BYTES`] or holds anything but visible ASCII (no space,
+    /// control or non-ASCII character; RFC 6750 tokens are narrower still)
+    /// is refused before any look-up.
     pub async fn authenticate_token(&self, token: &str) -> Result<Principal, AuthFailure> {
-        if token.is_empty() || token.len() > MAX_TOKEN_BYTES || token.contains(char::is_whitespace)
+        if token.is_empty()
+            || token.len() > MAX_TOKEN_BYTES
+            || !token.bytes().all(|byte| byte.is_ascii_graphic())
         {
             return Err(AuthFailure::NotBearer);
         }

@@ -15,6 +15,9 @@
 //!   openshift:
 //!     api_url: https://api.cluster.example:6443
 //!     cache_ttl_seconds: 300
+//!     refusal_cache_ttl_seconds: 10
+//!     max_concurrent_lookups: 16
+//!     lookup_wait_milliseconds: 1000
 //!   oauth_proxy:
 //!     enabled: false
 //!   static_tokens:
@@ -37,7 +40,25 @@
 //!       permissions: [submit, merge]
 //!       item_types: [mr]
 //!       forges: [gitlab]
+//!     - name: cluster
+//!       issuer: k8s
+//!       claims:
+//!         aud: workqueue
+//!         sub: system:serviceaccount:ci:runner
+//!       permissions: [submit]
 //! ```
+//!
+//! Issuer rules: a token must carry every claim listed, with one of the
+//! values given. `aud` is always required, and so is a claim binding the
+//! token to whom it was issued ([`SUBJECT_CLAIMS`]: `sub`, GitLab's
+//! `project_path`/`project_id`/`namespace_path`/`namespace_id`/
+//! `user_login`/`user_id`, GitHub's `repository`/`repository_id`/
+//! `repository_owner`/`repository_owner_id`/`workflow_ref`), unless the rule
+//! says `allow_any_subject: true`: GitLab CI, GitHub Actions and Kubernetes
+//! let whoever runs a job or pod pick the `aud` of its token, so a rule on
+//! `aud` alone would trust every project of the issuer. Values compare
+//! exactly (see [`RuleConfig::claims`]); `claims_case_insensitive: true`
+//! folds case for one rule.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -64,11 +85,59 @@ pub const DEFAULT_JWKS_MAX_AGE_SECONDS: u64 = 3600;
 pub const DEFAULT_REQUEST_TIMEOUT_SECONDS: u64 = 10;
 /// How long an OpenShift token's user and groups are reused (DDR-24).
 pub const DEFAULT_OPENSHIFT_CACHE_TTL_SECONDS: u64 = 300;
+/// How long a token the OpenShift API refused (401/403) is refused without
+/// asking again.
+pub const DEFAULT_OPENSHIFT_REFUSAL_CACHE_TTL_SECONDS: u64 = 10;
+/// OpenShift `users/~` look-ups in flight at once.
+pub const DEFAULT_OPENSHIFT_MAX_CONCURRENT_LOOKUPS: usize = 16;
+/// How long a look-up waits for a free slot before the caller is told the
+/// API is unavailable.
+pub const DEFAULT_OPENSHIFT_LOOKUP_WAIT_MILLISECONDS: u64 = 1000;
 /// The `issuer:` shorthand for the cluster's own service-account issuer
 /// (DDR-11, DDR-26).
 pub const K8S_ISSUER: &str = "k8s";
 /// The claim every issuer rule must constrain (DDR-22).
 pub const AUDIENCE_CLAIM: &str = "aud";
+/// Claims that bind a token to whom it was issued: an issuer rule must
+/// constrain one of them (or say `allow_any_subject: true`), since the
+/// issuers this service trusts (GitLab CI, GitHub Actions, Kubernetes)
+/// let the token's holder choose its `aud`.
+///
+/// - `sub`: every issuer. GitLab CI:
+///   `project_path:{group}/{project}:ref_type:{type}:ref:{ref}`; GitHub
+///   Actions: `repo:{owner}/{repo}:...`; Kubernetes (and the `k8s`
+///   shorthand): `system:serviceaccount:{namespace}:{name}`, the only
+///   top-level claim naming the service account (the `kubernetes.io`
+///   claim is an object, which rules cannot name).
+/// - GitLab CI ID tokens: `project_path`, `project_id` (the project),
+///   `namespace_path`, `namespace_id` (every project of that group or
+///   user), `user_login`, `user_id` (pipelines that user started).
+/// - GitHub Actions: `repository`, `repository_id` (the repository),
+///   `repository_owner`, `repository_owner_id` (every repository of that
+///   account), `workflow_ref` (`{owner}/{repo}/.github/workflows/{file}@{ref}`:
+///   the calling repository's workflow).
+///
+/// Deliberately not: `job_workflow_ref` and GitLab's `ci_config_ref_uri`
+/// name the workflow or CI file that ran, which any repository allowed to
+/// call or include it (for a public one, any repository at all) can run;
+/// GitHub's `actor` is whoever triggered the run, which includes a comment
+/// or pull request on someone else's repository; `environment`, `ref`,
+/// `ref_protected`, `aud` exist in every project. Combine those with one
+/// of the above.
+pub const SUBJECT_CLAIMS: &[&str] = &[
+    "sub",
+    "project_path",
+    "project_id",
+    "namespace_path",
+    "namespace_id",
+    "user_login",
+    "user_id",
+    "repository",
+    "repository_id",
+    "repository_owner",
+    "repository_owner_id",
+    "workflow_ref",
+];
 
 /// `auth:`
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
@@ -127,6 +196,22 @@ pub struct OpenShiftConfig {
     /// (default [`DEFAULT_OPENSHIFT_CACHE_TTL_SECONDS`]).
     #[serde(default = "default_openshift_cache_ttl_seconds")]
     pub cache_ttl_seconds: u64,
+    /// How long a token the API refused (401 or 403) is refused again
+    /// without a request, 0 (not at all) to 300 (default
+    /// [`DEFAULT_OPENSHIFT_REFUSAL_CACHE_TTL_SECONDS`]). A refreshed
+    /// OpenShift token is a new token, so this never delays a login.
+    #[serde(default = "default_openshift_refusal_cache_ttl_seconds")]
+    pub refusal_cache_ttl_seconds: u64,
+    /// Look-ups in flight at once, 1 to 1024 (default
+    /// [`DEFAULT_OPENSHIFT_MAX_CONCURRENT_LOOKUPS`]); concurrent requests
+    /// with the same token share one.
+    #[serde(default = "default_openshift_max_concurrent_lookups")]
+    pub max_concurrent_lookups: usize,
+    /// How long a look-up waits for one of those slots before the request
+    /// is answered as if the API were unavailable, 0 to 10000 (default
+    /// [`DEFAULT_OPENSHIFT_LOOKUP_WAIT_MILLISECONDS`]).
+    #[serde(default = "default_openshift_lookup_wait_milliseconds")]
+    pub lookup_wait_milliseconds: u64,
     /// PEM file of the CA that signed the API's certificate, when it is not
     /// a public one (in a pod: the service account's `ca.crt`).
     #[serde(default)]
@@ -135,6 +220,18 @@ pub struct OpenShiftConfig {
 
 fn default_openshift_cache_ttl_seconds() -> u64 {
     DEFAULT_OPENSHIFT_CACHE_TTL_SECONDS
+}
+
+fn default_openshift_refusal_cache_ttl_seconds() -> u64 {
+    DEFAULT_OPENSHIFT_REFUSAL_CACHE_TTL_SECONDS
+}
+
+fn default_openshift_max_concurrent_lookups() -> usize {
+    DEFAULT_OPENSHIFT_MAX_CONCURRENT_LOOKUPS
+}
+
+fn default_openshift_lookup_wait_milliseconds() -> u64 {
+    DEFAULT_OPENSHIFT_LOOKUP_WAIT_MILLISECONDS
 }
 
 /// `auth.oauth_proxy:`
@@ -191,12 +288,28 @@ pub struct RuleConfig {
     #[serde(default)]
     pub issuer: Option<String>,
     /// Claims a JWT must carry, all of them; a list accepts any of its
-    /// values. Values compare as lowercase strings (`project_id: 42`
-    /// matches `"42"`, `ref_protected: true` matches `"true"`); quote what
-    /// YAML would read as a number but is not (`ref: "1.10"`). `aud` is
-    /// required.
+    /// values. `aud` is required, and so is one of [`SUBJECT_CLAIMS`]
+    /// unless `allow_any_subject` is set. Values compare exactly, by their
+    /// text: strings as written (`ref: main` does not match `"MAIN"`), a
+    /// number as its decimal text (`project_id: 42` matches `42` and
+    /// GitLab's `"42"`, not `"042"`), a boolean as `true`/`false`
+    /// (`ref_protected: true` matches `true` and GitLab's `"true"`, not
+    /// `"TRUE"`). Quote what YAML would read as a number but is not
+    /// (`ref: "1.10"`). Only top-level claims can be named.
     #[serde(default)]
     pub claims: Option<BTreeMap<String, serde_json::Value>>,
+    /// Accept tokens of this issuer whatever subject they name: no claim of
+    /// [`SUBJECT_CLAIMS`] is required (default false). Only for an issuer
+    /// whose every token-holder is trusted with the rule's permissions;
+    /// GitLab CI, GitHub Actions and Kubernetes let anyone who can run a
+    /// job or pod choose the `aud` of their token.
+    #[serde(default)]
+    pub allow_any_subject: bool,
+    /// Compare claim values ignoring case (both sides lowercased), e.g.
+    /// for GitLab paths, which GitLab itself resolves ignoring case
+    /// (default false: exact).
+    #[serde(default)]
+    pub claims_case_insensitive: bool,
     /// Any of `read`, `submit`, `retry`, `merge`, `admin` (admin implies the
     /// others).
     pub permissions: Vec<String>,
@@ -248,6 +361,9 @@ pub(crate) struct JwtSettings {
 pub(crate) struct OpenShiftSettings {
     pub(crate) api_url: Url,
     pub(crate) cache_ttl: Duration,
+    pub(crate) refusal_cache_ttl: Duration,
+    pub(crate) max_concurrent_lookups: usize,
+    pub(crate) lookup_wait: Duration,
     pub(crate) ca_file: Option<PathBuf>,
     pub(crate) request_timeout: Duration,
 }
@@ -377,6 +493,27 @@ impl OpenShiftConfig {
             1,
             3600,
         );
+        check_between(
+            problems,
+            "auth.openshift.refusal_cache_ttl_seconds",
+            self.refusal_cache_ttl_seconds,
+            0,
+            300,
+        );
+        check_between(
+            problems,
+            "auth.openshift.max_concurrent_lookups",
+            u64::try_from(self.max_concurrent_lookups).unwrap_or(u64::MAX),
+            1,
+            1024,
+        );
+        check_between(
+            problems,
+            "auth.openshift.lookup_wait_milliseconds",
+            self.lookup_wait_milliseconds,
+            0,
+            10_000,
+        );
         let api_url = match checked_url(&self.api_url) {
             Ok(url) => url,
             Err(message) => {
@@ -387,6 +524,9 @@ impl OpenShiftConfig {
         Some(OpenShiftSettings {
             api_url,
             cache_ttl: Duration::from_secs(self.cache_ttl_seconds),
+            refusal_cache_ttl: Duration::from_secs(self.refusal_cache_ttl_seconds),
+            max_concurrent_lookups: self.max_concurrent_lookups,
+            lookup_wait: Duration::from_millis(self.lookup_wait_milliseconds),
             ca_file: self.ca_file.clone(),
             request_timeout,
         })
@@ -505,6 +645,17 @@ impl RuleConfig {
                 None
             }
             (Some(groups), None, None) => {
+                for (key, set) in [
+                    ("allow_any_subject", self.allow_any_subject),
+                    ("claims_case_insensitive", self.claims_case_insensitive),
+                ] {
+                    if set {
+                        problems.add(
+                            field,
+                            format_args!("{key}: only applies to an issuer rule's claims"),
+                        );
+                    }
+                }
                 if groups.is_empty() {
                     problems.add(field, "groups: must name at least one group");
                     return None;
@@ -551,17 +702,33 @@ impl RuleConfig {
         claims: Option<&BTreeMap<String, serde_json::Value>>,
         problems: &mut Problems,
     ) -> Option<Vec<ClaimCondition>> {
-        let Some(claims) = claims.filter(|claims| claims.contains_key(AUDIENCE_CLAIM)) else {
+        let empty = BTreeMap::new();
+        let given = claims.unwrap_or(&empty);
+        let mut valid = true;
+        if !given.contains_key(AUDIENCE_CLAIM) {
             problems.add(
                 field,
                 "claims: an issuer rule must require `aud`, so tokens minted for other services are not accepted",
             );
-            return None;
-        };
+            valid = false;
+        }
+        if !self.allow_any_subject
+            && !given
+                .keys()
+                .any(|claim| SUBJECT_CLAIMS.contains(&claim.as_str()))
+        {
+            problems.add(
+                field,
+                format_args!(
+                    "claims: an issuer rule must require a claim naming whose tokens it accepts, one of {} (e.g. `project_path: team/app`, `repository: team/app`, `sub: system:serviceaccount:ci:runner`), or say `allow_any_subject: true`; whoever requests a token chooses its `aud`, so without one the rule trusts every project of this issuer",
+                    SUBJECT_CLAIMS.join(", ")
+                ),
+            );
+            valid = false;
+        }
         let mut conditions = Vec::new();
-        let mut valid = true;
-        for (claim, value) in claims {
-            match ClaimCondition::new(claim, value) {
+        for (claim, value) in given {
+            match ClaimCondition::new(claim, value, self.claims_case_insensitive) {
                 Ok(condition) => conditions.push(condition),
                 Err(message) => {
                     problems.add(field, format_args!("claims.{claim}: {message}"));

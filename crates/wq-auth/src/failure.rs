@@ -49,6 +49,8 @@ pub enum AuthFailure {
     AudienceNotAccepted { issuer: String, audience: String },
     #[error("issuer {issuer} cannot be used: {reason}")]
     IssuerUnavailable { issuer: String, reason: String },
+    #[error("the OpenShift token is not `sha256~` followed by base64url")]
+    MalformedOpenShiftToken,
     #[error("an OpenShift token was presented but auth.openshift is not configured")]
     OpenShiftNotConfigured,
     #[error("OpenShift refused the token (HTTP {status})")]

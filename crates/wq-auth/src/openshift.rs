@@ -1,8 +1,23 @@
 //! Opaque OpenShift tokens (`sha256~...`, DDR-24): the token authenticates
-//! itself by reading `users/~` from the OpenShift API. The user name and
-//! groups are cached for `cache_ttl` under the token's SHA-256 (never the
-//! token); failures are not cached (DDR-27), so an expired token that was
-//! refreshed works at once.
+//! itself by reading `users/~` from the OpenShift API.
+//!
+//! - The user name and groups are cached for `cache_ttl` under the token's
+//!   SHA-256 (never the token).
+//! - A refusal (401 or 403) is cached the same way for `refusal_cache_ttl`
+//!   (a few seconds), so a caller repeating an unknown token costs one
+//!   request per interval. A refreshed OpenShift token is a new token, so
+//!   this never delays a login. An unreachable or failing API is not cached
+//!   (DDR-27).
+//! - Concurrent requests with the same token share one look-up.
+//! - At most `max_concurrent_lookups` look-ups are in flight; one that
+//!   cannot start within `lookup_wait` is answered "unavailable" rather
+//!   than queued without bound.
+//! - A token whose part after `sha256~` is empty or not base64url (what the
+//!   OpenShift OAuth server issues) is refused without a request.
+//!
+//! Both caches together hold at most [`CACHE_MAX_ENTRIES`] tokens: when
+//! full, expired entries go, then the refusals; if it is still full, the
+//! answer is not cached.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,6 +25,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use time::OffsetDateTime;
+use tokio::sync::{OnceCell, Semaphore};
 use url::Url;
 use wq_core::Clock;
 
@@ -21,8 +37,8 @@ use crate::static_tokens::token_hash;
 pub const OPENSHIFT_TOKEN_PREFIX: &str = "sha256~";
 /// Path of the caller's own user object under the API URL.
 const USERS_SELF_PATH: &str = "/apis/user.openshift.io/v1/users/~";
-/// Entries past which expired ones are dropped on insert.
-const CACHE_PRUNE_THRESHOLD: usize = 10_000;
+/// Most tokens whose answer (user or refusal) is remembered.
+pub(crate) const CACHE_MAX_ENTRIES: usize = 10_000;
 
 /// The user an OpenShift token belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,17 +47,26 @@ pub(crate) struct OpenShiftUser {
     pub(crate) groups: Vec<String>,
 }
 
+type Answer = Result<OpenShiftUser, AuthFailure>;
+
 pub(crate) struct OpenShiftUsers {
     client: reqwest::Client,
     user_url: Url,
     cache_ttl: Duration,
+    refusal_cache_ttl: Duration,
     request_timeout: Duration,
+    lookup_wait: Duration,
     clock: Arc<dyn Clock>,
-    cache: Mutex<HashMap<[u8; 32], CachedUser>>,
+    cache: Mutex<HashMap<[u8; 32], CachedAnswer>>,
+    /// Look-ups under way, by token hash: later callers with the same token
+    /// wait for the first one's answer.
+    in_flight: Mutex<HashMap<[u8; 32], Arc<OnceCell<Answer>>>>,
+    lookups: Semaphore,
 }
 
-struct CachedUser {
-    user: OpenShiftUser,
+struct CachedAnswer {
+    /// A user, or [`AuthFailure::OpenShiftRejected`].
+    answer: Answer,
     expires_at: OffsetDateTime,
 }
 
@@ -55,6 +80,41 @@ struct UserObject {
 #[derive(Deserialize)]
 struct UserMetadata {
     name: String,
+}
+
+/// Whether `token` has the form the OpenShift OAuth server issues:
+/// `sha256~` and then base64url without padding.
+pub(crate) fn is_well_formed(token: &str) -> bool {
+    token
+        .strip_prefix(OPENSHIFT_TOKEN_PREFIX)
+        .is_some_and(|rest| {
+            !rest.is_empty()
+                && rest
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_')
+        })
+}
+
+/// Removes a look-up from `in_flight` when its last waiter is done (or
+/// gone), so a cancelled look-up leaves nothing behind.
+struct InFlight<'a> {
+    users: &'a OpenShiftUsers,
+    key: [u8; 32],
+    cell: Arc<OnceCell<Answer>>,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut in_flight = self.users.in_flight.lock().expect("in-flight lock poisoned");
+        // The map's reference and this one: no other waiter is left.
+        if in_flight
+            .get(&self.key)
+            .is_some_and(|cell| Arc::ptr_eq(cell, &self.cell))
+            && Arc::strong_count(&self.cell) <= 2
+        {
+            in_flight.remove(&self.key);
+        }
+    }
 }
 
 impl OpenShiftUsers {
@@ -97,39 +157,109 @@ impl OpenShiftUsers {
             client,
             user_url,
             cache_ttl: settings.cache_ttl,
+            refusal_cache_ttl: settings.refusal_cache_ttl,
             request_timeout: settings.request_timeout,
+            lookup_wait: settings.lookup_wait,
             clock,
             cache: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(HashMap::new()),
+            lookups: Semaphore::new(settings.max_concurrent_lookups),
         })
     }
 
-    /// The token's user, from the cache or from `users/~`.
-    pub(crate) async fn user(&self, token: &str) -> Result<OpenShiftUser, AuthFailure> {
+    /// The token's user: from the cache, from a look-up under way for the
+    /// same token, or from `users/~`.
+    pub(crate) async fn user(&self, token: &str) -> Answer {
+        if !is_well_formed(token) {
+            return Err(AuthFailure::MalformedOpenShiftToken);
+        }
         let key = token_hash(token);
+        if let Some(answer) = self.cached(&key) {
+            return answer;
+        }
+        let cell = self
+            .in_flight
+            .lock()
+            .expect("in-flight lock poisoned")
+            .entry(key)
+            .or_default()
+            .clone();
+        let in_flight = InFlight {
+            users: self,
+            key,
+            cell,
+        };
+        in_flight
+            .cell
+            .get_or_init(|| self.look_up(token, key))
+            .await
+            .clone()
+    }
+
+    /// The cached answer for the token hash `key`, unless expired.
+    fn cached(&self, key: &[u8; 32]) -> Option<Answer> {
         let now = self.clock.now();
-        if let Some(cached) = self
-            .cache
+        self.cache
             .lock()
             .expect("user cache lock poisoned")
-            .get(&key)
-            && cached.expires_at > now
-        {
-            return Ok(cached.user.clone());
-        }
+            .get(key)
+            .filter(|cached| cached.expires_at > now)
+            .map(|cached| cached.answer.clone())
+    }
 
-        let user = self.fetch(token).await?;
+    /// Asks `users/~` once a slot is free, and caches a user or a refusal.
+    async fn look_up(&self, token: &str, key: [u8; 32]) -> Answer {
+        // A look-up that finished since this caller's cache check.
+        if let Some(answer) = self.cached(&key) {
+            return answer;
+        }
+        let permit = match self.lookups.try_acquire() {
+            Ok(permit) => Some(permit),
+            Err(_) if self.lookup_wait.is_zero() => None,
+            Err(_) => tokio::time::timeout(self.lookup_wait, self.lookups.acquire())
+                .await
+                .ok()
+                .and_then(Result::ok),
+        };
+        let Some(_permit) = permit else {
+            return Err(AuthFailure::OpenShiftUnavailable(format!(
+                "no free look-up slot within {} ms (auth.openshift.max_concurrent_lookups are busy)",
+                self.lookup_wait.as_millis()
+            )));
+        };
+        let answer = self.fetch(token).await;
+        let ttl = match &answer {
+            Ok(_) => Some(self.cache_ttl),
+            Err(AuthFailure::OpenShiftRejected { .. }) if !self.refusal_cache_ttl.is_zero() => {
+                Some(self.refusal_cache_ttl)
+            }
+            Err(_) => None,
+        };
+        if let Some(ttl) = ttl {
+            self.remember(key, answer.clone(), ttl);
+        }
+        answer
+    }
+
+    fn remember(&self, key: [u8; 32], answer: Answer, ttl: Duration) {
+        let now = self.clock.now();
         let mut cache = self.cache.lock().expect("user cache lock poisoned");
-        if cache.len() >= CACHE_PRUNE_THRESHOLD {
+        if cache.len() >= CACHE_MAX_ENTRIES && !cache.contains_key(&key) {
             cache.retain(|_, cached| cached.expires_at > now);
+            if cache.len() >= CACHE_MAX_ENTRIES {
+                cache.retain(|_, cached| cached.answer.is_ok());
+            }
+            if cache.len() >= CACHE_MAX_ENTRIES {
+                return;
+            }
         }
         cache.insert(
             key,
-            CachedUser {
-                user: user.clone(),
-                expires_at: now + self.cache_ttl,
+            CachedAnswer {
+                answer,
+                expires_at: now + ttl,
             },
         );
-        Ok(user)
     }
 
     async fn fetch(&self, token: &str) -> Result<OpenShiftUser, AuthFailure> {

@@ -233,15 +233,31 @@ pub(crate) enum IssuerRef {
     KubernetesInCluster,
 }
 
-/// One `claims:` entry: the claim must have one of `accepted` (lowercase).
+/// One `claims:` entry: the claim must have one of `accepted`, compared as
+/// the scalars' text (see [`claim_text`]), exactly unless the rule folds
+/// case.
 #[derive(Debug)]
 pub(crate) struct ClaimCondition {
     pub(crate) claim: String,
+    /// The accepted values' text; lowercase when `case_insensitive`.
     pub(crate) accepted: Vec<String>,
+    /// `claims_case_insensitive: true`: both sides are lowercased.
+    pub(crate) case_insensitive: bool,
 }
 
 impl ClaimCondition {
-    pub(crate) fn new(claim: &str, value: &Value) -> Result<ClaimCondition, String> {
+    pub(crate) fn new(
+        claim: &str,
+        value: &Value,
+        case_insensitive: bool,
+    ) -> Result<ClaimCondition, String> {
+        let fold = |text: String| {
+            if case_insensitive {
+                text.to_lowercase()
+            } else {
+                text
+            }
+        };
         let accepted =
             match value {
                 Value::Array(values) if values.is_empty() => {
@@ -250,18 +266,19 @@ impl ClaimCondition {
                 Value::Array(values) => values
                     .iter()
                     .map(|value| {
-                        normalized(value).ok_or_else(|| {
+                        claim_text(value).map(fold).ok_or_else(|| {
                             "a list may only hold strings, numbers and booleans".to_owned()
                         })
                     })
                     .collect::<Result<Vec<_>, _>>()?,
-                value => vec![normalized(value).ok_or_else(|| {
+                value => vec![claim_text(value).map(fold).ok_or_else(|| {
                     "must be a string, number, boolean or a list of them".to_owned()
                 })?],
             };
         Ok(ClaimCondition {
             claim: claim.to_owned(),
             accepted,
+            case_insensitive,
         })
     }
 
@@ -276,15 +293,26 @@ impl ClaimCondition {
     }
 
     pub(crate) fn accepts(&self, value: &Value) -> bool {
-        normalized(value).is_some_and(|value| self.accepted.contains(&value))
+        let Some(text) = claim_text(value) else {
+            return false;
+        };
+        if self.case_insensitive {
+            self.accepted.contains(&text.to_lowercase())
+        } else {
+            self.accepted.contains(&text)
+        }
     }
 }
 
-/// The lowercase string form of a scalar (DDR-21): `42` → "42",
-/// `true` → "true", `"Main"` → "main".
-fn normalized(value: &Value) -> Option<String> {
+/// The text a scalar claim value is compared by, unchanged: a string as
+/// it is (`"Main"` stays "Main"), a number as JSON writes it (`42` → "42",
+/// so a rule's `project_id: 42` matches GitLab's string `"42"`, but not
+/// `"042"` or `42.0`), a boolean as `true`/`false` (so `ref_protected:
+/// true` matches GitLab's string `"true"`, not `"TRUE"`). Null, lists and
+/// objects have none and never match.
+pub(crate) fn claim_text(value: &Value) -> Option<String> {
     match value {
-        Value::String(text) => Some(text.to_lowercase()),
+        Value::String(text) => Some(text.clone()),
         Value::Number(number) => Some(number.to_string()),
         Value::Bool(flag) => Some(flag.to_string()),
         Value::Null | Value::Array(_) | Value::Object(_) => None,
@@ -401,30 +429,57 @@ mod tests {
     }
 
     #[test]
-    fn claims_compare_as_lowercase_strings() {
-        let claims = json!({"project_id": 42, "ref_protected": true, "ref": "Main", "aud": ["a", "workqueue"]});
+    fn claims_compare_exactly_as_text() {
+        let claims = json!({"project_id": 42, "namespace_id": "7", "ref_protected": true,
+            "protected_text": "true", "ref": "Main", "aud": ["a", "workqueue"]});
         let claims = claims.as_object().unwrap();
-        let condition = |name: &str, value: Value| ClaimCondition::new(name, &value).unwrap();
+        let condition =
+            |name: &str, value: Value| ClaimCondition::new(name, &value, false).unwrap();
+        // Numbers and their decimal text are the same value, nothing else is.
         assert!(condition("project_id", json!("42")).matches(claims));
         assert!(condition("project_id", json!(42)).matches(claims));
         assert!(!condition("project_id", json!(43)).matches(claims));
+        assert!(!condition("project_id", json!("042")).matches(claims));
+        assert!(!condition("project_id", json!(42.0)).matches(claims));
+        assert!(condition("namespace_id", json!(7)).matches(claims));
+        // Booleans and their text `true`/`false`, in that case only.
+        assert!(condition("ref_protected", json!(true)).matches(claims));
         assert!(condition("ref_protected", json!("true")).matches(claims));
-        assert!(condition("ref_protected", json!("TRUE")).matches(claims));
+        assert!(!condition("ref_protected", json!("TRUE")).matches(claims));
         assert!(!condition("ref_protected", json!(false)).matches(claims));
-        assert!(condition("ref", json!("main")).matches(claims));
-        assert!(condition("ref", json!(["stable", "main"])).matches(claims));
-        assert!(!condition("ref", json!(["stable", "next"])).matches(claims));
+        assert!(condition("protected_text", json!(true)).matches(claims));
+        assert!(!condition("protected_text", json!(1)).matches(claims));
+        // Strings exactly: case matters.
+        assert!(condition("ref", json!("Main")).matches(claims));
+        assert!(!condition("ref", json!("main")).matches(claims));
+        assert!(!condition("ref", json!("MAIN")).matches(claims));
+        assert!(!condition("ref", json!("Main ")).matches(claims));
+        assert!(condition("ref", json!(["stable", "Main"])).matches(claims));
+        assert!(!condition("ref", json!(["stable", "main"])).matches(claims));
         assert!(condition("aud", json!("workqueue")).matches(claims));
+        assert!(!condition("aud", json!("WorkQueue")).matches(claims));
         assert!(!condition("aud", json!("other")).matches(claims));
         assert!(!condition("missing", json!("x")).matches(claims));
     }
 
     #[test]
+    fn case_folding_is_the_rules_choice() {
+        let claims = json!({"ref": "Main", "project_path": "Team/App", "ref_protected": "TRUE"});
+        let claims = claims.as_object().unwrap();
+        let folded = |name: &str, value: Value| ClaimCondition::new(name, &value, true).unwrap();
+        assert!(folded("ref", json!("main")).matches(claims));
+        assert!(folded("ref", json!("MAIN")).matches(claims));
+        assert!(folded("project_path", json!(["other/x", "team/app"])).matches(claims));
+        assert!(folded("ref_protected", json!(true)).matches(claims));
+        assert!(!folded("ref", json!("mainline")).matches(claims));
+    }
+
+    #[test]
     fn bad_claim_values_are_refused() {
-        assert!(ClaimCondition::new("x", &json!(null)).is_err());
-        assert!(ClaimCondition::new("x", &json!({"a": 1})).is_err());
-        assert!(ClaimCondition::new("x", &json!([])).is_err());
-        assert!(ClaimCondition::new("x", &json!([["a"]])).is_err());
+        assert!(ClaimCondition::new("x", &json!(null), false).is_err());
+        assert!(ClaimCondition::new("x", &json!({"a": 1}), false).is_err());
+        assert!(ClaimCondition::new("x", &json!([]), false).is_err());
+        assert!(ClaimCondition::new("x", &json!([["a"]]), false).is_err());
     }
 
     #[test]

@@ -3,6 +3,9 @@
 
 use wq_auth::{AuthConfig, Permission};
 
+/// The refusal of an issuer rule that binds no subject.
+const NO_SUBJECT: &str = "claims: an issuer rule must require a claim naming whose tokens it accepts, one of sub, project_path, project_id, namespace_path, namespace_id, user_login, user_id, repository, repository_id, repository_owner, repository_owner_id, workflow_ref (e.g. `project_path: team/app`, `repository: team/app`, `sub: system:serviceaccount:ci:runner`), or say `allow_any_subject: true`; whoever requests a token chooses its `aud`, so without one the rule trusts every project of this issuer";
+
 fn errors_of(yaml: &str) -> Vec<String> {
     let config: AuthConfig = serde_saphyr::from_str(yaml).unwrap();
     config.validate().unwrap_err().0
@@ -110,9 +113,7 @@ rules:
     item_types: []
 "#,
     );
-    assert_eq!(
-        errors,
-        [
+    let expected: [&str; 12] = [
             r#"auth.rules[0] (name "both"): has both groups and issuer/claims; a rule matches EITHER groups OR issuer + claims"#,
             r#"auth.rules[1] (name "neither"): needs either groups or issuer + claims to say whom it matches"#,
             r#"auth.rules[2] (name "ci"): claims: an issuer rule must require `aud`, so tokens minted for other services are not accepted"#,
@@ -120,12 +121,13 @@ rules:
             r#"auth.rules[4] (name "glob"): projects[1]: "team/[abc" is not a valid glob: unclosed character class; missing ']'"#,
             r#"auth.rules[5] (name "orphan"): claims: needs an issuer saying whose tokens they apply to"#,
             r#"auth.rules[6] (name "plain-http"): issuer: "http://gitlab.example.com" must be an https URL (http only on a loopback address) (or `k8s`)"#,
+            &format!(r#"auth.rules[6] (name "plain-http"): {NO_SUBJECT}"#),
             r#"auth.rules[6] (name "plain-http"): claims.ref: must be a string, number, boolean or a list of them"#,
             r#"auth.rules[7] (name "typo"): name: another rule has this name"#,
             r#"auth.rules[7] (name "typo"): permissions: must name at least one permission"#,
             r#"auth.rules[7] (name "typo"): item_types: must not be empty (omit it to allow all)"#,
-        ]
-    );
+    ];
+    assert_eq!(errors, expected);
 }
 
 #[test]
@@ -173,4 +175,109 @@ fn unknown_keys_are_refused_by_the_parser() {
     .unwrap_err()
     .to_string();
     assert!(error.contains("unknown field `group`"), "{error}");
+}
+
+#[test]
+fn an_issuer_rule_on_aud_alone_is_refused_naming_the_rule() {
+    let errors = errors_of(
+        r#"
+rules:
+  - name: agents
+    groups: [agents]
+    permissions: [read]
+  - name: github
+    issuer: https://token.actions.githubusercontent.com
+    claims: {aud: workqueue, ref: refs/heads/main, ref_protected: true}
+    permissions: [submit]
+  - name: cluster
+    issuer: k8s
+    claims: {aud: workqueue}
+    permissions: [submit]
+  - name: gitlab-ci
+    issuer: https://gitlab.example.com
+    claims:
+      aud: [workqueue]
+      # `job_workflow_ref` names a workflow others can call: not a subject.
+      job_workflow_ref: team/shared/.github/workflows/x.yml@refs/heads/main
+    permissions: [submit]
+  - name: bare
+    issuer: https://gitlab.example.com
+    permissions: [read]
+"#,
+    );
+    assert_eq!(
+        errors,
+        [
+            format!(r#"auth.rules[1] (name "github"): {NO_SUBJECT}"#),
+            format!(r#"auth.rules[2] (name "cluster"): {NO_SUBJECT}"#),
+            format!(r#"auth.rules[3] (name "gitlab-ci"): {NO_SUBJECT}"#),
+            r#"auth.rules[4] (name "bare"): claims: an issuer rule must require `aud`, so tokens minted for other services are not accepted"#.to_owned(),
+            format!(r#"auth.rules[4] (name "bare"): {NO_SUBJECT}"#),
+        ]
+    );
+}
+
+#[test]
+fn each_subject_claim_or_allow_any_subject_satisfies_the_rule() {
+    for claim in wq_auth::config::SUBJECT_CLAIMS {
+        let yaml = format!(
+            "rules:\n  - name: ci\n    issuer: https://gitlab.example.com\n    claims: {{aud: workqueue, {claim}: x}}\n    permissions: [read]\n"
+        );
+        let config: AuthConfig = serde_saphyr::from_str(&yaml).unwrap();
+        assert!(config.validate().is_ok(), "{claim}");
+    }
+    let config: AuthConfig = serde_saphyr::from_str(
+        r#"
+rules:
+  - name: whole-issuer
+    issuer: https://idp.example.com
+    claims: {aud: workqueue}
+    allow_any_subject: true
+    permissions: [read]
+"#,
+    )
+    .unwrap();
+    assert!(config.validate().is_ok());
+}
+
+#[test]
+fn issuer_rule_options_are_refused_on_group_rules() {
+    let errors = errors_of(
+        r#"
+rules:
+  - name: agents
+    groups: [agents]
+    allow_any_subject: true
+    claims_case_insensitive: true
+    permissions: [read]
+"#,
+    );
+    assert_eq!(
+        errors,
+        [
+            r#"auth.rules[0] (name "agents"): allow_any_subject: only applies to an issuer rule's claims"#,
+            r#"auth.rules[0] (name "agents"): claims_case_insensitive: only applies to an issuer rule's claims"#,
+        ]
+    );
+}
+
+#[test]
+fn openshift_look_up_limits_are_checked() {
+    let errors = errors_of(
+        r#"
+openshift:
+  api_url: https://api.cluster.example:6443
+  refusal_cache_ttl_seconds: 301
+  max_concurrent_lookups: 0
+  lookup_wait_milliseconds: 10001
+"#,
+    );
+    assert_eq!(
+        errors,
+        [
+            "auth.openshift.refusal_cache_ttl_seconds: must be between 0 and 300, got 301",
+            "auth.openshift.max_concurrent_lookups: must be between 1 and 1024, got 0",
+            "auth.openshift.lookup_wait_milliseconds: must be between 0 and 10000, got 10001",
+        ]
+    );
 }

@@ -260,6 +260,10 @@ pub struct OpenShiftState {
     /// Answer this many requests with 503 before answering normally.
     pub failures_left: AtomicUsize,
     pub requests: Requests,
+    /// While true, requests are received (and counted) but not answered.
+    held: tokio::sync::watch::Sender<bool>,
+    /// Requests received so far, to wait on.
+    received: tokio::sync::watch::Sender<usize>,
 }
 
 impl FakeOpenShift {
@@ -270,6 +274,8 @@ impl FakeOpenShift {
             users: Mutex::new(HashMap::new()),
             failures_left: AtomicUsize::new(0),
             requests: Requests::default(),
+            held: tokio::sync::watch::Sender::new(false),
+            received: tokio::sync::watch::Sender::new(0),
         });
         let app = Router::new()
             .route(USERS_SELF_PATH, get(users_self))
@@ -291,6 +297,26 @@ impl FakeOpenShift {
     pub fn requests(&self) -> usize {
         self.state.requests.count(USERS_SELF_PATH)
     }
+
+    /// From now on, requests wait unanswered until [`FakeOpenShift::release`].
+    pub fn hold(&self) {
+        self.state.held.send_replace(true);
+    }
+
+    /// Answers the held requests and every later one.
+    pub fn release(&self) {
+        self.state.held.send_replace(false);
+    }
+
+    /// Waits until `count` requests have been received in all.
+    pub async fn received(&self, count: usize) {
+        self.state
+            .received
+            .subscribe()
+            .wait_for(|received| *received >= count)
+            .await
+            .unwrap();
+    }
 }
 
 async fn users_self(
@@ -299,6 +325,9 @@ async fn users_self(
     headers: HeaderMap,
 ) -> Response {
     state.requests.record(&uri, &headers);
+    state.received.send_modify(|received| *received += 1);
+    let mut held = state.held.subscribe();
+    held.wait_for(|held| !held).await.unwrap();
     if state
         .failures_left
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {

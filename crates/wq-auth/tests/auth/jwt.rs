@@ -265,15 +265,23 @@ async fn clock_skew_within_the_leeway_is_accepted() {
 }
 
 #[tokio::test]
-async fn numeric_and_boolean_claims_match_their_string_forms() {
+async fn numeric_and_boolean_claims_match_their_exact_text() {
     let rsa = rsa_key("rsa-1", 0);
     let issuer = FakeIssuer::start(&[&rsa]).await;
     let clock = clock_now();
-    // The rule writes strings; the first token carries a number and a bool.
+    // The rules write strings; the first token carries a number and a bool.
+    // `"TRUE"` is not the text of `true`: that rule matches nothing.
     let rules = format!(
         r#"
 rules:
   - name: strings
+    issuer: {url}
+    claims:
+      aud: workqueue
+      project_id: "7"
+      ref_protected: "true"
+    permissions: [merge]
+  - name: shouting
     issuer: {url}
     claims:
       aud: workqueue
@@ -355,7 +363,7 @@ async fn a_list_value_accepts_any_of_its_items() {
     for (git_ref, granted) in [
         ("main", true),
         ("stable", true),
-        ("Stable", true),
+        ("Stable", false),
         ("next", false),
     ] {
         let token = sign(&rsa, &with(base.clone(), json!({"ref": git_ref})));
@@ -582,4 +590,47 @@ async fn an_unreachable_issuer_is_an_upstream_problem_and_retried_later() {
         reason.contains("retried at most every refresh interval"),
         "{reason}"
     );
+}
+
+#[tokio::test]
+async fn claim_values_compare_exactly_unless_the_rule_folds_case() {
+    let rsa = rsa_key("rsa-1", 0);
+    let issuer = FakeIssuer::start(&[&rsa]).await;
+    let clock = clock_now();
+    let rules = format!(
+        r#"{ci}  - name: ci-any-case
+    issuer: {url}
+    claims:
+      aud: workqueue
+      project_path: team/app
+      ref: main
+    claims_case_insensitive: true
+    permissions: [read]
+"#,
+        ci = ci_rules(&issuer.url),
+        url = issuer.url
+    );
+    let auth = authenticator(&rules, &clock);
+    let base = with(
+        ci_claims(&issuer.url, &clock),
+        json!({"project_path": "Team/App"}),
+    );
+    let names = |principal: &wq_auth::Principal| -> Vec<String> {
+        principal.rules().map(|rule| rule.name().to_owned()).collect()
+    };
+
+    // `ref: main` does not accept `MAIN` (it did when claims were folded).
+    let shouted = sign(&rsa, &with(base.clone(), json!({"ref": "MAIN"})));
+    let principal = auth.authenticate(Some(&bearer(&shouted))).await.unwrap();
+    assert_eq!(names(&principal), ["ci-any-case"]);
+    assert!(principal.authorize(Permission::Submit, &TEAM_APP).is_err());
+
+    let exact = sign(&rsa, &with(base.clone(), json!({"ref": "main"})));
+    let principal = auth.authenticate(Some(&bearer(&exact))).await.unwrap();
+    assert_eq!(names(&principal), ["ci", "ci-any-case"]);
+
+    // Folding is not prefix or pattern matching.
+    let other = sign(&rsa, &with(base, json!({"ref": "Main-2"})));
+    let principal = auth.authenticate(Some(&bearer(&other))).await.unwrap();
+    assert!(names(&principal).is_empty());
 }

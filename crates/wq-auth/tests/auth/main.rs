@@ -3,6 +3,7 @@
 
 mod config;
 mod helpers;
+mod hostile;
 mod jwt;
 mod k8s;
 mod oauth_proxy;

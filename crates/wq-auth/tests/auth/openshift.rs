@@ -1,5 +1,8 @@
 //! Opaque OpenShift tokens against a local `users/~`: the cache, its
-//! expiry, and failures that are not cached.
+//! expiry, refusals cached briefly, outages not at all, one look-up per
+//! token however many callers, and the cap on look-ups in flight.
+
+use std::sync::Arc;
 
 use time::Duration;
 use wq_auth::{AuthFailure, Identity, Permission, Scope};
@@ -89,23 +92,31 @@ async fn the_cache_expires_after_the_ttl() {
 }
 
 #[tokio::test]
-async fn failures_are_not_cached() {
+async fn refusals_are_cached_briefly_and_outages_not_at_all() {
     let api = FakeOpenShift::start().await;
     let clock = clock_now();
     let auth = authenticator(&config(&api.url), &clock);
 
-    // Unknown token: refused each time, asking each time.
-    for expected_requests in 1..=2 {
+    // Unknown token: asked once, then refused from the cache for 10 s.
+    for _ in 0..5 {
         let failure = auth.authenticate(Some(&bearer(ALICE))).await.unwrap_err();
         assert_eq!(failure, AuthFailure::OpenShiftRejected { status: 401 });
-        assert_eq!(api.requests(), expected_requests);
     }
-    // The token becomes valid (a refreshed session): accepted at once.
+    assert_eq!(api.requests(), 1);
+    clock.advance(Duration::seconds(9));
+    auth.authenticate(Some(&bearer(ALICE))).await.unwrap_err();
+    assert_eq!(api.requests(), 1);
+    clock.advance(Duration::seconds(1));
+    auth.authenticate(Some(&bearer(ALICE))).await.unwrap_err();
+    assert_eq!(api.requests(), 2);
+
+    // The token becomes valid: accepted once its refusal has expired.
     api.add_user(ALICE, "alice", &["agents"]);
+    clock.advance(Duration::seconds(10));
     assert!(auth.authenticate(Some(&bearer(ALICE))).await.is_ok());
     assert_eq!(api.requests(), 3);
 
-    // An outage is not remembered either.
+    // An outage is not remembered.
     let bob = "sha256~bob-token";
     api.add_user(bob, "bob", &["agents"]);
     api.state
@@ -115,6 +126,159 @@ async fn failures_are_not_cached() {
     assert!(failure.is_upstream_problem(), "{failure:?}");
     assert!(auth.authenticate(Some(&bearer(bob))).await.is_ok());
     assert_eq!(api.requests(), 5);
+}
+
+#[tokio::test]
+async fn a_refusal_ttl_of_zero_asks_every_time() {
+    let api = FakeOpenShift::start().await;
+    let clock = clock_now();
+    let yaml = config(&api.url).replace(
+        "openshift:\n",
+        "openshift:\n  refusal_cache_ttl_seconds: 0\n",
+    );
+    let auth = authenticator(&yaml, &clock);
+    for expected_requests in 1..=3 {
+        let failure = auth.authenticate(Some(&bearer(ALICE))).await.unwrap_err();
+        assert_eq!(failure, AuthFailure::OpenShiftRejected { status: 401 });
+        assert_eq!(api.requests(), expected_requests);
+    }
+}
+
+#[tokio::test]
+async fn concurrent_requests_with_one_token_share_one_look_up() {
+    let api = FakeOpenShift::start().await;
+    api.add_user(ALICE, "alice", &["agents"]);
+    let clock = clock_now();
+    let auth = Arc::new(authenticator(&config(&api.url), &clock));
+
+    api.hold();
+    let callers: Vec<_> = (0..8)
+        .map(|_| {
+            let auth = auth.clone();
+            tokio::spawn(async move { auth.authenticate(Some(&bearer(ALICE))).await })
+        })
+        .collect();
+    api.received(1).await;
+    // Every caller has had its turn while the first look-up is held.
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    api.release();
+    for caller in callers {
+        let principal = caller.await.unwrap().unwrap();
+        assert_eq!(principal.name(), "alice");
+    }
+    assert_eq!(api.requests(), 1);
+
+    // The same for a refused token: one request answers every caller.
+    let unknown = "sha256~unknown";
+    api.hold();
+    let callers: Vec<_> = (0..8)
+        .map(|_| {
+            let auth = auth.clone();
+            tokio::spawn(async move { auth.authenticate(Some(&bearer(unknown))).await })
+        })
+        .collect();
+    api.received(2).await;
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    api.release();
+    for caller in callers {
+        assert_eq!(
+            caller.await.unwrap().unwrap_err(),
+            AuthFailure::OpenShiftRejected { status: 401 }
+        );
+    }
+    assert_eq!(api.requests(), 2);
+}
+
+/// `config` with at most `max` look-ups in flight, waiting `wait_ms` for one.
+fn capped(api_url: &str, max: usize, wait_ms: u64) -> String {
+    config(api_url).replace(
+        "openshift:\n",
+        &format!(
+            "openshift:\n  max_concurrent_lookups: {max}\n  lookup_wait_milliseconds: {wait_ms}\n"
+        ),
+    )
+}
+
+#[tokio::test]
+async fn look_ups_beyond_the_cap_are_answered_unavailable_not_queued() {
+    let api = FakeOpenShift::start().await;
+    let tokens = ["sha256~one", "sha256~two", "sha256~three"];
+    for (index, token) in tokens.iter().enumerate() {
+        api.add_user(token, &format!("user-{index}"), &["agents"]);
+    }
+    let clock = clock_now();
+    let auth = Arc::new(authenticator(&capped(&api.url, 2, 0), &clock));
+
+    api.hold();
+    let spawn = |token: &'static str| {
+        let auth = auth.clone();
+        tokio::spawn(async move { auth.authenticate(Some(&bearer(token))).await })
+    };
+    let first = spawn(tokens[0]);
+    let second = spawn(tokens[1]);
+    api.received(2).await;
+    // Both slots are taken: a third token is turned away at once, without
+    // a request, as an upstream problem (503 at the API, not 401).
+    // (The timeout only keeps a regression from hanging the suite.)
+    let failure = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        auth.authenticate(Some(&bearer(tokens[2]))),
+    )
+    .await
+    .expect("answered at once, not queued")
+    .unwrap_err();
+    assert!(
+        matches!(&failure, AuthFailure::OpenShiftUnavailable(reason) if reason.contains("max_concurrent_lookups")),
+        "{failure:?}"
+    );
+    assert!(failure.is_upstream_problem());
+    // A caller with a token already being looked up needs no slot.
+    let joined = spawn(tokens[0]);
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(api.requests(), 2);
+
+    api.release();
+    assert_eq!(first.await.unwrap().unwrap().name(), "user-0");
+    assert_eq!(second.await.unwrap().unwrap().name(), "user-1");
+    assert_eq!(joined.await.unwrap().unwrap().name(), "user-0");
+    assert_eq!(api.requests(), 2);
+    // The slots are free again; the turned-away answer was not cached.
+    let principal = auth.authenticate(Some(&bearer(tokens[2]))).await.unwrap();
+    assert_eq!(principal.name(), "user-2");
+    assert_eq!(api.requests(), 3);
+}
+
+#[tokio::test]
+async fn a_look_up_waits_for_a_slot_that_frees_within_the_wait() {
+    let api = FakeOpenShift::start().await;
+    api.add_user("sha256~one", "one", &["agents"]);
+    api.add_user("sha256~two", "two", &["agents"]);
+    let clock = clock_now();
+    let auth = Arc::new(authenticator(&capped(&api.url, 1, 10_000), &clock));
+
+    api.hold();
+    let spawn = |token: &'static str| {
+        let auth = auth.clone();
+        tokio::spawn(async move { auth.authenticate(Some(&bearer(token))).await })
+    };
+    let first = spawn("sha256~one");
+    api.received(1).await;
+    let second = spawn("sha256~two");
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    // The second waits for the only slot: no request yet.
+    assert_eq!(api.requests(), 1);
+    api.release();
+    assert_eq!(first.await.unwrap().unwrap().name(), "one");
+    assert_eq!(second.await.unwrap().unwrap().name(), "two");
+    assert_eq!(api.requests(), 2);
 }
 
 #[tokio::test]
