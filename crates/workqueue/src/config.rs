@@ -651,6 +651,8 @@ mod tests {
             groups: Some(Vec::new()),
             issuer: None,
             claims: None,
+            allow_any_subject: false,
+            claims_case_insensitive: false,
             permissions: vec!["read".into()],
             item_types: None,
             forges: None,

@@ -201,6 +201,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         groups: Some(vec![DEMO_CALLER.to_owned()]),
         issuer: None,
         claims: None,
+        allow_any_subject: false,
+        claims_case_insensitive: false,
         permissions: vec!["admin".to_owned()],
         item_types: None,
         forges: None,

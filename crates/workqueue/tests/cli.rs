@@ -158,8 +158,14 @@ fn config_check_accepts_a_good_file_and_names_bad_fields() {
     assert_eq!(
         stderr_of(&output),
         format!(
-            "error: invalid config file {auth}: auth.rules[0] (name \"ci\"): claims: an issuer rule \
-             must require `aud`, so tokens minted for other services are not accepted\n"
+            "error: invalid config file {auth}:\n  auth.rules[0] (name \"ci\"): claims: an issuer rule \
+             must require `aud`, so tokens minted for other services are not accepted\n  \
+             auth.rules[0] (name \"ci\"): claims: an issuer rule must require a claim naming whose \
+             tokens it accepts, one of {subjects} (e.g. `project_path: team/app`, `repository: \
+             team/app`, `sub: system:serviceaccount:ci:runner`), or say `allow_any_subject: true`; \
+             whoever requests a token chooses its `aud`, so without one the rule trusts every \
+             project of this issuer\n",
+            subjects = wq_auth::config::SUBJECT_CLAIMS.join(", ")
         )
     );
 

@@ -133,6 +133,7 @@ static_tokens:
     issuer: {url}
     claims:
       aud: workqueue
+      sub: project_path:team/app
     permissions: [read]
 "#,
         url = issuer.url

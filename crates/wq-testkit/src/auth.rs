@@ -33,6 +33,8 @@ impl AdminAuth {
                 groups: Some(vec![ADMIN.to_owned()]),
                 issuer: None,
                 claims: None,
+                allow_any_subject: false,
+                claims_case_insensitive: false,
                 permissions: vec!["admin".to_owned()],
                 item_types: None,
                 forges: None,

@@ -120,6 +120,8 @@ impl Tokens {
                 groups: Some(vec![group.to_owned()]),
                 issuer: None,
                 claims: None,
+                allow_any_subject: false,
+                claims_case_insensitive: false,
                 permissions: permissions.iter().map(|p| (*p).to_owned()).collect(),
                 item_types: None,
                 forges: None,

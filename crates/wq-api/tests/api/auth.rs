@@ -627,7 +627,15 @@ fn jwt_rule(name: &str, issuer: &str) -> RuleConfig {
         name: name.to_owned(),
         groups: None,
         issuer: Some(issuer.to_owned()),
-        claims: Some([("aud".to_owned(), json!("workqueue"))].into()),
+        claims: Some(
+            [
+                ("aud".to_owned(), json!("workqueue")),
+                ("sub".to_owned(), json!("project_path:team/app")),
+            ]
+            .into(),
+        ),
+        allow_any_subject: false,
+        claims_case_insensitive: false,
         permissions: vec!["read".into(), "submit".into()],
         item_types: None,
         forges: None,
