@@ -105,7 +105,11 @@ struct InFlight<'a> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        let mut in_flight = self.users.in_flight.lock().expect("in-flight lock poisoned");
+        let mut in_flight = self
+            .users
+            .in_flight
+            .lock()
+            .expect("in-flight lock poisoned");
         // The map's reference and this one: no other waiter is left.
         if in_flight
             .get(&self.key)
@@ -293,5 +297,85 @@ impl OpenShiftUsers {
             username: object.metadata.name,
             groups: object.groups.unwrap_or_default(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wq_core::ManualClock;
+
+    fn users(clock: Arc<ManualClock>) -> OpenShiftUsers {
+        let settings = OpenShiftSettings {
+            api_url: Url::parse("https://api.cluster.example:6443").unwrap(),
+            cache_ttl: Duration::from_secs(300),
+            refusal_cache_ttl: Duration::from_secs(10),
+            max_concurrent_lookups: 16,
+            lookup_wait: Duration::from_secs(1),
+            ca_file: None,
+            request_timeout: Duration::from_secs(10),
+        };
+        OpenShiftUsers::new(&settings, &reqwest::Client::new(), clock).unwrap()
+    }
+
+    fn key(index: usize) -> [u8; 32] {
+        token_hash(&format!("sha256~token{index}"))
+    }
+
+    fn user() -> Answer {
+        Ok(OpenShiftUser {
+            username: "alice".to_owned(),
+            groups: Vec::new(),
+        })
+    }
+
+    const REFUSED: Answer = Err(AuthFailure::OpenShiftRejected { status: 401 });
+
+    #[test]
+    fn the_cache_never_grows_past_its_bound() {
+        let clock = Arc::new(ManualClock::new(OffsetDateTime::UNIX_EPOCH));
+        let users = users(clock.clone());
+        let ten_seconds = Duration::from_secs(10);
+        let five_minutes = Duration::from_secs(300);
+        let len = || users.cache.lock().unwrap().len();
+
+        // Full of live refusals: a user pushes them all out.
+        for index in 0..CACHE_MAX_ENTRIES {
+            users.remember(key(index), REFUSED, ten_seconds);
+        }
+        assert_eq!(len(), CACHE_MAX_ENTRIES);
+        users.remember(key(usize::MAX), user(), five_minutes);
+        assert_eq!(len(), 1);
+        assert!(users.cached(&key(usize::MAX)).unwrap().is_ok());
+
+        // Full of live users: a newcomer is not cached, nobody is evicted.
+        for index in 0..CACHE_MAX_ENTRIES - 1 {
+            users.remember(key(index), user(), five_minutes);
+        }
+        assert_eq!(len(), CACHE_MAX_ENTRIES);
+        users.remember(key(CACHE_MAX_ENTRIES), REFUSED, ten_seconds);
+        assert_eq!(len(), CACHE_MAX_ENTRIES);
+        assert!(users.cached(&key(CACHE_MAX_ENTRIES)).is_none());
+
+        // Once they expire, room is made again.
+        clock.advance(time::Duration::seconds(301));
+        users.remember(key(CACHE_MAX_ENTRIES), REFUSED, ten_seconds);
+        assert_eq!(len(), 1);
+        assert_eq!(users.cached(&key(CACHE_MAX_ENTRIES)), Some(REFUSED));
+    }
+
+    #[test]
+    fn only_the_oauth_servers_token_form_is_well_formed() {
+        assert!(is_well_formed("sha256~Ab-_9"));
+        for token in [
+            "sha256~",
+            "sha256~a=",
+            "sha256~a/b",
+            "sha256~a.b",
+            "sha256",
+            "x",
+        ] {
+            assert!(!is_well_formed(token), "{token}");
+        }
     }
 }

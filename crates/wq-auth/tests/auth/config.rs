@@ -114,18 +114,18 @@ rules:
 "#,
     );
     let expected: [&str; 12] = [
-            r#"auth.rules[0] (name "both"): has both groups and issuer/claims; a rule matches EITHER groups OR issuer + claims"#,
-            r#"auth.rules[1] (name "neither"): needs either groups or issuer + claims to say whom it matches"#,
-            r#"auth.rules[2] (name "ci"): claims: an issuer rule must require `aud`, so tokens minted for other services are not accepted"#,
-            r#"auth.rules[3] (name "typo"): permissions[1]: "deploy" is not a permission (expected one of read, submit, retry, merge, admin)"#,
-            r#"auth.rules[4] (name "glob"): projects[1]: "team/[abc" is not a valid glob: unclosed character class; missing ']'"#,
-            r#"auth.rules[5] (name "orphan"): claims: needs an issuer saying whose tokens they apply to"#,
-            r#"auth.rules[6] (name "plain-http"): issuer: "http://gitlab.example.com" must be an https URL (http only on a loopback address) (or `k8s`)"#,
-            &format!(r#"auth.rules[6] (name "plain-http"): {NO_SUBJECT}"#),
-            r#"auth.rules[6] (name "plain-http"): claims.ref: must be a string, number, boolean or a list of them"#,
-            r#"auth.rules[7] (name "typo"): name: another rule has this name"#,
-            r#"auth.rules[7] (name "typo"): permissions: must name at least one permission"#,
-            r#"auth.rules[7] (name "typo"): item_types: must not be empty (omit it to allow all)"#,
+        r#"auth.rules[0] (name "both"): has both groups and issuer/claims; a rule matches EITHER groups OR issuer + claims"#,
+        r#"auth.rules[1] (name "neither"): needs either groups or issuer + claims to say whom it matches"#,
+        r#"auth.rules[2] (name "ci"): claims: an issuer rule must require `aud`, so tokens minted for other services are not accepted"#,
+        r#"auth.rules[3] (name "typo"): permissions[1]: "deploy" is not a permission (expected one of read, submit, retry, merge, admin)"#,
+        r#"auth.rules[4] (name "glob"): projects[1]: "team/[abc" is not a valid glob: unclosed character class; missing ']'"#,
+        r#"auth.rules[5] (name "orphan"): claims: needs an issuer saying whose tokens they apply to"#,
+        r#"auth.rules[6] (name "plain-http"): issuer: "http://gitlab.example.com" must be an https URL (http only on a loopback address) (or `k8s`)"#,
+        &format!(r#"auth.rules[6] (name "plain-http"): {NO_SUBJECT}"#),
+        r#"auth.rules[6] (name "plain-http"): claims.ref: must be a string, number, boolean or a list of them"#,
+        r#"auth.rules[7] (name "typo"): name: another rule has this name"#,
+        r#"auth.rules[7] (name "typo"): permissions: must name at least one permission"#,
+        r#"auth.rules[7] (name "typo"): item_types: must not be empty (omit it to allow all)"#,
     ];
     assert_eq!(errors, expected);
 }

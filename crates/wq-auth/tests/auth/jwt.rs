@@ -616,7 +616,10 @@ async fn claim_values_compare_exactly_unless_the_rule_folds_case() {
         json!({"project_path": "Team/App"}),
     );
     let names = |principal: &wq_auth::Principal| -> Vec<String> {
-        principal.rules().map(|rule| rule.name().to_owned()).collect()
+        principal
+            .rules()
+            .map(|rule| rule.name().to_owned())
+            .collect()
     };
 
     // `ref: main` does not accept `MAIN` (it did when claims were folded).
