@@ -371,10 +371,7 @@ pub fn router() -> Router<Shared> {
             "/gitlab/projects/{id}/protected_branches",
             post(protect_route).delete(unprotect_route),
         )
-        .route(
-            "/gitlab/projects/{id}/merge_requests",
-            post(open_mr_route),
-        )
+        .route("/gitlab/projects/{id}/merge_requests", post(open_mr_route))
         .route(
             "/gitlab/projects/{id}/merge_requests/{iid}/approve",
             post(approve_route),

@@ -218,8 +218,14 @@ mod tests {
         let shown = format!("{config:?}");
         assert!(!shown.contains("SECRET"), "{shown}");
         assert!(shown.contains(r#"token: Some("<redacted>")"#), "{shown}");
-        assert!(shown.contains(r#"webhook_secret: Some("<redacted>")"#), "{shown}");
-        assert!(shown.contains(r#"token_env: Some("GITLAB_TOKEN")"#), "{shown}");
+        assert!(
+            shown.contains(r#"webhook_secret: Some("<redacted>")"#),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(r#"token_env: Some("GITLAB_TOKEN")"#),
+            "{shown}"
+        );
         assert!(shown.contains("https://g.example"), "{shown}");
         config.webhook_secret = None;
         assert!(format!("{config:?}").contains("webhook_secret: None"));

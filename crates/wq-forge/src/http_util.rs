@@ -284,8 +284,7 @@ impl Tail {
         if chunk.len() >= self.max {
             self.cut |= !self.buf.is_empty() || chunk.len() > self.max;
             self.buf.clear();
-            self.buf
-                .extend_from_slice(&chunk[chunk.len() - self.max..]);
+            self.buf.extend_from_slice(&chunk[chunk.len() - self.max..]);
             return;
         }
         self.buf.extend_from_slice(chunk);
@@ -354,7 +353,9 @@ mod tests {
 
     #[test]
     fn a_long_log_keeps_its_tail_from_a_line_start() {
-        let chunks: Vec<Vec<u8>> = (0..100).map(|i| format!("line {i}\n").into_bytes()).collect();
+        let chunks: Vec<Vec<u8>> = (0..100)
+            .map(|i| format!("line {i}\n").into_bytes())
+            .collect();
         let refs: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
         let text = tail(20, &refs);
         assert_eq!(text, "line 98\nline 99\n");
@@ -368,7 +369,10 @@ mod tests {
         let text = tail(5, &["aéééé".as_bytes()]);
         assert_eq!(text, "éé");
         let text = tail(4, &[b"abc\xffdef"]);
-        assert_eq!(text, "\u{fffd}def", "an invalid byte is not skipped, it is replaced");
+        assert_eq!(
+            text, "\u{fffd}def",
+            "an invalid byte is not skipped, it is replaced"
+        );
     }
 
     #[test]
@@ -389,7 +393,11 @@ mod tests {
         ] {
             check_transport(&url(ok), false).expect(ok);
         }
-        for bad in ["http://gitlab.example.com", "http://10.0.0.1", "http://[::2]"] {
+        for bad in [
+            "http://gitlab.example.com",
+            "http://10.0.0.1",
+            "http://[::2]",
+        ] {
             let error = check_transport(&url(bad), false).expect_err(bad);
             assert!(error.message.starts_with("url: "), "{}", error.message);
             assert!(error.message.contains("insecure_http"), "{}", error.message);

@@ -23,8 +23,8 @@ pub use config::{ForgeConfig, ForgeKind, ForgesConfig};
 pub use error::{ForgeError, ForgeErrorKind, ForgeResult};
 pub use events::{ChangeAction, ForgeEvent, WebhookRejection};
 pub use github::GithubClient;
-pub use http_util::TRACE_TAIL_BYTES;
 pub use gitlab::GitlabClient;
+pub use http_util::TRACE_TAIL_BYTES;
 pub use model::*;
 
 use std::collections::BTreeMap;

@@ -1787,7 +1787,11 @@ async fn forges_are_built_from_config_with_github() {
 async fn current_user_is_the_token_user_read_once() {
     let sim = start_sim().await;
     let github = client(&sim);
-    sim.add_fault(FaultRule::new("GET", "/user", HttpFault::Status { status: 502 }));
+    sim.add_fault(FaultRule::new(
+        "GET",
+        "/user",
+        HttpFault::Status { status: 502 },
+    ));
     let error = github.current_user().await.expect_err("502");
     assert_eq!(error.kind, ForgeErrorKind::Unavailable);
 
@@ -1816,8 +1820,14 @@ async fn change_authors_tell_the_token_user_from_a_person() {
         Some(me.username)
     );
 
-    sim.github_push_as(REPO, "feature/alice", &[("a.txt", Some("a\n"))], "work", "alice")
-        .expect("push as alice");
+    sim.github_push_as(
+        REPO,
+        "feature/alice",
+        &[("a.txt", Some("a\n"))],
+        "work",
+        "alice",
+    )
+    .expect("push as alice");
     let theirs = sim
         .github_open_pr_as(REPO, "feature/alice", "main", "Alice's change", "alice")
         .expect("PR as alice");
@@ -1855,7 +1865,10 @@ async fn project_path_is_the_forges_spelling() {
         .await
         .expect_err("no such repository");
     assert_eq!(missing.kind, ForgeErrorKind::NotFound);
-    let invalid = github.project_path("octo").await.expect_err("not owner/repo");
+    let invalid = github
+        .project_path("octo")
+        .await
+        .expect_err("not owner/repo");
     assert_eq!(invalid.kind, ForgeErrorKind::Invalid);
 }
 
@@ -1878,8 +1891,12 @@ async fn branch_protection_reads_classic_protection_and_rulesets() {
     assert!(protected("stable").await, "classic protection");
 
     // Rulesets apply to names whether or not the branch exists.
-    sim.github_add_ruleset(REPO, &["refs/heads/release/**"], &["deletion", "non_fast_forward"])
-        .expect("ruleset");
+    sim.github_add_ruleset(
+        REPO,
+        &["refs/heads/release/**"],
+        &["deletion", "non_fast_forward"],
+    )
+    .expect("ruleset");
     assert!(protected("release/1.0").await);
     assert!(protected("release/1/hotfix").await);
     assert!(!protected("wq/release/1").await);

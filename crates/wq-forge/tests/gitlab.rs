@@ -1143,12 +1143,23 @@ async fn change_authors_tell_the_token_user_from_a_person() {
     let project = "team/authors";
     let (ours, _) = open_change(&gitlab, project, "wq/ours").await;
     assert_eq!(
-        gitlab.get_change(project, ours).await.expect("get").author.as_deref(),
+        gitlab
+            .get_change(project, ours)
+            .await
+            .expect("get")
+            .author
+            .as_deref(),
         Some(forge_sim::DEFAULT_USERNAME)
     );
 
-    sim.gitlab_push_as(pid, "feature/alice", &[("a.txt", Some("a\n"))], "work", "alice")
-        .expect("push as alice");
+    sim.gitlab_push_as(
+        pid,
+        "feature/alice",
+        &[("a.txt", Some("a\n"))],
+        "work",
+        "alice",
+    )
+    .expect("push as alice");
     let theirs = sim
         .gitlab_open_mr_as(pid, "feature/alice", "main", "Alice's change", "alice")
         .await
@@ -1160,7 +1171,9 @@ async fn change_authors_tell_the_token_user_from_a_person() {
         .expect("open MR");
     assert_eq!(found.number, theirs);
     assert_eq!(found.author.as_deref(), Some("alice"));
-    let head = sim.gitlab_branch_head(pid, "feature/alice").expect("branch");
+    let head = sim
+        .gitlab_branch_head(pid, "feature/alice")
+        .expect("branch");
     let commit = reqwest::Client::new()
         .get(format!(
             "{}/projects/{pid}/repository/commits/{head}",
@@ -1231,7 +1244,8 @@ async fn branch_protection_covers_names_and_wildcards_existing_or_not() {
     assert!(protected("main").await, "the default branch is protected");
     assert!(!protected("wq/free").await);
 
-    sim.gitlab_protect_branch(pid, "release/*").expect("protect");
+    sim.gitlab_protect_branch(pid, "release/*")
+        .expect("protect");
     sim.gitlab_protect_branch(pid, "stable").expect("protect");
     assert!(protected("release/1.0").await, "does not exist yet");
     assert!(protected("release/a/b").await, "* matches across /");
@@ -1270,7 +1284,10 @@ async fn job_traces_keep_a_bounded_tail_of_a_large_log() {
     }
     log.push_str("fatal: the runner ran out of memory\n");
     sim.gitlab_project("team/big")
-        .job(JobSpec::new("unit", JobOutcome::fail("script_failure", &log)))
+        .job(JobSpec::new(
+            "unit",
+            JobOutcome::fail("script_failure", &log),
+        ))
         .create()
         .expect("project");
     let gitlab = client(&sim);

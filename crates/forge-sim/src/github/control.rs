@@ -672,7 +672,10 @@ pub fn router() -> Router<Shared> {
             "/_sim/github/repos/{owner}/{repo}/rulesets",
             post(ruleset_route),
         )
-        .route("/_sim/github/repos/{owner}/{repo}/pulls", post(open_pr_route))
+        .route(
+            "/_sim/github/repos/{owner}/{repo}/pulls",
+            post(open_pr_route),
+        )
 }
 
 #[derive(Deserialize)]

@@ -193,7 +193,10 @@ mod tests {
         assert!(wildcard_matches("*", "anything/at/all"));
         assert!(wildcard_matches("a*b*c", "a/x/b/y/c"));
         assert!(!wildcard_matches("a*b*c", "a/x/c"));
-        assert!(!wildcard_matches("ab*ba", "aba"), "prefix and suffix must not overlap");
+        assert!(
+            !wildcard_matches("ab*ba", "aba"),
+            "prefix and suffix must not overlap"
+        );
         assert!(!wildcard_matches("release/*", "hotfix/release/1"));
     }
 }

@@ -46,8 +46,10 @@ async fn gitlab_users_authors_and_case_insensitive_paths() {
             "{}/gitlab/projects/team%2Fservice/merge_requests",
             sim.control_url()
         ))
-        .json(&json!({"source_branch": "feature/alice", "target_branch": "main",
-                      "title": "Alice", "author": "alice"}))
+        .json(
+            &json!({"source_branch": "feature/alice", "target_branch": "main",
+                      "title": "Alice", "author": "alice"}),
+        )
         .send()
         .await
         .expect("open");
@@ -85,7 +87,9 @@ async fn gitlab_protected_branches_list_paged_with_wildcards() {
     let pid = sim.gitlab_project("group/app").create().expect("project");
     let api = Api::new(&sim.gitlab_url());
 
-    let (status, list) = api.get(&format!("/projects/{pid}/protected_branches")).await;
+    let (status, list) = api
+        .get(&format!("/projects/{pid}/protected_branches"))
+        .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(list.as_array().map(Vec::len), Some(1));
     assert_eq!(list[0]["name"], "main");
@@ -119,7 +123,9 @@ async fn gitlab_protected_branches_list_paged_with_wildcards() {
     sim.gitlab_push(pid, "feature", &[("f.txt", Some("f\n"))], "f")
         .expect("push");
     let (_, release) = api
-        .get(&format!("/projects/{pid}/repository/branches/release%2F1.0"))
+        .get(&format!(
+            "/projects/{pid}/repository/branches/release%2F1.0"
+        ))
         .await;
     assert_eq!(release["protected"], true);
     assert_eq!(release["developers_can_push"], false);
@@ -130,7 +136,8 @@ async fn gitlab_protected_branches_list_paged_with_wildcards() {
 
     // Pages: GitLab's headers, 20 per page by default.
     for i in 0..30 {
-        sim.gitlab_protect_branch(pid, &format!("b{i}")).expect("protect");
+        sim.gitlab_protect_branch(pid, &format!("b{i}"))
+            .expect("protect");
     }
     let response = reqwest::Client::new()
         .get(format!(
@@ -155,10 +162,14 @@ async fn gitlab_protected_branches_list_paged_with_wildcards() {
     let page: serde_json::Value = response.json().await.expect("json");
     assert_eq!(page.as_array().map(Vec::len), Some(25));
     let (_, last) = api
-        .get(&format!("/projects/{pid}/protected_branches?per_page=25&page=2"))
+        .get(&format!(
+            "/projects/{pid}/protected_branches?per_page=25&page=2"
+        ))
         .await;
     assert_eq!(last.as_array().map(Vec::len), Some(7));
-    let (_, default_page) = api.get(&format!("/projects/{pid}/protected_branches")).await;
+    let (_, default_page) = api
+        .get(&format!("/projects/{pid}/protected_branches"))
+        .await;
     assert_eq!(default_page.as_array().map(Vec::len), Some(20));
 }
 
@@ -185,7 +196,9 @@ async fn github_users_authors_protection_and_rules() {
     assert_eq!(pushed.status(), StatusCode::CREATED);
     let opened = control
         .post(format!("{}/_sim/github/repos/{REPO}/pulls", sim.base_url()))
-        .json(&json!({"head": "feature/alice", "base": "main", "title": "Alice", "author": "alice"}))
+        .json(
+            &json!({"head": "feature/alice", "base": "main", "title": "Alice", "author": "alice"}),
+        )
         .send()
         .await
         .expect("open");
@@ -226,16 +239,24 @@ async fn github_users_authors_protection_and_rules() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(rules, json!([]));
     let response = control
-        .post(format!("{}/_sim/github/repos/{REPO}/rulesets", sim.base_url()))
-        .json(&json!({"name": "releases", "include": ["refs/heads/release/*"],
-                      "rules": ["deletion", "non_fast_forward"]}))
+        .post(format!(
+            "{}/_sim/github/repos/{REPO}/rulesets",
+            sim.base_url()
+        ))
+        .json(
+            &json!({"name": "releases", "include": ["refs/heads/release/*"],
+                      "rules": ["deletion", "non_fast_forward"]}),
+        )
         .send()
         .await
         .expect("ruleset");
     assert_eq!(response.status(), StatusCode::CREATED);
     let id = response.json::<serde_json::Value>().await.expect("json")["id"].clone();
     control
-        .post(format!("{}/_sim/github/repos/{REPO}/rulesets", sim.base_url()))
+        .post(format!(
+            "{}/_sim/github/repos/{REPO}/rulesets",
+            sim.base_url()
+        ))
         .json(&json!({"name": "trial", "enforcement": "evaluate",
                       "include": ["~ALL"], "rules": ["update"]}))
         .send()

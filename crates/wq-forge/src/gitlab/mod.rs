@@ -51,10 +51,10 @@ use crate::model::{
 };
 
 pub use self::http::USER_AGENT;
-pub use crate::http_util::TRACE_TAIL_BYTES;
 use self::http::{Call, Http};
 pub use self::webhook::parse_hook_time;
 use self::wire::{ProjectSettings, TrainCar};
+pub use crate::http_util::TRACE_TAIL_BYTES;
 
 /// How long a project's settings (`merge_trains_enabled`, `merge_method`)
 /// are reused before `GET /projects/:id` is asked again.
@@ -402,10 +402,8 @@ impl Forge for GitlabClient {
     /// ([`wire::protected_name_matches`]). The branch need not exist.
     async fn branch_protected(&self, project: &str, branch: &str) -> ForgeResult<bool> {
         let call = Call::get(&["projects", project, "protected_branches"]);
-        let entries: Vec<wire::ProtectedBranch> = self
-            .http
-            .list(call, "a list of protected branches")
-            .await?;
+        let entries: Vec<wire::ProtectedBranch> =
+            self.http.list(call, "a list of protected branches").await?;
         Ok(entries
             .iter()
             .any(|entry| wire::protected_name_matches(&entry.name, branch)))
