@@ -1782,3 +1782,177 @@ async fn forges_are_built_from_config_with_github() {
         .expect_err("project must be owner/repo");
     assert_eq!(wrong.kind, ForgeErrorKind::Invalid);
 }
+
+#[tokio::test]
+async fn current_user_is_the_token_user_read_once() {
+    let sim = start_sim().await;
+    let github = client(&sim);
+    sim.add_fault(FaultRule::new(
+        "GET",
+        "/user",
+        HttpFault::Status { status: 502 },
+    ));
+    let error = github.current_user().await.expect_err("502");
+    assert_eq!(error.kind, ForgeErrorKind::Unavailable);
+
+    let user = github.current_user().await.expect("an error is not kept");
+    assert_eq!(user.username, forge_sim::DEFAULT_USERNAME);
+    sim.clear_requests();
+    for _ in 0..3 {
+        assert_eq!(github.current_user().await.expect("cached"), user);
+    }
+    assert!(
+        sim.requests().iter().all(|r| r.path != "/user"),
+        "read once per client: {:?}",
+        sim.requests()
+    );
+}
+
+#[tokio::test]
+async fn change_authors_tell_the_token_user_from_a_person() {
+    let sim = start_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let github = client(&sim);
+    let (ours, _) = open_change(&github, "wq/ours").await;
+    let me = github.current_user().await.expect("user");
+    assert_eq!(
+        github.get_change(REPO, ours).await.expect("get").author,
+        Some(me.username)
+    );
+
+    sim.github_push_as(
+        REPO,
+        "feature/alice",
+        &[("a.txt", Some("a\n"))],
+        "work",
+        "alice",
+    )
+    .expect("push as alice");
+    let theirs = sim
+        .github_open_pr_as(REPO, "feature/alice", "main", "Alice's change", "alice")
+        .expect("PR as alice");
+    let found = github
+        .find_open_change(REPO, "feature/alice")
+        .await
+        .expect("find")
+        .expect("open PR");
+    assert_eq!(found.number, theirs);
+    assert_eq!(found.author.as_deref(), Some("alice"));
+    let head = sim
+        .github_branch_head(REPO, "feature/alice")
+        .expect("branch");
+    let (status, commit) = rest(
+        &sim,
+        reqwest::Method::GET,
+        &format!("/repos/{REPO}/git/commits/{head}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(commit["author"]["name"], "alice", "{commit}");
+}
+
+#[tokio::test]
+async fn project_path_is_the_forges_spelling() {
+    let sim = start_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("Octo", "App"));
+    let github = client(&sim);
+    for asked in ["octo/app", "OCTO/APP", "Octo/App"] {
+        assert_eq!(github.project_path(asked).await.expect(asked), "Octo/App");
+    }
+    let missing = github
+        .project_path("octo/other")
+        .await
+        .expect_err("no such repository");
+    assert_eq!(missing.kind, ForgeErrorKind::NotFound);
+    let invalid = github
+        .project_path("octo")
+        .await
+        .expect_err("not owner/repo");
+    assert_eq!(invalid.kind, ForgeErrorKind::Invalid);
+}
+
+#[tokio::test]
+async fn branch_protection_reads_classic_protection_and_rulesets() {
+    let sim = start_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let github = client(&sim);
+    let protected = |branch: &'static str| {
+        let github = &github;
+        async move { github.branch_protected(REPO, branch).await.expect(branch) }
+    };
+    assert!(protected("main").await, "the default branch is protected");
+    assert!(!protected("wq/free").await, "no such branch, no rules");
+
+    sim.github_push_as(REPO, "stable", &[("s.txt", Some("s\n"))], "s", "alice")
+        .expect("push");
+    assert!(!protected("stable").await);
+    sim.github_protect_branch(REPO, "stable").expect("protect");
+    assert!(protected("stable").await, "classic protection");
+
+    // Rulesets apply to names whether or not the branch exists.
+    sim.github_add_ruleset(
+        REPO,
+        &["refs/heads/release/**"],
+        &["deletion", "non_fast_forward"],
+    )
+    .expect("ruleset");
+    assert!(protected("release/1.0").await);
+    assert!(protected("release/1/hotfix").await);
+    assert!(!protected("wq/release/1").await);
+    // Content-only rules do not protect; an update rule does.
+    sim.github_add_ruleset(REPO, &["refs/heads/docs/*"], &["commit_message_pattern"])
+        .expect("ruleset");
+    assert!(!protected("docs/x").await);
+    sim.github_add_ruleset(REPO, &["refs/heads/docs/*"], &["update"])
+        .expect("ruleset");
+    assert!(protected("docs/x").await);
+
+    // A server without the rules endpoint: 404 there means no rules.
+    sim.add_fault(FaultRule::new(
+        "GET",
+        "/repos/octo/app/rules/branches/release",
+        HttpFault::Status { status: 404 },
+    ));
+    assert!(!protected("release/2.0").await);
+
+    let missing = github
+        .branch_protected("octo/other", "main")
+        .await
+        .expect_err("no such repository");
+    assert_eq!(missing.kind, ForgeErrorKind::NotFound);
+}
+
+#[tokio::test]
+async fn redirects_are_not_followed_and_the_token_stays() {
+    let (forge, target, received) = support::start_redirecting_forge().await;
+    let github = GithubClient::new(&config(&forge)).expect("client");
+    let error = github
+        .branch_head(REPO, "main")
+        .await
+        .expect_err("a redirect is an error");
+    assert_eq!(error.kind, ForgeErrorKind::Rejected);
+    assert_eq!(error.status, Some(307));
+    assert!(
+        error.message.contains(&format!("{target}/repos/octo/app")),
+        "names the Location: {}",
+        error.message
+    );
+    let error = github.current_user().await.expect_err("redirect");
+    assert!(error.message.contains("Location"), "{}", error.message);
+    assert!(
+        received.lock().expect("lock").is_empty(),
+        "nothing reached the redirect target: {:?}",
+        received.lock().expect("lock")
+    );
+}
+
+#[tokio::test]
+async fn plain_http_off_loopback_is_refused_unless_configured() {
+    let mut config = config("http://github.example.com/api/v3");
+    let error = GithubClient::new(&config).expect_err("plain http");
+    assert_eq!(error.kind, ForgeErrorKind::Invalid);
+    assert!(error.message.starts_with("url: "), "{}", error.message);
+    config.insecure_http = true;
+    GithubClient::new(&config).expect("insecure_http");
+}

@@ -9,4 +9,5 @@ mod github_merge;
 mod github_rest;
 mod github_webhooks;
 mod gitlab_api;
+mod ownership;
 mod sim_control;
