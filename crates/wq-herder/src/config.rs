@@ -82,7 +82,7 @@ pub struct MatcherConfig {
     /// `/regex/`. Empty: no trace needed.
     pub messages: StringList,
     /// Search only the last N lines of the trace; inherited, default the
-    /// whole trace.
+    /// whole trace as read (forge clients keep a log's last 1 MiB).
     pub tail_lines: Option<ConfigNumber>,
     /// The job's `failure_reason` must be one of these. Empty: any.
     pub failure_reason: StringList,

@@ -100,7 +100,8 @@ pub(crate) struct Node {
     pub(crate) failure_reasons: Vec<String>,
     pub(crate) job_name: Option<PatternSet>,
     pub(crate) messages: Option<PatternSet>,
-    /// Window of `messages` (own or inherited); `None`: whole trace.
+    /// Window of `messages` (own or inherited); `None`: the whole trace the
+    /// forge client read (its last `wq_forge::TRACE_TAIL_BYTES`, 1 MiB).
     pub(crate) tail_lines: Option<usize>,
     /// `(group, position)`: this node's patterns are number `position` of
     /// `Herder::groups[group]`, the nodes sharing its window.

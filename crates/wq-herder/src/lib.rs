@@ -42,7 +42,7 @@
 //! | `description` | for people | no | empty |
 //! | `action` | `retry` or `report` | yes | `retry` |
 //! | `messages` | any of these in the trace window | no (a filter) | none: no trace read |
-//! | `tail_lines` | window: the last N lines of the trace | yes | whole trace |
+//! | `tail_lines` | window: the last N lines of the trace | yes | whole trace (as read: the forge client keeps the last 1 MiB) |
 //! | `failure_reason` | the job's reason is one of these | no (a filter) | any |
 //! | `job_name` | the job's name contains one of these | no (a filter) | any |
 //! | `job_status` | the job's status is one of these; `[]` any | yes | `[failed]` |
