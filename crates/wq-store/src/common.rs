@@ -226,10 +226,7 @@ pub(crate) fn glob_like_prefix(glob: &str) -> String {
                 like.push('%');
                 return like;
             }
-            '\\' => match chars.next() {
-                Some(escaped) => escaped,
-                None => '\\',
-            },
+            '\\' => chars.next().unwrap_or('\\'),
             other => other,
         };
         if matches!(literal, '%' | '_' | '\\') {
