@@ -33,11 +33,18 @@ macro_rules! sql {
 }
 
 static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
-    wq_store::migrator(&[EmbeddedMigration {
-        version: 1000,
-        description: "mr_details",
-        sql: include_str!("../../migrations/postgres/1000_mr_details.sql"),
-    }])
+    wq_store::migrator(&[
+        EmbeddedMigration {
+            version: 1000,
+            description: "mr_details",
+            sql: include_str!("../../migrations/postgres/1000_mr_details.sql"),
+        },
+        EmbeddedMigration {
+            version: 1001,
+            description: "item_place",
+            sql: include_str!("../../migrations/postgres/1001_item_place.sql"),
+        },
+    ])
 });
 
 pub(super) async fn migrate(store: &PgStore) -> StoreResult<()> {
