@@ -136,7 +136,7 @@ async fn modes(sim: &SimHandle, sha: &str) -> BTreeMap<String, String> {
     let (_, tree) = rest(
         sim,
         reqwest::Method::GET,
-        &format!("/repos/{REPO}/git/trees/{tree}"),
+        &format!("/repos/{REPO}/git/trees/{tree}?recursive=1"),
         Value::Null,
     )
     .await;
@@ -144,6 +144,7 @@ async fn modes(sim: &SimHandle, sha: &str) -> BTreeMap<String, String> {
         .as_array()
         .expect("entries")
         .iter()
+        .filter(|e| e["type"] == "blob")
         .map(|e| {
             (
                 e["path"].as_str().unwrap_or_default().to_owned(),
@@ -336,6 +337,138 @@ async fn commits_create_force_update_delete_move_chmod_and_read_back() {
             .await
             .expect("diff")
     );
+}
+
+#[tokio::test]
+async fn deletes_and_moves_take_only_files_and_writes_never_replace_a_directory() {
+    let sim = start_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let github = client(&sim);
+    let base = commit(
+        &github,
+        "main",
+        CommitMode::ForceUpdate,
+        &[
+            action(FileOp::Create, ".github/workflows/ci.yml", Some(b"ci\n")),
+            action(
+                FileOp::Create,
+                ".github/workflows/release.yml",
+                Some(b"rel\n"),
+            ),
+            action(FileOp::Create, "src/lib.rs", Some(b"lib\n")),
+            action(FileOp::Create, "notes.txt", Some(b"notes\n")),
+        ],
+    )
+    .await
+    .expect("base commit");
+    let feature = commit(
+        &github,
+        "wq/dir",
+        CommitMode::CreateBranch,
+        &[action(FileOp::Create, "x.txt", Some(b"x\n"))],
+    )
+    .await
+    .expect("feature branch");
+
+    let mut move_dir = action(FileOp::Move, "ci", None);
+    move_dir.previous_path = Some(".github/workflows".into());
+    let mut move_missing = action(FileOp::Move, "b.txt", None);
+    move_missing.previous_path = Some("nope.txt".into());
+    let mut move_onto_dir = action(FileOp::Move, "src", None);
+    move_onto_dir.previous_path = Some("notes.txt".into());
+    let refused: Vec<(FileAction, &str)> = vec![
+        (
+            action(FileOp::Delete, ".github", None),
+            ".github is a directory",
+        ),
+        (
+            action(FileOp::Delete, "missing.txt", None),
+            "missing.txt does not exist",
+        ),
+        (move_dir, ".github/workflows is a directory"),
+        (move_missing, "nope.txt does not exist"),
+        (move_onto_dir, "src is a directory"),
+        (action(FileOp::Chmod, "src", None), "src is a directory"),
+        (
+            action(FileOp::Create, "src", Some(b"x")),
+            "src is a directory",
+        ),
+        (
+            action(FileOp::Update, ".github/workflows", Some(b"x")),
+            ".github/workflows is a directory",
+        ),
+        (
+            action(FileOp::Create, "notes.txt/x", Some(b"x")),
+            "notes.txt is a file",
+        ),
+    ];
+    for (bad, why) in refused {
+        sim.clear_requests();
+        let error = commit(
+            &github,
+            "wq/dir",
+            CommitMode::ForceUpdate,
+            std::slice::from_ref(&bad),
+        )
+        .await
+        .map(|sha| panic!("{bad:?} was committed as {sha}: {:?}", requests(&sim)))
+        .unwrap_err();
+        assert_eq!(error.kind, ForgeErrorKind::Invalid, "{bad:?}: {error}");
+        assert!(error.message.contains(why), "{bad:?}: {}", error.message);
+        assert!(
+            requests(&sim).iter().all(|(method, _)| method == "GET"),
+            "{bad:?}: nothing is written"
+        );
+        assert_eq!(
+            sim.github_branch_head(REPO, "wq/dir").as_deref(),
+            Some(feature.as_str())
+        );
+    }
+    let file = |branch: &str, path: &str| sim.github_file(REPO, branch, path);
+    assert_eq!(
+        file("wq/dir", ".github/workflows/ci.yml").as_deref(),
+        Some(&b"ci\n"[..])
+    );
+    assert_eq!(
+        file("main", ".github/workflows/release.yml").as_deref(),
+        Some(&b"rel\n"[..])
+    );
+    assert_eq!(
+        sim.github_branch_head(REPO, "main").as_deref(),
+        Some(base.as_str())
+    );
+
+    // A file delete still works, and the workflows stay; actions apply in order, so a deleted
+    // file's path may become a directory.
+    let head = commit(
+        &github,
+        "wq/dir",
+        CommitMode::ForceUpdate,
+        &[
+            action(FileOp::Delete, "notes.txt", None),
+            action(FileOp::Create, "notes.txt/today.md", Some(b"t\n")),
+        ],
+    )
+    .await
+    .expect("file delete");
+    assert_eq!(
+        sim.github_branch_head(REPO, "wq/dir").as_deref(),
+        Some(head.as_str())
+    );
+    assert_eq!(file("wq/dir", "notes.txt"), None);
+    assert_eq!(
+        file("wq/dir", "notes.txt/today.md").as_deref(),
+        Some(&b"t\n"[..])
+    );
+    assert_eq!(
+        file("wq/dir", ".github/workflows/ci.yml").as_deref(),
+        Some(&b"ci\n"[..])
+    );
+    assert_eq!(
+        file("wq/dir", ".github/workflows/release.yml").as_deref(),
+        Some(&b"rel\n"[..])
+    );
+    assert_eq!(file("wq/dir", "src/lib.rs").as_deref(), Some(&b"lib\n"[..]));
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@ pub mod merge_requests;
 pub mod notes;
 pub mod pipelines;
 pub mod protected_branches;
+pub mod quick_actions;
 pub mod repository;
 pub mod trains;
 

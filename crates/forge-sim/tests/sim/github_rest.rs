@@ -88,7 +88,8 @@ async fn git_data_api_builds_branches_and_guards_refs() {
         .iter()
         .map(|e| e["path"].as_str().unwrap())
         .collect();
-    assert_eq!(paths, vec!["bin/run.sh", "hello.txt"]);
+    // The answer lists the new tree's own entries (a directory as `type: tree`).
+    assert_eq!(paths, vec!["bin", "hello.txt"]);
     let (status, commit) = gh
         .post(
             "/repos/octo/app/git/commits",
@@ -701,4 +702,115 @@ async fn decision(gh: &Gh, n: u64) -> serde_json::Value {
         "query {{ repository(owner: \"octo\", name: \"app\") {{ pullRequest(number: {n}) {{ reviewDecision }} }} }}"
     );
     gh.graphql(&q, json!({})).await["data"]["repository"]["pullRequest"]["reviewDecision"].clone()
+}
+
+/// Paths (with their type) of `GET git/trees/{sha}`, recursive or not.
+async fn listing(gh: &Gh, sha: &str, recursive: bool) -> Vec<(String, String)> {
+    let query = if recursive { "?recursive=1" } else { "" };
+    let (status, tree) = gh
+        .get(&format!("/repos/octo/app/git/trees/{sha}{query}"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{tree}");
+    assert_eq!(tree["truncated"], false);
+    tree["tree"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["path"].as_str().unwrap().to_string(),
+                e["type"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+async fn new_tree(gh: &Gh, base: Option<&str>, entries: serde_json::Value) -> String {
+    let mut body = json!({ "tree": entries });
+    if let Some(base) = base {
+        body["base_tree"] = json!(base);
+    }
+    let (status, tree) = gh.post("/repos/octo/app/git/trees", body).await;
+    assert_eq!(status, StatusCode::CREATED, "{tree}");
+    tree["sha"].as_str().unwrap().to_string()
+}
+
+fn owned(items: &[(&str, &str)]) -> Vec<(String, String)> {
+    items
+        .iter()
+        .map(|(p, t)| (p.to_string(), t.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn trees_list_directories_and_follow_githubs_base_tree_rules() {
+    let sim = start().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let gh = Gh::new(&sim);
+    let blob =
+        |path: &str| json!({ "path": path, "mode": "100644", "type": "blob", "content": path });
+    let base = new_tree(
+        &gh,
+        None,
+        json!([
+            blob(".github/workflows/ci.yml"),
+            blob(".github/CODEOWNERS"),
+            blob("docs/a.md"),
+            blob("tool"),
+        ]),
+    )
+    .await;
+
+    // Recursive listings name every subtree; plain ones only the top level, and a subtree
+    // can be read on its own by its sha.
+    assert_eq!(
+        listing(&gh, &base, true).await,
+        owned(&[
+            (".github", "tree"),
+            (".github/CODEOWNERS", "blob"),
+            (".github/workflows", "tree"),
+            (".github/workflows/ci.yml", "blob"),
+            ("docs", "tree"),
+            ("docs/a.md", "blob"),
+            ("tool", "blob"),
+        ])
+    );
+    let (_, top) = gh.get(&format!("/repos/octo/app/git/trees/{base}")).await;
+    assert_eq!(
+        listing(&gh, &base, false).await,
+        owned(&[(".github", "tree"), ("docs", "tree"), ("tool", "blob")])
+    );
+    let github_sha = top["tree"][0]["sha"].as_str().unwrap().to_string();
+    assert_eq!(
+        listing(&gh, &github_sha, false).await,
+        owned(&[("CODEOWNERS", "blob"), ("workflows", "tree")])
+    );
+
+    // `sha: null` on a directory removes everything under it.
+    let gone = new_tree(
+        &gh,
+        Some(&base),
+        json!([{ "path": ".github", "mode": "100644", "type": "blob", "sha": null }]),
+    )
+    .await;
+    assert_eq!(
+        listing(&gh, &gone, true).await,
+        owned(&[("docs", "tree"), ("docs/a.md", "blob"), ("tool", "blob")])
+    );
+
+    // A blob where a directory was replaces the directory; a path under a blob turns the blob
+    // into a directory.
+    let replaced = new_tree(&gh, Some(&base), json!([blob("docs"), blob("tool/x")])).await;
+    assert_eq!(
+        listing(&gh, &replaced, true).await,
+        owned(&[
+            (".github", "tree"),
+            (".github/CODEOWNERS", "blob"),
+            (".github/workflows", "tree"),
+            (".github/workflows/ci.yml", "blob"),
+            ("docs", "blob"),
+            ("tool", "tree"),
+            ("tool/x", "blob"),
+        ])
+    );
 }

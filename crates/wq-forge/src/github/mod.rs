@@ -17,7 +17,7 @@
 //! | `update_change` | `PATCH pulls/:n` (or `GET` when only labels change), the three reads, then one `POST` for the labels to add and a `DELETE` per label to remove |
 //! | `queue_entries` | 1 GraphQL query with an alias per pull request (up to [`QUEUE_ALIASES_PER_QUERY`]) |
 //! | `merge_change` | `PUT pulls/:n/merge-async`, then `GET pulls/:n/merge-async/:uuid` every [`MERGE_POLL_INTERVAL`] while pending, within [`MERGE_BUDGET`] |
-//! | `commit_files` | `GET branches/:base`, `GET git/trees/:tree` when an update, move or chmod needs the existing entries, `POST git/blobs` per file content, `POST git/trees`, `POST git/commits`, `POST git/refs` or `PATCH git/refs/heads/:branch` |
+//! | `commit_files` | `GET branches/:base`, `GET git/trees/:tree?recursive=1` (deletes, moves and writes are checked against the base tree's files), `POST git/blobs` per file content, `POST git/trees`, `POST git/commits`, `POST git/refs` or `PATCH git/refs/heads/:branch` |
 //! | `diff_is_empty` | `GET commits/:base` and `GET commits/:head` (their trees compared) |
 //! | `current_user` | `GET /user`, once per client (an error is not kept) |
 //! | `project_path` | `GET repos/:owner/:repo` |
@@ -299,7 +299,7 @@ impl GithubClient {
         let entries = tree
             .tree
             .into_iter()
-            .filter(|e| e.kind == "blob")
+            .filter(|e| e.kind != "tree")
             .map(|e| (e.path.clone(), e))
             .collect();
         Ok((entries, tree.truncated))
@@ -555,6 +555,65 @@ fn file_mode(executable: Option<bool>, existing: Option<&wire::TreeEntry>) -> St
     }
 }
 
+fn tree_entry(path: &str, mode: &str, sha: &str) -> wire::TreeEntry {
+    wire::TreeEntry {
+        path: path.to_owned(),
+        mode: mode.to_owned(),
+        kind: "blob".to_owned(),
+        sha: sha.to_owned(),
+    }
+}
+
+/// Whether `path` is a directory among `files` (a directory exists while it holds a file).
+fn is_directory(files: &HashMap<String, wire::TreeEntry>, path: &str) -> bool {
+    let prefix = format!("{path}/");
+    files.keys().any(|p| p.starts_with(&prefix))
+}
+
+/// The file at `path`, refusing a directory or a missing path (GitLab: "A file with this name
+/// doesn't exist").
+fn existing_file<'a>(
+    files: &'a HashMap<String, wire::TreeEntry>,
+    op: &str,
+    path: &str,
+) -> ForgeResult<&'a wire::TreeEntry> {
+    if is_directory(files, path) {
+        return Err(ForgeError::invalid(format!(
+            "{op} {path}: {path} is a directory on the base branch; only files can be changed"
+        )));
+    }
+    files.get(path).ok_or_else(|| {
+        ForgeError::invalid(format!(
+            "{op} {path}: {path} does not exist on the base branch"
+        ))
+    })
+}
+
+/// Refuses to write a file where a directory is, or below a file.
+fn check_file_path(
+    files: &HashMap<String, wire::TreeEntry>,
+    op: &str,
+    path: &str,
+) -> ForgeResult<()> {
+    if is_directory(files, path) {
+        return Err(ForgeError::invalid(format!(
+            "{op} {path}: {path} is a directory on the base branch"
+        )));
+    }
+    let mut end = 0;
+    while let Some(slash) = path[end..].find('/') {
+        end += slash;
+        let parent = &path[..end];
+        if files.contains_key(parent) {
+            return Err(ForgeError::invalid(format!(
+                "{op} {path}: {parent} is a file on the base branch"
+            )));
+        }
+        end += 1;
+    }
+    Ok(())
+}
+
 fn delete_entry(path: &str) -> Value {
     json!({ "path": path, "mode": "100644", "type": "blob", "sha": Value::Null })
 }
@@ -658,64 +717,70 @@ impl Forge for GithubClient {
                     ),
                 )
             })?;
-        let needs_tree = request
-            .actions
-            .iter()
-            .any(|a| matches!(a.op, FileOp::Update | FileOp::Move | FileOp::Chmod));
-        let (existing, truncated) = if needs_tree {
-            self.tree(&repo, &base.commit.tree.sha).await?
-        } else {
-            (HashMap::new(), false)
-        };
-        let missing = |op: FileOp, path: &str| {
-            let why = if truncated {
-                "is not in the base tree as GitHub listed it (truncated)"
-            } else {
-                "does not exist on the base branch"
-            };
-            ForgeError::invalid(format!("{} {path}: {path} {why}", op.as_str()))
-        };
+        // The base tree's files, changed action by action: a delete or move takes only a file
+        // that exists (GitHub's `sha: null` on a directory would remove all of it), and a
+        // file never replaces a directory or sits under a file (GitHub's tree API would silently
+        // do either); GitLab's commits API refuses all of these.
+        let (mut files, truncated) = self.tree(&repo, &base.commit.tree.sha).await?;
+        if truncated {
+            return Err(ForgeError::new(
+                ForgeErrorKind::Rejected,
+                None,
+                format!(
+                    "the tree of {} at {} is too large for GitHub to list (truncated); the \
+                     files to change cannot be checked",
+                    request.project, request.base_branch
+                ),
+            ));
+        }
         let mut entries: Vec<Value> = Vec::new();
         for action in request.actions {
             let path = action.path.as_str();
+            let op = action.op.as_str();
             match action.op {
                 FileOp::Create | FileOp::Update => {
                     let content = action.content.as_deref().ok_or_else(|| {
-                        ForgeError::invalid(format!(
-                            "{} {path}: content required",
-                            action.op.as_str()
-                        ))
+                        ForgeError::invalid(format!("{op} {path}: content required"))
                     })?;
+                    check_file_path(&files, op, path)?;
                     let sha = self.blob(&repo, content).await?;
-                    let mode = file_mode(action.execute_filemode, existing.get(path));
+                    let mode = file_mode(action.execute_filemode, files.get(path));
                     entries.push(json!({ "path": path, "mode": mode, "type": "blob", "sha": sha }));
+                    files.insert(path.to_owned(), tree_entry(path, &mode, &sha));
                 }
-                FileOp::Delete => entries.push(delete_entry(path)),
+                FileOp::Delete => {
+                    existing_file(&files, op, path)?;
+                    entries.push(delete_entry(path));
+                    files.remove(path);
+                }
                 FileOp::Move => {
                     let previous = action.previous_path.as_deref().ok_or_else(|| {
                         ForgeError::invalid(format!("move {path}: previous_path required"))
                     })?;
-                    let old = existing.get(previous);
+                    let old = existing_file(&files, op, previous)?.clone();
+                    let rest: HashMap<String, wire::TreeEntry> = files
+                        .iter()
+                        .filter(|(p, _)| p.as_str() != previous)
+                        .map(|(p, e)| (p.clone(), e.clone()))
+                        .collect();
+                    check_file_path(&rest, op, path)?;
                     let (sha, mode) = match action.content.as_deref() {
                         Some(content) => (
                             self.blob(&repo, content).await?,
-                            file_mode(action.execute_filemode, old),
+                            file_mode(action.execute_filemode, Some(&old)),
                         ),
-                        None => {
-                            let old = old.ok_or_else(|| missing(FileOp::Move, previous))?;
-                            (
-                                old.sha.clone(),
-                                file_mode(action.execute_filemode, Some(old)),
-                            )
-                        }
+                        None => (
+                            old.sha.clone(),
+                            file_mode(action.execute_filemode, Some(&old)),
+                        ),
                     };
                     entries.push(delete_entry(previous));
                     entries.push(json!({ "path": path, "mode": mode, "type": "blob", "sha": sha }));
+                    files = rest;
+                    files.insert(path.to_owned(), tree_entry(path, &mode, &sha));
                 }
                 FileOp::Chmod => {
-                    let old = existing
-                        .get(path)
-                        .ok_or_else(|| missing(FileOp::Chmod, path))?;
+                    let old = existing_file(&files, op, path)?.clone();
                     let executable = action.execute_filemode.ok_or_else(|| {
                         ForgeError::invalid(format!("chmod {path}: execute_filemode required"))
                     })?;
@@ -723,6 +788,7 @@ impl Forge for GithubClient {
                     entries.push(
                         json!({ "path": path, "mode": mode, "type": "blob", "sha": old.sha }),
                     );
+                    files.insert(path.to_owned(), tree_entry(path, &mode, &old.sha));
                 }
             }
         }

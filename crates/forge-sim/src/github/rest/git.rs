@@ -200,11 +200,64 @@ struct TreeBody {
     tree: Option<Vec<TreeItem>>,
 }
 
-fn tree_json(ctx: &crate::github::Ctx, full: &str, sha: &str, tree: &Tree) -> Value {
-    let entries: Vec<Value> = tree
-        .iter()
-        .map(|(path, f)| {
-            let blob = f.blob_id();
+/// The subtree of `tree` under the directory `dir` (paths relative to it).
+fn subtree(tree: &Tree, dir: &str) -> Tree {
+    let prefix = format!("{dir}/");
+    tree.iter()
+        .filter_map(|(p, f)| Some((p.strip_prefix(&prefix)?.to_string(), f.clone())))
+        .collect()
+}
+
+/// Every directory of a flat tree (each ancestor of a file path).
+fn directories(tree: &Tree) -> std::collections::BTreeSet<String> {
+    let mut dirs = std::collections::BTreeSet::new();
+    for path in tree.keys() {
+        let mut end = 0;
+        while let Some(slash) = path[end..].find('/') {
+            end += slash;
+            dirs.insert(path[..end].to_string());
+            end += 1;
+        }
+    }
+    dirs
+}
+
+/// A tree as GitHub lists it: its own entries, or with `recursive` every blob and subtree
+/// (`type: tree`, mode `040000`) below it. Subtrees are stored so they can be read by sha.
+fn tree_json(
+    ctx: &crate::github::Ctx,
+    repo: &mut crate::github::model::GhRepo,
+    sha: &str,
+    tree: &Tree,
+    recursive: bool,
+) -> Value {
+    let full = repo.full_name();
+    let mut entries: Vec<(String, Value)> = Vec::new();
+    for dir in directories(tree) {
+        if !recursive && dir.contains('/') {
+            continue;
+        }
+        let sub = subtree(tree, &dir);
+        let sub_sha = ops::tree_sha(&sub);
+        entries.push((
+            dir.clone(),
+            json!({
+                "path": dir,
+                "mode": "040000",
+                "type": "tree",
+                "sha": sub_sha,
+                "url": format!("{}/repos/{full}/git/trees/{sub_sha}", ctx.base_url),
+            }),
+        ));
+        repo.trees.entry(sub_sha).or_insert_with(|| Arc::new(sub));
+    }
+    for (path, f) in tree {
+        if !recursive && path.contains('/') {
+            continue;
+        }
+        let blob = f.blob_id();
+        entries.push((
+            path.clone(),
             json!({
                 "path": path,
                 "mode": f.mode(),
@@ -212,15 +265,30 @@ fn tree_json(ctx: &crate::github::Ctx, full: &str, sha: &str, tree: &Tree) -> Va
                 "sha": blob,
                 "size": f.content.len(),
                 "url": format!("{}/repos/{full}/git/blobs/{blob}", ctx.base_url),
-            })
-        })
-        .collect();
+            }),
+        ));
+    }
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
     json!({
         "sha": sha,
         "url": format!("{}/repos/{full}/git/trees/{sha}", ctx.base_url),
-        "tree": entries,
+        "tree": entries.into_iter().map(|(_, e)| e).collect::<Vec<_>>(),
         "truncated": false,
     })
+}
+
+/// Puts a blob at `path` as GitHub's tree API does: it replaces a directory at that path (with
+/// everything in it) and turns a file at any parent path into a directory.
+fn put_blob(tree: &mut Tree, path: String, entry: FileEntry) {
+    let prefix = format!("{path}/");
+    tree.retain(|p, _| !p.starts_with(&prefix));
+    let mut end = 0;
+    while let Some(slash) = path[end..].find('/') {
+        end += slash;
+        tree.remove(&path[..end]);
+        end += 1;
+    }
+    tree.insert(path, entry);
 }
 
 async fn create_tree(
@@ -266,7 +334,7 @@ async fn create_tree(
             }
             match (item.sha, item.content) {
                 (Some(None), _) => {
-                    // "sha": null deletes the path (and anything below it).
+                    // "sha": null deletes the path: a file, or a directory with everything in it.
                     let prefix = format!("{path}/");
                     tree.retain(|p, _| p != &path && !p.starts_with(&prefix));
                 }
@@ -274,7 +342,8 @@ async fn create_tree(
                     let content = blob_content(repo, &sha).ok_or_else(|| {
                         ApiError::unprocessable(format!("tree.sha {sha} is not a valid blob"))
                     })?;
-                    tree.insert(
+                    put_blob(
+                        &mut tree,
                         path,
                         FileEntry {
                             content,
@@ -286,7 +355,8 @@ async fn create_tree(
                     let bytes = content.into_bytes();
                     repo.blobs
                         .insert(FileEntry::new(bytes.clone()).blob_id(), bytes.clone());
-                    tree.insert(
+                    put_blob(
+                        &mut tree,
                         path,
                         FileEntry {
                             content: bytes,
@@ -307,7 +377,7 @@ async fn create_tree(
             }
         }
         let sha = ops::tree_sha(&tree);
-        let body = tree_json(&ctx, &repo.full_name(), &sha, &tree);
+        let body = tree_json(&ctx, repo, &sha, &tree, false);
         repo.trees.insert(sha, Arc::new(tree));
         Ok(reply(StatusCode::CREATED, body))
     })
@@ -317,14 +387,17 @@ async fn get_tree(
     State(st): State<Shared>,
     headers: HeaderMap,
     Path((o, r, sha)): P3,
+    RawQuery(query): RawQuery,
 ) -> ApiResult<Response> {
     let ctx = auth(&st, &headers)?;
+    // GitHub: any value of `recursive` lists the whole tree.
+    let recursive = query_param(&query, "recursive").is_some();
     with_repo(&st, &o, &r, |repo, _| {
         let tree = ops::find_tree(repo, &sha).ok_or_else(ApiError::not_found)?;
         let tree_sha = ops::tree_sha(&tree);
         Ok(reply(
             StatusCode::OK,
-            tree_json(&ctx, &repo.full_name(), &tree_sha, &tree),
+            tree_json(&ctx, repo, &tree_sha, &tree, recursive),
         ))
     })
 }
