@@ -1,5 +1,7 @@
 //! GitLab merge requests: create/get/list/update, mergeability (`detailed_merge_status`),
 //! approvals, merge (immediate, merge-when-pipeline-succeeds, via merge train) and rebase.
+//! Quick actions in a description (on create and update) run as the API user
+//! (see [`super::quick_actions`]).
 
 use std::sync::Arc;
 
@@ -13,8 +15,8 @@ use time::OffsetDateTime;
 use super::notes::Note;
 use super::pipelines::{create_pipeline, head_pipeline, pipeline_basic_json};
 use super::{
-    ApiError, ApiResult, Ctx, Params, Project, created, hooks, ok, opt_ts, trains, ts, user_json,
-    with_project,
+    ApiError, ApiResult, Ctx, Params, Project, created, hooks, ok, opt_ts, quick_actions, trains,
+    ts, user_json, with_project,
 };
 use crate::repo::MergeMethod;
 use crate::state::{Shared, User};
@@ -56,6 +58,7 @@ pub struct MergeRequest {
     pub squash: bool,
     pub force_remove_source_branch: bool,
     pub approved_by: Vec<User>,
+    pub reviewers: Vec<User>,
     /// Unresolved blocking discussions (set through the control API).
     pub unresolved_discussions: u32,
     pub auto_merge: Option<AutoMerge>,
@@ -170,7 +173,7 @@ pub fn mr_json(project: &Project, mr: &MergeRequest, base: &str, full: bool) -> 
         "author": user_json(&mr.author, base),
         "assignees": [],
         "assignee": Value::Null,
-        "reviewers": [],
+        "reviewers": mr.reviewers.iter().map(|u| user_json(u, base)).collect::<Vec<_>>(),
         "source_project_id": project.id,
         "target_project_id": project.id,
         "labels": mr.labels,
@@ -347,15 +350,47 @@ pub async fn create(
 ) -> ApiResult {
     params.require(&["source_branch", "target_branch", "title"])?;
     let source = params.req_str("source_branch")?;
-    let target = params.req_str("target_branch")?;
-    let title = params.req_str("title")?;
-    let description = params.str("description").unwrap_or_default();
-    let labels = params.labels("labels").unwrap_or_default();
+    let mut target = params.req_str("target_branch")?;
+    let mut title = params.req_str("title")?;
+    let (description, actions) =
+        quick_actions::extract(&params.str("description").unwrap_or_default());
+    let mut labels = params.labels("labels").unwrap_or_default();
     let remove_source = params.flag("remove_source_branch")?;
     let squash = params.flag("squash")?;
     with_project(&state, &id, |ctx, pid| {
         let now = ctx.now;
         let project = ctx.project(pid);
+        // The quick actions GitLab allows on a merge request being created.
+        let updates = {
+            let users = crate::state::lock(&ctx.sim.users);
+            quick_actions::interpret(
+                &actions,
+                &quick_actions::Target {
+                    persisted: false,
+                    state: "opened",
+                    draft: is_draft_title(&title),
+                    source_branch: &source,
+                    target_branch: &target,
+                    labels: &labels,
+                    approved_by_user: false,
+                },
+                &user,
+                |branch| project.repo.branch_head(branch).is_some(),
+                |name| users.by_username(name).cloned(),
+            )
+        };
+        if let Some(branch) = &updates.target_branch {
+            target = branch.clone();
+        }
+        for label in &updates.add_labels {
+            if !labels.contains(label) {
+                labels.push(label.clone());
+            }
+        }
+        if let Some(draft) = updates.draft {
+            title = with_draft(&title, draft);
+        }
+        let reviewers = updates.add_reviewers;
         if source == target {
             return Err(ApiError::message(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -404,6 +439,7 @@ pub async fn create(
                 squash,
                 force_remove_source_branch: remove_source,
                 approved_by: Vec::new(),
+                reviewers,
                 unresolved_discussions: 0,
                 auto_merge: None,
                 merge_error: None,
@@ -520,139 +556,412 @@ pub async fn update(
     {
         return Err(ApiError::param("target_branch is empty"));
     }
-    let remove_source = params.bool("remove_source_branch")?;
-    let squash = params.bool("squash")?;
+    let mut request = MrUpdate {
+        title: params.str("title"),
+        description: params.str("description"),
+        labels: params.labels("labels"),
+        add_labels: params.labels("add_labels").unwrap_or_default(),
+        remove_labels: params.labels("remove_labels").unwrap_or_default(),
+        target_branch: params.str("target_branch"),
+        remove_source: params.bool("remove_source_branch")?,
+        squash: params.bool("squash")?,
+        state_event,
+        ..MrUpdate::default()
+    };
+    // GitLab runs the quick actions of a new description; their updates win over the parameters.
+    let actions = request
+        .description
+        .take()
+        .map(|text| quick_actions::extract(&text));
     with_project(&state, &id, |ctx, pid| {
-        let now = ctx.now;
-        let project = ctx.project(pid);
-        let current = mr_ref(project, iid)?.clone();
-        if let Some(target) = params.str("target_branch") {
-            if project.repo.branch_head(&target).is_none() {
-                return Err(ApiError::message(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    json!([format!("Target branch \"{target}\" does not exist")]),
-                ));
-            }
-            if target == current.source_branch {
-                return Err(ApiError::message(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    json!(["You can't use same project/branch for source and target"]),
-                ));
-            }
+        let mut immediate = None;
+        if let Some((text, actions)) = actions {
+            request.description = Some(text);
+            let updates = interpret_for(ctx, pid, iid, &actions, &user)?;
+            request.add_quick_actions(&updates);
+            immediate = Some(updates);
         }
-        if state_event.as_deref() == Some("reopen") && current.state == "closed" {
-            let target = params
-                .str("target_branch")
-                .unwrap_or_else(|| current.target_branch.clone());
-            duplicate_check(project, &current.source_branch, &target, Some(iid))?;
-        }
-        let mut changes = Map::new();
-        let mr = mr_mut(ctx.project_mut(pid), iid)?;
-        if let Some(title) = params.str("title")
-            && title != mr.title
-        {
-            changes.insert(
-                "title".into(),
-                json!({ "previous": mr.title, "current": title }),
-            );
-            if is_draft_title(&title) != mr.draft() {
-                changes.insert(
-                    "draft".into(),
-                    json!({ "previous": mr.draft(), "current": is_draft_title(&title) }),
-                );
-            }
-            mr.title = title;
-        }
-        if let Some(description) = params.str("description")
-            && description != mr.description
-        {
-            changes.insert(
-                "description".into(),
-                json!({ "previous": mr.description, "current": description }),
-            );
-            mr.description = description;
-        }
-        let mut labels = mr.labels.clone();
-        if let Some(replace) = params.labels("labels") {
-            labels = replace;
-        }
-        for label in params.labels("add_labels").unwrap_or_default() {
-            if !labels.contains(&label) {
-                labels.push(label);
-            }
-        }
-        let removed = params.labels("remove_labels").unwrap_or_default();
-        labels.retain(|l| !removed.contains(l));
-        if labels != mr.labels {
-            changes.insert(
-                "labels".into(),
-                json!({
-                    "previous": mr.labels.iter().map(|l| json!({"title": l})).collect::<Vec<_>>(),
-                    "current": labels.iter().map(|l| json!({"title": l})).collect::<Vec<_>>(),
-                }),
-            );
-            mr.labels = labels;
-        }
-        if let Some(target) = params.str("target_branch")
-            && target != mr.target_branch
-        {
-            changes.insert(
-                "target_branch".into(),
-                json!({ "previous": mr.target_branch, "current": target }),
-            );
-            mr.target_branch = target;
-        }
-        if let Some(remove) = remove_source {
-            mr.force_remove_source_branch = remove;
-        }
-        if let Some(squash) = squash {
-            mr.squash = squash;
-        }
-        let mut action = "update";
-        match state_event.as_deref() {
-            Some("close") if mr.state == "opened" => {
-                mr.state = "closed".to_string();
-                mr.closed_at = Some(now);
-                mr.closed_by = Some(user.clone());
-                mr.auto_merge = None;
-                changes.insert("state_id".into(), json!({ "previous": 1, "current": 2 }));
-                action = "close";
-            }
-            Some("reopen") if mr.state == "closed" => {
-                mr.state = "opened".to_string();
-                mr.closed_at = None;
-                mr.closed_by = None;
-                changes.insert("state_id".into(), json!({ "previous": 2, "current": 1 }));
-                action = "reopen";
-            }
-            _ => {}
-        }
-        let source_head = ctx
-            .project(pid)
-            .repo
-            .branch_head(&current.source_branch)
-            .map(str::to_string);
-        let mr = mr_mut(ctx.project_mut(pid), iid)?;
-        if action == "reopen"
-            && let Some(head) = source_head
-        {
-            mr.sha = head;
-        }
-        if !changes.is_empty() {
-            mr.updated_at = now;
-        }
-        if action == "close" {
-            trains::drop_car(ctx, pid, iid, None);
-        }
-        if !changes.is_empty() {
-            emit_mr_hook(ctx, pid, iid, action, &user, Value::Object(changes), None);
-        }
-        if action == "reopen" {
-            ensure_pipeline(ctx, pid, iid, &user);
+        apply_update(ctx, pid, iid, &user, request)?;
+        if let Some(updates) = immediate {
+            run_immediate_actions(ctx, pid, iid, &user, &updates)?;
         }
         let project = ctx.project(pid);
         ok(mr_json(project, mr_ref(project, iid)?, ctx.base, true))
     })
+}
+
+/// One change to a merge request: from the update API's parameters, from quick actions, or both.
+#[derive(Debug, Clone, Default)]
+pub struct MrUpdate {
+    pub title: Option<String>,
+    pub description: Option<String>,
+    /// Replaces the labels.
+    pub labels: Option<Vec<String>>,
+    pub add_labels: Vec<String>,
+    pub remove_labels: Vec<String>,
+    pub target_branch: Option<String>,
+    pub remove_source: Option<bool>,
+    pub squash: Option<bool>,
+    /// `close` or `reopen`.
+    pub state_event: Option<String>,
+    pub add_reviewers: Vec<User>,
+    /// `Some(true)` marks the MR as a draft, `Some(false)` as ready (on the resulting title).
+    pub draft: Option<bool>,
+}
+
+impl MrUpdate {
+    /// Folds the updates of quick actions in (they win over parameters, as in GitLab).
+    pub fn add_quick_actions(&mut self, updates: &quick_actions::Updates) {
+        if let Some(title) = &updates.title {
+            self.title = Some(title.clone());
+        }
+        if updates.remove_all_labels {
+            self.labels = Some(Vec::new());
+            self.add_labels.clear();
+        }
+        for label in &updates.add_labels {
+            self.remove_labels.retain(|l| l != label);
+            if !self.add_labels.contains(label) {
+                self.add_labels.push(label.clone());
+            }
+        }
+        for label in &updates.remove_labels {
+            self.add_labels.retain(|l| l != label);
+            if !self.remove_labels.contains(label) {
+                self.remove_labels.push(label.clone());
+            }
+        }
+        if let Some(branch) = &updates.target_branch {
+            self.target_branch = Some(branch.clone());
+        }
+        if let Some(event) = updates.state_event {
+            self.state_event = Some(event.to_string());
+        }
+        self.add_reviewers
+            .extend(updates.add_reviewers.iter().cloned());
+        if updates.draft.is_some() {
+            self.draft = updates.draft;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.title.is_none()
+            && self.description.is_none()
+            && self.labels.is_none()
+            && self.add_labels.is_empty()
+            && self.remove_labels.is_empty()
+            && self.target_branch.is_none()
+            && self.remove_source.is_none()
+            && self.squash.is_none()
+            && self.state_event.is_none()
+            && self.add_reviewers.is_empty()
+            && self.draft.is_none()
+    }
+}
+
+/// `title` marked as a draft (`Draft: ` prefix) or ready (draft prefixes removed).
+pub fn with_draft(title: &str, draft: bool) -> String {
+    if draft {
+        if is_draft_title(title) {
+            title.to_string()
+        } else {
+            format!("Draft: {title}")
+        }
+    } else {
+        let mut rest = title.trim_start();
+        loop {
+            let lower = rest.to_ascii_lowercase();
+            let Some(prefix) = ["draft:", "[draft]", "(draft)", "draft -", "wip:", "[wip]"]
+                .iter()
+                .find(|p| lower.starts_with(*p))
+            else {
+                break;
+            };
+            rest = rest[prefix.len()..].trim_start();
+        }
+        rest.to_string()
+    }
+}
+
+/// Resolves quick actions against an existing merge request as `user`.
+fn interpret_for(
+    ctx: &Ctx<'_>,
+    pid: u64,
+    iid: u64,
+    actions: &[quick_actions::QuickAction],
+    user: &User,
+) -> Result<quick_actions::Updates, ApiError> {
+    let project = ctx.project(pid);
+    let mr = mr_ref(project, iid)?;
+    let users = crate::state::lock(&ctx.sim.users);
+    Ok(quick_actions::interpret(
+        actions,
+        &quick_actions::Target {
+            persisted: true,
+            state: &mr.state,
+            draft: mr.draft(),
+            source_branch: &mr.source_branch,
+            target_branch: &mr.target_branch,
+            labels: &mr.labels,
+            approved_by_user: mr.approved_by.iter().any(|u| u.id == user.id),
+        },
+        user,
+        |branch| project.repo.branch_head(branch).is_some(),
+        |name| users.by_username(name).cloned(),
+    ))
+}
+
+/// Runs quick actions found in a note or an updated description: the field updates through
+/// the update service, then approvals and `/merge`.
+pub fn execute_quick_actions(
+    ctx: &mut Ctx<'_>,
+    pid: u64,
+    iid: u64,
+    actions: &[quick_actions::QuickAction],
+    user: &User,
+) -> Result<quick_actions::Updates, ApiError> {
+    let updates = interpret_for(ctx, pid, iid, actions, user)?;
+    let mut request = MrUpdate::default();
+    request.add_quick_actions(&updates);
+    if !request.is_empty() {
+        apply_update(ctx, pid, iid, user, request)?;
+    }
+    run_immediate_actions(ctx, pid, iid, user, &updates)?;
+    Ok(updates)
+}
+
+/// `/approve`, `/unapprove` and `/merge`, which GitLab runs outside the field update.
+fn run_immediate_actions(
+    ctx: &mut Ctx<'_>,
+    pid: u64,
+    iid: u64,
+    user: &User,
+    updates: &quick_actions::Updates,
+) -> Result<(), ApiError> {
+    if updates.approve {
+        approve_mr(ctx, pid, iid, user)?;
+    }
+    if updates.unapprove {
+        unapprove_mr(ctx, pid, iid, user)?;
+    }
+    if updates.merge {
+        merge_from_quick_action(ctx, pid, iid, user)?;
+    }
+    Ok(())
+}
+
+/// `/merge`: merges now when mergeable, else sets the automatic merge GitLab would pick while
+/// the pipeline runs (merge train or merge when the pipeline succeeds); otherwise nothing.
+fn merge_from_quick_action(
+    ctx: &mut Ctx<'_>,
+    pid: u64,
+    iid: u64,
+    user: &User,
+) -> Result<(), ApiError> {
+    let project = ctx.project(pid);
+    let mr = mr_ref(project, iid)?.clone();
+    if mr.auto_merge.is_some() {
+        return Ok(());
+    }
+    let trains_enabled = project.settings.merge_trains_enabled;
+    let remove_source = mr.force_remove_source_branch;
+    match detailed_merge_status(project, &mr) {
+        "mergeable" if trains_enabled => {
+            set_auto_merge(
+                ctx,
+                pid,
+                iid,
+                "merge_train",
+                user,
+                mr.squash,
+                remove_source,
+                None,
+            );
+            trains::add_car(ctx, pid, iid, user, mr.squash)?;
+        }
+        "mergeable" => {
+            // A merge that fails (e.g. a race with the target) leaves the MR open, as in GitLab.
+            let _ = do_merge(ctx, pid, iid, user, mr.squash, None, remove_source);
+        }
+        "ci_still_running" => {
+            let strategy = if trains_enabled {
+                "add_to_merge_train_when_pipeline_succeeds"
+            } else {
+                "merge_when_pipeline_succeeds"
+            };
+            set_auto_merge(
+                ctx,
+                pid,
+                iid,
+                strategy,
+                user,
+                mr.squash,
+                remove_source,
+                None,
+            );
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Applies one update to a merge request as the update API does (validation, changes, state
+/// event, one `Merge Request Hook`).
+pub fn apply_update(
+    ctx: &mut Ctx<'_>,
+    pid: u64,
+    iid: u64,
+    user: &User,
+    request: MrUpdate,
+) -> Result<(), ApiError> {
+    let now = ctx.now;
+    let base = ctx.base;
+    let project = ctx.project(pid);
+    let current = mr_ref(project, iid)?.clone();
+    if let Some(target) = &request.target_branch {
+        if project.repo.branch_head(target).is_none() {
+            return Err(ApiError::message(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                json!([format!("Target branch \"{target}\" does not exist")]),
+            ));
+        }
+        if *target == current.source_branch {
+            return Err(ApiError::message(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                json!(["You can't use same project/branch for source and target"]),
+            ));
+        }
+    }
+    let state_event = request.state_event.as_deref();
+    if state_event == Some("reopen") && current.state == "closed" {
+        let target = request
+            .target_branch
+            .clone()
+            .unwrap_or_else(|| current.target_branch.clone());
+        duplicate_check(project, &current.source_branch, &target, Some(iid))?;
+    }
+    let mut changes = Map::new();
+    let mr = mr_mut(ctx.project_mut(pid), iid)?;
+    let mut title = request.title.clone().unwrap_or_else(|| mr.title.clone());
+    if let Some(draft) = request.draft {
+        title = with_draft(&title, draft);
+    }
+    if title != mr.title {
+        changes.insert(
+            "title".into(),
+            json!({ "previous": mr.title, "current": title }),
+        );
+        if is_draft_title(&title) != mr.draft() {
+            changes.insert(
+                "draft".into(),
+                json!({ "previous": mr.draft(), "current": is_draft_title(&title) }),
+            );
+        }
+        mr.title = title;
+    }
+    if let Some(description) = request.description
+        && description != mr.description
+    {
+        changes.insert(
+            "description".into(),
+            json!({ "previous": mr.description, "current": description }),
+        );
+        mr.description = description;
+    }
+    let mut labels = mr.labels.clone();
+    if let Some(replace) = request.labels {
+        labels = replace;
+    }
+    for label in request.add_labels {
+        if !labels.contains(&label) {
+            labels.push(label);
+        }
+    }
+    labels.retain(|l| !request.remove_labels.contains(l));
+    if labels != mr.labels {
+        changes.insert(
+            "labels".into(),
+            json!({
+                "previous": mr.labels.iter().map(|l| json!({"title": l})).collect::<Vec<_>>(),
+                "current": labels.iter().map(|l| json!({"title": l})).collect::<Vec<_>>(),
+            }),
+        );
+        mr.labels = labels;
+    }
+    let mut reviewers = mr.reviewers.clone();
+    for reviewer in request.add_reviewers {
+        if !reviewers.iter().any(|r| r.id == reviewer.id) {
+            reviewers.push(reviewer);
+        }
+    }
+    if reviewers.len() != mr.reviewers.len() {
+        changes.insert(
+            "reviewers".into(),
+            json!({
+                "previous": mr.reviewers.iter().map(|u| user_json(u, base)).collect::<Vec<_>>(),
+                "current": reviewers.iter().map(|u| user_json(u, base)).collect::<Vec<_>>(),
+            }),
+        );
+        mr.reviewers = reviewers;
+    }
+    if let Some(target) = request.target_branch
+        && target != mr.target_branch
+    {
+        changes.insert(
+            "target_branch".into(),
+            json!({ "previous": mr.target_branch, "current": target }),
+        );
+        mr.target_branch = target;
+    }
+    if let Some(remove) = request.remove_source {
+        mr.force_remove_source_branch = remove;
+    }
+    if let Some(squash) = request.squash {
+        mr.squash = squash;
+    }
+    let mut action = "update";
+    match state_event {
+        Some("close") if mr.state == "opened" => {
+            mr.state = "closed".to_string();
+            mr.closed_at = Some(now);
+            mr.closed_by = Some(user.clone());
+            mr.auto_merge = None;
+            changes.insert("state_id".into(), json!({ "previous": 1, "current": 2 }));
+            action = "close";
+        }
+        Some("reopen") if mr.state == "closed" => {
+            mr.state = "opened".to_string();
+            mr.closed_at = None;
+            mr.closed_by = None;
+            changes.insert("state_id".into(), json!({ "previous": 2, "current": 1 }));
+            action = "reopen";
+        }
+        _ => {}
+    }
+    let source_head = ctx
+        .project(pid)
+        .repo
+        .branch_head(&current.source_branch)
+        .map(str::to_string);
+    let mr = mr_mut(ctx.project_mut(pid), iid)?;
+    if action == "reopen"
+        && let Some(head) = source_head
+    {
+        mr.sha = head;
+    }
+    if !changes.is_empty() {
+        mr.updated_at = now;
+    }
+    if action == "close" {
+        trains::drop_car(ctx, pid, iid, None);
+    }
+    if !changes.is_empty() {
+        emit_mr_hook(ctx, pid, iid, action, user, Value::Object(changes), None);
+    }
+    if action == "reopen" {
+        ensure_pipeline(ctx, pid, iid, user);
+    }
+    Ok(())
 }
 
 pub fn approvals_json(project: &Project, mr: &MergeRequest, base: &str, user: &User) -> Value {
@@ -757,13 +1066,9 @@ pub async fn unapprove(
 ) -> ApiResult {
     let iid = parse_iid(&iid)?;
     with_project(&state, &id, |ctx, pid| {
-        let mr = mr_mut(ctx.project_mut(pid), iid)?;
-        let before = mr.approved_by.len();
-        mr.approved_by.retain(|u| u.id != user.id);
-        if mr.approved_by.len() == before {
+        if !unapprove_mr(ctx, pid, iid, &user)? {
             return Err(ApiError::not_found(""));
         }
-        emit_mr_hook(ctx, pid, iid, "unapproval", &user, json!({}), None);
         let project = ctx.project(pid);
         created(approvals_json(
             project,
@@ -772,6 +1077,20 @@ pub async fn unapprove(
             &user,
         ))
     })
+}
+
+/// Withdraws `user`'s approval; false when there was none.
+pub fn unapprove_mr(ctx: &mut Ctx<'_>, pid: u64, iid: u64, user: &User) -> Result<bool, ApiError> {
+    let now = ctx.now;
+    let mr = mr_mut(ctx.project_mut(pid), iid)?;
+    let before = mr.approved_by.len();
+    mr.approved_by.retain(|u| u.id != user.id);
+    if mr.approved_by.len() == before {
+        return Ok(false);
+    }
+    mr.updated_at = now;
+    emit_mr_hook(ctx, pid, iid, "unapproval", user, json!({}), None);
+    Ok(true)
 }
 
 /// Merges an MR now. Conflicts → 422 "Branch cannot be merged".

@@ -9,6 +9,7 @@ pub mod hooks;
 pub mod merge_requests;
 pub mod notes;
 pub mod pipelines;
+pub mod quick_actions;
 pub mod repository;
 pub mod trains;
 

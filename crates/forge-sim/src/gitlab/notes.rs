@@ -1,13 +1,18 @@
 //! GitLab merge request notes (comments): create, update, list, get; each emits a `Note Hook`.
+//! A new note's quick actions run as its author and leave the note; a note made only of quick
+//! actions is not kept and the API answers 202 with `commands_changes` and `summary`.
 
 use axum::Extension;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
-use super::merge_requests::MergeRequest;
+use super::merge_requests::{self, MergeRequest};
 use super::{
-    ApiError, ApiResult, Ctx, Params, Project, created, hooks, ok, ts, user_json, with_project,
+    ApiError, ApiResult, Ctx, Params, Project, created, hooks, ok, quick_actions, ts, user_json,
+    with_project,
 };
 use crate::state::{Shared, User};
 
@@ -152,9 +157,52 @@ pub async fn create(
     params: Params,
 ) -> ApiResult {
     let (iid, _) = ids(&iid, None)?;
-    let body = params.req_str("body")?;
+    let (body, actions) = quick_actions::extract(&params.req_str("body")?);
+    let diff_head_sha = params.str("merge_request_diff_head_sha");
     with_project(&state, &id, |ctx, pid| {
-        let note_id = add_note(ctx, pid, iid, &body, &user)?;
+        if !ctx.project(pid).merge_requests.contains_key(&iid) {
+            return Err(ApiError::not_found(""));
+        }
+        let note_id = if body.is_empty() {
+            None
+        } else {
+            Some(add_note(ctx, pid, iid, &body, &user)?)
+        };
+        let mut updates = None;
+        if !actions.is_empty() {
+            // `/merge` with a stale `merge_request_diff_head_sha` does not merge.
+            let stale = diff_head_sha.as_ref().is_some_and(|sha| {
+                ctx.project(pid)
+                    .merge_requests
+                    .get(&iid)
+                    .is_some_and(|mr| &mr.sha != sha)
+            });
+            let actions: Vec<_> = actions
+                .iter()
+                .filter(|a| !(stale && a.name == "merge"))
+                .cloned()
+                .collect();
+            updates = Some(merge_requests::execute_quick_actions(
+                ctx, pid, iid, &actions, &user,
+            )?);
+        }
+        let Some(note_id) = note_id else {
+            // A note made only of quick actions is not kept: 202 with what the commands did.
+            let updates = updates.unwrap_or_default();
+            let summary = if updates.messages.is_empty() {
+                vec!["Failed to apply commands.".to_string()]
+            } else {
+                updates.messages.clone()
+            };
+            return Ok((
+                StatusCode::ACCEPTED,
+                axum::Json(json!({
+                    "commands_changes": updates.changes_json(),
+                    "summary": summary,
+                })),
+            )
+                .into_response());
+        };
         let project = ctx.project(pid);
         let mr = project
             .merge_requests

@@ -1266,3 +1266,271 @@ async fn fast_forward_projects_need_rebase_and_rebase_endpoint() {
         "The default branch of a project cannot be deleted."
     );
 }
+
+/// Sets up `group/app` with a `feature` branch (one new file) and a `develop` branch.
+async fn project_with_feature(sim: &forge_sim::SimHandle, job_secs: u64) -> (u64, Api, String) {
+    let project = sim
+        .gitlab_project("group/app")
+        .job(JobSpec::new("test", JobOutcome::Success).duration_secs(job_secs))
+        .create()
+        .expect("project");
+    let api = Api::new(&sim.gitlab_url());
+    let p = format!("/projects/{project}");
+    api.post(
+        &format!("{p}/repository/commits"),
+        commit_body("feature", Some("main"), &[("create", "f.txt", "f")]),
+    )
+    .await;
+    let (status, _) = api
+        .post(
+            &format!("{p}/repository/branches"),
+            json!({"branch": "develop", "ref": "main"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    (project, api, p)
+}
+
+#[tokio::test]
+async fn quick_actions_in_a_new_description_apply_those_gitlab_allows_on_create() {
+    let sim = start_sim().await;
+    sim.add_user("bob", "bob-token");
+    let (project, api, p) = project_with_feature(&sim, 1).await;
+    let description = "Intro\n/label ~qa ~\"needs review\"\n/target_branch develop\n/draft\n\
+                       /assign_reviewer @bob\n/merge\n/approve\n/close\n/title Other\n \
+                       /label ~indented\n```\n/label ~in-code\n```\nOutro\n";
+    let (status, mr) = api
+        .post(
+            &format!("{p}/merge_requests"),
+            json!({"source_branch": "feature", "target_branch": "main", "title": "Add f",
+                   "description": description, "labels": "bot"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{mr}");
+    assert_eq!(
+        mr["description"],
+        "Intro\n /label ~indented\n```\n/label ~in-code\n```\nOutro"
+    );
+    assert_eq!(mr["labels"], json!(["bot", "qa", "needs review"]));
+    assert_eq!(mr["target_branch"], "develop");
+    assert_eq!(mr["title"], "Draft: Add f");
+    assert_eq!(mr["draft"], true);
+    assert_eq!(mr["reviewers"][0]["username"], "bob");
+    // `/merge`, `/approve`, `/close` and `/title` need an existing merge request.
+    assert_eq!(mr["state"], "opened");
+    let (_, approvals) = api.get(&format!("{p}/merge_requests/1/approvals")).await;
+    assert_eq!(approvals["approved_by"], json!([]));
+    sim.advance(Duration::from_secs(2));
+    let mr = api
+        .poll(&format!("{p}/merge_requests/1"), |mr| {
+            mr["head_pipeline"]["status"] == "success"
+        })
+        .await;
+    assert_eq!(mr["state"], "opened");
+    assert_eq!(sim.gitlab_file(project, "develop", "f.txt"), None);
+}
+
+#[tokio::test]
+async fn quick_actions_in_an_updated_description_run_as_the_api_user() {
+    let sim = start_sim().await;
+    let (project, api, p) = project_with_feature(&sim, 1).await;
+    let (_, mr) = api
+        .post(
+            &format!("{p}/merge_requests"),
+            json!({"source_branch": "feature", "target_branch": "main",
+                   "title": "Draft: Add f", "labels": "qa,keep"}),
+        )
+        .await;
+    assert_eq!(mr["draft"], true);
+
+    let (status, mr) = api
+        .put(
+            &format!("{p}/merge_requests/1"),
+            json!({"description": "Text\n/ready\n/title Renamed\n/unlabel ~qa\n/label ~new\n/approve\n/target_branch develop"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{mr}");
+    assert_eq!(mr["description"], "Text");
+    assert_eq!(mr["title"], "Renamed");
+    assert_eq!(mr["draft"], false);
+    assert_eq!(mr["labels"], json!(["keep", "new"]));
+    assert_eq!(mr["target_branch"], "develop");
+    let (_, approvals) = api.get(&format!("{p}/merge_requests/1/approvals")).await;
+    assert_eq!(
+        approvals["approved_by"][0]["user"]["username"],
+        forge_sim::DEFAULT_USERNAME
+    );
+
+    let (_, mr) = api
+        .put(
+            &format!("{p}/merge_requests/1"),
+            json!({"description": "/unapprove\n/draft\n/close"}),
+        )
+        .await;
+    assert_eq!(mr["description"], "");
+    assert_eq!(mr["draft"], true);
+    assert_eq!(mr["title"], "Draft: Renamed");
+    assert_eq!(mr["state"], "closed");
+    let (_, approvals) = api.get(&format!("{p}/merge_requests/1/approvals")).await;
+    assert_eq!(approvals["approved_by"], json!([]));
+
+    let (_, mr) = api
+        .put(
+            &format!("{p}/merge_requests/1"),
+            json!({"description": "/reopen\n/ready"}),
+        )
+        .await;
+    assert_eq!(mr["state"], "opened");
+    sim.advance(Duration::from_secs(2));
+    api.poll(&format!("{p}/merge_requests/1"), |mr| {
+        mr["detailed_merge_status"] == "mergeable"
+    })
+    .await;
+    let (_, mr) = api
+        .put(
+            &format!("{p}/merge_requests/1"),
+            json!({"description": "Ship it\n/merge"}),
+        )
+        .await;
+    assert_eq!(mr["state"], "merged", "{mr}");
+    assert_eq!(mr["description"], "Ship it");
+    assert_eq!(
+        sim.gitlab_file(project, "develop", "f.txt").as_deref(),
+        Some(&b"f"[..])
+    );
+}
+
+#[tokio::test]
+async fn quick_actions_in_notes_take_effect_and_command_only_notes_are_not_kept() {
+    let sim = start_sim().await;
+    sim.add_user("bob", "bob-token");
+    let (project, api, p) = project_with_feature(&sim, 30).await;
+    api.post(
+        &format!("{p}/merge_requests"),
+        json!({"source_branch": "feature", "target_branch": "main", "title": "Add f"}),
+    )
+    .await;
+    let notes = format!("{p}/merge_requests/1/notes");
+
+    // Text plus commands: the note keeps the text; the commands run.
+    let (status, note) = api
+        .post(
+            &notes,
+            json!({"body": "Looks good\n/approve\n/label ~qa\n/assign_reviewer @bob\n/draft"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{note}");
+    assert_eq!(note["body"], "Looks good");
+    let (_, mr) = api.get(&format!("{p}/merge_requests/1")).await;
+    assert_eq!(mr["labels"], json!(["qa"]));
+    assert_eq!(mr["reviewers"][0]["username"], "bob");
+    assert_eq!(mr["draft"], true);
+    let (_, approvals) = api.get(&format!("{p}/merge_requests/1/approvals")).await;
+    assert_eq!(approvals["user_has_approved"], true);
+
+    // Only commands: 202 with what they did, and no note.
+    let (status, body) = api
+        .post(
+            &notes,
+            json!({"body": "/unapprove\n/ready\n/unlabel ~qa\n/title New title\n/target_branch develop"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["commands_changes"]["target_branch"], "develop");
+    assert_eq!(body["commands_changes"]["title"], "New title");
+    assert!(body["summary"].as_array().is_some_and(|s| !s.is_empty()));
+    let (_, listed) = api.get(&notes).await;
+    let bodies: Vec<&str> = listed
+        .as_array()
+        .expect("notes")
+        .iter()
+        .filter(|n| n["system"] == false)
+        .filter_map(|n| n["body"].as_str())
+        .collect();
+    assert_eq!(bodies, ["Looks good"]);
+    let (_, mr) = api.get(&format!("{p}/merge_requests/1")).await;
+    assert_eq!(mr["title"], "New title");
+    assert_eq!(mr["draft"], false);
+    assert_eq!(mr["labels"], json!([]));
+    assert_eq!(mr["target_branch"], "develop");
+    let (_, approvals) = api.get(&format!("{p}/merge_requests/1/approvals")).await;
+    assert_eq!(approvals["user_has_approved"], false);
+
+    // Not at the start of a line, or inside code: plain text.
+    let (status, note) = api
+        .post(
+            &notes,
+            json!({"body": " /close\nsay `/close`\n```\n/close\n```"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(note["body"], " /close\nsay `/close`\n```\n/close\n```");
+    let (status, _) = api.post(&notes, json!({"body": "/close"})).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (_, mr) = api.get(&format!("{p}/merge_requests/1")).await;
+    assert_eq!(mr["state"], "closed");
+    api.post(&notes, json!({"body": "/reopen"})).await;
+    let mr = api
+        .poll(&format!("{p}/merge_requests/1"), |mr| {
+            mr["head_pipeline"]["status"] == "running"
+        })
+        .await;
+    assert_eq!(mr["state"], "opened");
+
+    // `/merge` while the pipeline runs: merge when it succeeds.
+    let (status, body) = api.post(&notes, json!({"body": "/merge"})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let (_, mr) = api.get(&format!("{p}/merge_requests/1")).await;
+    assert_eq!(mr["merge_when_pipeline_succeeds"], true);
+    assert_eq!(mr["state"], "opened");
+    sim.advance(Duration::from_secs(31));
+    api.poll(&format!("{p}/merge_requests/1"), |mr| {
+        mr["state"] == "merged"
+    })
+    .await;
+    assert_eq!(
+        sim.gitlab_file(project, "develop", "f.txt").as_deref(),
+        Some(&b"f"[..])
+    );
+}
+
+#[tokio::test]
+async fn quick_merge_in_a_note_merges_a_mergeable_merge_request_at_once() {
+    let sim = start_sim().await;
+    let (project, api, p) = project_with_feature(&sim, 1).await;
+    let (_, mr) = api
+        .post(
+            &format!("{p}/merge_requests"),
+            json!({"source_branch": "feature", "target_branch": "main", "title": "Add f"}),
+        )
+        .await;
+    sim.advance(Duration::from_secs(2));
+    api.poll(&format!("{p}/merge_requests/1"), |mr| {
+        mr["detailed_merge_status"] == "mergeable"
+    })
+    .await;
+    let notes = format!("{p}/merge_requests/1/notes");
+    // A stale head sha keeps `/merge` from merging.
+    let (status, _) = api
+        .post(
+            &notes,
+            json!({"body": "/merge", "merge_request_diff_head_sha": "0".repeat(40)}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (_, current) = api.get(&format!("{p}/merge_requests/1")).await;
+    assert_eq!(current["state"], "opened");
+    let (status, _) = api
+        .post(
+            &notes,
+            json!({"body": "/merge", "merge_request_diff_head_sha": mr["sha"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (_, merged) = api.get(&format!("{p}/merge_requests/1")).await;
+    assert_eq!(merged["state"], "merged");
+    assert_eq!(
+        sim.gitlab_file(project, "main", "f.txt").as_deref(),
+        Some(&b"f"[..])
+    );
+}
