@@ -175,31 +175,33 @@ async fn gitlab_get(h: &Harness, path: &str) -> Value {
         .unwrap()
 }
 
-/// A description that would command GitLab if sent as written.
-const COMMANDING: &str = "Bump foo.\r\n\
-/merge\r\n\
-/approve\n\
-/target_branch evil\n\
-/label ~x\n\
-/assign_reviewer @x\n\
-/UNAPPROVE\n\
-  indented /merge stays\n\
-```\n\
-/close\n\
-```\n\n";
+/// A description that would command GitLab if sent as written. (No
+/// backticks: GitLab skips everything between a backtick and a later line
+/// ending in one, which would hide the commands from the control below.)
+const COMMANDING: &str = concat!(
+    "Bump foo.\r\n",
+    "/merge\r\n",
+    "/approve\n",
+    "/target_branch evil\n",
+    "/label ~x\n",
+    "/assign_reviewer @x\n",
+    "/UNAPPROVE\n",
+    "  indented /merge stays\n",
+    "- /close in a list stays\n\n",
+);
 
 /// [`COMMANDING`] as GitLab must receive (and store) it.
-const NEUTRALISED: &str = "Bump foo.\n\
-\\/merge\n\
-\\/approve\n\
-\\/target_branch evil\n\
-\\/label ~x\n\
-\\/assign_reviewer @x\n\
-\\/UNAPPROVE\n\
-  indented /merge stays\n\
-```\n\
-\\/close\n\
-```";
+const NEUTRALISED: &str = concat!(
+    "Bump foo.\n",
+    "\\/merge\n",
+    "\\/approve\n",
+    "\\/target_branch evil\n",
+    "\\/label ~x\n",
+    "\\/assign_reviewer @x\n",
+    "\\/UNAPPROVE\n",
+    "  indented /merge stays\n",
+    "- /close in a list stays",
+);
 
 async fn quick_actions_in_the_description_run_nothing_on_gitlab(backend: Backend) {
     let h = Harness::start(backend).await;
@@ -256,6 +258,38 @@ async fn quick_actions_in_the_description_run_nothing_on_gitlab(backend: Backend
     let mr = h.mr(number);
     assert_eq!(mr["description"], "Now:\n\\/close\n\\/merge", "{mr:#}");
     assert_eq!(mr["state"], "opened", "{mr:#}");
+
+    // The control: the same text sent as written, by the same API user,
+    // commands the sim's GitLab as it would GitLab.
+    h.sim
+        .gitlab_push(h.project, "human", &[("b.txt", Some("b\n"))], "Human")
+        .expect("branch human");
+    let created: Value = h
+        .client
+        .post(format!(
+            "{}/projects/{}/merge_requests",
+            h.sim.gitlab_url(),
+            h.project
+        ))
+        .header("PRIVATE-TOKEN", forge_sim::DEFAULT_TOKEN)
+        .json(&json!({
+            "source_branch": "human",
+            "target_branch": "main",
+            "title": "Sent as written",
+            "description": COMMANDING,
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let control = h.mr(created["iid"].as_u64().expect("created"));
+    assert_eq!(control["target_branch"], "evil", "{control:#}");
+    assert!(
+        control["labels"].as_array().unwrap().contains(&json!("x")),
+        "{control:#}"
+    );
     h.finish().await;
 }
 
