@@ -100,6 +100,12 @@ impl Run<'_> {
         &self.details.spec.project
     }
 
+    /// A description or note body as sent to this forge: on GitLab, no line
+    /// can run a quick action (see [`crate::text`]).
+    fn outgoing<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
+        crate::text::for_forge(self.forge.kind(), text)
+    }
+
     fn labels(&self) -> Vec<String> {
         let mut labels = self.details.spec.labels.clone();
         let managed = &self.mr.config.managed_label;
@@ -201,6 +207,7 @@ impl Run<'_> {
             return Ok(cancelled_empty(&spec.target_branch));
         }
         let labels = self.labels();
+        let description = self.outgoing(&spec.description);
         let change = match existing {
             None => self
                 .forge
@@ -209,7 +216,7 @@ impl Run<'_> {
                     source_branch: &spec.source_branch,
                     target_branch: &spec.target_branch,
                     title: &spec.title,
-                    description: &spec.description,
+                    description: &description,
                     labels: &labels,
                 })
                 .await
@@ -249,8 +256,9 @@ impl Run<'_> {
         labels: &[String],
     ) -> Result<ChangeRequest, ExecError> {
         let spec = &self.details.spec;
+        let description = self.outgoing(&spec.description);
         let missing_label = labels.iter().any(|l| !change.labels.contains(l));
-        if change.title == spec.title && change.description == spec.description && !missing_label {
+        if change.title == spec.title && change.description == description && !missing_label {
             return Ok(change);
         }
         let mut all_labels = change.labels.clone();
@@ -266,7 +274,7 @@ impl Run<'_> {
                 change.number,
                 &ChangeUpdate {
                     title: Some(&spec.title),
-                    description: Some(&spec.description),
+                    description: Some(&description),
                     labels: missing_label.then_some(all_labels.as_slice()),
                     open: None,
                 },
@@ -338,17 +346,19 @@ impl Run<'_> {
             .list_notes(self.project(), number)
             .await
             .map_err(|e| forge_failure("listing notes", e))?;
-        let body = format!(
-            "{marker}\nThis merge request is managed by workqueue (item `{id}`). \
+        let body = self
+            .outgoing(&format!(
+                "{marker}\nThis merge request is managed by workqueue (item `{id}`). \
              Status: {link}\n\nIt merges automatically when CI passes and every \
              merge requirement holds{}.{}",
-            if self.details.spec.automation.auto_merge {
-                ""
-            } else {
-                " — automatic merge is off for this item"
-            },
-            crate::ci_retry::CiRetryDetail::of(self.view).note_section(),
-        );
+                if self.details.spec.automation.auto_merge {
+                    ""
+                } else {
+                    " — automatic merge is off for this item"
+                },
+                crate::ci_retry::CiRetryDetail::of(self.view).note_section(),
+            ))
+            .into_owned();
         let note = match notes.into_iter().find(|n| n.body.contains(&marker)) {
             Some(note) if note.body == body => note.id,
             Some(note) => {
@@ -559,7 +569,8 @@ impl Run<'_> {
     /// Title and description back to what was submitted.
     async fn correct_drift(&self, change: ChangeRequest) -> Result<ChangeRequest, ExecError> {
         let spec = &self.details.spec;
-        if change.title == spec.title && change.description == spec.description {
+        let description = self.outgoing(&spec.description);
+        if change.title == spec.title && change.description == description {
             return Ok(change);
         }
         tracing::info!(item = %self.view.item.id, number = change.number, "correcting title/description drift");
@@ -569,7 +580,7 @@ impl Run<'_> {
                 change.number,
                 &ChangeUpdate {
                     title: Some(&spec.title),
-                    description: Some(&spec.description),
+                    description: Some(&description),
                     ..ChangeUpdate::default()
                 },
             )

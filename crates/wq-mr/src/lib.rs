@@ -22,6 +22,7 @@ pub mod merge;
 mod queue_sync;
 pub mod spec;
 pub mod store;
+pub mod text;
 pub mod webhook;
 
 pub use config::MrConfig;

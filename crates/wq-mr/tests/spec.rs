@@ -313,6 +313,45 @@ fn refusals() -> Vec<Refusal> {
         refusal("blocked delete", |b| set(b, "/file_actions/2/file_path", json!(".gitlab-ci.yml")), "file_actions[2].file_path", "blocked path"),
         refusal("blocked move source", |b| set(b, "/file_actions/3/previous_path", json!("Jenkinsfile")), "file_actions[3].previous_path", "blocked path (matches \"Jenkinsfile\")"),
         refusal("blocked .gitmodules", |b| set(b, "/file_actions/4/file_path", json!(".gitmodules")), "file_actions[4].file_path", "blocked path"),
+        // The blocklist holds for ancestors and descendants: a path inside a
+        // blocked file, or a directory that may hold blocked files, of every
+        // action kind, in file_path and previous_path.
+        refusal("delete a blocked directory", |b| set(b, "/file_actions/2/file_path", json!(".github")), "file_actions[2].file_path", "may be a directory holding blocked paths (matches \".github/**\" below it)"),
+        refusal("delete a blocked directory, other case", |b| set(b, "/file_actions/2/file_path", json!(".GitHub")), "file_actions[2].file_path", "may be a directory holding blocked paths"),
+        refusal("move from a blocked directory", |b| set(b, "/file_actions/3/previous_path", json!(".github")), "file_actions[3].previous_path", "matches \".github/**\" below it"),
+        refusal("move onto a blocked directory", |b| set(b, "/file_actions/3/file_path", json!(".gitlab")), "file_actions[3].file_path", "matches \".gitlab/**\" below it"),
+        refusal("create a file named like a blocked directory", |b| set(b, "/file_actions/1/file_path", json!(".github")), "file_actions[1].file_path", "may be a directory holding blocked paths"),
+        refusal("update a blocked directory", |b| set(b, "/file_actions/0/file_path", json!(".tekton")), "file_actions[0].file_path", "matches \".tekton/**\" below it"),
+        refusal("chmod a blocked directory", |b| set(b, "/file_actions/4/file_path", json!(".circleci")), "file_actions[4].file_path", "matches \".circleci/**\" below it"),
+        refusal("create below CODEOWNERS", |b| set(b, "/file_actions/1/file_path", json!("CODEOWNERS/x")), "file_actions[1].file_path", "is inside \"CODEOWNERS\", a blocked path (matches \"CODEOWNERS\")"),
+        refusal("create below .gitlab-ci.yml", |b| set(b, "/file_actions/1/file_path", json!(".gitlab-ci.yml/x")), "file_actions[1].file_path", "is inside \".gitlab-ci.yml\", a blocked path"),
+        refusal("move from below a blocked file", |b| set(b, "/file_actions/3/previous_path", json!("Jenkinsfile/a/b")), "file_actions[3].previous_path", "is inside \"Jenkinsfile\""),
+        refusal("create below a nested .gitattributes", |b| set(b, "/file_actions/1/file_path", json!("src/.gitattributes/x")), "file_actions[1].file_path", "is inside \"src/.gitattributes\", a blocked path (matches \"**/.gitattributes\")"),
+        refusal("delete a directory that may hold a blocked file", |b| set(b, "/file_actions/2/file_path", json!("docs")), "file_actions[2].file_path", "matches \"docs/CODEOWNERS\" below it"),
+        refusal("move a directory that may hold a blocked file", |b| set(b, "/file_actions/3/previous_path", json!("Docs")), "file_actions[3].previous_path", "matches \"docs/CODEOWNERS\" below it"),
+        refusal("delete a blocked directory's parent", |b| set(b, "/file_actions/2/file_path", json!(".devcontainer")), "file_actions[2].file_path", "matches \".devcontainer/**\" below it"),
+        // The default blocklist's later additions.
+        refusal("blocked .lfsconfig", |b| set(b, "/file_actions/0/file_path", json!(".lfsconfig")), "file_actions[0].file_path", "blocked path (matches \".lfsconfig\")"),
+        refusal("blocked renovate.json", |b| set(b, "/file_actions/0/file_path", json!("renovate.json")), "file_actions[0].file_path", "blocked path (matches \"renovate.json\")"),
+        refusal("blocked renovate.json5", |b| set(b, "/file_actions/0/file_path", json!("renovate.json5")), "file_actions[0].file_path", "blocked path (matches \"renovate.json5\")"),
+        refusal("blocked .renovaterc", |b| set(b, "/file_actions/0/file_path", json!(".renovaterc")), "file_actions[0].file_path", "blocked path (matches \".renovaterc*\")"),
+        refusal("blocked .renovaterc.json5", |b| set(b, "/file_actions/1/file_path", json!(".renovaterc.json5")), "file_actions[1].file_path", "blocked path (matches \".renovaterc*\")"),
+        refusal("blocked .mergify.yml", |b| set(b, "/file_actions/2/file_path", json!(".mergify.yml")), "file_actions[2].file_path", "blocked path (matches \".mergify.yml\")"),
+        refusal("blocked .mergify/config.yml", |b| set(b, "/file_actions/1/file_path", json!(".mergify/config.yml")), "file_actions[1].file_path", "blocked path (matches \".mergify/**\")"),
+        refusal("blocked .kodiak.toml", |b| set(b, "/file_actions/0/file_path", json!(".kodiak.toml")), "file_actions[0].file_path", "blocked path (matches \".kodiak.toml\")"),
+        refusal("blocked devcontainer", |b| set(b, "/file_actions/1/file_path", json!(".devcontainer/devcontainer.json")), "file_actions[1].file_path", "blocked path (matches \".devcontainer/**\")"),
+        refusal("blocked .devcontainer.json", |b| set(b, "/file_actions/1/file_path", json!(".devcontainer.json")), "file_actions[1].file_path", "blocked path (matches \".devcontainer.json\")"),
+        refusal("blocked azure-pipelines.yml", |b| set(b, "/file_actions/0/file_path", json!("azure-pipelines.yml")), "file_actions[0].file_path", "blocked path (matches \"azure-pipelines.y*ml\")"),
+        refusal("blocked azure-pipelines.yaml", |b| set(b, "/file_actions/0/file_path", json!("Azure-Pipelines.yaml")), "file_actions[0].file_path", "blocked path (matches \"azure-pipelines.y*ml\")"),
+        // Unicode format characters (category Cf) in names.
+        refusal("source branch with U+202E", |b| set(b, "/source_branch", json!("bot/\u{202e}lmth.exe")), "source_branch", "Unicode format characters (found U+202E)"),
+        refusal("source branch with U+200B", |b| set(b, "/source_branch", json!("bot/bump\u{200b}")), "source_branch", "U+200B"),
+        refusal("target branch with U+FEFF", |b| set(b, "/target_branch", json!("\u{feff}main")), "target_branch", "Unicode format characters (found U+FEFF)"),
+        refusal("target branch with U+2066", |b| set(b, "/target_branch", json!("ma\u{2066}in")), "target_branch", "U+2066"),
+        refusal("file_path with U+202E", |b| set(b, "/file_actions/0/file_path", json!("src/\u{202e}sr.bil")), "file_actions[0].file_path", "Unicode format characters (found U+202E)"),
+        refusal("file_path with a soft hyphen", |b| set(b, "/file_actions/1/file_path", json!("docs/he\u{ad}llo.txt")), "file_actions[1].file_path", "U+00AD"),
+        refusal("previous_path with U+200F", |b| set(b, "/file_actions/3/previous_path", json!("old/\u{200f}name.txt")), "file_actions[3].previous_path", "U+200F"),
+        refusal("previous_path with U+2060", |b| set(b, "/file_actions/3/previous_path", json!("old/na\u{2060}me.txt")), "file_actions[3].previous_path", "U+2060"),
         // File actions: content.
         refusal("binary content (NUL)", |b| set(b, "/file_actions/0/content", json!("a\u{0}b")), "file_actions[0].content", "binary content (a NUL byte)"),
         refusal("binary content (not UTF-8)", |b| set(b, "/file_actions/1/content", json!("/w==")), "file_actions[1].content", "binary content (not valid UTF-8)"),
@@ -553,6 +592,35 @@ fn acceptance_cases() {
                 set(b, "/file_actions/1/file_path", json!("src/.github.rs"));
                 set(b, "/file_actions/2/file_path", json!(".gitignore"));
                 set(b, "/file_actions/3/file_path", json!("sub/CODEOWNERS"));
+            },
+            Rules::Default,
+        ),
+        (
+            "directories that hold no blocked path, and names near blocked ones",
+            |b| {
+                // `**/.gitattributes` could match below any directory: it
+                // refuses only by name (see SubmissionRules).
+                set(b, "/file_actions/2/file_path", json!("src"));
+                set(b, "/file_actions/0/file_path", json!("docs/guide.md"));
+                set(b, "/file_actions/1/file_path", json!(".githubx/a"));
+                set(
+                    b,
+                    "/file_actions/3/previous_path",
+                    json!("renovate.json.md"),
+                );
+                set(b, "/file_actions/4/file_path", json!("azure-pipelines.txt"));
+            },
+            Rules::Default,
+        ),
+        (
+            "a unicode path and branch without format characters",
+            |b| {
+                set(
+                    b,
+                    "/file_actions/0/file_path",
+                    json!("docs/ünïcode/日本.txt"),
+                );
+                set(b, "/source_branch", json!("bot/ünïcode"));
             },
             Rules::Default,
         ),
@@ -884,5 +952,230 @@ fn default_rules_are_the_default_config() {
             .blocked_paths
             .iter()
             .any(|p| p == ".gitlab-ci.yml")
+    );
+}
+
+/// A submission touching one path with `action` in `project`.
+fn touching(project: &str, action: &str, path: &str) -> Value {
+    let mut body = base();
+    set(&mut body, "/project", json!(project));
+    let item = match action {
+        "create" | "update" => json!({"action": action, "file_path": path, "content": "x\n"}),
+        "move_from" => json!({"action": "move", "file_path": "elsewhere/x", "previous_path": path}),
+        "delete" => json!({"action": "delete", "file_path": path}),
+        other => panic!("no such case {other}"),
+    };
+    set(&mut body, "/file_actions", json!([item]));
+    body
+}
+
+/// The message refusing `path`, or `None` when every action kind accepts it.
+fn path_refusal(rules: &SubmissionRules, project: &str, path: &str) -> Option<String> {
+    let mut refused = Vec::new();
+    for action in ["create", "update", "delete", "move_from"] {
+        if let Err(errors) = parse_submission(&touching(project, action, path), rules) {
+            assert_eq!(errors.len(), 1, "{action} {path}: {errors:?}");
+            refused.push(errors[0].message.clone());
+        }
+    }
+    match refused.len() {
+        0 => None,
+        4 => Some(refused.swap_remove(0)),
+        _ => panic!("{path}: refused by some action kinds only: {refused:?}"),
+    }
+}
+
+fn rules_with(blocked_paths: &[&str]) -> SubmissionRules {
+    SubmissionConfig {
+        blocked_paths: blocked_paths.iter().map(|p| (*p).to_owned()).collect(),
+        ..SubmissionConfig::default()
+    }
+    .compile()
+    .expect("rules compile")
+}
+
+#[test]
+fn blocked_patterns_hold_for_ancestors_and_descendants() {
+    // (pattern, path, refused with a message containing, or accepted).
+    let cases: &[(&str, &str, Option<&str>)] = &[
+        (".github/**", ".github", Some("below it")),
+        (
+            ".github/**",
+            ".github/workflows",
+            Some("blocked path (matches"),
+        ),
+        (".github/**", "x/.github", None),
+        (".github/workflows/*", ".github", Some("below it")),
+        (".github/workflows/*", ".github/workflows", Some("below it")),
+        (".github/workflows/*", ".github/other", None),
+        (
+            ".github/workflows/*",
+            ".github/workflows/ci.yml/x",
+            Some("is inside"),
+        ),
+        (
+            "CODEOWNERS",
+            "CODEOWNERS/x/y",
+            Some("is inside \"CODEOWNERS\""),
+        ),
+        ("CODEOWNERS", "docs", None),
+        ("docs/CODEOWNERS", "docs", Some("below it")),
+        ("docs/CODEOWNERS", "DOCS", Some("below it")),
+        ("docs/CODEOWNERS", "docs/CODEOWNERS/x", Some("is inside")),
+        ("docs/CODEOWNERS", "docs/x", None),
+        ("docs/*/CODEOWNERS", "docs", Some("below it")),
+        ("docs/*/CODEOWNERS", "docs/team", Some("below it")),
+        ("docs/*/CODEOWNERS", "docs/team/readme.md", None),
+        (
+            "docs/*/CODEOWNERS",
+            "docs/team/CODEOWNERS",
+            Some("blocked path"),
+        ),
+        ("docs/*/CODEOWNERS", "src", None),
+        ("docs/**/CODEOWNERS", "docs/a/b", Some("below it")),
+        (
+            "docs/**/CODEOWNERS",
+            "docs/a/b/CODEOWNERS",
+            Some("blocked path"),
+        ),
+        ("docs/**/CODEOWNERS", "src/a", None),
+        ("*.d/CODEOWNERS", "conf.d", Some("below it")),
+        ("*.d/CODEOWNERS", "conf", None),
+        // Patterns that reach every directory through `**` or `*` alone
+        // would refuse every path: they refuse by name only.
+        ("**/CODEOWNERS", "docs", None),
+        ("**/CODEOWNERS", "docs/CODEOWNERS", Some("blocked path")),
+        ("**/CODEOWNERS", "docs/CODEOWNERS/x", Some("is inside")),
+        ("*/CODEOWNERS", "README.md", None),
+        ("**/.github/**", "a/b/.github", Some("below it")),
+        ("**/.github/**", "a/b/.github/x", Some("blocked path")),
+        ("**/.github/**", "a/b", None),
+        ("{.tekton,.buildkite}/**", ".buildkite", Some("below it")),
+    ];
+    let mut failures = Vec::new();
+    for (pattern, path, expected) in cases {
+        let rules = rules_with(&[pattern]);
+        let got = path_refusal(&rules, "group/name", path);
+        let ok = match (expected, &got) {
+            (None, None) => true,
+            (Some(fragment), Some(message)) => {
+                message.contains(fragment) && message.contains(&format!("{pattern:?}"))
+            }
+            _ => false,
+        };
+        if !ok {
+            failures.push(format!(
+                "{pattern} / {path}: expected {expected:?}, got {got:?}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_slash_inside_brackets_or_braces_is_refused_in_blocked_paths() {
+    let errors = SubmissionConfig {
+        blocked_paths: vec!["ok".into(), "{a,b/c}".into()],
+        ..SubmissionConfig::default()
+    }
+    .compile()
+    .unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with("mr.submission.blocked_paths[1]: a '/' inside"),
+        "{errors:?}"
+    );
+}
+
+fn project_config() -> SubmissionConfig {
+    serde_json::from_value(json!({
+        "projects": {
+            "team/infra": {"blocked_paths": ["CODEOWNERS"]},
+            "team/*": {"extra_blocked_paths": ["deploy/**"]},
+            "team/infra-*": {"blocked_paths": [], "extra_blocked_paths": ["secrets/**"]},
+            "team/**": {"blocked_paths": ["nothing-here"]},
+        }
+    }))
+    .expect("config reads")
+}
+
+#[test]
+fn per_project_blocklists_replace_or_extend_and_the_most_specific_wins() {
+    let rules = project_config().compile().expect("compiles");
+    // (project, entry that applies, path, refused).
+    let cases: &[(&str, Option<&str>, &str, bool)] = &[
+        // Exact entry: its list replaces the section's (and "team/*" does
+        // not add to it).
+        ("team/infra", Some("team/infra"), ".gitlab-ci.yml", false),
+        ("team/infra", Some("team/infra"), "CODEOWNERS", true),
+        ("team/infra", Some("team/infra"), "deploy/x", false),
+        // Matched ignoring case.
+        (
+            "Team/Infra",
+            Some("team/infra"),
+            ".github/workflows/ci.yml",
+            false,
+        ),
+        ("Team/Infra", Some("team/infra"), "codeowners", true),
+        // A glob entry extends the section's list.
+        ("team/app", Some("team/*"), "deploy/prod.yml", true),
+        ("team/app", Some("team/*"), "deploy", true),
+        ("team/app", Some("team/*"), ".gitlab-ci.yml", true),
+        ("team/app", Some("team/*"), "src/main.rs", false),
+        // The longest matching glob wins over a shorter one.
+        ("team/infra-db", Some("team/infra-*"), "secrets/key", true),
+        (
+            "team/infra-db",
+            Some("team/infra-*"),
+            ".gitlab-ci.yml",
+            false,
+        ),
+        ("team/infra-db", Some("team/infra-*"), "deploy/x", false),
+        // `*` stays within a segment; `**` crosses.
+        ("team/sub/app", Some("team/**"), ".gitlab-ci.yml", false),
+        ("team/sub/app", Some("team/**"), "nothing-here", true),
+        // No entry: the section's list.
+        ("other/app", None, ".gitlab-ci.yml", true),
+        ("other/app", None, "deploy/x", false),
+    ];
+    for (project, entry, path, refused) in cases {
+        assert_eq!(rules.project_entry(project), *entry, "{project}");
+        let got = path_refusal(&rules, project, path);
+        assert_eq!(got.is_some(), *refused, "{project} {path}: {got:?}");
+    }
+}
+
+#[test]
+fn per_project_entries_refuse_typos_and_name_the_key() {
+    let error = serde_json::from_value::<SubmissionConfig>(json!({
+        "projects": {"team/infra": {"blocked_path": ["x"]}}
+    }))
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("unknown field `blocked_path`"), "{error}");
+
+    let error = serde_json::from_value::<SubmissionConfig>(json!({
+        "projects": {"team/infra": ["x"]}
+    }))
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("invalid type"), "{error}");
+
+    let config: SubmissionConfig = serde_json::from_value(json!({
+        "projects": {
+            "team/empty": {},
+            "team/[": {"extra_blocked_paths": ["x"]},
+            "team/bad": {"blocked_paths": ["ok", "c["], "extra_blocked_paths": ["", "{a/b,c}"]},
+        }
+    }))
+    .unwrap();
+    assert_eq!(
+        config.compile().unwrap_err(),
+        [
+            "mr.submission.projects[\"team/[\"]: invalid glob \"team/[\": unclosed character class; missing ']'",
+            "mr.submission.projects[\"team/bad\"].blocked_paths[1]: invalid glob \"c[\": unclosed character class; missing ']'",
+            "mr.submission.projects[\"team/bad\"].extra_blocked_paths[0]: must not be empty",
+            "mr.submission.projects[\"team/empty\"]: sets neither blocked_paths nor extra_blocked_paths",
+        ]
     );
 }

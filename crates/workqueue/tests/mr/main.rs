@@ -6,5 +6,6 @@ mod ci_retry;
 mod faults;
 mod flow;
 mod github;
+mod hostile;
 mod support;
 mod webhooks;

@@ -39,9 +39,12 @@ use wq_forge::FileAction;
 pub use config::{
     DEFAULT_ALLOW_BINARY, DEFAULT_BLOCKED_CONTENT, DEFAULT_BLOCKED_PATHS, DEFAULT_MAX_ACTIONS,
     DEFAULT_MAX_DESCRIPTION_BYTES, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_TITLE_CHARS,
-    DEFAULT_MAX_TOTAL_BYTES, DEFAULT_PROTECTED_BRANCHES, SubmissionConfig, SubmissionRules,
+    DEFAULT_MAX_TOTAL_BYTES, DEFAULT_PROTECTED_BRANCHES, ProjectSubmissionConfig, SubmissionConfig,
+    SubmissionRules,
 };
-pub use names::{MAX_BRANCH_BYTES, MAX_FORGE_BYTES, MAX_PATH_BYTES, MAX_PROJECT_BYTES};
+pub use names::{
+    MAX_BRANCH_BYTES, MAX_FORGE_BYTES, MAX_PATH_BYTES, MAX_PROJECT_BYTES, check_format_characters,
+};
 pub use parse::{MAX_ERRORS, MAX_LABEL_CHARS, MAX_LABELS, parse_submission};
 
 /// What the service does on its own once the merge request exists.

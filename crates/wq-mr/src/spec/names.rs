@@ -3,6 +3,8 @@
 //! forge instance names and file paths. Each check returns the reason a
 //! name is refused, without the field name.
 
+use unicode_properties::{GeneralCategory, UnicodeGeneralCategory as _};
+
 /// Longest branch name in bytes (git allows more; the forges do not).
 pub const MAX_BRANCH_BYTES: usize = 255;
 /// Longest file path in bytes.
@@ -28,6 +30,7 @@ pub fn check_branch(name: &str) -> Result<(), String> {
             c.escape_unicode()
         ));
     }
+    check_format_characters(name)?;
     if name.contains(' ') {
         return Err("must not contain a space".to_owned());
     }
@@ -158,7 +161,24 @@ pub fn check_file_path(path: &str) -> Result<(), String> {
             return Err("must not contain a .git component".to_owned());
         }
     }
-    Ok(())
+    check_format_characters(path)
+}
+
+/// Refuses Unicode format characters (general category Cf: bidirectional
+/// overrides and isolates such as U+202E, zero-width characters such as
+/// U+200B, U+FEFF, the soft hyphen U+00AD, ...): invisible or reordering
+/// text in a name shows a reviewer something other than what git stores.
+pub fn check_format_characters(name: &str) -> Result<(), String> {
+    match name
+        .chars()
+        .find(|c| c.general_category() == GeneralCategory::Format)
+    {
+        Some(c) => Err(format!(
+            "must not contain Unicode format characters (found U+{:04X})",
+            u32::from(c)
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Whether a path segment names the `.git` directory on some file system
@@ -227,6 +247,11 @@ mod tests {
             ("HEAD", "HEAD"),
             ("refs/heads/x", "refs/"),
             ("0123456789abcdef0123456789abcdef01234567", "commit id"),
+            ("bot/\u{202e}fdp.exe", "format characters (found U+202E)"),
+            ("bot/a\u{200b}b", "U+200B"),
+            ("\u{feff}bot", "U+FEFF"),
+            ("bot/so\u{ad}ft", "U+00AD"),
+            ("bot/\u{2066}x\u{2069}", "U+2066"),
         ] {
             let error = check_branch(name).expect_err(name);
             assert!(error.contains(fragment), "{name:?}: {error}");
@@ -291,6 +316,11 @@ mod tests {
             (".g\u{200c}it/config", ".git"),
             ("a\0b", "NUL"),
             ("a\nb", "control"),
+            ("src/\u{202e}txt.rs", "format characters (found U+202E)"),
+            ("a\u{200d}b", "U+200D"),
+            ("docs/\u{2060}x", "U+2060"),
+            ("\u{feff}x", "U+FEFF"),
+            ("a\u{e0001}", "U+E0001"),
         ] {
             let error = check_file_path(path).expect_err(path);
             assert!(error.contains(fragment), "{path:?}: {error}");

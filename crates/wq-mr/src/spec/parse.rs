@@ -125,7 +125,9 @@ pub fn parse_submission(body: &Value, rules: &SubmissionRules) -> Result<MrSpec,
     .or(title);
     let labels = labels(object, &mut errors);
     let automation = automation(object, &mut errors);
-    let file_actions = file_actions(object, rules, &mut errors);
+    // The blocklist that applies is the project's (the section's when the
+    // project itself is refused).
+    let file_actions = file_actions(object, rules, project, &mut errors);
 
     match (
         forge,
@@ -423,6 +425,7 @@ struct ActionsSeen<'a> {
 fn file_actions(
     object: &Map<String, Value>,
     rules: &SubmissionRules,
+    project: Option<&str>,
     errors: &mut Errors,
 ) -> Option<Vec<FileAction>> {
     let items = match object.get("file_actions") {
@@ -462,7 +465,7 @@ fn file_actions(
     };
     let mut actions = Vec::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
-        if let Some(action) = file_action(index, item, rules, &mut seen, errors) {
+        if let Some(action) = file_action(index, item, rules, project, &mut seen, errors) {
             actions.push(action);
         }
     }
@@ -483,6 +486,7 @@ fn file_action<'a>(
     index: usize,
     item: &'a Value,
     rules: &SubmissionRules,
+    project: Option<&str>,
     seen: &mut ActionsSeen<'a>,
     errors: &mut Errors,
 ) -> Option<FileAction> {
@@ -523,7 +527,7 @@ fn file_action<'a>(
         Presence::Required,
         errors,
     )
-    .and_then(|path| touched_path(path, field("file_path"), rules, seen, errors));
+    .and_then(|path| touched_path(path, field("file_path"), rules, project, seen, errors));
 
     let previous_path = match string(
         members,
@@ -540,7 +544,14 @@ fn file_action<'a>(
             errors.push(field("previous_path"), "must differ from file_path");
             None
         }
-        Some(previous) => touched_path(previous, field("previous_path"), rules, seen, errors),
+        Some(previous) => touched_path(
+            previous,
+            field("previous_path"),
+            rules,
+            project,
+            seen,
+            errors,
+        ),
         None => {
             if op == Some(FileOp::Move) {
                 errors.push(field("previous_path"), "required for move");
@@ -635,12 +646,14 @@ fn parse_op(action: &str) -> Option<FileOp> {
     })
 }
 
-/// Checks a path an action touches: syntax, blocklist, and that no other
-/// action touches it.
+/// Checks a path an action touches: syntax, the project's blocklist (the
+/// path, its ancestors, what it may hold), and that no other action touches
+/// it.
 fn touched_path<'a>(
     path: &'a str,
     field: String,
     rules: &SubmissionRules,
+    project: Option<&str>,
     seen: &mut ActionsSeen<'a>,
     errors: &mut Errors,
 ) -> Option<&'a str> {
@@ -648,8 +661,8 @@ fn touched_path<'a>(
         errors.push(field, message);
         return None;
     }
-    if let Some(pattern) = rules.blocked_path(path) {
-        errors.push(field, format!("is a blocked path (matches {pattern:?})"));
+    if let Some(reason) = rules.blocked_path(project, path) {
+        errors.push(field, reason);
         return None;
     }
     if let Some(first) = seen.paths.get(path) {
