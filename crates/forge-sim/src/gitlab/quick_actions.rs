@@ -118,7 +118,13 @@ pub fn extract(content: &str) -> (String, Vec<QuickAction>) {
         out.push_str(&text[pos..pos + step]);
         pos += step;
     }
-    (out.trim_end().to_string(), commands)
+    // GitLab strips the text with Ruby's `String#rstrip`: ASCII whitespace
+    // and NUL only, not Unicode spaces such as U+00A0.
+    let kept = out
+        .trim_end_matches(['\0', '\t', '\n', '\u{b}', '\u{c}', '\r', ' '])
+        .len();
+    out.truncate(kept);
+    (out, commands)
 }
 
 /// Whether `pos` is at the end of a line (before `\n` or at the end of the text).
@@ -510,6 +516,12 @@ mod tests {
             .into_iter()
             .map(|a| (a.name, a.arg))
             .collect()
+    }
+
+    #[test]
+    fn trailing_whitespace_is_stripped_as_ruby_rstrip_does() {
+        let (kept, _) = extract("Body\u{a0}\t \n\r\n");
+        assert_eq!(kept, "Body\u{a0}", "rstrip keeps a no-break space");
     }
 
     #[test]
