@@ -6,5 +6,6 @@ mod ci_retry;
 mod faults;
 mod flow;
 mod github;
+mod ownership;
 mod support;
 mod webhooks;
