@@ -276,6 +276,77 @@ pub fn push_gitlab(state: &SimState, key: &str, spec: &PushSpec) -> Result<Strin
     Ok(sha)
 }
 
+/// Protects a branch name or wildcard (`release/*`) of a GitLab project.
+pub fn protect_gitlab_branch(state: &SimState, key: &str, name: &str) -> Result<(), ControlError> {
+    if name.is_empty() {
+        return Err(ControlError::Invalid("name is required".to_string()));
+    }
+    lock(&state.gitlab).project_mut(key)?.protect(name);
+    Ok(())
+}
+
+/// Removes a protected branch entry (by its exact name or wildcard).
+pub fn unprotect_gitlab_branch(
+    state: &SimState,
+    key: &str,
+    name: &str,
+) -> Result<(), ControlError> {
+    if lock(&state.gitlab).project_mut(key)?.unprotect(name) {
+        Ok(())
+    } else {
+        Err(ControlError::NotFound(format!(
+            "protected branch {name} not found"
+        )))
+    }
+}
+
+/// A merge request opened by a person (not the token's user).
+#[derive(Debug, Clone, Deserialize)]
+pub struct OpenMrSpec {
+    pub source_branch: String,
+    pub target_branch: String,
+    pub title: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// Username of the author (created if unknown); default `human`.
+    #[serde(default)]
+    pub author: Option<String>,
+}
+
+/// Opens a GitLab merge request as `spec.author`, through the same path as
+/// `POST /projects/:id/merge_requests` (hooks, pipeline); returns the MR as the API renders it.
+pub async fn open_gitlab_mr(
+    state: &Shared,
+    key: &str,
+    spec: &OpenMrSpec,
+) -> Result<Value, ControlError> {
+    let user: User = lock(&state.users).ensure(spec.author.as_deref().unwrap_or("human"));
+    let mut params = serde_json::Map::new();
+    params.insert("source_branch".into(), json!(spec.source_branch));
+    params.insert("target_branch".into(), json!(spec.target_branch));
+    params.insert("title".into(), json!(spec.title));
+    if let Some(description) = &spec.description {
+        params.insert("description".into(), json!(description));
+    }
+    if !spec.labels.is_empty() {
+        params.insert("labels".into(), json!(spec.labels.join(",")));
+    }
+    let response = crate::gitlab::merge_requests::create(
+        State(state.clone()),
+        axum::Extension(user),
+        Path(key.to_string()),
+        crate::gitlab::Params(params),
+    )
+    .await?;
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .map_err(|e| ControlError::Invalid(format!("unreadable answer: {e}")))?;
+    serde_json::from_slice(&body)
+        .map_err(|e| ControlError::Invalid(format!("answer is not JSON: {e}")))
+}
+
 /// Advances sim time and progresses everything that became due.
 pub fn advance(state: &SimState, by: Duration) {
     state.clock.advance(by);
@@ -296,6 +367,14 @@ pub fn router() -> Router<Shared> {
         )
         .route("/gitlab/projects/{id}/jobs", post(set_job_route))
         .route("/gitlab/projects/{id}/push", post(push_route))
+        .route(
+            "/gitlab/projects/{id}/protected_branches",
+            post(protect_route).delete(unprotect_route),
+        )
+        .route(
+            "/gitlab/projects/{id}/merge_requests",
+            post(open_mr_route),
+        )
         .route(
             "/gitlab/projects/{id}/merge_requests/{iid}/approve",
             post(approve_route),
@@ -398,6 +477,38 @@ async fn push_route(
 ) -> ControlResult {
     let sha = push_gitlab(&state, &id, &spec)?;
     Ok((StatusCode::CREATED, Json(json!({ "sha": sha }))).into_response())
+}
+
+#[derive(Deserialize)]
+struct ProtectBody {
+    name: String,
+}
+
+async fn protect_route(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    Json(body): Json<ProtectBody>,
+) -> ControlResult {
+    protect_gitlab_branch(&state, &id, &body.name)?;
+    Ok((StatusCode::CREATED, Json(json!({ "name": body.name }))).into_response())
+}
+
+async fn unprotect_route(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    Json(body): Json<ProtectBody>,
+) -> ControlResult {
+    unprotect_gitlab_branch(&state, &id, &body.name)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn open_mr_route(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    Json(spec): Json<OpenMrSpec>,
+) -> ControlResult {
+    let mr = open_gitlab_mr(&state, &id, &spec).await?;
+    Ok((StatusCode::CREATED, Json(mr)).into_response())
 }
 
 #[derive(Deserialize)]

@@ -25,7 +25,7 @@ use axum::Router;
 use serde_json::Value;
 
 pub use ci::{JobOutcome, JobSpec};
-pub use control::{GitlabProjectSpec, PushSpec};
+pub use control::{GitlabProjectSpec, OpenMrSpec, PushSpec};
 pub use faults::{FaultRule, HttpFault, WebhookFaultKind, WebhookFaultRule};
 pub use state::{RequestLogEntry, Shared, SimState, User};
 pub use webhooks::Delivery;
@@ -282,6 +282,73 @@ impl SimHandle {
             &self.state,
             &project.to_string(),
             &spec,
+        )?)
+    }
+
+    /// Like [`SimHandle::gitlab_push`], pushed by `author` (a person, not the token's user).
+    pub fn gitlab_push_as(
+        &self,
+        project: u64,
+        branch: &str,
+        files: &[(&str, Option<&str>)],
+        message: &str,
+        author: &str,
+    ) -> anyhow::Result<String> {
+        let spec = PushSpec {
+            branch: branch.to_string(),
+            start_branch: None,
+            files: files
+                .iter()
+                .map(|(path, content)| (path.to_string(), content.map(str::to_string)))
+                .collect(),
+            message: Some(message.to_string()),
+            author: Some(author.to_string()),
+        };
+        Ok(control::push_gitlab(
+            &self.state,
+            &project.to_string(),
+            &spec,
+        )?)
+    }
+
+    /// Opens a merge request as `author` (a person, not the token's user); returns its iid.
+    pub async fn gitlab_open_mr_as(
+        &self,
+        project: u64,
+        source_branch: &str,
+        target_branch: &str,
+        title: &str,
+        author: &str,
+    ) -> anyhow::Result<u64> {
+        let spec = OpenMrSpec {
+            source_branch: source_branch.to_string(),
+            target_branch: target_branch.to_string(),
+            title: title.to_string(),
+            description: None,
+            labels: Vec::new(),
+            author: Some(author.to_string()),
+        };
+        let mr = control::open_gitlab_mr(&self.state, &project.to_string(), &spec).await?;
+        mr["iid"]
+            .as_u64()
+            .ok_or_else(|| anyhow::anyhow!("merge request without iid: {mr}"))
+    }
+
+    /// Protects a branch name or wildcard (`release/*`: `*` matches anything, `/` included).
+    pub fn gitlab_protect_branch(&self, project: u64, name: &str) -> anyhow::Result<()> {
+        Ok(control::protect_gitlab_branch(
+            &self.state,
+            &project.to_string(),
+            name,
+        )?)
+    }
+
+    /// Removes a protected branch entry (e.g. the default branch's).
+    pub fn gitlab_unprotect_branch(&self, project: u64, name: &str) -> anyhow::Result<()> {
+        Ok(control::unprotect_gitlab_branch(
+            &self.state,
+            &project.to_string(),
+            name,
         )?)
     }
 

@@ -10,6 +10,7 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use serde::Deserialize;
 
@@ -40,8 +41,8 @@ pub struct ForgesConfig {
 /// One forge instance. Secrets are read from the environment variables the
 /// file names (`token_env`, `webhook_secret_env`); `token` and
 /// `webhook_secret` exist for tests and the demo, which build the config in
-/// code.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// code. `Debug` shows neither secret (`Some("<redacted>")`).
+#[derive(Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ForgeConfig {
     pub kind: ForgeKind,
@@ -60,6 +61,32 @@ pub struct ForgeConfig {
     /// Per-request timeout in seconds (default 30).
     #[serde(default = "default_timeout")]
     pub timeout_seconds: u64,
+    /// Allows a plain `http://` URL on a host that is not loopback
+    /// (default false): the token would cross the network unencrypted.
+    /// Loopback (`127.0.0.0/8`, `::1`, `localhost`) may always use http.
+    #[serde(default)]
+    pub insecure_http: bool,
+}
+
+/// What `Debug` shows instead of a secret.
+const REDACTED: &str = "<redacted>";
+
+impl fmt::Debug for ForgeConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ForgeConfig")
+            .field("kind", &self.kind)
+            .field("url", &self.url)
+            .field("token_env", &self.token_env)
+            .field("token", &self.token.as_ref().map(|_| REDACTED))
+            .field("webhook_secret_env", &self.webhook_secret_env)
+            .field(
+                "webhook_secret",
+                &self.webhook_secret.as_ref().map(|_| REDACTED),
+            )
+            .field("timeout_seconds", &self.timeout_seconds)
+            .field("insecure_http", &self.insecure_http)
+            .finish()
+    }
 }
 
 fn default_timeout() -> u64 {
@@ -75,7 +102,7 @@ pub(crate) struct ClientSettings<'a> {
 
 impl ForgeConfig {
     /// The settings a client of `kind` needs; errors name the field
-    /// (`kind`, `token`, `timeout_seconds`).
+    /// (`kind`, `url`, `token`, `timeout_seconds`).
     pub(crate) fn client_settings(
         &self,
         kind: ForgeKind,
@@ -88,6 +115,8 @@ impl ForgeConfig {
                 kind.as_str()
             )));
         }
+        let url = crate::http_util::parse_base_url(&self.url)?;
+        crate::http_util::check_transport(&url, self.insecure_http)?;
         let token = self
             .token
             .as_deref()
@@ -118,6 +147,7 @@ impl ForgeConfig {
             webhook_secret_env: None,
             webhook_secret: Some(webhook_secret.to_owned()),
             timeout_seconds: default_timeout(),
+            insecure_http: false,
         }
     }
 
@@ -174,5 +204,58 @@ mod tests {
         config.token = Some("t".into());
         config.timeout_seconds = 0;
         assert!(message(&config, ForgeKind::Gitlab).starts_with("timeout_seconds: "));
+    }
+
+    #[test]
+    fn debug_redacts_the_token_and_the_webhook_secret() {
+        let mut config = ForgeConfig::literal(
+            ForgeKind::Gitlab,
+            "https://g.example",
+            "glpat-SECRET-TOKEN",
+            "hook-SECRET",
+        );
+        config.token_env = Some("GITLAB_TOKEN".into());
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("SECRET"), "{shown}");
+        assert!(shown.contains(r#"token: Some("<redacted>")"#), "{shown}");
+        assert!(shown.contains(r#"webhook_secret: Some("<redacted>")"#), "{shown}");
+        assert!(shown.contains(r#"token_env: Some("GITLAB_TOKEN")"#), "{shown}");
+        assert!(shown.contains("https://g.example"), "{shown}");
+        config.webhook_secret = None;
+        assert!(format!("{config:?}").contains("webhook_secret: None"));
+        // Pretty printing goes through the same impl.
+        assert!(!format!("{config:#?}").contains("SECRET"));
+    }
+
+    #[test]
+    fn plain_http_off_loopback_needs_insecure_http() {
+        let mut config =
+            ForgeConfig::literal(ForgeKind::Github, "http://github.example.com", "t", "");
+        let error = message(&config, ForgeKind::Github);
+        assert!(error.starts_with("url: "), "{error}");
+        assert!(error.contains("https"), "{error}");
+        config.insecure_http = true;
+        config
+            .client_settings(ForgeKind::Github)
+            .expect("insecure_http allows http");
+        for loopback in ["http://127.0.0.1:9", "http://localhost:9", "http://[::1]:9"] {
+            let config = ForgeConfig::literal(ForgeKind::Gitlab, loopback, "t", "");
+            config
+                .client_settings(ForgeKind::Gitlab)
+                .expect("loopback may use http");
+        }
+    }
+
+    #[test]
+    fn insecure_http_is_read_from_the_file_and_defaults_to_false() {
+        let config: ForgeConfig =
+            serde_json::from_str(r#"{"kind": "gitlab", "url": "http://g.internal"}"#)
+                .expect("parses");
+        assert!(!config.insecure_http);
+        let config: ForgeConfig = serde_json::from_str(
+            r#"{"kind": "gitlab", "url": "http://g.internal", "insecure_http": true}"#,
+        )
+        .expect("parses");
+        assert!(config.insecure_http);
     }
 }

@@ -90,6 +90,30 @@ pub(crate) fn parse_base_url(url: &str) -> ForgeResult<Url> {
     Ok(base)
 }
 
+/// Whether `url` may carry the token: `https`, or `http` on a loopback
+/// host (`127.0.0.0/8`, `::1`, `localhost`), or anywhere with
+/// `insecure_http`. Errors name the field (`url`).
+pub(crate) fn check_transport(url: &Url, insecure_http: bool) -> ForgeResult<()> {
+    if url.scheme() == "https" || insecure_http || is_loopback(url) {
+        return Ok(());
+    }
+    Err(ForgeError::invalid(format!(
+        "url: {:?} must use https (plain http is allowed on loopback only, or with \
+         insecure_http: true)",
+        url.as_str()
+    )))
+}
+
+/// `127.0.0.0/8`, `::1` or `localhost`.
+fn is_loopback(url: &Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        None => false,
+    }
+}
+
 /// A header value holding a secret (kept out of debug output).
 pub(crate) fn secret_header(value: &str) -> ForgeResult<HeaderValue> {
     let mut value = HeaderValue::from_str(value).map_err(|_| {
@@ -101,14 +125,42 @@ pub(crate) fn secret_header(value: &str) -> ForgeResult<HeaderValue> {
 
 /// The reqwest client of one forge: its default headers, the
 /// [`USER_AGENT`], and `timeout` for connecting and for the whole request.
+///
+/// Redirects are never followed: the token headers would go with the
+/// request to wherever the `Location` points (reqwest strips only
+/// `Authorization` across origins, not GitLab's `PRIVATE-TOKEN`). A 3xx
+/// answer is an error instead ([`redirect_error`]).
 pub(crate) fn client(headers: HeaderMap, timeout: Duration) -> ForgeResult<reqwest::Client> {
     reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
         .user_agent(USER_AGENT)
         .default_headers(headers)
         .timeout(timeout)
         .connect_timeout(timeout)
         .build()
         .map_err(|e| ForgeError::invalid(format!("HTTP client: {e}")))
+}
+
+/// The error for a 3xx answer, which the clients never follow:
+/// [`ForgeErrorKind::Rejected`] (asking again gets the same redirect; the
+/// configured `url` is what needs changing), naming the `Location`.
+///
+/// [`ForgeErrorKind::Rejected`]: crate::ForgeErrorKind::Rejected
+pub(crate) fn redirect_error(
+    forge: &str,
+    request: &str,
+    status: StatusCode,
+    headers: &HeaderMap,
+) -> ForgeError {
+    let location = header(headers, "location").unwrap_or("(none)");
+    ForgeError::rejected(
+        Some(status.as_u16()),
+        format!(
+            "{request}: {forge} answered {status} redirecting to Location {location:?}; \
+             redirects are not followed (the credentials stay with the configured url; \
+             check the forge's url)"
+        ),
+    )
 }
 
 /// `base` with `segments` appended, each percent-encoded whole.
@@ -205,6 +257,71 @@ pub(crate) fn retry_after_header(headers: &HeaderMap, now: SystemTime) -> Option
     Some(Duration::from_secs(at.saturating_sub(unix_seconds(now))))
 }
 
+/// The most of a job log a client keeps: its last 1 MiB. A log is streamed
+/// and only this tail is held (the CI-retry matchers search the end of a
+/// log: their `tail_lines` window, or the whole text they are given).
+pub const TRACE_TAIL_BYTES: usize = 1 << 20;
+
+/// The last `max` bytes of a stream read chunk by chunk, holding at most
+/// `2 * max` bytes plus one chunk at any time.
+pub(crate) struct Tail {
+    buf: Vec<u8>,
+    max: usize,
+    /// True once bytes before the kept ones were dropped.
+    cut: bool,
+}
+
+impl Tail {
+    pub(crate) fn new(max: usize) -> Self {
+        Self {
+            buf: Vec::new(),
+            max,
+            cut: false,
+        }
+    }
+
+    pub(crate) fn push(&mut self, chunk: &[u8]) {
+        if chunk.len() >= self.max {
+            self.cut |= !self.buf.is_empty() || chunk.len() > self.max;
+            self.buf.clear();
+            self.buf
+                .extend_from_slice(&chunk[chunk.len() - self.max..]);
+            return;
+        }
+        self.buf.extend_from_slice(chunk);
+        if self.buf.len() > 2 * self.max {
+            let drop = self.buf.len() - self.max;
+            self.buf.drain(..drop);
+            self.cut = true;
+        }
+    }
+
+    /// The kept text: the last `max` bytes; when the log was cut, from the
+    /// first line start in them (unless the kept bytes hold no line break,
+    /// then from the first whole UTF-8 character). Invalid UTF-8 is
+    /// replaced (`U+FFFD`).
+    pub(crate) fn finish(mut self) -> String {
+        if self.buf.len() > self.max {
+            let drop = self.buf.len() - self.max;
+            self.buf.drain(..drop);
+            self.cut = true;
+        }
+        let mut start = 0;
+        if self.cut {
+            start = match self.buf.iter().position(|b| *b == b'\n') {
+                Some(newline) if newline + 1 < self.buf.len() => newline + 1,
+                _ => self
+                    .buf
+                    .iter()
+                    .take(4)
+                    .position(|b| (*b & 0xC0) != 0x80)
+                    .unwrap_or(0),
+            };
+        }
+        String::from_utf8_lossy(&self.buf[start..]).into_owned()
+    }
+}
+
 /// `#[serde(deserialize_with = "null_default")]`: `null` as the type's
 /// default (both forges send `null` for empty strings and lists in places).
 pub(crate) fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
@@ -216,6 +333,71 @@ where
 }
 
 /// Header maps and instants for the clients' unit tests.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tail(max: usize, chunks: &[&[u8]]) -> String {
+        let mut tail = Tail::new(max);
+        for chunk in chunks {
+            tail.push(chunk);
+            assert!(tail.buf.len() <= 2 * max + chunk.len(), "bounded");
+        }
+        tail.finish()
+    }
+
+    #[test]
+    fn a_short_log_is_kept_whole() {
+        assert_eq!(tail(16, &[b"a\nb", b"\nc"]), "a\nb\nc");
+        assert_eq!(tail(16, &[]), "");
+    }
+
+    #[test]
+    fn a_long_log_keeps_its_tail_from_a_line_start() {
+        let chunks: Vec<Vec<u8>> = (0..100).map(|i| format!("line {i}\n").into_bytes()).collect();
+        let refs: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+        let text = tail(20, &refs);
+        assert_eq!(text, "line 98\nline 99\n");
+        // One chunk larger than the bound.
+        assert_eq!(tail(8, &[b"xxxxxxxxxxxxxxxx\nabc\nde"]), "abc\nde");
+    }
+
+    #[test]
+    fn a_cut_without_line_breaks_starts_at_a_whole_character() {
+        // "é" is two bytes; cutting inside it must not leave half of it.
+        let text = tail(5, &["aéééé".as_bytes()]);
+        assert_eq!(text, "éé");
+        let text = tail(4, &[b"abc\xffdef"]);
+        assert_eq!(text, "\u{fffd}def", "an invalid byte is not skipped, it is replaced");
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced() {
+        assert_eq!(tail(16, &[b"ok \xff\xfe end"]), "ok \u{fffd}\u{fffd} end");
+    }
+
+    #[test]
+    fn transport_needs_https_off_loopback() {
+        let url = |u: &str| parse_base_url(u).expect(u);
+        for ok in [
+            "https://gitlab.example.com",
+            "http://127.0.0.1:8080",
+            "http://127.1.2.3",
+            "http://[::1]:9000",
+            "http://localhost:3000",
+            "http://LOCALHOST",
+        ] {
+            check_transport(&url(ok), false).expect(ok);
+        }
+        for bad in ["http://gitlab.example.com", "http://10.0.0.1", "http://[::2]"] {
+            let error = check_transport(&url(bad), false).expect_err(bad);
+            assert!(error.message.starts_with("url: "), "{}", error.message);
+            assert!(error.message.contains("insecure_http"), "{}", error.message);
+            check_transport(&url(bad), true).expect("allowed by insecure_http");
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod test_support {
     use std::time::{Duration, SystemTime};

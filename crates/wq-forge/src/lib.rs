@@ -23,6 +23,7 @@ pub use config::{ForgeConfig, ForgeKind, ForgesConfig};
 pub use error::{ForgeError, ForgeErrorKind, ForgeResult};
 pub use events::{ChangeAction, ForgeEvent, WebhookRejection};
 pub use github::GithubClient;
+pub use http_util::TRACE_TAIL_BYTES;
 pub use gitlab::GitlabClient;
 pub use model::*;
 
@@ -136,7 +137,9 @@ pub trait Forge: Send + Sync + 'static {
     /// lists them).
     async fn pipeline_jobs(&self, project: &str, pipeline_id: u64) -> ForgeResult<Vec<CiJob>>;
 
-    /// A job's log.
+    /// The end of a job's log: at most its last [`TRACE_TAIL_BYTES`],
+    /// streamed (a log is never read whole), starting at a line when cut,
+    /// invalid UTF-8 replaced.
     async fn job_trace(&self, project: &str, job_id: u64) -> ForgeResult<String>;
 
     /// Retries a job; returns the new job.

@@ -1103,3 +1103,238 @@ async fn config_accepts_the_api_base_and_forges_are_built_from_config() {
         error.message
     );
 }
+
+#[tokio::test]
+async fn current_user_is_the_token_user_read_once() {
+    let sim = start_sim().await;
+    let gitlab = client(&sim);
+    sim.add_fault(FaultRule::new(
+        "GET",
+        "/api/v4/user",
+        HttpFault::Status { status: 502 },
+    ));
+    let error = gitlab.current_user().await.expect_err("502");
+    assert_eq!(error.kind, ForgeErrorKind::Unavailable);
+
+    let user = gitlab.current_user().await.expect("an error is not kept");
+    assert_eq!(user.username, forge_sim::DEFAULT_USERNAME);
+    let bot = sim.add_user(forge_sim::DEFAULT_USERNAME, forge_sim::DEFAULT_TOKEN);
+    assert_eq!(user.id, bot.id);
+    sim.clear_requests();
+    for _ in 0..3 {
+        assert_eq!(gitlab.current_user().await.expect("cached"), user);
+    }
+    assert!(
+        sim.requests().iter().all(|r| r.path != "/api/v4/user"),
+        "read once per client: {:?}",
+        sim.requests()
+    );
+}
+
+#[tokio::test]
+async fn change_authors_tell_the_token_user_from_a_person() {
+    let sim = start_sim().await;
+    let pid = sim
+        .gitlab_project("team/authors")
+        .no_ci()
+        .create()
+        .expect("project");
+    let gitlab = client(&sim);
+    let project = "team/authors";
+    let (ours, _) = open_change(&gitlab, project, "wq/ours").await;
+    assert_eq!(
+        gitlab.get_change(project, ours).await.expect("get").author.as_deref(),
+        Some(forge_sim::DEFAULT_USERNAME)
+    );
+
+    sim.gitlab_push_as(pid, "feature/alice", &[("a.txt", Some("a\n"))], "work", "alice")
+        .expect("push as alice");
+    let theirs = sim
+        .gitlab_open_mr_as(pid, "feature/alice", "main", "Alice's change", "alice")
+        .await
+        .expect("MR as alice");
+    let found = gitlab
+        .find_open_change(project, "feature/alice")
+        .await
+        .expect("find")
+        .expect("open MR");
+    assert_eq!(found.number, theirs);
+    assert_eq!(found.author.as_deref(), Some("alice"));
+    let head = sim.gitlab_branch_head(pid, "feature/alice").expect("branch");
+    let commit = reqwest::Client::new()
+        .get(format!(
+            "{}/projects/{pid}/repository/commits/{head}",
+            sim.gitlab_url()
+        ))
+        .header("private-token", forge_sim::DEFAULT_TOKEN)
+        .send()
+        .await
+        .expect("commit")
+        .json::<serde_json::Value>()
+        .await
+        .expect("json");
+    assert_eq!(commit["author_name"], "alice", "{commit}");
+}
+
+#[tokio::test]
+async fn project_path_is_the_forges_spelling() {
+    let sim = start_sim().await;
+    sim.gitlab_project("Team/Service")
+        .no_ci()
+        .create()
+        .expect("project");
+    let gitlab = client(&sim);
+    for asked in ["team/service", "TEAM/SERVICE", "Team/Service"] {
+        assert_eq!(
+            gitlab.project_path(asked).await.expect(asked),
+            "Team/Service"
+        );
+    }
+    // Other routes resolve the caller's spelling too.
+    assert!(
+        gitlab
+            .branch_head("team/service", "main")
+            .await
+            .expect("branch")
+            .is_some()
+    );
+    let missing = gitlab
+        .project_path("team/other")
+        .await
+        .expect_err("no such project");
+    assert_eq!(missing.kind, ForgeErrorKind::NotFound);
+    assert!(
+        sim.gitlab_project("team/SERVICE").create().is_err(),
+        "one project per path, whatever the case"
+    );
+}
+
+#[tokio::test]
+async fn branch_protection_covers_names_and_wildcards_existing_or_not() {
+    let sim = start_sim().await;
+    let pid = sim
+        .gitlab_project("team/protect")
+        .no_ci()
+        .create()
+        .expect("project");
+    let gitlab = client(&sim);
+    let project = "team/protect";
+    let protected = |branch: &'static str| {
+        let gitlab = &gitlab;
+        async move {
+            gitlab
+                .branch_protected(project, branch)
+                .await
+                .expect(branch)
+        }
+    };
+    assert!(protected("main").await, "the default branch is protected");
+    assert!(!protected("wq/free").await);
+
+    sim.gitlab_protect_branch(pid, "release/*").expect("protect");
+    sim.gitlab_protect_branch(pid, "stable").expect("protect");
+    assert!(protected("release/1.0").await, "does not exist yet");
+    assert!(protected("release/a/b").await, "* matches across /");
+    assert!(protected("stable").await);
+    assert!(!protected("stable-2").await);
+    assert!(!protected("wq/release/1").await);
+
+    // Past the first page of 100 entries.
+    for i in 0..120 {
+        sim.gitlab_protect_branch(pid, &format!("filler-{i}"))
+            .expect("protect");
+    }
+    sim.gitlab_protect_branch(pid, "late/*").expect("protect");
+    assert!(protected("late/x").await, "every page is read");
+
+    sim.gitlab_unprotect_branch(pid, "main").expect("unprotect");
+    assert!(!protected("main").await);
+
+    let missing = gitlab
+        .branch_protected("team/nothing", "main")
+        .await
+        .expect_err("no such project");
+    assert_eq!(missing.kind, ForgeErrorKind::NotFound);
+}
+
+#[tokio::test]
+async fn job_traces_keep_a_bounded_tail_of_a_large_log() {
+    let sim = start_sim().await;
+    // A log far larger than the bound: a first line, many filler lines, and
+    // the failure at the end.
+    let filler = "x".repeat(99);
+    let mut log = String::from("FIRST LINE\n");
+    while log.len() < 6 * wq_forge::TRACE_TAIL_BYTES {
+        log.push_str(&filler);
+        log.push('\n');
+    }
+    log.push_str("fatal: the runner ran out of memory\n");
+    sim.gitlab_project("team/big")
+        .job(JobSpec::new("unit", JobOutcome::fail("script_failure", &log)))
+        .create()
+        .expect("project");
+    let gitlab = client(&sim);
+    let project = "team/big";
+    let (iid, _) = open_change(&gitlab, project, "wq/big").await;
+    settle(&sim);
+    let pipeline = gitlab
+        .get_change(project, iid)
+        .await
+        .expect("get")
+        .pipeline_id
+        .expect("pipeline");
+    let jobs = gitlab.pipeline_jobs(project, pipeline).await.expect("jobs");
+    let unit = jobs.iter().find(|j| j.name == "unit").expect("unit");
+
+    let trace = gitlab.job_trace(project, unit.id).await.expect("trace");
+    assert!(trace.len() <= wq_forge::TRACE_TAIL_BYTES, "{}", trace.len());
+    assert!(
+        trace.len() > wq_forge::TRACE_TAIL_BYTES - 200,
+        "the tail is kept, not less: {}",
+        trace.len()
+    );
+    assert!(!trace.contains("FIRST LINE"));
+    assert!(trace.contains("fatal: the runner ran out of memory"));
+    assert!(
+        trace.starts_with(&filler),
+        "the cut falls on a line start: {:?}",
+        &trace[..120]
+    );
+}
+
+#[tokio::test]
+async fn redirects_are_not_followed_and_the_token_stays() {
+    let (forge, target, received) = support::start_redirecting_forge().await;
+    let gitlab = GitlabClient::new(&config(&forge)).expect("client");
+    let error = gitlab
+        .branch_head("team/app", "main")
+        .await
+        .expect_err("a redirect is an error");
+    assert_eq!(error.kind, ForgeErrorKind::Rejected);
+    assert_eq!(error.status, Some(307));
+    assert!(
+        error.message.contains(&format!("{target}/api/v4/projects")),
+        "names the Location: {}",
+        error.message
+    );
+    let error = gitlab.current_user().await.expect_err("redirect");
+    assert!(error.message.contains("Location"), "{}", error.message);
+    assert!(
+        received.lock().expect("lock").is_empty(),
+        "nothing reached the redirect target: {:?}",
+        received.lock().expect("lock")
+    );
+}
+
+#[tokio::test]
+async fn plain_http_off_loopback_is_refused_unless_configured() {
+    let mut config = config("http://gitlab.example.com");
+    let error = GitlabClient::new(&config).expect_err("plain http");
+    assert_eq!(error.kind, ForgeErrorKind::Invalid);
+    assert!(error.message.starts_with("url: "), "{}", error.message);
+    config.insecure_http = true;
+    GitlabClient::new(&config).expect("insecure_http");
+    config.url = "https://gitlab.example.com".into();
+    config.insecure_http = false;
+    GitlabClient::new(&config).expect("https");
+}

@@ -456,6 +456,125 @@ pub fn set_draft(
     })
 }
 
+/// Puts a branch name or fnmatch pattern under classic branch protection (idempotent).
+pub fn protect_branch(
+    state: &SimState,
+    owner: &str,
+    name: &str,
+    pattern: &str,
+) -> Result<(), ControlError> {
+    if pattern.is_empty() {
+        return Err(ControlError::Invalid("branch is required".into()));
+    }
+    with_github(state, |gh| {
+        let r = gh
+            .repos
+            .get_mut(&repo_key(owner, name))
+            .ok_or_else(|| not_found(owner, name))?;
+        if !r.settings.protected_branches.iter().any(|p| p == pattern) {
+            r.settings.protected_branches.push(pattern.to_string());
+        }
+        Ok(())
+    })
+}
+
+/// A branch ruleset as the control API takes it (`enforcement` defaults to `active`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RulesetSpec {
+    pub name: String,
+    #[serde(default)]
+    pub enforcement: Option<String>,
+    /// `refs/heads/<fnmatch>`, `~DEFAULT_BRANCH` or `~ALL`.
+    pub include: Vec<String>,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Rule types (`update`, `deletion`, `non_fast_forward`, `pull_request`, ...).
+    pub rules: Vec<String>,
+}
+
+/// Adds a branch ruleset; returns its id.
+pub fn add_ruleset(
+    state: &SimState,
+    owner: &str,
+    name: &str,
+    spec: &RulesetSpec,
+) -> Result<u64, ControlError> {
+    let enforcement = spec.enforcement.clone().unwrap_or_else(|| "active".into());
+    if !matches!(enforcement.as_str(), "active" | "evaluate" | "disabled") {
+        return Err(ControlError::Invalid(format!(
+            "enforcement {enforcement:?} (active, evaluate, disabled)"
+        )));
+    }
+    if spec.include.is_empty() {
+        return Err(ControlError::Invalid("include is required".into()));
+    }
+    with_github(state, |gh| {
+        let id = gh.env.next_id();
+        let r = gh
+            .repos
+            .get_mut(&repo_key(owner, name))
+            .ok_or_else(|| not_found(owner, name))?;
+        r.settings.rulesets.push(super::model::Ruleset {
+            id,
+            name: spec.name.clone(),
+            enforcement,
+            include: spec.include.clone(),
+            exclude: spec.exclude.clone(),
+            rules: spec.rules.clone(),
+        });
+        Ok(id)
+    })
+}
+
+/// A pull request opened by a person (not the token's user).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct OpenPrSpec {
+    pub head: String,
+    pub base: String,
+    pub title: String,
+    #[serde(default)]
+    pub body: Option<String>,
+    #[serde(default)]
+    pub draft: bool,
+    /// Login of the author (created if unknown); default `human`.
+    #[serde(default)]
+    pub author: Option<String>,
+}
+
+/// Opens a pull request as `spec.author` (REST validation, webhooks, checks); returns its number.
+pub fn open_pr(
+    state: &SimState,
+    owner: &str,
+    name: &str,
+    spec: &OpenPrSpec,
+) -> Result<u64, ControlError> {
+    let author = spec.author.clone().unwrap_or_else(|| "human".into());
+    let ctx = control_ctx(state, &author);
+    with_github(state, |gh| {
+        let (r, env) = gh
+            .repo_env(owner, name)
+            .ok_or_else(|| not_found(owner, name))?;
+        ops::open_pr(
+            r,
+            env,
+            &ctx,
+            &spec.title,
+            &spec.head,
+            &spec.base,
+            spec.body.clone(),
+            spec.draft,
+        )
+        .map_err(|e| {
+            let message = e.body["message"].as_str().unwrap_or_default().to_string();
+            if e.status == StatusCode::NOT_FOUND {
+                ControlError::NotFound(message)
+            } else {
+                ControlError::Invalid(format!("{message}: {}", e.body))
+            }
+        })
+    })
+}
+
 /// A summary of a repository's state: branches, pull requests, queue, async merges.
 pub fn summary(state: &SimState, owner: &str, name: &str) -> Result<Value, ControlError> {
     let ctx = Ctx::new(state, "control");
@@ -545,6 +664,57 @@ pub fn router() -> Router<Shared> {
             "/_sim/github/repos/{owner}/{repo}/pulls/{number}/draft",
             put(draft_route),
         )
+        .route(
+            "/_sim/github/repos/{owner}/{repo}/protected_branches",
+            post(protect_route),
+        )
+        .route(
+            "/_sim/github/repos/{owner}/{repo}/rulesets",
+            post(ruleset_route),
+        )
+        .route("/_sim/github/repos/{owner}/{repo}/pulls", post(open_pr_route))
+}
+
+#[derive(Deserialize)]
+struct ProtectBody {
+    branch: String,
+}
+
+async fn protect_route(
+    State(st): State<Shared>,
+    Path((o, r)): Path<(String, String)>,
+    b: Bytes,
+) -> ControlResult {
+    let p: ProtectBody = body(&b)?;
+    protect_branch(&st, &o, &r, &p.branch)?;
+    Ok((StatusCode::CREATED, Json(json!({ "branch": p.branch }))).into_response())
+}
+
+async fn ruleset_route(
+    State(st): State<Shared>,
+    Path((o, r)): Path<(String, String)>,
+    b: Bytes,
+) -> ControlResult {
+    let spec: RulesetSpec = body(&b)?;
+    let id = add_ruleset(&st, &o, &r, &spec)?;
+    Ok((StatusCode::CREATED, Json(json!({ "id": id }))).into_response())
+}
+
+async fn open_pr_route(
+    State(st): State<Shared>,
+    Path((o, r)): Path<(String, String)>,
+    b: Bytes,
+) -> ControlResult {
+    let spec: OpenPrSpec = body(&b)?;
+    let number = open_pr(&st, &o, &r, &spec)?;
+    let ctx = Ctx::new(&st, "control");
+    let gh = lock(&st.github);
+    let repo = gh.repo(&o, &r).ok_or_else(|| not_found(&o, &r))?;
+    let pr = repo
+        .pulls
+        .get(&number)
+        .ok_or_else(|| ControlError::NotFound(format!("pull request #{number} not found")))?;
+    Ok((StatusCode::CREATED, Json(js::pull(&ctx, repo, pr))).into_response())
 }
 
 fn body<T: serde::de::DeserializeOwned>(bytes: &Bytes) -> Result<T, ControlError> {
@@ -841,6 +1011,76 @@ impl crate::SimHandle {
             author: None,
         };
         Ok(push(self.state(), o, n, &spec)?)
+    }
+
+    /// Like [`crate::SimHandle::github_push_human_commit`], pushed by `author` (a person, not
+    /// the token's user).
+    pub fn github_push_as(
+        &self,
+        repo: &str,
+        branch: &str,
+        files: &[(&str, Option<&str>)],
+        message: &str,
+        author: &str,
+    ) -> anyhow::Result<String> {
+        let (o, n) = split_repo(repo)?;
+        let spec = PushSpec {
+            branch: branch.to_string(),
+            start_branch: None,
+            files: files
+                .iter()
+                .map(|(p, c)| (p.to_string(), c.map(str::to_string)))
+                .collect(),
+            message: Some(message.to_string()),
+            author: Some(author.to_string()),
+        };
+        Ok(push(self.state(), o, n, &spec)?)
+    }
+
+    /// Opens a pull request from `head` into `base` as `author` (a person, not the token's
+    /// user); returns its number.
+    pub fn github_open_pr_as(
+        &self,
+        repo: &str,
+        head: &str,
+        base: &str,
+        title: &str,
+        author: &str,
+    ) -> anyhow::Result<u64> {
+        let (o, n) = split_repo(repo)?;
+        let spec = OpenPrSpec {
+            head: head.to_string(),
+            base: base.to_string(),
+            title: title.to_string(),
+            author: Some(author.to_string()),
+            ..OpenPrSpec::default()
+        };
+        Ok(open_pr(self.state(), o, n, &spec)?)
+    }
+
+    /// Puts a branch name or fnmatch pattern under classic branch protection.
+    pub fn github_protect_branch(&self, repo: &str, branch: &str) -> anyhow::Result<()> {
+        let (o, n) = split_repo(repo)?;
+        Ok(protect_branch(self.state(), o, n, branch)?)
+    }
+
+    /// Adds an active branch ruleset with the given rule types for `include`
+    /// (`refs/heads/<fnmatch>`, `~DEFAULT_BRANCH`, `~ALL`); returns its id.
+    pub fn github_add_ruleset(
+        &self,
+        repo: &str,
+        include: &[&str],
+        rules: &[&str],
+    ) -> anyhow::Result<u64> {
+        let (o, n) = split_repo(repo)?;
+        let spec = RulesetSpec {
+            name: "ruleset".into(),
+            enforcement: None,
+            include: include.iter().map(|s| s.to_string()).collect(),
+            exclude: Vec::new(),
+            rules: rules.iter().map(|s| s.to_string()).collect(),
+        };
+        Ok(add_ruleset(self.state(), o, n, &spec)?)
     }
 
     /// Force-moves a branch to an existing commit.

@@ -24,7 +24,7 @@ pub mod ops;
 pub mod rest;
 pub mod sign;
 
-pub use control::GithubRepoSpec;
+pub use control::{GithubRepoSpec, OpenPrSpec, RulesetSpec};
 pub use model::{CheckKind, CheckScript, MergeAsyncScript};
 
 use error::ApiError;

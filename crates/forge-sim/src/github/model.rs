@@ -35,6 +35,26 @@ pub struct RepoSettings {
     /// Merge method the queue uses for its merge groups.
     pub queue_merge_method: String,
     pub webhook: Option<Webhook>,
+    /// Branch names or fnmatch patterns under classic branch protection (the default branch is
+    /// always protected). A branch object says `"protected": true` when one matches.
+    pub protected_branches: Vec<String>,
+    /// Repository rulesets (`GET rules/branches/{branch}` answers their rules).
+    pub rulesets: Vec<Ruleset>,
+}
+
+/// A branch ruleset: the rules (by type) applied to branches its `ref_name` conditions select.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Ruleset {
+    pub id: u64,
+    pub name: String,
+    /// `active`, `evaluate` or `disabled` (only `active` rules apply).
+    pub enforcement: String,
+    /// `ref_name.include`: `refs/heads/<fnmatch>`, `~DEFAULT_BRANCH` or `~ALL`.
+    pub include: Vec<String>,
+    /// `ref_name.exclude`, same syntax.
+    pub exclude: Vec<String>,
+    /// Rule types: `update`, `deletion`, `non_fast_forward`, `pull_request`, ...
+    pub rules: Vec<String>,
 }
 
 impl Default for RepoSettings {
@@ -48,6 +68,8 @@ impl Default for RepoSettings {
             queue_eta_seconds_per_entry: Some(300),
             queue_merge_method: "merge".into(),
             webhook: None,
+            protected_branches: Vec::new(),
+            rulesets: Vec::new(),
         }
     }
 }

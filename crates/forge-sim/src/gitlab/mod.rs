@@ -9,6 +9,7 @@ pub mod hooks;
 pub mod merge_requests;
 pub mod notes;
 pub mod pipelines;
+pub mod protected_branches;
 pub mod repository;
 pub mod trains;
 
@@ -86,6 +87,8 @@ pub struct Project {
     pub train: Vec<trains::TrainCar>,
     /// Merged cars.
     pub train_history: Vec<trains::TrainCar>,
+    /// Protected branch names and wildcards (the default branch from the start).
+    pub protected_branches: Vec<protected_branches::ProtectedBranch>,
 }
 
 impl Project {
@@ -140,12 +143,16 @@ impl GitlabState {
         if self
             .projects
             .values()
-            .any(|p| p.path_with_namespace == path)
+            .any(|p| p.path_with_namespace.eq_ignore_ascii_case(&path))
         {
             return Err(format!("project {path} already exists"));
         }
         self.next_project_id += 1;
         let id = self.next_project_id;
+        let protected_branches = vec![protected_branches::ProtectedBranch {
+            id: 1,
+            name: new.default_branch.clone(),
+        }];
         self.projects.insert(
             id,
             Project {
@@ -162,19 +169,22 @@ impl GitlabState {
                 jobs: BTreeMap::new(),
                 train: Vec::new(),
                 train_history: Vec::new(),
+                protected_branches,
             },
         );
         Ok(id)
     }
 
-    /// Finds a project by numeric id or full path.
+    /// Finds a project by numeric id or full path. Paths compare case-insensitively, as GitLab
+    /// resolves them (`Team/Service` and `team/service` are one project); answers carry the
+    /// project's own spelling (`path_with_namespace`).
     pub fn project_id(&self, key: &str) -> Option<u64> {
         if let Ok(id) = key.parse::<u64>() {
             return self.projects.contains_key(&id).then_some(id);
         }
         self.projects
             .values()
-            .find(|p| p.path_with_namespace == key)
+            .find(|p| p.path_with_namespace.eq_ignore_ascii_case(key))
             .map(|p| p.id)
     }
 
@@ -532,6 +542,14 @@ pub fn router(state: Shared) -> Router<Shared> {
         .route(
             &format!("{project}/jobs/{{job_id}}/retry"),
             post(pipelines::retry_job),
+        )
+        .route(
+            &format!("{project}/protected_branches"),
+            get(protected_branches::list),
+        )
+        .route(
+            &format!("{project}/protected_branches/{{name}}"),
+            get(protected_branches::get_one),
         )
         .route(&format!("{project}/merge_trains"), get(trains::list))
         .route(

@@ -76,9 +76,9 @@ fn branch_json(project: &Project, name: &str, base: &str) -> Value {
     json!({
         "name": name,
         "merged": name != repo.default_branch() && repo.is_ancestor(head, default_head),
-        "protected": name == repo.default_branch(),
+        "protected": project.is_protected(name),
         "default": name == repo.default_branch(),
-        "developers_can_push": name != repo.default_branch(),
+        "developers_can_push": !project.is_protected(name),
         "developers_can_merge": true,
         "can_push": true,
         "web_url": format!("{}/-/tree/{}", project.web_url(base), name),

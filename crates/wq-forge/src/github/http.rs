@@ -135,7 +135,8 @@ impl Http {
             .await
     }
 
-    /// Sends `request` and reads the whole answer, any status.
+    /// Sends `request` and reads the whole answer, any status but a
+    /// redirect (an error naming the `Location`).
     async fn read(&self, request: RequestBuilder, describe: &str) -> ForgeResult<Answer> {
         let response = request
             .send()
@@ -143,6 +144,12 @@ impl Http {
             .map_err(|e| self.transport_error(describe, &e))?;
         let status = response.status();
         let headers = response.headers().clone();
+        if status.is_redirection() {
+            // Never followed (see `http_util::client`), never read as an answer.
+            return Err(crate::http_util::redirect_error(
+                "GitHub", describe, status, &headers,
+            ));
+        }
         let body = response
             .bytes()
             .await

@@ -19,6 +19,13 @@
 //! | `merge_change` | `PUT pulls/:n/merge-async`, then `GET pulls/:n/merge-async/:uuid` every [`MERGE_POLL_INTERVAL`] while pending, within [`MERGE_BUDGET`] |
 //! | `commit_files` | `GET branches/:base`, `GET git/trees/:tree` when an update, move or chmod needs the existing entries, `POST git/blobs` per file content, `POST git/trees`, `POST git/commits`, `POST git/refs` or `PATCH git/refs/heads/:branch` |
 //! | `diff_is_empty` | `GET commits/:base` and `GET commits/:head` (their trees compared) |
+//! | `current_user` | `GET /user`, once per client (an error is not kept) |
+//! | `project_path` | `GET repos/:owner/:repo` |
+//! | `branch_protected` | `GET branches/:branch` (classic protection), then, unless that said protected, `GET rules/branches/:branch` (rulesets; every page) |
+//!
+//! Redirects are never followed: a 3xx answer is a
+//! [`ForgeErrorKind::Rejected`] error naming its `Location`, so the token
+//! never leaves for another host.
 //!
 //! The check runs and statuses take two requests because the simulated
 //! GitHub's GraphQL has no `statusCheckRollup.contexts`; with it, the CI
@@ -90,6 +97,8 @@ pub struct GithubClient {
     webhook_secret: Option<String>,
     merge_poll_interval: Duration,
     merge_budget: Duration,
+    /// The token's user, read once.
+    user: tokio::sync::OnceCell<crate::ForgeUser>,
 }
 
 impl fmt::Debug for GithubClient {
@@ -123,6 +132,7 @@ impl GithubClient {
             webhook_secret: settings.webhook_secret,
             merge_poll_interval: MERGE_POLL_INTERVAL,
             merge_budget: MERGE_BUDGET,
+            user: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -562,16 +572,62 @@ impl Forge for GithubClient {
         ForgeKind::Github
     }
 
+    /// `GET /user`, once: later calls answer from memory; a failed read is
+    /// not kept, the next call asks again.
     async fn current_user(&self) -> ForgeResult<crate::ForgeUser> {
-        Err(ForgeError::invalid("current_user: not implemented yet"))
+        self.user
+            .get_or_try_init(|| async {
+                let user: wire::User = self
+                    .http
+                    .json(&Call::new(Method::GET, &["user"]), "a user")
+                    .await?;
+                Ok(crate::ForgeUser {
+                    id: user.id,
+                    username: user.login,
+                })
+            })
+            .await
+            .cloned()
     }
 
-    async fn project_path(&self, _project: &str) -> ForgeResult<String> {
-        Err(ForgeError::invalid("project_path: not implemented yet"))
+    /// `GET repos/{owner}/{repo}` → `full_name` (GitHub resolves the names
+    /// case-insensitively).
+    async fn project_path(&self, project: &str) -> ForgeResult<String> {
+        let repo = Repo::parse(project)?;
+        let found: wire::Repository = self
+            .http
+            .json(&Call::repo(Method::GET, &repo, &[]), "a repository")
+            .await?;
+        Ok(found.full_name)
     }
 
-    async fn branch_protected(&self, _project: &str, _branch: &str) -> ForgeResult<bool> {
-        Err(ForgeError::invalid("branch_protected: not implemented yet"))
+    /// Classic protection (`protected` of an existing branch), else the
+    /// rulesets that would apply to the name (`GET rules/branches/:branch`,
+    /// which answers for branches that do not exist yet): any rule but
+    /// the content-only ones ([`wire::BranchRule::protects`]) protects. A
+    /// 404 from the rules endpoint (a server without rulesets) means no
+    /// rules; a missing repository is an error.
+    async fn branch_protected(&self, project: &str, branch: &str) -> ForgeResult<bool> {
+        let repo = Repo::parse(project)?;
+        let call = Call::repo(Method::GET, &repo, &["branches"]).branch_path(branch);
+        match self.http.json::<wire::Branch>(&call, "a branch").await {
+            Ok(found) if found.protected => return Ok(true),
+            Ok(_) => {}
+            Err(error)
+                if error.kind == ForgeErrorKind::NotFound
+                    && error.message.contains("Branch not found") => {}
+            Err(error) => return Err(error),
+        }
+        let call = Call::repo(Method::GET, &repo, &["rules", "branches"]).branch_path(branch);
+        match self
+            .http
+            .list::<wire::BranchRule>(call, "a list of branch rules")
+            .await
+        {
+            Ok(rules) => Ok(rules.iter().any(wire::BranchRule::protects)),
+            Err(error) if error.kind == ForgeErrorKind::NotFound => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 
     async fn branch_head(&self, project: &str, branch: &str) -> ForgeResult<Option<String>> {

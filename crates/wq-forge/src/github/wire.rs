@@ -32,6 +32,61 @@ pub struct CommitDetail {
 #[derive(Debug, Deserialize)]
 pub struct Branch {
     pub commit: Commit,
+    /// Classic branch protection.
+    #[serde(default, deserialize_with = "null_default")]
+    pub protected: bool,
+}
+
+/// `GET /user`.
+#[derive(Debug, Deserialize)]
+pub struct User {
+    pub id: u64,
+    pub login: String,
+}
+
+/// A user reference (`user` of a pull request).
+#[derive(Debug, Deserialize)]
+pub struct Login {
+    #[serde(default, deserialize_with = "null_default")]
+    pub login: String,
+}
+
+/// `GET /repos/{o}/{r}`: the repository's own spelling of its name.
+#[derive(Debug, Deserialize)]
+pub struct Repository {
+    pub full_name: String,
+}
+
+/// One item of `GET /repos/{o}/{r}/rules/branches/{branch}`.
+#[derive(Debug, Deserialize)]
+pub struct BranchRule {
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// Ruleset rule types that only constrain metadata or content of what is
+/// pushed (commit messages, author e-mails, names, file paths and sizes);
+/// every other rule type — `creation`, `update`, `deletion`,
+/// `non_fast_forward`, `pull_request`, `required_status_checks`,
+/// `required_linear_history`, `required_signatures`, `merge_queue`, ... and
+/// any type GitHub adds later — counts as protecting the branch.
+const CONTENT_ONLY_RULES: &[&str] = &[
+    "commit_message_pattern",
+    "commit_author_email_pattern",
+    "committer_email_pattern",
+    "branch_name_pattern",
+    "tag_name_pattern",
+    "file_path_restriction",
+    "file_extension_restriction",
+    "max_file_path_length",
+    "max_file_size",
+];
+
+impl BranchRule {
+    /// True unless the rule only constrains content ([`CONTENT_ONLY_RULES`]).
+    pub fn protects(&self) -> bool {
+        !CONTENT_ONLY_RULES.contains(&self.kind.as_str())
+    }
 }
 
 /// `GET /repos/{o}/{r}/git/trees/{sha}?recursive=1`.
@@ -91,6 +146,9 @@ pub struct PullRequest {
     pub mergeable: Option<bool>,
     #[serde(default, deserialize_with = "null_default")]
     pub mergeable_state: String,
+    /// Who opened it.
+    #[serde(default)]
+    pub user: Option<Login>,
 }
 
 impl PullRequest {
@@ -134,7 +192,7 @@ impl PullRequest {
             merge_status: self.mergeable_state,
             unresolved_threads: 0,
             queue: QueueObservation::Unobserved,
-            author: None,
+            author: self.user.map(|u| u.login).filter(|login| !login.is_empty()),
         }
     }
 }

@@ -72,6 +72,14 @@ impl Http {
             return Ok(response);
         }
         let headers = response.headers().clone();
+        if status.is_redirection() {
+            return Err(crate::http_util::redirect_error(
+                "GitLab",
+                &call.describe(),
+                status,
+                &headers,
+            ));
+        }
         // An unreadable error body still leaves the status to go by.
         let body = response.bytes().await.unwrap_or_default();
         Err(error_from_answer(
@@ -106,15 +114,21 @@ impl Http {
         }
     }
 
-    /// Sends the call and returns the 2xx body as text.
-    pub async fn text(&self, call: &Call) -> ForgeResult<String> {
-        let response = self.send(call).await?;
-        let body = response
-            .bytes()
+    /// Sends the call and returns the last `max` bytes of the 2xx body as
+    /// text, streamed: the whole body is never held (see
+    /// [`crate::http_util::Tail`]). Job logs may hold arbitrary bytes; what
+    /// is not UTF-8 is replaced.
+    pub async fn tail_text(&self, call: &Call, max: usize) -> ForgeResult<String> {
+        let mut response = self.send(call).await?;
+        let mut tail = crate::http_util::Tail::new(max);
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|e| self.transport_error(call, &e))?;
-        // Job logs may hold arbitrary bytes; keep what is readable.
-        Ok(String::from_utf8_lossy(&body).into_owned())
+            .map_err(|e| self.transport_error(call, &e))?
+        {
+            tail.push(&chunk);
+        }
+        Ok(tail.finish())
     }
 
     /// All pages of a list (`per_page` = [`PER_PAGE`], following

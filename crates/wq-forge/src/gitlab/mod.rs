@@ -13,6 +13,14 @@
 //! | `find_open_change` | `GET merge_requests?source_branch&state=opened`, then `get_change` of the match |
 //! | `merge_change` | `PUT merge_requests/:iid/merge`, or `POST merge_trains/merge_requests/:iid` on merge-train projects |
 //! | `diff_is_empty` | `GET repository/compare?straight=true` |
+//! | `current_user` | `GET /user`, once per client (an error is not kept) |
+//! | `project_path` | `GET /projects/:path` (shares the project settings cache) |
+//! | `branch_protected` | `GET protected_branches` (every page) |
+//! | `job_trace` | `GET jobs/:id/trace`, streamed; the last [`TRACE_TAIL_BYTES`] are kept |
+//!
+//! Redirects are never followed: a 3xx answer is a
+//! [`ForgeErrorKind::Rejected`] error naming its `Location`, so the
+//! `PRIVATE-TOKEN` never leaves for another host.
 //!
 //! Settings the project decides and this client reads: `merge_trains_enabled`
 //! (a merge becomes "add to the train") and `merge_method` (GitLab has no
@@ -43,6 +51,7 @@ use crate::model::{
 };
 
 pub use self::http::USER_AGENT;
+pub use crate::http_util::TRACE_TAIL_BYTES;
 use self::http::{Call, Http};
 pub use self::webhook::parse_hook_time;
 use self::wire::{ProjectSettings, TrainCar};
@@ -56,6 +65,8 @@ pub struct GitlabClient {
     http: Http,
     webhook_secret: Option<String>,
     projects: Mutex<HashMap<String, (Instant, ProjectSettings)>>,
+    /// The token's user, read once.
+    user: tokio::sync::OnceCell<crate::ForgeUser>,
 }
 
 impl fmt::Debug for GitlabClient {
@@ -79,6 +90,7 @@ impl GitlabClient {
             http,
             webhook_secret: settings.webhook_secret,
             projects: Mutex::new(HashMap::new()),
+            user: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -357,16 +369,46 @@ impl Forge for GitlabClient {
         ForgeKind::Gitlab
     }
 
+    /// `GET /user`, once: later calls answer from memory; a failed read is
+    /// not kept, the next call asks again.
     async fn current_user(&self) -> ForgeResult<crate::ForgeUser> {
-        Err(ForgeError::invalid("current_user: not implemented yet"))
+        self.user
+            .get_or_try_init(|| async {
+                let user: wire::User = self.http.json(&Call::get(&["user"]), "a user").await?;
+                Ok(crate::ForgeUser {
+                    id: user.id,
+                    username: user.username,
+                })
+            })
+            .await
+            .cloned()
     }
 
-    async fn project_path(&self, _project: &str) -> ForgeResult<String> {
-        Err(ForgeError::invalid("project_path: not implemented yet"))
+    /// `GET /projects/:path` → `path_with_namespace` (GitLab resolves the
+    /// path case-insensitively). Read through the project settings cache.
+    async fn project_path(&self, project: &str) -> ForgeResult<String> {
+        let settings = self.project_settings(project).await?;
+        if settings.path_with_namespace.is_empty() {
+            return Err(ForgeError::rejected(
+                None,
+                format!("project {project}: GitLab answered without path_with_namespace"),
+            ));
+        }
+        Ok(settings.path_with_namespace)
     }
 
-    async fn branch_protected(&self, _project: &str, _branch: &str) -> ForgeResult<bool> {
-        Err(ForgeError::invalid("branch_protected: not implemented yet"))
+    /// Every page of `GET protected_branches`; `branch` is protected when an
+    /// entry's name equals it or, as a wildcard, matches it
+    /// ([`wire::protected_name_matches`]). The branch need not exist.
+    async fn branch_protected(&self, project: &str, branch: &str) -> ForgeResult<bool> {
+        let call = Call::get(&["projects", project, "protected_branches"]);
+        let entries: Vec<wire::ProtectedBranch> = self
+            .http
+            .list(call, "a list of protected branches")
+            .await?;
+        Ok(entries
+            .iter()
+            .any(|entry| wire::protected_name_matches(&entry.name, branch)))
     }
 
     /// 404 is `None` unless GitLab says the project is missing: a missing
@@ -635,10 +677,15 @@ impl Forge for GitlabClient {
         Ok(jobs)
     }
 
+    /// The log's last [`TRACE_TAIL_BYTES`], streamed (never read whole),
+    /// from a line start when it was cut, invalid UTF-8 replaced.
     async fn job_trace(&self, project: &str, job_id: u64) -> ForgeResult<String> {
         let id = job_id.to_string();
         self.http
-            .text(&Call::get(&["projects", project, "jobs", &id, "trace"]))
+            .tail_text(
+                &Call::get(&["projects", project, "jobs", &id, "trace"]),
+                TRACE_TAIL_BYTES,
+            )
             .await
     }
 

@@ -17,6 +17,42 @@ pub struct Id {
     pub id: u64,
 }
 
+/// `GET /user`.
+#[derive(Debug, Deserialize)]
+pub struct User {
+    pub id: u64,
+    pub username: String,
+}
+
+/// One entry of `GET /projects/:id/protected_branches`: a branch name or
+/// a wildcard (`release/*`).
+#[derive(Debug, Deserialize)]
+pub struct ProtectedBranch {
+    pub name: String,
+}
+
+/// Whether a protected-branch name covers `branch`: equal, or a wildcard
+/// whose `*`s match any (possibly empty) run of characters, `/` included,
+/// as GitLab matches them; everything else is literal.
+pub fn protected_name_matches(pattern: &str, branch: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let rest: Vec<&str> = parts.collect();
+    let Some((last, middle)) = rest.split_last() else {
+        return pattern == branch;
+    };
+    let Some(mut remaining) = branch.strip_prefix(first) else {
+        return false;
+    };
+    for part in middle {
+        match remaining.find(part) {
+            Some(at) => remaining = &remaining[at + part.len()..],
+            None => return false,
+        }
+    }
+    remaining.ends_with(last)
+}
+
 #[derive(Debug, Deserialize)]
 pub struct CommitRef {
     pub id: String,
@@ -46,6 +82,9 @@ pub struct ProjectSettings {
     /// `merge`, `rebase_merge` or `ff`.
     #[serde(default, deserialize_with = "null_default")]
     pub merge_method: String,
+    /// The project's own spelling of its path.
+    #[serde(default, deserialize_with = "null_default")]
+    pub path_with_namespace: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -83,6 +122,8 @@ pub struct MergeRequest {
     pub merge_status: Option<String>,
     #[serde(default)]
     pub blocking_discussions_resolved: Option<bool>,
+    #[serde(default)]
+    pub author: Option<NoteAuthor>,
 }
 
 /// Pipeline statuses that will still change on their own.
@@ -172,7 +213,10 @@ impl MergeRequest {
             merge_status,
             unresolved_threads: u32::from(unresolved),
             queue,
-            author: None,
+            author: self
+                .author
+                .map(|a| a.username)
+                .filter(|name| !name.is_empty()),
         })
     }
 }
@@ -314,6 +358,25 @@ impl TrainCar {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn protected_names_match_exactly_or_by_wildcard_across_slashes() {
+        assert!(protected_name_matches("main", "main"));
+        assert!(!protected_name_matches("main", "Main"));
+        assert!(!protected_name_matches("main", "main-2"));
+        assert!(protected_name_matches("release/*", "release/1.0"));
+        assert!(protected_name_matches("release/*", "release/a/b"));
+        assert!(!protected_name_matches("release/*", "release"));
+        assert!(protected_name_matches("*-stable", "16-2-stable"));
+        assert!(protected_name_matches("*", "wq/anything"));
+        assert!(protected_name_matches("a*b*c", "a/1/b/2/c"));
+        assert!(!protected_name_matches("a*b*c", "a/1/c"));
+        assert!(!protected_name_matches("ab*ba", "aba"));
+        assert!(!protected_name_matches("release/*", "wq/release/1"));
+        // Other glob characters are literal in GitLab's names.
+        assert!(!protected_name_matches("v?", "v1"));
+        assert!(protected_name_matches("v?", "v?"));
+    }
     use serde_json::json;
 
     fn mr(detailed: &str, pipeline: Option<&str>) -> MergeRequest {

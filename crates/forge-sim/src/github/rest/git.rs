@@ -90,7 +90,7 @@ async fn get_branch(
             json!({
                 "name": b,
                 "commit": commit,
-                "protected": b == repo.git.default_branch(),
+                "protected": super::rules::classic_protected(repo, &b),
             }),
         ))
     })

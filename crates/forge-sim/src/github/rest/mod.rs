@@ -13,10 +13,14 @@ use crate::state::{Shared, SimState};
 pub mod checks;
 pub mod git;
 pub mod pulls;
+pub mod rules;
 
 /// All REST routes.
 pub fn router() -> Router<Shared> {
-    git::router().merge(pulls::router()).merge(checks::router())
+    git::router()
+        .merge(pulls::router())
+        .merge(checks::router())
+        .merge(rules::router())
 }
 
 /// Authenticates the request and builds its context.

@@ -1,0 +1,199 @@
+//! GitLab protected branches: `GET /projects/:id/protected_branches` (paged, `search`) and
+//! `GET /projects/:id/protected_branches/:name`.
+//!
+//! A protected branch entry's name is a branch name or a wildcard (`release/*`, `*-stable`);
+//! as in GitLab, `*` matches any characters, `/` included, and the rest matches literally. A new
+//! project protects its default branch (GitLab's default branch protection).
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::{ApiError, ApiResult, Params, Project, with_project};
+use crate::state::Shared;
+
+/// GitLab's default and largest `per_page`.
+const DEFAULT_PER_PAGE: u64 = 20;
+const MAX_PER_PAGE: u64 = 100;
+
+/// One protected branch name or wildcard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtectedBranch {
+    pub id: u64,
+    pub name: String,
+}
+
+/// Whether the protected-branch `pattern` covers `branch`: equal, or a wildcard whose `*`s
+/// match any (possibly empty) run of characters, `/` included.
+pub fn wildcard_matches(pattern: &str, branch: &str) -> bool {
+    if !pattern.contains('*') {
+        return pattern == branch;
+    }
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let (first, rest) = parts.split_first().expect("split yields at least one part");
+    let Some(mut remaining) = branch.strip_prefix(first) else {
+        return false;
+    };
+    let (last, middle) = rest.split_last().expect("a pattern with '*' has two parts");
+    for part in middle {
+        match remaining.find(part) {
+            Some(at) => remaining = &remaining[at + part.len()..],
+            None => return false,
+        }
+    }
+    remaining.len() >= last.len() && remaining.ends_with(last)
+}
+
+impl Project {
+    /// Whether a protected branch entry covers `branch` (which need not exist).
+    pub fn is_protected(&self, branch: &str) -> bool {
+        self.protected_branches
+            .iter()
+            .any(|p| wildcard_matches(&p.name, branch))
+    }
+
+    /// Protects a branch name or wildcard (idempotent); returns the entry's id.
+    pub fn protect(&mut self, name: &str) -> u64 {
+        if let Some(existing) = self.protected_branches.iter().find(|p| p.name == name) {
+            return existing.id;
+        }
+        let id = self.protected_branches.last().map_or(1, |p| p.id + 1);
+        self.protected_branches.push(ProtectedBranch {
+            id,
+            name: name.to_string(),
+        });
+        id
+    }
+
+    /// Removes a protected branch entry by its exact name; false when there is none.
+    pub fn unprotect(&mut self, name: &str) -> bool {
+        let before = self.protected_branches.len();
+        self.protected_branches.retain(|p| p.name != name);
+        self.protected_branches.len() != before
+    }
+}
+
+fn access_levels() -> Value {
+    json!([{
+        "id": 1,
+        "access_level": 40,
+        "access_level_description": "Maintainers",
+        "deploy_key_id": Value::Null,
+        "user_id": Value::Null,
+        "group_id": Value::Null,
+    }])
+}
+
+/// The protected branch entity of GitLab's API.
+pub fn protected_branch_json(entry: &ProtectedBranch) -> Value {
+    json!({
+        "id": entry.id,
+        "name": entry.name,
+        "push_access_levels": access_levels(),
+        "merge_access_levels": access_levels(),
+        "unprotect_access_levels": [],
+        "allow_force_push": false,
+        "code_owner_approval_required": false,
+    })
+}
+
+/// `GET /projects/:id/protected_branches?search=&page=&per_page=`, with GitLab's pagination
+/// headers (`X-Page`, `X-Per-Page`, `X-Next-Page`, `X-Prev-Page`, `X-Total`, `X-Total-Pages`).
+pub async fn list(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    params: Params,
+) -> ApiResult {
+    let search = params.str("search");
+    let per_page = params
+        .u64("per_page")?
+        .unwrap_or(DEFAULT_PER_PAGE)
+        .clamp(1, MAX_PER_PAGE);
+    let page = params.u64("page")?.unwrap_or(1).max(1);
+    let entries: Vec<Value> = with_project(&state, &id, |ctx, pid| {
+        Ok(ctx
+            .project(pid)
+            .protected_branches
+            .iter()
+            .filter(|p| search.as_ref().is_none_or(|s| p.name.contains(s.as_str())))
+            .map(protected_branch_json)
+            .collect())
+    })?;
+    Ok(paged(entries, page, per_page))
+}
+
+/// One page of `items` with GitLab's pagination headers.
+pub fn paged(items: Vec<Value>, page: u64, per_page: u64) -> Response {
+    let total = items.len() as u64;
+    let total_pages = total.div_ceil(per_page).max(1);
+    let start = usize::try_from((page - 1).saturating_mul(per_page)).unwrap_or(usize::MAX);
+    let body: Vec<Value> = items
+        .into_iter()
+        .skip(start)
+        .take(usize::try_from(per_page).unwrap_or(usize::MAX))
+        .collect();
+    let next = if page < total_pages {
+        (page + 1).to_string()
+    } else {
+        String::new()
+    };
+    let prev = if page > 1 {
+        (page - 1).to_string()
+    } else {
+        String::new()
+    };
+    let mut response = (StatusCode::OK, axum::Json(Value::Array(body))).into_response();
+    let headers = response.headers_mut();
+    for (name, value) in [
+        ("x-page", page.to_string()),
+        ("x-per-page", per_page.to_string()),
+        ("x-next-page", next),
+        ("x-prev-page", prev),
+        ("x-total", total.to_string()),
+        ("x-total-pages", total_pages.to_string()),
+    ] {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+    response
+}
+
+/// `GET /projects/:id/protected_branches/:name`: the entry with exactly this name (a wildcard
+/// entry is asked for by its wildcard name); 404 otherwise.
+pub async fn get_one(
+    State(state): State<Shared>,
+    Path((id, name)): Path<(String, String)>,
+) -> ApiResult {
+    with_project(&state, &id, |ctx, pid| {
+        let entry = ctx
+            .project(pid)
+            .protected_branches
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| ApiError::not_found(""))?;
+        Ok((StatusCode::OK, axum::Json(protected_branch_json(entry))).into_response())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wildcard_matches;
+
+    #[test]
+    fn wildcards_match_any_characters_including_slashes() {
+        assert!(wildcard_matches("main", "main"));
+        assert!(!wildcard_matches("main", "main2"));
+        assert!(wildcard_matches("release/*", "release/1.0"));
+        assert!(wildcard_matches("release/*", "release/a/b"));
+        assert!(wildcard_matches("release/*", "release/"));
+        assert!(!wildcard_matches("release/*", "release"));
+        assert!(wildcard_matches("*-stable", "12-3-stable"));
+        assert!(wildcard_matches("*", "anything/at/all"));
+        assert!(wildcard_matches("a*b*c", "a/x/b/y/c"));
+        assert!(!wildcard_matches("a*b*c", "a/x/c"));
+        assert!(!wildcard_matches("ab*ba", "aba"), "prefix and suffix must not overlap");
+        assert!(!wildcard_matches("release/*", "hotfix/release/1"));
+    }
+}
