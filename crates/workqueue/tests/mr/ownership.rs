@@ -13,7 +13,7 @@ use wq_forge::{Forge, ForgeKind};
 use wq_testkit::{Backend, backend_tests};
 
 use crate::support::{
-    GITHUB, GithubRepo, Harness, Options, PERSON, bearer_client, dimension, manual,
+    GITHUB, GithubRepo, Harness, Options, PERSON, PROJECT, bearer_client, dimension, manual,
 };
 
 backend_tests!(
@@ -23,6 +23,8 @@ backend_tests!(
     github_a_persons_open_pr_is_not_adopted,
     gitlab_a_later_generation_reuses_the_branch_workqueue_pushed,
     github_a_later_generation_reuses_the_branch_workqueue_pushed,
+    gitlab_a_protected_branch_is_refused_before_any_push,
+    github_a_protected_branch_is_refused_before_any_push,
     adopt_existing_branches_restores_adoption,
     a_push_whose_record_was_lost_stays_workqueues,
     another_callers_update_is_refused_and_the_history_names_both,
@@ -148,6 +150,15 @@ async fn github_a_persons_open_pr_is_not_adopted(backend: Backend) {
     a_persons_open_change_is_not_adopted(backend, GITHUB).await;
 }
 
+/// Waits for the item's change request and, on GitHub, approves it (the
+/// review gate).
+async fn approve(h: &Harness, id: &str) {
+    let number = h.wait_mr(id).await;
+    if h.forge == GITHUB {
+        h.sim.github_approve(PROJECT, number, "reviewer").unwrap();
+    }
+}
+
 async fn a_later_generation_reuses_the_branch(backend: Backend, forge: &str) {
     let h = start(backend, forge).await;
     let branch = "wq/again";
@@ -158,17 +169,19 @@ async fn a_later_generation_reuses_the_branch(backend: Backend, forge: &str) {
             "created",
         )
         .await;
+    approve(&h, &first).await;
     let done = h.wait_phase(&first, "completed").await;
     let first_mr = done["detail"]["mr"]["number"].as_u64().unwrap();
     assert!(h.branch_head(branch).is_some(), "the merged branch stays");
     let second = h
         .submit_ok(
-            &h.change(branch, &[("x.txt", "y\n")]),
+            &h.change(branch, &[("y.txt", "y\n")]),
             StatusCode::CREATED,
             "created",
         )
         .await;
     assert_ne!(first, second);
+    approve(&h, &second).await;
     let item = h.wait_phase(&second, "completed").await;
     assert_eq!(item["detail"]["generation"], 2, "{item:#}");
     let second_mr = item["detail"]["mr"]["number"].as_u64().unwrap();
@@ -182,6 +195,49 @@ async fn gitlab_a_later_generation_reuses_the_branch_workqueue_pushed(backend: B
 
 async fn github_a_later_generation_reuses_the_branch_workqueue_pushed(backend: Backend) {
     a_later_generation_reuses_the_branch(backend, GITHUB).await;
+}
+
+/// A branch the forge protects (not one of the static patterns) is never
+/// pushed to.
+async fn a_protected_branch_is_refused_before_any_push(backend: Backend, forge: &str) {
+    let h = start(backend, forge).await;
+    let branch = "deploy/prod";
+    if forge == GITHUB {
+        // A branch that does not exist yet: GitHub shows its protection
+        // through the rulesets that apply to the name.
+        h.sim
+            .github_add_ruleset(PROJECT, &["refs/heads/deploy/*"], &["non_fast_forward"])
+            .unwrap();
+    } else {
+        h.sim.gitlab_protect_branch(h.project, "deploy/*").unwrap();
+    }
+    h.sim.clear_requests();
+    let id = h
+        .submit_ok(
+            &h.change(branch, &[("x.txt", "x\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let item = h.wait_phase(&id, "failed").await;
+    let error = item["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("branch_protected:"), "{item:#}");
+    assert_eq!(
+        dimension(&item, "needs_mr")["detail"]["error_kind"],
+        "branch_protected",
+        "{item:#}"
+    );
+    assert_eq!(h.branch_head(branch), None, "no branch was created");
+    assert_eq!(h.forge_writes(), Vec::<String>::new(), "no forge write");
+    h.finish().await;
+}
+
+async fn gitlab_a_protected_branch_is_refused_before_any_push(backend: Backend) {
+    a_protected_branch_is_refused_before_any_push(backend, "gitlab").await;
+}
+
+async fn github_a_protected_branch_is_refused_before_any_push(backend: Backend) {
+    a_protected_branch_is_refused_before_any_push(backend, GITHUB).await;
 }
 
 async fn adopt_existing_branches_restores_adoption(backend: Backend) {
@@ -381,10 +437,13 @@ async fn a_persons_note_with_the_marker_is_left_alone(backend: Backend) {
         )
         .await;
     let number = h.wait_mr(&id).await;
+    // The post failed; the item waits for its backoff.
+    h.wait_for(&id, "the failed post", |item| item["attempts"] == 1)
+        .await;
+    h.sim.clear_faults();
     let marker = format!("<!-- workqueue:item:{id} -->");
     let theirs = format!("{marker}\nA person quoting the status note.");
     h.person_note(number, &theirs).await;
-    h.sim.clear_faults();
     h.advance(Duration::from_secs(120)).await;
     h.wait_for(&id, "the status note", |item| {
         dimension(item, "needs_dashboard")["status"] == "false"
