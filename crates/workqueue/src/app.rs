@@ -31,13 +31,23 @@ pub struct App {
 /// Opens the configured database and applies the generic migrations.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let url = &config.database.url;
+    // Nothing that names the URL (ours or the driver's messages) may carry
+    // its password.
     let store = wq_store::connect(url, config.database.max_connections)
         .await
-        .with_context(|| format!("cannot open the database ({})", redact(url)))?;
-    store
-        .migrate()
-        .await
-        .context("applying database migrations failed")?;
+        .map_err(|error| {
+            anyhow::anyhow!(
+                "cannot open the database ({}): {}",
+                redact(url),
+                scrub(&error.to_string(), url)
+            )
+        })?;
+    store.migrate().await.map_err(|error| {
+        anyhow::anyhow!(
+            "applying database migrations failed: {}",
+            scrub(&error.to_string(), url)
+        )
+    })?;
     tracing::info!(backend = ?store.backend(), "database ready at {}", redact(url));
     Ok(store)
 }
@@ -155,16 +165,42 @@ async fn sync_queues(
 
 /// A database URL without its password, for logs and errors.
 pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let Some((credentials, host)) = rest.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    match credentials.split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
-        None => format!("{scheme}://{credentials}@{host}"),
+    scrub(url, url)
+}
+
+/// The secrets a database URL holds: the password of its user part and the
+/// value of a `password=` query parameter.
+fn url_secrets(url: &str) -> Vec<String> {
+    let mut secrets = Vec::new();
+    if let Some((_, rest)) = url.split_once("://")
+        && let Some((credentials, _)) = rest.rsplit_once('@')
+        && let Some((_, password)) = credentials.split_once(':')
+        && !password.is_empty()
+    {
+        secrets.push(password.to_owned());
     }
+    if let Some((_, query)) = url.split_once('?') {
+        for pair in query.split('&') {
+            if let Some((key, value)) = pair.split_once('=')
+                && key.eq_ignore_ascii_case("password")
+                && !value.is_empty()
+            {
+                secrets.push(value.to_owned());
+            }
+        }
+    }
+    // Longest first, so a secret containing another is replaced whole.
+    secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+    secrets
+}
+
+/// `text` with every secret of the database `url` replaced by `***`.
+pub fn scrub(text: &str, url: &str) -> String {
+    url_secrets(url)
+        .iter()
+        .fold(text.to_owned(), |text, secret| {
+            text.replace(secret.as_str(), "***")
+        })
 }
 
 #[cfg(test)]
@@ -179,5 +215,13 @@ mod tests {
         );
         assert_eq!(redact("postgres://wq@db/wq"), "postgres://wq@db/wq");
         assert_eq!(redact("sqlite:./workqueue.db"), "sqlite:./workqueue.db");
+        assert_eq!(
+            redact("postgres://db/wq?user=wq&password=s3cr%40t&sslmode=require"),
+            "postgres://db/wq?user=wq&password=***&sslmode=require"
+        );
+        assert_eq!(
+            scrub("failed for postgres://wq:pw@db (pw)", "postgres://wq:pw@db"),
+            "failed for postgres://wq:***@db (***)"
+        );
     }
 }

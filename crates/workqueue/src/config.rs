@@ -12,6 +12,9 @@
 //!   bind: "127.0.0.1:8080"
 //!   body_limit_bytes: 8388608
 //!   request_timeout_seconds: 30
+//!   header_read_timeout_seconds: 10  # a client slower with its headers is cut off
+//!   max_connections: 1024          # more wait in the listen backlog
+//!   shutdown_grace_seconds: 30     # then open connections are dropped
 //! engine:
 //!   workers: 10
 //!   sweep_interval_seconds: 30
@@ -134,7 +137,27 @@ pub struct ServerConfig {
     /// (default [`DEFAULT_REQUEST_TIMEOUT_SECONDS`]).
     #[garde(custom(between(1, 3600)))]
     pub request_timeout_seconds: u64,
+    /// Seconds a connection may take to send a request's headers before it
+    /// is closed, 1 to 3600 (default [`DEFAULT_HEADER_READ_TIMEOUT_SECONDS`]).
+    #[garde(custom(between(1, 3600)))]
+    pub header_read_timeout_seconds: u64,
+    /// Connections served at once, 1 to 1000000; further ones wait in the
+    /// listen backlog (default [`DEFAULT_SERVER_MAX_CONNECTIONS`]).
+    #[garde(custom(between(1, 1_000_000)))]
+    pub max_connections: usize,
+    /// Seconds open requests may run on after SIGTERM/SIGINT before every
+    /// connection is dropped, 0 to 3600
+    /// (default [`DEFAULT_SHUTDOWN_GRACE_SECONDS`]).
+    #[garde(custom(between(0, 3600)))]
+    pub shutdown_grace_seconds: u64,
 }
+
+/// Default `server.header_read_timeout_seconds`.
+pub const DEFAULT_HEADER_READ_TIMEOUT_SECONDS: u64 = 10;
+/// Default `server.max_connections`.
+pub const DEFAULT_SERVER_MAX_CONNECTIONS: usize = 1024;
+/// Default `server.shutdown_grace_seconds`.
+pub const DEFAULT_SHUTDOWN_GRACE_SECONDS: u64 = 30;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -142,6 +165,9 @@ impl Default for ServerConfig {
             bind: DEFAULT_BIND.to_owned(),
             body_limit_bytes: DEFAULT_BODY_LIMIT_BYTES,
             request_timeout_seconds: DEFAULT_REQUEST_TIMEOUT_SECONDS,
+            header_read_timeout_seconds: DEFAULT_HEADER_READ_TIMEOUT_SECONDS,
+            max_connections: DEFAULT_SERVER_MAX_CONNECTIONS,
+            shutdown_grace_seconds: DEFAULT_SHUTDOWN_GRACE_SECONDS,
         }
     }
 }
@@ -158,6 +184,14 @@ impl ServerConfig {
         wq_api::ApiConfig {
             body_limit_bytes: self.body_limit_bytes,
             request_timeout: Duration::from_secs(self.request_timeout_seconds),
+        }
+    }
+
+    pub fn serve_config(&self) -> wq_api::ServeConfig {
+        wq_api::ServeConfig {
+            header_read_timeout: Duration::from_secs(self.header_read_timeout_seconds),
+            max_connections: self.max_connections,
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_seconds),
         }
     }
 }

@@ -28,7 +28,9 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
 }
 
 /// `workqueue serve`: runs until SIGINT/SIGTERM, then stops accepting HTTP
-/// requests, lets the open ones finish and shuts the engine down.
+/// requests, lets the open ones finish for up to
+/// `server.shutdown_grace_seconds`, drops the rest and shuts the engine down
+/// (which releases its leases).
 pub async fn serve(config: &Config) -> anyhow::Result<()> {
     let bind = config.server.bind_address()?;
     let forges = app::forges_from_env(config)?;
@@ -70,9 +72,14 @@ pub async fn serve(config: &Config) -> anyhow::Result<()> {
         );
     }
 
-    wq_api::serve(listener, router, shutdown_signal())
-        .await
-        .context("HTTP server failed")?;
+    wq_api::serve_with(
+        listener,
+        router,
+        &config.server.serve_config(),
+        shutdown_signal(),
+    )
+    .await
+    .context("HTTP server failed")?;
     tracing::info!("HTTP server stopped; stopping the engine");
     if let Some(queue_sync) = queue_sync {
         queue_sync.abort();

@@ -583,3 +583,29 @@ fn the_demo_follows_every_change_to_its_end() {
         "two merge requests and one pull request merged:\n{stdout}"
     );
 }
+
+/// A database URL's password, in its user part or as a `password=` query
+/// parameter, never reaches the output of a failing `migrate`.
+#[test]
+fn migrate_against_an_unreachable_database_does_not_print_its_password() {
+    let dir = temp_dir();
+    for url in [
+        "postgres://wq:hunter2userpart@127.0.0.1:1/wq?password=hunter2query",
+        "postgres://127.0.0.1:1/wq?user=wq&password=hunter2query",
+    ] {
+        let config = write(
+            &dir,
+            "workqueue.yaml",
+            &format!("database:\n  url: \"{url}\"\n"),
+        );
+        let output = workqueue(&["migrate", "--config", &config]);
+        assert!(!output.status.success(), "migrate against {url} failed");
+        let printed = format!("{}{}", stdout_of(&output), stderr_of(&output));
+        assert!(!printed.is_empty());
+        assert!(!printed.contains("hunter2"), "{printed}");
+        assert!(
+            printed.contains("127.0.0.1:1"),
+            "names the database: {printed}"
+        );
+    }
+}

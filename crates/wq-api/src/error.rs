@@ -11,7 +11,7 @@
 //! when the response is built, and answered with a generic message.
 
 use axum::Json;
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -42,6 +42,63 @@ pub const INTERNAL_MESSAGE: &str = "internal error; see the server log";
 /// the log only).
 pub const UNAUTHENTICATED_MESSAGE: &str =
     "missing or invalid credentials: send Authorization: Bearer <token>";
+
+/// The longest caller-supplied name or value an error repeats: a field
+/// name, or a quoted (`"..."` or `` `...` ``) part of a message. Longer ones
+/// are cut to this many characters followed by [`ELLIPSIS`].
+pub const MAX_QUOTED_CHARS: usize = 64;
+/// Marks a name or value cut to [`MAX_QUOTED_CHARS`].
+pub const ELLIPSIS: &str = "…";
+
+/// `text` cut to [`MAX_QUOTED_CHARS`] characters plus [`ELLIPSIS`] when
+/// longer.
+pub fn clip(text: &str) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(MAX_QUOTED_CHARS) {
+        None => std::borrow::Cow::Borrowed(text),
+        Some((end, _)) => std::borrow::Cow::Owned(format!("{}{ELLIPSIS}", &text[..end])),
+    }
+}
+
+/// `message` with every quoted part (between `"` (backslash escapes
+/// skipped) or between backticks) longer than [`MAX_QUOTED_CHARS`] cut
+/// by [`clip`]. An unclosed quote runs to the end.
+pub fn clip_quoted(message: &str) -> std::borrow::Cow<'_, str> {
+    if message.len() <= MAX_QUOTED_CHARS {
+        return std::borrow::Cow::Borrowed(message);
+    }
+    let mut out = String::with_capacity(message.len().min(4 * 1024));
+    let mut rest = message;
+    while let Some(open) = rest.find(['"', '`']) {
+        let quote = rest.as_bytes()[open];
+        out.push_str(&rest[..=open]);
+        let inner = &rest[open + 1..];
+        let mut close = None;
+        let mut escaped = false;
+        for (index, byte) in inner.bytes().enumerate() {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' && quote == b'"' {
+                escaped = true;
+            } else if byte == quote {
+                close = Some(index);
+                break;
+            }
+        }
+        let end = close.unwrap_or(inner.len());
+        out.push_str(&clip(&inner[..end]));
+        match close {
+            Some(close) => {
+                out.push(quote as char);
+                rest = &inner[close + 1..];
+            }
+            None => {
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    std::borrow::Cow::Owned(out)
+}
 
 /// The body of every error response.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,11 +147,18 @@ enum Aside {
 }
 
 impl ApiError {
+    /// Every constructor ends here: quoted names and values in `message`
+    /// are cut ([`clip_quoted`]).
     fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        let message = match clip_quoted(&message) {
+            std::borrow::Cow::Borrowed(_) => message,
+            std::borrow::Cow::Owned(clipped) => clipped,
+        };
         Self {
             status,
             code,
-            message: message.into(),
+            message,
             field: None,
             errors: Vec::new(),
             aside: None,
@@ -103,6 +167,13 @@ impl ApiError {
 
     /// 422: fields of a valid JSON body are invalid; names every one.
     pub fn invalid_fields(errors: Vec<wq_core::FieldError>) -> Self {
+        let errors: Vec<wq_core::FieldError> = errors
+            .into_iter()
+            .map(|error| wq_core::FieldError {
+                field: clip(&error.field).into_owned(),
+                message: clip_quoted(&error.message).into_owned(),
+            })
+            .collect();
         let message = errors
             .iter()
             .map(ToString::to_string)
@@ -244,7 +315,7 @@ impl ApiError {
 
     /// Names the input at fault.
     pub fn with_field(mut self, field: impl Into<String>) -> Self {
-        self.field = Some(field.into());
+        self.field = Some(clip(&field.into()).into_owned());
         self
     }
 
@@ -364,6 +435,12 @@ impl From<JsonRejection> for ApiError {
     }
 }
 
+impl From<BytesRejection> for ApiError {
+    fn from(rejection: BytesRejection) -> Self {
+        from_rejection(rejection.status(), rejection.body_text(), false)
+    }
+}
+
 impl From<QueryRejection> for ApiError {
     fn from(rejection: QueryRejection) -> Self {
         from_rejection(rejection.status(), rejection.body_text(), true)
@@ -456,6 +533,38 @@ mod tests {
         assert_eq!(
             error.into_response().status(),
             StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+
+    #[test]
+    fn long_names_and_quoted_values_are_cut() {
+        let long = "x".repeat(200_000);
+        let error = ApiError::invalid_fields(vec![wq_core::FieldError::new(
+            long.clone(),
+            format!("unknown field `{long}`"),
+        )]);
+        let body = serde_json::to_string(&error.envelope()).unwrap();
+        assert!(body.len() < 1_000, "{} bytes", body.len());
+        let cut = format!("{}{ELLIPSIS}", "x".repeat(MAX_QUOTED_CHARS));
+        assert_eq!(error.field(), Some(cut.as_str()));
+        assert_eq!(error.message(), format!("{cut}: unknown field `{cut}`"));
+
+        let error =
+            ApiError::invalid_parameter(long.clone(), format!("unknown query parameter {long:?}"));
+        assert_eq!(error.field(), Some(cut.as_str()));
+        assert_eq!(
+            error.message(),
+            format!("unknown query parameter \"{cut}\"")
+        );
+
+        // Short quotes, escaped quotes and unquoted text stay as they are.
+        let message = format!("got \"a\\\"b\" and {}", "y".repeat(100));
+        assert_eq!(ApiError::bad_request(message.clone()).message(), message);
+        // Characters, not bytes, are counted.
+        let wide = "é".repeat(100);
+        assert_eq!(
+            clip(&wide),
+            format!("{}{ELLIPSIS}", "é".repeat(MAX_QUOTED_CHARS))
         );
     }
 

@@ -11,6 +11,22 @@ use crate::error::ApiError;
 #[from_request(via(axum::Json), rejection(ApiError))]
 pub struct ApiJson<T>(pub T);
 
+/// `axum::body::Bytes`: a body over the limit (also one sent chunked,
+/// without a length) is a 413 envelope.
+#[derive(Debug)]
+pub struct ApiBytes(pub axum::body::Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for ApiBytes {
+    type Rejection = ApiError;
+
+    async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        axum::body::Bytes::from_request(request, state)
+            .await
+            .map(ApiBytes)
+            .map_err(ApiError::from)
+    }
+}
+
 /// `axum::extract::Query`, rejecting with a 400 envelope.
 #[derive(Debug, FromRequestParts)]
 #[from_request(via(axum::extract::Query), rejection(ApiError))]

@@ -1,6 +1,7 @@
 //! HTTP interface of workqueue: the axum [`router`] (health, readiness,
 //! `/api/v1` work items, Prometheus metrics), its middleware (request ids,
-//! tracing, timeout, body limit) and [`serve`] with graceful shutdown.
+//! tracing, timeout, body limit) and [`serve_with`]: a header read
+//! timeout, a connection cap and a bounded graceful shutdown.
 //!
 //! Every error response is the JSON envelope of [`error::ApiError`].
 //! Every `/api/v1` route needs a bearer token and a rule granting what it
@@ -31,7 +32,10 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
-pub use config::{ApiConfig, DEFAULT_BODY_LIMIT_BYTES, DEFAULT_REQUEST_TIMEOUT};
+pub use config::{
+    ApiConfig, DEFAULT_BODY_LIMIT_BYTES, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_REQUEST_TIMEOUT, DEFAULT_SHUTDOWN_GRACE, ServeConfig,
+};
 pub use error::{ApiError, ErrorBody, ErrorEnvelope};
 pub use state::AppState;
 
@@ -104,16 +108,86 @@ pub fn router(state: AppState, config: &ApiConfig) -> Router {
         .layer(middleware)
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves, then stops
-/// accepting connections and waits for the open requests to finish.
+/// [`serve_with`] with the default [`ServeConfig`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
+    serve_with(listener, router, &ServeConfig::default(), shutdown).await
+}
+
+/// Serves `router` over HTTP/1.1 on `listener` until `shutdown` resolves:
+/// then stops accepting, lets open requests finish for up to
+/// `shutdown_grace` and drops every connection still open. A connection
+/// that does not finish a request's headers within `header_read_timeout`
+/// is closed; at most `max_connections` are served at once (further ones
+/// wait in the listen backlog).
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    config: &ServeConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::server::graceful::GracefulShutdown;
+    use hyper_util::service::TowerToHyperService;
+
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(config.header_read_timeout);
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(config.max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    let mut connections = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        // A free slot first: beyond the cap, connections stay unaccepted.
+        let slot = tokio::select! {
+            () = &mut shutdown => break,
+            slot = std::sync::Arc::clone(&slots).acquire_owned() => {
+                slot.expect("the connection semaphore is never closed")
+            }
+        };
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // E.g. out of file descriptors: wait, do not spin.
+                    tracing::warn!(%error, "accept failed: {error}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        connections.spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%peer, %error, "connection from {peer} ended: {error}");
+            }
+            drop(slot);
+        });
+        // Reap finished connections as we go.
+        while connections.try_join_next().is_some() {}
+    }
+    drop(listener);
+    let open = connections.len();
+    tracing::info!(
+        open,
+        "no longer accepting connections; waiting for {open} to finish"
+    );
+    if tokio::time::timeout(config.shutdown_grace, graceful.shutdown())
         .await
+        .is_err()
+    {
+        tracing::warn!(
+            grace_ms = config.shutdown_grace.as_millis() as u64,
+            "connections still open after the shutdown grace; dropping them"
+        );
+    }
+    connections.shutdown().await;
+    Ok(())
 }
 
 async fn no_route() -> ApiError {

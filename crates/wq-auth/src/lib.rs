@@ -33,5 +33,5 @@ pub use failure::{AuthFailure, REALM};
 pub use k8s::{InCluster, ServiceAccountToken};
 pub use openshift::OPENSHIFT_TOKEN_PREFIX;
 pub use principal::{Identity, Principal};
-pub use rules::{Forbidden, Permission, PermissionSet, Rule, Scope};
+pub use rules::{Forbidden, Permission, PermissionSet, Rule, Scope, ScopeGlobs};
 pub use static_tokens::{STATIC_TOKEN_PREFIX, new_static_token};

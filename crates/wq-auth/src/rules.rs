@@ -150,6 +150,16 @@ impl fmt::Display for Scope<'_> {
     }
 }
 
+/// A rule's `item_types`, `forges` and `projects` glob patterns as written
+/// in the config file; `None` allows all. Project patterns match
+/// case-insensitively and their `*` does not cross `/`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScopeGlobs {
+    pub item_types: Option<Vec<String>>,
+    pub forges: Option<Vec<String>>,
+    pub projects: Option<Vec<String>>,
+}
+
 /// A validated rule from `auth.rules`.
 #[derive(Debug)]
 pub struct Rule {
@@ -180,6 +190,19 @@ impl Rule {
             && self.scope.item_types.is_none()
             && self.scope.forges.is_none()
             && self.scope.projects.is_none()
+    }
+
+    /// The rule's scope as written (glob patterns; `None` allows all), for
+    /// narrowing a listing in the database before [`Rule::permits`] decides.
+    pub fn scope_globs(&self) -> ScopeGlobs {
+        let sources = |patterns: &Option<Patterns>| {
+            patterns.as_ref().map(|patterns| patterns.sources.clone())
+        };
+        ScopeGlobs {
+            item_types: sources(&self.scope.item_types),
+            forges: sources(&self.scope.forges),
+            projects: sources(&self.scope.projects),
+        }
     }
 
     pub(crate) fn matches_groups<'a>(&self, groups: impl IntoIterator<Item = &'a String>) -> bool {
@@ -320,6 +343,8 @@ impl ScopePatterns {
 #[derive(Debug)]
 pub(crate) struct Patterns {
     set: GlobSet,
+    /// The patterns as written, for [`Rule::scope_globs`].
+    sources: Vec<String>,
 }
 
 impl Patterns {
@@ -347,7 +372,10 @@ impl Patterns {
         let set = builder
             .build()
             .map_err(|error| (0, format!("the patterns do not compile: {error}")))?;
-        Ok(Patterns { set })
+        Ok(Patterns {
+            set,
+            sources: patterns.to_vec(),
+        })
     }
 
     pub(crate) fn matches(&self, value: &str) -> bool {

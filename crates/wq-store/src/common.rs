@@ -186,3 +186,70 @@ mod tests {
         assert_eq!(write.last_event_at, now);
     }
 }
+
+/// The visibility parameter of `items/list.sql`: `None` for everything, or
+/// a JSON array of grants (`t`, `f`, `p`: LIKE patterns or null).
+pub(crate) fn visibility_param(visibility: &crate::Visibility) -> Option<String> {
+    let crate::Visibility::Grants(grants) = visibility else {
+        return None;
+    };
+    let likes = |globs: &Option<Vec<String>>| {
+        globs.as_ref().map(|globs| {
+            globs
+                .iter()
+                .map(|glob| glob_like_prefix(glob))
+                .collect::<Vec<_>>()
+        })
+    };
+    let grants: Vec<serde_json::Value> = grants
+        .iter()
+        .map(|grant| {
+            serde_json::json!({
+                "t": likes(&grant.item_types),
+                "f": likes(&grant.forges),
+                "p": likes(&grant.projects),
+            })
+        })
+        .collect();
+    Some(serde_json::Value::Array(grants).to_string())
+}
+
+/// A LIKE pattern (escape character `\`) matching every string the glob
+/// can match: its literal prefix, then `%` unless the glob is all literal.
+/// `\x` in the glob is a literal `x`; `*`, `?`, `[` and `{` end the prefix.
+pub(crate) fn glob_like_prefix(glob: &str) -> String {
+    let mut like = String::with_capacity(glob.len() + 1);
+    let mut chars = glob.chars();
+    while let Some(c) = chars.next() {
+        let literal = match c {
+            '*' | '?' | '[' | '{' => {
+                like.push('%');
+                return like;
+            }
+            '\\' => chars.next().unwrap_or('\\'),
+            other => other,
+        };
+        if matches!(literal, '%' | '_' | '\\') {
+            like.push('\\');
+        }
+        like.push(literal);
+    }
+    like
+}
+
+#[cfg(test)]
+mod like_tests {
+    use super::glob_like_prefix;
+
+    #[test]
+    fn a_glob_becomes_its_escaped_literal_prefix() {
+        assert_eq!(glob_like_prefix("team/*"), "team/%");
+        assert_eq!(glob_like_prefix("team/app"), "team/app");
+        assert_eq!(glob_like_prefix("a_b%c/**"), "a\\_b\\%c/%");
+        assert_eq!(glob_like_prefix("x\\*y"), "x*y");
+        assert_eq!(glob_like_prefix("{a,b}/c"), "%");
+        assert_eq!(glob_like_prefix("t?am"), "t%");
+        assert_eq!(glob_like_prefix("[tT]eam"), "%");
+        assert_eq!(glob_like_prefix("back\\\\slash"), "back\\\\slash");
+    }
+}

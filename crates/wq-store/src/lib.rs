@@ -75,6 +75,41 @@ pub struct ItemListParams {
     pub item_type: Option<String>,
     pub before: Option<ItemId>,
     pub limit: u32,
+    /// Narrows the list to what a reader's read grants can allow.
+    pub visibility: Visibility,
+}
+
+/// Which items a reader's read grants can allow, for narrowing a listing in
+/// SQL. The store keeps every row some grant may allow and drops rows no
+/// grant can: each glob pattern is matched by its literal prefix (up to the
+/// first `*`, `?`, `[` or `{`; ASCII case ignored), and a row without a
+/// place passes the forge and project patterns. That is a superset of what
+/// the grants allow; the caller applies the exact rule match to the rows
+/// (with their place, [`ListedItem`]) and pages on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Visibility {
+    /// No restriction (a grant without item type, forge or project
+    /// patterns).
+    #[default]
+    All,
+    /// Only rows one of these grants may allow; none when empty.
+    Grants(Vec<VisibleScope>),
+}
+
+/// One read grant's patterns (glob syntax of the auth rules); `None`
+/// allows all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VisibleScope {
+    pub item_types: Option<Vec<String>>,
+    pub forges: Option<Vec<String>>,
+    pub projects: Option<Vec<String>>,
+}
+
+/// A listed item with the `(forge, project)` stored for it, if any.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedItem {
+    pub item: WorkItem,
+    pub place: Option<(String, String)>,
 }
 
 /// Claim an item for one loop run.
@@ -245,7 +280,17 @@ pub trait Store: Send + Sync + 'static {
     async fn item_snapshot(&self, id: ItemId, now: OffsetDateTime)
     -> StoreResult<Option<Snapshot>>;
 
-    async fn item_list(&self, params: ItemListParams) -> StoreResult<Vec<WorkItem>>;
+    async fn item_list(&self, params: ItemListParams) -> StoreResult<Vec<WorkItem>> {
+        Ok(self
+            .item_list_placed(params)
+            .await?
+            .into_iter()
+            .map(|listed| listed.item)
+            .collect())
+    }
+
+    /// [`Store::item_list`] with each item's stored place.
+    async fn item_list_placed(&self, params: ItemListParams) -> StoreResult<Vec<ListedItem>>;
 
     /// Sets `leased_until` when unleased or expired and the type is handled.
     /// `None` when someone else holds it, or it does not exist.

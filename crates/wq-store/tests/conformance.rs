@@ -14,7 +14,7 @@ use wq_store::testing::{drop_postgres_database, fresh_postgres_url, fresh_sqlite
 use wq_store::{
     ApplyEvent, ApplyOutcome, BackendKind, ClaimParams, EventApplied, ItemListParams, Lease,
     NewEvent, NewItem, OutcomeChanges, Park, ParkParams, PhaseCount, RecordFailure, Store,
-    StoreError, SweepParams, to_micros,
+    StoreError, SweepParams, Visibility, VisibleScope, to_micros,
 };
 
 // --- harness -----------------------------------------------------------------
@@ -121,6 +121,7 @@ macro_rules! conformance_suite {
 conformance_suite!(
     insert_get_view_and_health,
     list_filters_and_keyset_pages,
+    list_narrows_to_visible_places_and_reports_them,
     idempotency_key_is_unique_among_live_items,
     claim_only_unleased_or_expired_and_handled,
     heartbeat_extends_the_lease,
@@ -448,6 +449,144 @@ mod cases {
             .unwrap();
         let page: Vec<ItemId> = page.iter().map(|item| item.id).collect();
         assert_eq!(page, vec![ids_a[2], ids_a[1], ids_a[0]]);
+    }
+
+    pub async fn list_narrows_to_visible_places_and_reports_them(db: &TestDb) {
+        let store = db.store();
+        let store = store.as_ref();
+        let now = t0();
+        let placed = |item_type: &str, forge: &str, project: &str| NewItem {
+            place: Some((forge.to_owned(), project.to_owned())),
+            ..new_item(item_type, None, now)
+        };
+        let team_app = store
+            .item_insert(placed(TYPE_A, "gitlab", "team/app"))
+            .await
+            .unwrap()
+            .id;
+        let team_upper = store
+            .item_insert(placed(TYPE_A, "gitlab", "Team/Lib"))
+            .await
+            .unwrap()
+            .id;
+        let other = store
+            .item_insert(placed(TYPE_A, "gitlab", "other/app"))
+            .await
+            .unwrap()
+            .id;
+        // `_` and `%` in a pattern's literal prefix are literal.
+        let underscore = store
+            .item_insert(placed(TYPE_A, "gitlab", "aXb/app"))
+            .await
+            .unwrap()
+            .id;
+        let github = store
+            .item_insert(placed(TYPE_A, "github", "team/app"))
+            .await
+            .unwrap()
+            .id;
+        let unplaced = insert(store, TYPE_B, now).await.id;
+
+        let list = |visibility: Visibility| async move {
+            let listed = store
+                .item_list_placed(ItemListParams {
+                    limit: 100,
+                    visibility,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            sorted(listed.iter().map(|listed| listed.item.id).collect())
+        };
+        let grant =
+            |item_types: Option<&[&str]>, forges: Option<&[&str]>, projects: Option<&[&str]>| {
+                let owned = |values: Option<&[&str]>| {
+                    values.map(|values| values.iter().map(|value| (*value).to_owned()).collect())
+                };
+                VisibleScope {
+                    item_types: owned(item_types),
+                    forges: owned(forges),
+                    projects: owned(projects),
+                }
+            };
+
+        // The stored place comes back with the row.
+        let all = store
+            .item_list_placed(ItemListParams {
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 6);
+        let place_of = |id: ItemId| all.iter().find(|l| l.item.id == id).unwrap().place.clone();
+        assert_eq!(
+            place_of(team_app),
+            Some(("gitlab".to_owned(), "team/app".to_owned()))
+        );
+        assert_eq!(place_of(unplaced), None);
+
+        // Unrestricted and no grants at all.
+        assert_eq!(list(Visibility::All).await.len(), 6);
+        assert_eq!(
+            list(Visibility::Grants(Vec::new())).await,
+            Vec::<ItemId>::new()
+        );
+
+        // A project glob keeps its prefix (ASCII case ignored, as project
+        // patterns match) and rows without a place.
+        assert_eq!(
+            list(Visibility::Grants(vec![grant(
+                None,
+                None,
+                Some(&["team/*"])
+            )]))
+            .await,
+            sorted(vec![team_app, team_upper, github, unplaced])
+        );
+        // Forge and project together; an exact pattern is exact.
+        assert_eq!(
+            list(Visibility::Grants(vec![grant(
+                None,
+                Some(&["gitlab"]),
+                Some(&["team/app"])
+            )]))
+            .await,
+            sorted(vec![team_app, unplaced])
+        );
+        // A LIKE wildcard in the glob's literal part matches itself only.
+        assert_eq!(
+            list(Visibility::Grants(vec![grant(
+                None,
+                None,
+                Some(&["a_b/*", "a%b/*"])
+            )]))
+            .await,
+            sorted(vec![unplaced])
+        );
+        let _ = underscore;
+        // Item types narrow every row; grants add up.
+        assert_eq!(
+            list(Visibility::Grants(vec![
+                grant(Some(&[TYPE_B]), None, None),
+                grant(Some(&[TYPE_A]), None, Some(&["other/**"])),
+            ]))
+            .await,
+            sorted(vec![other, unplaced])
+        );
+        // Combined with the other filters and the keyset cursor.
+        let page = store
+            .item_list_placed(ItemListParams {
+                item_type: Some(TYPE_A.into()),
+                before: Some(github),
+                limit: 1,
+                visibility: Visibility::Grants(vec![grant(None, None, Some(&["team/*"]))]),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let page: Vec<ItemId> = page.iter().map(|listed| listed.item.id).collect();
+        assert_eq!(page, vec![team_upper]);
     }
 
     pub async fn idempotency_key_is_unique_among_live_items(db: &TestDb) {

@@ -8,18 +8,21 @@
 //! forge and project its type reports ([`wq_core::ItemType::scope`]); when
 //! a type whose items all have one reports none, only rules without a forge
 //! or project restriction grant it. A caller without the permission
-//! anywhere is refused before the item is read.
+//! anywhere is refused before the item is read. An item outside the
+//! caller's read scope answers 404, as an unknown id does (show, retry,
+//! commands), and never appears in a listing or its cursor.
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use wq_auth::Principal;
 use wq_auth::{Permission, Scope};
-use wq_core::{FieldError, ItemId, Phase, Submission};
-use wq_store::{ItemListParams, StoreError};
+use wq_core::{FieldError, ItemId, OWNED_BY_ANOTHER_CALLER, Phase, Submission, WorkItem};
+use wq_store::{ItemListParams, ListedItem, StoreError, Visibility, VisibleScope};
 
 use crate::auth::{Caller, command_permission, command_permissions};
 use crate::error::ApiError;
-use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery};
 use crate::models::{DimensionBody, ItemBody, ItemDetail, ItemList, SubmitResponse};
 use crate::state::AppState;
 
@@ -125,6 +128,57 @@ fn not_found(id: ItemId) -> ApiError {
     ApiError::not_found(format!("work item {id} not found"))
 }
 
+/// What the caller's `read` grants may allow, for the store to narrow a
+/// listing with: everything when one grant has no restriction.
+fn read_visibility(principal: &Principal) -> Visibility {
+    if principal.permits_everywhere(Permission::Read) {
+        return Visibility::All;
+    }
+    Visibility::Grants(
+        principal
+            .rules()
+            .filter(|rule| rule.permissions().allows(Permission::Read))
+            .map(|rule| {
+                let globs = rule.scope_globs();
+                VisibleScope {
+                    item_types: globs.item_types,
+                    forges: globs.forges,
+                    projects: globs.projects,
+                }
+            })
+            .collect(),
+    )
+}
+
+/// The item's scope, or the same 404 as for an unknown id when the caller
+/// may not read it: an item outside the caller's read scope does not exist
+/// for it.
+async fn visible_scope(
+    state: &AppState,
+    caller: &Caller,
+    item: &WorkItem,
+) -> Result<ItemScope, ApiError> {
+    let scope = ItemScope::of(state, &item.item_type, item.id).await?;
+    if scope.readable_by(caller.principal()) {
+        Ok(scope)
+    } else {
+        tracing::debug!(item_id = %item.id, caller = %caller.principal().name(), "work item {} is outside the caller's read scope", item.id);
+        Err(not_found(item.id))
+    }
+}
+
+/// Whether the caller submitted `item`: one of its rules records the
+/// identity the item holds. An item without a recorded submitter has no
+/// owner to protect.
+fn is_owner(principal: &Principal, item: &WorkItem) -> bool {
+    match &item.caller_identity {
+        None => true,
+        Some(owner) => principal
+            .rules()
+            .any(|rule| principal.caller_identity(rule) == *owner),
+    }
+}
+
 /// What an existing item touches, for authorization: its type and, when the
 /// type reports them, its forge and project. An item of a type whose items
 /// all have a forge and project, but that reports none, is in an unknown
@@ -146,6 +200,23 @@ impl ItemScope {
             place_unknown: scoped && place.is_none(),
             place,
         })
+    }
+
+    /// The scope of a listed row: its stored place, or (for rows stored
+    /// without one) what its type reports.
+    async fn of_listed(state: &AppState, listed: &ListedItem) -> Result<Self, ApiError> {
+        match &listed.place {
+            Some(place) => Ok(Self {
+                item_type: listed.item.item_type.clone(),
+                place: Some(place.clone()),
+                place_unknown: false,
+            }),
+            None => Self::of(state, &listed.item.item_type, listed.item.id).await,
+        }
+    }
+
+    fn readable_by(&self, principal: &Principal) -> bool {
+        principal.authorize(Permission::Read, &self.scope()).is_ok()
     }
 
     fn scope(&self) -> Scope<'_> {
@@ -173,39 +244,50 @@ pub async fn list(
             ..Scope::ANY
         },
     )?;
-    // One row more than the page tells whether another page exists.
-    let mut items = state
-        .store
-        .item_list(ItemListParams {
-            phase: query.phase,
-            item_type: query.item_type,
-            before: query.before,
-            limit: query.limit + 1,
-        })
-        .await?;
+    // One row more than the page tells whether another page exists. The
+    // store narrows the rows to what the caller's read grants may allow;
+    // each row is then checked exactly, and the store is read on until the
+    // page is full or the rows run out, so `next_before` is always the id
+    // of an item the caller may read.
+    let wanted = query.limit as usize + 1;
+    let visibility = read_visibility(caller.principal());
+    let mut items: Vec<WorkItem> = Vec::with_capacity(wanted);
+    let mut cursor = query.before;
+    loop {
+        let rows = state
+            .store
+            .item_list_placed(ItemListParams {
+                phase: query.phase,
+                item_type: query.item_type.clone(),
+                before: cursor,
+                limit: query.limit + 1,
+                visibility: visibility.clone(),
+            })
+            .await?;
+        let exhausted = rows.len() < wanted;
+        for listed in rows {
+            cursor = Some(listed.item.id);
+            if visibility == Visibility::All
+                || ItemScope::of_listed(&state, &listed)
+                    .await?
+                    .readable_by(caller.principal())
+            {
+                items.push(listed.item);
+                if items.len() == wanted {
+                    break;
+                }
+            }
+        }
+        if exhausted || items.len() == wanted {
+            break;
+        }
+    }
     let next_before = if items.len() > query.limit as usize {
         items.truncate(query.limit as usize);
         items.last().map(|item| item.id)
     } else {
         None
     };
-    // A caller whose read is scoped (to item types, forges or projects)
-    // sees only the items it may read; the cursor still pages the whole
-    // list, so a page may come back shorter than `limit`.
-    if !caller.principal().permits_everywhere(Permission::Read) {
-        let mut visible = Vec::with_capacity(items.len());
-        for item in items {
-            let scope = ItemScope::of(&state, &item.item_type, item.id).await?;
-            let allowed = caller
-                .principal()
-                .authorize(Permission::Read, &scope.scope())
-                .is_ok();
-            if allowed {
-                visible.push(item);
-            }
-        }
-        items = visible;
-    }
     Ok(Json(ItemList {
         items: items.into_iter().map(ItemBody::from).collect(),
         next_before,
@@ -225,8 +307,7 @@ pub async fn show(
         .item_view(id, state.clock.now())
         .await?
         .ok_or_else(|| not_found(id))?;
-    let scope = ItemScope::of(&state, &view.item.item_type, id).await?;
-    caller.authorize(Permission::Read, &scope.scope())?;
+    visible_scope(&state, &caller, &view.item).await?;
     let detail = match state.types.get(&view.item.item_type) {
         Some(item_type) => item_type.detail(&view.item).await?,
         None => None,
@@ -360,7 +441,7 @@ pub async fn command(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath((raw_id, command)): ApiPath<(String, String)>,
-    body: axum::body::Bytes,
+    ApiBytes(body): ApiBytes,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
     caller.authorize_any(&command_permissions(&state.types), &Scope::ANY)?;
     let id = parse_id(&raw_id)?;
@@ -369,6 +450,7 @@ pub async fn command(
         .item_get(id)
         .await?
         .ok_or_else(|| not_found(id))?;
+    let scope = visible_scope(&state, &caller, &item).await?;
     let no_such_command = || {
         ApiError::not_found(format!(
             "work items of type {:?} have no command {command:?}",
@@ -390,7 +472,6 @@ pub async fn command(
             item.item_type, spec.permission
         ))
     })?;
-    let scope = ItemScope::of(&state, &item.item_type, id).await?;
     let caller_identity = caller.authorize(permission, &scope.scope())?;
     // An optional JSON body; commands without parameters take none.
     let body = if body.iter().all(u8::is_ascii_whitespace) {
@@ -424,6 +505,10 @@ pub async fn command(
 
 /// `POST /api/v1/work-items/{id}/retry`: a failed or cancelled item becomes
 /// active and actionable with no attempts, and the engine is notified.
+/// Needs `retry` on the item's scope (`admin` when its type says so,
+/// [`wq_core::ItemType::retry_needs_admin`]); a caller other than the
+/// submitter also needs `admin` there (409 `owned_by_another_caller`
+/// otherwise). An item the caller may not read is a 404.
 pub async fn retry(
     State(state): State<AppState>,
     caller: Caller,
@@ -436,8 +521,32 @@ pub async fn retry(
         .item_get(id)
         .await?
         .ok_or_else(|| not_found(id))?;
-    let scope = ItemScope::of(&state, &current.item_type, id).await?;
-    let caller_identity = caller.authorize(Permission::Retry, &scope.scope())?;
+    let scope = visible_scope(&state, &caller, &current).await?;
+    let needs_admin = match state.types.get(&current.item_type) {
+        Some(handler) => handler.retry_needs_admin(&current).await?,
+        None => false,
+    };
+    let permission = if needs_admin {
+        Permission::Admin
+    } else {
+        Permission::Retry
+    };
+    let caller_identity = caller.authorize(permission, &scope.scope())?;
+    let caller_is_admin = needs_admin
+        || caller
+            .principal()
+            .authorize(Permission::Admin, &scope.scope())
+            .is_ok();
+    if !caller_is_admin && !is_owner(caller.principal(), &current) {
+        // Who owns it is not said: the caller may read the item (and its
+        // `caller_identity`), but the refusal need not repeat it.
+        return Err(ApiError::conflict_with(
+            OWNED_BY_ANOTHER_CALLER,
+            format!(
+                "work item {id} was submitted by another caller: only its submitter or a caller with admin on its scope may retry it"
+            ),
+        ));
+    }
     let item = match state.store.item_retry(id, state.clock.now()).await {
         Ok(item) => item,
         Err(StoreError::NotFound(_)) => return Err(not_found(id)),

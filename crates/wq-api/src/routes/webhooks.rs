@@ -6,13 +6,12 @@
 //! body is never a 500.
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use wq_core::WebhookError;
 
 use crate::error::ApiError;
-use crate::extract::ApiPath;
+use crate::extract::{ApiBytes, ApiPath};
 use crate::state::AppState;
 
 /// The answer to an accepted delivery.
@@ -31,7 +30,7 @@ pub async fn receive(
     State(state): State<AppState>,
     ApiPath(source): ApiPath<String>,
     headers: HeaderMap,
-    body: Bytes,
+    ApiBytes(body): ApiBytes,
 ) -> Result<(StatusCode, Json<WebhookAck>), ApiError> {
     let Some(receiver) = state.webhooks.get(source.as_str()) else {
         return Err(ApiError::not_found(format!(

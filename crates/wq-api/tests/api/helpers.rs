@@ -28,20 +28,28 @@ use wq_store::{
 
 /// The item type the test engine handles: it never has anything to do, so a
 /// run claims the item and parks it (`actionable = false`). It takes
-/// submissions (`forge` and `project` optional, other keys ignored), reports
+/// submissions (`forge` and `project` optional, other keys refused), reports
 /// their forge and project as its items' scope, and offers `retry-merge`
 /// (permission `retry`), which answers with the caller identity it got.
 /// Its items belong to a project ([`ItemType::scoped_by_project`]): one
 /// inserted or submitted without a forge and project is in an unknown
-/// place, which only rules without a project restriction grant.
+/// place, which only rules without a project restriction grant. A
+/// submission with `"retry_needs_admin": true` makes its item one whose
+/// retry needs `admin` ([`ItemType::retry_needs_admin`]).
 pub const PROBE_TYPE: &str = "probe";
 /// The probe's command.
 pub const PROBE_COMMAND: &str = "retry-merge";
+
+/// The keys a probe submission may hold; any other is an unknown field
+/// (named in `field` and quoted in the message).
+const PROBE_KEYS: [&str; 4] = ["item_type", "forge", "project", "retry_needs_admin"];
 
 struct Probe {
     store: Arc<dyn Store>,
     /// Forge and project of submitted items.
     places: Mutex<HashMap<ItemId, (String, String)>>,
+    /// Items whose retry needs `admin`.
+    admin_retry: Mutex<std::collections::HashSet<ItemId>>,
 }
 
 #[async_trait]
@@ -52,14 +60,28 @@ impl ItemType for Probe {
 
     async fn submit(&self, submission: Submission) -> Result<Submitted, RequestError> {
         let text = |key: &str| submission.body[key].as_str().map(str::to_owned);
+        let unknown: Vec<wq_core::FieldError> = submission
+            .body
+            .as_object()
+            .into_iter()
+            .flat_map(|object| object.keys())
+            .filter(|key| !PROBE_KEYS.contains(&key.as_str()))
+            .map(|key| wq_core::FieldError::new(key.clone(), format!("unknown field {key:?}")))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(RequestError::Invalid(unknown));
+        }
         let id = ItemId::new_v7();
+        if submission.body["retry_needs_admin"] == serde_json::Value::Bool(true) {
+            self.admin_retry.lock().unwrap().insert(id);
+        }
         self.store
             .item_insert(NewItem {
                 id,
                 item_type: PROBE_TYPE.to_owned(),
                 idempotency_key: None,
                 caller_identity: Some(submission.caller_identity.clone()),
-                place: None,
+                place: text("forge").zip(text("project")),
                 now: submission.now,
                 dimensions: Vec::new(),
             })
@@ -82,6 +104,10 @@ impl ItemType for Probe {
 
     fn scoped_by_project(&self) -> bool {
         true
+    }
+
+    async fn retry_needs_admin(&self, item: &WorkItem) -> Result<bool, RequestError> {
+        Ok(self.admin_retry.lock().unwrap().contains(&item.id))
     }
 
     fn commands(&self) -> &'static [CommandSpec] {
@@ -199,6 +225,10 @@ pub struct Tokens {
     pub reader: String,
     /// Group `team`, rule `team`: `read`, `submit`, `retry` on `team/*`.
     pub team: String,
+    /// Another identity in group `team`.
+    pub teammate: String,
+    /// Group `team_admin`, rule `team_admin`: `admin` on `team/*`.
+    pub team_admin: String,
     /// Group `strangers`, which no rule names: authenticated, granted
     /// nothing.
     pub stranger: String,
@@ -211,6 +241,8 @@ impl Tokens {
             admin: token("admin"),
             reader: token("reader"),
             team: token("team"),
+            teammate: token("teammate"),
+            team_admin: token("team_admin"),
             stranger: token("stranger"),
         }
     }
@@ -221,6 +253,8 @@ impl Tokens {
             ("admin", &self.admin, "admins"),
             ("reader", &self.reader, "readers"),
             ("team", &self.team, "team"),
+            ("teammate", &self.teammate, "team"),
+            ("team_admin", &self.team_admin, "team_admin"),
             ("stranger", &self.stranger, "strangers"),
         ] {
             auth.static_tokens.push(StaticTokenConfig::for_token(
@@ -246,6 +280,8 @@ impl Tokens {
             &["read", "submit", "retry"],
             Some(&["team/*"]),
         ));
+        auth.rules
+            .push(rule("team_admin", &["admin"], Some(&["team/*"])));
     }
 }
 
@@ -298,6 +334,7 @@ pub async fn spawn_app_with(backend: Backend, options: AppOptions) -> TestApp {
     let probe = Probe {
         store: Arc::clone(&store),
         places: Mutex::new(HashMap::new()),
+        admin_retry: Mutex::new(Default::default()),
     };
     let registry = TypeRegistry::builder()
         .register(Arc::new(probe))
@@ -413,6 +450,38 @@ impl TestApp {
         token: &str,
     ) -> reqwest::RequestBuilder {
         self.request(method, path, Some(&bearer(token)))
+    }
+
+    /// Submits a probe item at `forge`/`project` as the caller of `token`
+    /// (`extra` keys are added to the body); answers its id.
+    pub async fn submit_probe(
+        &self,
+        token: &str,
+        forge: &str,
+        project: &str,
+        extra: serde_json::Value,
+    ) -> ItemId {
+        let mut body = serde_json::json!({
+            "item_type": PROBE_TYPE,
+            "forge": forge,
+            "project": project,
+        });
+        if let serde_json::Value::Object(extra) = extra {
+            body.as_object_mut().unwrap().extend(extra);
+        }
+        let response = self
+            .request_as(reqwest::Method::POST, "/api/v1/work-items", token)
+            .json(&body)
+            .send()
+            .await
+            .expect("submit");
+        assert_eq!(response.status().as_u16(), 201, "submitted");
+        let body: serde_json::Value = response.json().await.expect("a JSON body");
+        body["item"]["id"]
+            .as_str()
+            .expect("an item id")
+            .parse()
+            .expect("a UUID")
     }
 
     /// Inserts an active, actionable item of `item_type`.
@@ -548,11 +617,14 @@ impl Store for FaultyStore {
     ) -> StoreResult<Option<wq_store::Snapshot>> {
         self.inner.item_snapshot(id, now).await
     }
-    async fn item_list(&self, params: wq_store::ItemListParams) -> StoreResult<Vec<WorkItem>> {
+    async fn item_list_placed(
+        &self,
+        params: wq_store::ItemListParams,
+    ) -> StoreResult<Vec<wq_store::ListedItem>> {
         if let Some(delay) = self.faults.list_delay {
             tokio::time::sleep(delay).await;
         }
-        self.inner.item_list(params).await
+        self.inner.item_list_placed(params).await
     }
     async fn item_claim(&self, params: ClaimParams) -> StoreResult<Option<(WorkItem, Lease)>> {
         self.inner.item_claim(params).await

@@ -6,7 +6,9 @@ use serde_json::{Value, json};
 use wq_api::models::{ItemBody, ItemDetail, ItemList};
 use wq_core::{DimensionStatus, DimensionUpdate, ItemId, Phase};
 
-use crate::helpers::{BARE_TYPE, Backend, error_of, json_of, on_both_backends, spawn_app};
+use crate::helpers::{
+    BARE_TYPE, Backend, PROBE_TYPE, error_of, json_of, on_both_backends, spawn_app,
+};
 
 fn ids(list: &ItemList) -> Vec<ItemId> {
     list.items.iter().map(|item| item.id).collect()
@@ -276,3 +278,132 @@ async fn a_submission_that_is_not_an_object_names_the_body() {
     }
     app.stop().await;
 }
+
+/// A reader scoped to `team/*`: pages are full of items it may read, the
+/// cursor never names a hidden item, and a hidden item is a 404 like an
+/// unknown one (not a 403), while a readable one shows.
+async fn a_scoped_reader_pages_only_visible_items_and_gets_404_for_hidden_ones(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let admin = app.tokens.admin.clone();
+    let team = app.tokens.team.clone();
+    // Newest first: hidden items sit between and around the visible ones.
+    let mut visible = Vec::new();
+    let mut hidden = Vec::new();
+    for round in 0..3 {
+        hidden.push(
+            app.submit_probe(&admin, "gitlab", "other/app", json!({}))
+                .await,
+        );
+        visible.push(
+            app.submit_probe(&admin, "gitlab", &format!("team/app{round}"), json!({}))
+                .await,
+        );
+        hidden.push(
+            app.submit_probe(&admin, "gitlab", "other/lib", json!({}))
+                .await,
+        );
+        // `team/*` does not reach below one segment.
+        hidden.push(
+            app.submit_probe(&admin, "gitlab", "team/sub/x", json!({}))
+                .await,
+        );
+    }
+    visible.reverse();
+
+    let page = |before: Option<ItemId>| {
+        let path = match before {
+            Some(before) => format!("/api/v1/work-items?limit=2&before={before}"),
+            None => "/api/v1/work-items?limit=2".to_owned(),
+        };
+        let request = app.request_as(reqwest::Method::GET, &path, &team);
+        async move { json_of::<ItemList>(request.send().await.unwrap()).await }
+    };
+    let first = page(None).await;
+    assert_eq!(
+        ids(&first),
+        visible[..2].to_vec(),
+        "a full page of visible items"
+    );
+    assert_eq!(
+        first.next_before,
+        Some(visible[1]),
+        "the cursor is a visible id"
+    );
+    let second = page(first.next_before).await;
+    assert_eq!(ids(&second), visible[2..].to_vec());
+    assert_eq!(second.next_before, None, "no more visible items");
+
+    // The admin sees everything.
+    let all: ItemList = json_of(app.get("/api/v1/work-items?limit=500").await).await;
+    assert_eq!(all.items.len(), visible.len() + hidden.len());
+
+    for id in &hidden {
+        let response = app
+            .request_as(
+                reqwest::Method::GET,
+                &format!("/api/v1/work-items/{id}"),
+                &team,
+            )
+            .send()
+            .await
+            .unwrap();
+        let envelope = error_of(response, 404).await;
+        assert_eq!(envelope.error.message, format!("work item {id} not found"));
+    }
+    let response = app
+        .request_as(
+            reqwest::Method::GET,
+            &format!("/api/v1/work-items/{}", visible[0]),
+            &team,
+        )
+        .send()
+        .await
+        .unwrap();
+    let detail: ItemDetail = json_of(response).await;
+    assert_eq!(detail.item.id, visible[0]);
+    app.stop().await;
+}
+on_both_backends!(a_scoped_reader_pages_only_visible_items_and_gets_404_for_hidden_ones);
+
+/// A 200 KB unknown field name is not echoed back: every quoted name in
+/// the 422 is cut to 64 characters.
+async fn a_huge_field_name_is_cut_in_the_error(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let name = "n".repeat(200 * 1024);
+    let response = app
+        .client
+        .post(app.url("/api/v1/work-items"))
+        .json(&json!({"item_type": PROBE_TYPE, &name: 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 422);
+    let text = response.text().await.unwrap();
+    assert!(text.len() < 1_000, "{} bytes: {}", text.len(), &text[..200]);
+    let envelope: wq_api::ErrorEnvelope = serde_json::from_str(&text).unwrap();
+    let cut = format!("{}…", "n".repeat(64));
+    assert_eq!(envelope.error.field.as_deref(), Some(cut.as_str()));
+    assert_eq!(envelope.error.errors[0].field, cut);
+    assert_eq!(
+        envelope.error.errors[0].message,
+        format!("unknown field \"{cut}\"")
+    );
+
+    // A long unknown query parameter name, as field and in the message.
+    let long = "q".repeat(10_000);
+    let envelope = error_of(app.get(&format!("/api/v1/work-items?{long}=1")).await, 400).await;
+    let cut = format!("{}…", "q".repeat(64));
+    assert_eq!(envelope.error.field.as_deref(), Some(cut.as_str()));
+    assert!(
+        envelope.error.message.contains(&format!("\"{cut}\"")),
+        "{}",
+        envelope.error.message
+    );
+    assert!(
+        envelope.error.message.len() < 400,
+        "{}",
+        envelope.error.message
+    );
+    app.stop().await;
+}
+on_both_backends!(a_huge_field_name_is_cut_in_the_error);

@@ -17,3 +17,4 @@ mod health;
 mod items;
 mod metrics;
 mod retry;
+mod slow_clients;

@@ -119,3 +119,104 @@ async fn retry_of_an_unknown_or_malformed_id(backend: Backend) {
     app.stop().await;
 }
 on_both_backends!(retry_of_an_unknown_or_malformed_id);
+
+/// Retries the item as the caller of `token`; answers the status and the
+/// body.
+async fn retry_as(app: &crate::helpers::TestApp, token: &str, id: ItemId) -> reqwest::Response {
+    app.request_as(
+        reqwest::Method::POST,
+        &format!("/api/v1/work-items/{id}/retry"),
+        token,
+    )
+    .send()
+    .await
+    .unwrap()
+}
+
+async fn failed_probe(
+    app: &crate::helpers::TestApp,
+    token: &str,
+    extra: serde_json::Value,
+) -> ItemId {
+    let id = app.submit_probe(token, "gitlab", "team/app", extra).await;
+    let item = app.store.item_get(id).await.unwrap().unwrap();
+    app.set_phase(&item, Phase::Failed).await;
+    id
+}
+
+/// One owner per item: another caller with `retry` on the scope gets 409
+/// `owned_by_another_caller` (without the owner's identity in the message)
+/// and nothing changes; the submitter and an admin of the scope may retry.
+async fn retry_by_another_caller_is_refused_unless_admin(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = failed_probe(&app, &app.tokens.team, json!({})).await;
+
+    let envelope = error_of(retry_as(&app, &app.tokens.teammate, id).await, 409).await;
+    assert_eq!(envelope.error.code, wq_core::OWNED_BY_ANOTHER_CALLER);
+    assert!(
+        !envelope.error.message.contains("token team"),
+        "the owner is not named: {}",
+        envelope.error.message
+    );
+    let stored = app.store.item_get(id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.phase,
+        Phase::Failed,
+        "the refused retry changed nothing"
+    );
+    assert_eq!(app.engine.in_flight(), 0);
+
+    // An admin of the item's scope may.
+    let body: ItemBody = json_of(retry_as(&app, &app.tokens.team_admin, id).await).await;
+    assert_eq!(body.phase, Phase::Active);
+
+    // So may the submitter.
+    let own = failed_probe(&app, &app.tokens.team, json!({})).await;
+    let body: ItemBody = json_of(retry_as(&app, &app.tokens.team, own).await).await;
+    assert_eq!(body.phase, Phase::Active);
+    app.stop().await;
+}
+on_both_backends!(retry_by_another_caller_is_refused_unless_admin);
+
+/// An item whose type says its retry needs `admin`: its own submitter with
+/// only `retry` gets 403; an admin of the scope retries it.
+async fn retry_that_needs_admin_is_refused_without_it(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = failed_probe(&app, &app.tokens.team, json!({"retry_needs_admin": true})).await;
+
+    let envelope = error_of(retry_as(&app, &app.tokens.team, id).await, 403).await;
+    assert_eq!(envelope.error.code, "forbidden");
+    assert!(
+        envelope.error.message.contains("admin"),
+        "{}",
+        envelope.error.message
+    );
+    let stored = app.store.item_get(id).await.unwrap().unwrap();
+    assert_eq!(stored.phase, Phase::Failed);
+
+    let body: ItemBody = json_of(retry_as(&app, &app.tokens.team_admin, id).await).await;
+    assert_eq!(body.phase, Phase::Active);
+    app.stop().await;
+}
+on_both_backends!(retry_that_needs_admin_is_refused_without_it);
+
+/// A caller who may read the item but not retry it gets 403; one who may
+/// not even read it gets 404, as for an unknown id.
+async fn retry_outside_the_read_scope_is_404(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let hidden = app
+        .submit_probe(&app.tokens.admin, "gitlab", "other/app", json!({}))
+        .await;
+    let item = app.store.item_get(hidden).await.unwrap().unwrap();
+    app.set_phase(&item, Phase::Failed).await;
+
+    let envelope = error_of(retry_as(&app, &app.tokens.team, hidden).await, 404).await;
+    assert_eq!(
+        envelope.error.message,
+        format!("work item {hidden} not found")
+    );
+    let envelope = error_of(retry_as(&app, &app.tokens.reader, hidden).await, 403).await;
+    assert_eq!(envelope.error.code, "forbidden");
+    app.stop().await;
+}
+on_both_backends!(retry_outside_the_read_scope_is_404);

@@ -40,6 +40,11 @@ static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             sql: include_str!("../../migrations/postgres/1000_mr_details.sql"),
         },
         EmbeddedMigration {
+            version: 1001,
+            description: "item_place",
+            sql: include_str!("../../migrations/postgres/1001_item_place.sql"),
+        },
+        EmbeddedMigration {
             version: 1002,
             description: "mr_ownership",
             sql: include_str!("../../migrations/postgres/1002_mr_ownership.sql"),

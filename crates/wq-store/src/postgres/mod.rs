@@ -67,8 +67,8 @@ use wq_core::{
 use crate::common::{self, EmbeddedMigration, EventTarget};
 use crate::{
     ApplyEvent, ApplyOutcome, BackendKind, ClaimParams, EventApplied, ItemListParams, Lease,
-    NewEvent, NewItem, Park, ParkParams, PhaseCount, RecordFailure, Snapshot, Store, StoreError,
-    StoreResult, SweepParams, to_micros,
+    ListedItem, NewEvent, NewItem, Park, ParkParams, PhaseCount, RecordFailure, Snapshot, Store,
+    StoreError, StoreResult, SweepParams, to_micros,
 };
 
 /// Loads one statement from `queries/`.
@@ -91,6 +91,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             version: 2,
             description: "loop_functions",
             sql: include_str!("../../migrations/postgres/0002_loop_functions.sql"),
+        },
+        EmbeddedMigration {
+            version: 3,
+            description: "item_place",
+            sql: include_str!("../../migrations/postgres/0003_item_place.sql"),
         },
     ])
 });
@@ -123,6 +128,16 @@ impl PgStore {
 }
 
 // --- decoding ----------------------------------------------------------------
+
+/// A listed row: the item and its stored place.
+fn listed_from_row(row: &PgRow) -> StoreResult<ListedItem> {
+    let forge: Option<String> = row.try_get("forge")?;
+    let project: Option<String> = row.try_get("project")?;
+    Ok(ListedItem {
+        item: item_from_row(row)?,
+        place: forge.zip(project),
+    })
+}
 
 fn item_from_row(row: &PgRow) -> StoreResult<WorkItem> {
     Ok(WorkItem {
@@ -230,6 +245,8 @@ pub async fn insert_item(conn: &mut PgConnection, item: &NewItem) -> StoreResult
         .bind(&item.idempotency_key)
         .bind(&item.caller_identity)
         .bind(to_micros(item.now))
+        .bind(item.place.as_ref().map(|(forge, _)| forge))
+        .bind(item.place.as_ref().map(|(_, project)| project))
         .fetch_one(&mut *conn)
         .await
         .map_err(|error| {
@@ -443,15 +460,16 @@ impl Store for PgStore {
         Ok(Some((snapshot, lease)))
     }
 
-    async fn item_list(&self, params: ItemListParams) -> StoreResult<Vec<WorkItem>> {
+    async fn item_list_placed(&self, params: ItemListParams) -> StoreResult<Vec<ListedItem>> {
         let rows = sqlx::query(sql!("items/list.sql"))
             .bind(params.phase.map(Phase::as_str))
             .bind(params.item_type.as_deref())
             .bind(params.before.map(|id| id.0))
             .bind(i64::from(params.limit))
+            .bind(common::visibility_param(&params.visibility))
             .fetch_all(&self.pool)
             .await?;
-        rows.iter().map(item_from_row).collect()
+        rows.iter().map(listed_from_row).collect()
     }
 
     async fn item_claim(&self, params: ClaimParams) -> StoreResult<Option<(WorkItem, Lease)>> {

@@ -84,8 +84,8 @@ use self::batch::{Batcher, BoxFuture};
 use crate::common::{self, EmbeddedMigration, EventTarget};
 use crate::{
     ApplyEvent, ApplyOutcome, BackendKind, ClaimParams, EventApplied, ItemListParams, Lease,
-    NewEvent, NewItem, Park, ParkParams, PhaseCount, RecordFailure, Snapshot, Store, StoreError,
-    StoreResult, SweepParams,
+    ListedItem, NewEvent, NewItem, Park, ParkParams, PhaseCount, RecordFailure, Snapshot, Store,
+    StoreError, StoreResult, SweepParams,
 };
 
 mod batch;
@@ -110,6 +110,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             version: 2,
             description: "loop_functions",
             sql: include_str!("../../migrations/sqlite/0002_loop_functions.sql"),
+        },
+        EmbeddedMigration {
+            version: 3,
+            description: "item_place",
+            sql: include_str!("../../migrations/sqlite/0003_item_place.sql"),
         },
     ])
 });
@@ -319,6 +324,16 @@ fn parse_json(text: &str, column: &str) -> StoreResult<serde_json::Value> {
     serde_json::from_str(text).map_err(|error| StoreError::Corrupt(format!("{column}: {error}")))
 }
 
+/// A listed row: the item and its stored place.
+fn listed_from_row(row: &SqliteRow) -> StoreResult<ListedItem> {
+    let forge: Option<String> = row.try_get("forge")?;
+    let project: Option<String> = row.try_get("project")?;
+    Ok(ListedItem {
+        item: item_from_row(row)?,
+        place: forge.zip(project),
+    })
+}
+
 fn item_from_row(row: &SqliteRow) -> StoreResult<WorkItem> {
     Ok(WorkItem {
         id: parse_id(row.try_get("id")?)?,
@@ -370,6 +385,8 @@ pub async fn insert_item(conn: &mut SqliteConnection, item: &NewItem) -> StoreRe
         .bind(&item.idempotency_key)
         .bind(&item.caller_identity)
         .bind(micros(item.now))
+        .bind(item.place.as_ref().map(|(forge, _)| forge))
+        .bind(item.place.as_ref().map(|(_, project)| project))
         .fetch_one(&mut *conn)
         .await
         .map_err(|error| {
@@ -671,15 +688,16 @@ impl Store for SqliteStore {
         Ok(Some(Snapshot { view, has_events }))
     }
 
-    async fn item_list(&self, params: ItemListParams) -> StoreResult<Vec<WorkItem>> {
+    async fn item_list_placed(&self, params: ItemListParams) -> StoreResult<Vec<ListedItem>> {
         let rows = sqlx::query(sql!("items/list.sql"))
             .bind(params.phase.map(Phase::as_str))
             .bind(params.item_type.as_deref())
             .bind(params.before.map(id_text))
             .bind(i64::from(params.limit))
+            .bind(common::visibility_param(&params.visibility))
             .fetch_all(&self.pool)
             .await?;
-        rows.iter().map(item_from_row).collect()
+        rows.iter().map(listed_from_row).collect()
     }
 
     async fn item_claim(&self, params: ClaimParams) -> StoreResult<Option<(WorkItem, Lease)>> {
