@@ -30,6 +30,7 @@ backend_tests!(
     another_callers_update_is_refused_and_the_history_names_both,
     the_project_is_the_forges_spelling,
     a_persons_note_with_the_marker_is_left_alone,
+    reopening_after_a_persons_close_needs_admin,
 );
 
 fn github() -> Options {
@@ -271,6 +272,29 @@ async fn adopt_existing_branches_restores_adoption(backend: Backend) {
         labels.contains(&"managed-by::workqueue".to_owned()),
         "{labels:?}"
     );
+    h.finish().await;
+}
+
+async fn reopening_after_a_persons_close_needs_admin(backend: Backend) {
+    let h = Harness::start(backend).await;
+    let alice = bearer_client(&h.tokens.alice);
+    let (status, reply) = h
+        .submit_as(&alice, &manual(h.change("wq/closed", &[("x.txt", "x\n")])))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{reply}");
+    let id = reply["item"]["id"].as_str().unwrap().to_owned();
+    let number = h.wait_mr(&id).await;
+    h.settle().await;
+    h.person_close_change(number).await;
+    h.wait_phase(&id, "cancelled").await;
+    let path = format!("/api/v1/work-items/{id}/retry");
+    // Its submitter holds `retry`, not `admin`.
+    let (status, reply) = h.post_as(&alice, &path, None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{reply}");
+    assert_eq!(h.item(&id).await["phase"], "cancelled");
+    let (status, reply) = h.post(&path, None).await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    assert_eq!(reply["phase"], "active", "{reply}");
     h.finish().await;
 }
 
