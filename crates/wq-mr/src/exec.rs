@@ -2,7 +2,9 @@
 //! forge, writes what it learned, and returns the dimension changes. Every
 //! one is idempotent: a crash after the forge accepted a call but before the
 //! outcome was stored repeats the executor, which finds the forge's state
-//! and adopts it instead of creating a second branch, MR or note.
+//! and takes up what it made (a pushed head, an MR of its own, its status
+//! note) instead of creating a second branch, MR or note; what someone else
+//! made is never written over (issue #12).
 
 use wq_core::{Action, DimensionUpdate, ExecError, ExecOutcome, ItemView, Phase};
 use wq_forge::{
