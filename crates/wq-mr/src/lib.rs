@@ -55,7 +55,7 @@ pub struct MrType {
     clock: Arc<dyn Clock>,
     herder: Arc<wq_herder::Herder>,
     /// The forge's spelling of each project asked about, by (forge, project
-    /// as submitted): read once per forge and project.
+    /// in lower case): read once per forge and project.
     project_paths: Mutex<HashMap<(String, String), String>>,
 }
 
@@ -120,7 +120,9 @@ impl MrType {
         forge: &dyn wq_forge::Forge,
         project: &str,
     ) -> Result<String, RequestError> {
-        let key = (forge_name.to_owned(), project.to_owned());
+        // Forge paths are case-insensitive: one entry per project, whatever
+        // spellings callers use.
+        let key = (forge_name.to_owned(), project.to_lowercase());
         if let Some(path) = self.cached_project(&key) {
             return Ok(path);
         }
