@@ -31,6 +31,11 @@ pub struct MrConfig {
     /// How often `serve` reads the merge queue entries of queued pull
     /// requests, one batched GraphQL query per repository (30 s).
     pub queue_sync_interval_seconds: u64,
+    /// Take over a source branch or an open change request workqueue did
+    /// not create (force-push over the branch, retitle, label and merge the
+    /// change request). Off by default: such a submission fails with
+    /// `branch_not_managed`.
+    pub adopt_existing_branches: bool,
 }
 
 impl Default for MrConfig {
@@ -45,6 +50,7 @@ impl Default for MrConfig {
             merge_attempt_deadline_seconds: 300,
             merge_method: None,
             queue_sync_interval_seconds: 30,
+            adopt_existing_branches: false,
         }
     }
 }

@@ -2,7 +2,9 @@
 //! forge, writes what it learned, and returns the dimension changes. Every
 //! one is idempotent: a crash after the forge accepted a call but before the
 //! outcome was stored repeats the executor, which finds the forge's state
-//! and adopts it instead of creating a second branch, MR or note.
+//! and takes up what it made (a pushed head, an MR of its own, its status
+//! note) instead of creating a second branch, MR or note; what someone else
+//! made is never written over (issue #12).
 
 use wq_core::{Action, DimensionUpdate, ExecError, ExecOutcome, ItemView, Phase};
 use wq_forge::{
@@ -15,7 +17,7 @@ use crate::dims::{
     POST_DASHBOARD_NOTE, RECONCILE_MR, RETRY_CI_JOBS,
 };
 use crate::merge::{resolve_queue, signature, unmet_gates};
-use crate::store::{MergeResult, MrDetails, Observation};
+use crate::store::{MergeResult, MrDetails, Observation, RecordedChange};
 use crate::{MrType, store_error};
 
 pub(crate) async fn execute(
@@ -84,6 +86,21 @@ pub(crate) fn forge_failure(what: &str, error: ForgeError) -> ExecError {
     }
 }
 
+/// Error kind: the source branch or its open change request is not
+/// workqueue's.
+pub const BRANCH_NOT_MANAGED: &str = "branch_not_managed";
+/// Error kind: the forge protects the source branch.
+pub const BRANCH_PROTECTED: &str = "branch_protected";
+
+/// An open change request on the item's branch.
+struct OpenChange {
+    change: ChangeRequest,
+    /// workqueue may write to it.
+    ours: bool,
+    /// workqueue opened it.
+    created: bool,
+}
+
 struct Run<'a> {
     mr: &'a MrType,
     view: &'a ItemView,
@@ -127,9 +144,11 @@ impl Run<'_> {
     }
 
     /// The open change request from the item's branch: the recorded one if
-    /// still open, else whatever the forge has open (adopting a change
-    /// request whose creation was not recorded).
-    async fn open_change(&self) -> Result<Option<ChangeRequest>, ExecError> {
+    /// still open, else whatever the forge has open on the branch, with
+    /// whether it is workqueue's: opened by this branch line (recorded), or
+    /// (a creation whose record was lost in a crash) authored by the forge
+    /// user of workqueue's token and carrying the managed label.
+    async fn open_change(&self) -> Result<Option<OpenChange>, ExecError> {
         if let Some(number) = self.details.mr_number {
             let change = self
                 .forge
@@ -137,27 +156,127 @@ impl Run<'_> {
                 .await
                 .map_err(|e| forge_failure("reading the merge request", e))?;
             if change.state == ChangeState::Open {
-                return Ok(Some(change));
+                return Ok(Some(OpenChange {
+                    change,
+                    ours: true,
+                    created: self.details.mr_created,
+                }));
             }
         }
-        self.forge
+        let Some(change) = self
+            .forge
             .find_open_change(self.project(), &self.details.spec.source_branch)
             .await
-            .map_err(|e| forge_failure("looking up an open merge request", e))
+            .map_err(|e| forge_failure("looking up an open merge request", e))?
+        else {
+            return Ok(None);
+        };
+        let recorded = self
+            .mr
+            .store
+            .change_created(self.view.item.id, change.number)
+            .await
+            .map_err(store_error)?;
+        let created = recorded || self.authored_by_us(&change).await?;
+        Ok(Some(OpenChange {
+            ours: created,
+            created,
+            change,
+        }))
+    }
+
+    /// A change request workqueue opened but did not record: its author is
+    /// the token's forge user and it carries the managed label set at
+    /// creation.
+    async fn authored_by_us(&self, change: &ChangeRequest) -> Result<bool, ExecError> {
+        let managed = &self.mr.config.managed_label;
+        if managed.is_empty() || !change.labels.contains(managed) {
+            return Ok(false);
+        }
+        let Some(author) = change.author.as_deref() else {
+            return Ok(false);
+        };
+        let me = self
+            .forge
+            .current_user()
+            .await
+            .map_err(|e| forge_failure("reading the forge user of the token", e))?;
+        Ok(author == me.username)
+    }
+
+    /// Whether `head`, the branch's head on the forge, is workqueue's: the
+    /// head this item recorded, one pushed on the branch line (any
+    /// generation), or unknown while this item has a push whose result was
+    /// not recorded (a crash between the push and its record).
+    async fn branch_is_ours(&self, head: &str) -> Result<bool, ExecError> {
+        if self.details.head_sha.as_deref() == Some(head) {
+            return Ok(true);
+        }
+        let ownership = self
+            .mr
+            .store
+            .branch_ownership(self.view.item.id, head)
+            .await
+            .map_err(store_error)?;
+        Ok(ownership.pushed || ownership.intent_pending)
+    }
+
+    /// The item fails without any forge write: the branch or its change
+    /// request is someone else's (`branch_not_managed`), or the forge
+    /// protects the branch (`branch_protected`).
+    fn refused(&self, kind: &str, why: &str) -> ExecOutcome {
+        let branch = &self.details.spec.source_branch;
+        tracing::warn!(item = %self.view.item.id, branch = %branch, kind, why, "source branch refused");
+        ExecOutcome::done()
+            .with_phase(
+                Phase::Failed,
+                Some(format!("{kind}: source branch {branch:?} {why}")),
+            )
+            .with_dimension(
+                DimensionUpdate::new(NEEDS_MR, true).detail(serde_json::json!({
+                    "error_kind": kind,
+                    "branch": branch,
+                    "message": format!("source branch {branch:?} {why}"),
+                })),
+            )
     }
 
     /// Pushes the desired content (unless this exact content is already the
     /// branch head we recorded), then creates or updates the change request
-    /// (DDR-10, DDR-40, DDR-43).
+    /// (DDR-10, DDR-40, DDR-43). Only on a branch and change request
+    /// workqueue owns (or adopts, with `mr.adopt_existing_branches`); a
+    /// branch the forge protects is never pushed to.
     async fn ensure_mr(&self) -> Result<ExecOutcome, ExecError> {
         let spec = &self.details.spec;
         let project = self.project();
+        let adopt = self.mr.config.adopt_existing_branches;
         let existing = self.open_change().await?;
+        if let Some(open) = &existing
+            && !open.ours
+            && !adopt
+        {
+            return Ok(self.refused(
+                BRANCH_NOT_MANAGED,
+                &format!(
+                    "has an open merge request (#{}) that workqueue did not open",
+                    open.change.number
+                ),
+            ));
+        }
         let branch_head = self
             .forge
             .branch_head(project, &spec.source_branch)
             .await
             .map_err(|e| forge_failure("reading the source branch", e))?;
+        if let Some(head) = &branch_head
+            && !adopt
+            && !self.branch_is_ours(head).await?
+        {
+            return Ok(self.refused(
+                BRANCH_NOT_MANAGED,
+                &format!("exists on the forge with head {head}, which workqueue did not push"),
+            ));
+        }
         let already_pushed = self.details.pushed_content_hash.as_deref()
             == Some(self.details.content_hash.as_str())
             && branch_head.is_some()
@@ -165,11 +284,26 @@ impl Run<'_> {
         let head = match (already_pushed, branch_head) {
             (true, Some(head)) => head,
             (_, branch_head) => {
+                let protected = self
+                    .forge
+                    .branch_protected(project, &spec.source_branch)
+                    .await
+                    .map_err(|e| forge_failure("reading the branch protection", e))?;
+                if protected {
+                    return Ok(self.refused(BRANCH_PROTECTED, "is protected on the forge"));
+                }
                 let mode = if branch_head.is_some() {
                     CommitMode::ForceUpdate
                 } else {
                     CommitMode::CreateBranch
                 };
+                // Durable before the push: a crash before its record leaves
+                // the branch this item's, not a stranger's.
+                self.mr
+                    .store
+                    .mark_push_intent(self.view.item.id, self.now())
+                    .await
+                    .map_err(store_error)?;
                 let head = self
                     .forge
                     .commit_files(&CommitRequest {
@@ -201,37 +335,45 @@ impl Run<'_> {
             .await
             .map_err(|e| forge_failure("comparing the branches", e))?;
         if empty {
-            if let Some(change) = &existing {
-                self.close(change.number).await?;
+            if let Some(open) = &existing {
+                self.close(open.change.number).await?;
             }
             return Ok(cancelled_empty(&spec.target_branch));
         }
         let labels = self.labels();
         let description = self.outgoing(&spec.description);
-        let change = match existing {
-            None => self
-                .forge
-                .create_change(&NewChange {
-                    project,
-                    source_branch: &spec.source_branch,
-                    target_branch: &spec.target_branch,
-                    title: &spec.title,
-                    description: &description,
-                    labels: &labels,
-                })
-                .await
-                .map_err(|e| forge_failure("creating the merge request", e))?,
-            Some(change) => self.sync_metadata(change, &labels).await?,
+        let (change, created) = match existing {
+            None => (
+                self.forge
+                    .create_change(&NewChange {
+                        project,
+                        source_branch: &spec.source_branch,
+                        target_branch: &spec.target_branch,
+                        title: &spec.title,
+                        description: &description,
+                        labels: &labels,
+                    })
+                    .await
+                    .map_err(|e| forge_failure("creating the merge request", e))?,
+                true,
+            ),
+            Some(open) => (
+                self.sync_metadata(open.change, &labels).await?,
+                open.created,
+            ),
         };
         self.mr
             .store
             .record_change(
                 self.view.item.id,
-                change.number,
-                &change.url,
-                &head,
-                &self.details.content_hash,
-                self.now(),
+                &RecordedChange {
+                    number: change.number,
+                    url: &change.url,
+                    head_sha: &head,
+                    pushed_content_hash: &self.details.content_hash,
+                    created,
+                    now: self.now(),
+                },
             )
             .await
             .map_err(store_error)?;
@@ -328,8 +470,8 @@ impl Run<'_> {
         Ok(ExecOutcome::done().with_dimension(self.empty_check_later()))
     }
 
-    /// One status note linking to the item (found again by its marker after
-    /// a crash, never posted twice).
+    /// One status note linking to the item (found again after a crash by its
+    /// marker and its author, the bot; never posted twice).
     async fn post_dashboard_note(&self) -> Result<ExecOutcome, ExecError> {
         let Some(number) = self.details.mr_number else {
             // ensure_mr runs first; nothing to annotate yet.
@@ -359,7 +501,17 @@ impl Run<'_> {
                 crate::ci_retry::CiRetryDetail::of(self.view).note_section(),
             ))
             .into_owned();
-        let note = match notes.into_iter().find(|n| n.body.contains(&marker)) {
+        // Only a note the bot wrote is the status note: a person's comment
+        // quoting the marker is left alone.
+        let me = self
+            .forge
+            .current_user()
+            .await
+            .map_err(|e| forge_failure("reading the forge user of the token", e))?;
+        let note = match notes
+            .into_iter()
+            .find(|n| n.author == me.username && n.body.contains(&marker))
+        {
             Some(note) if note.body == body => note.id,
             Some(note) => {
                 self.forge
@@ -597,10 +749,7 @@ fn completed() -> ExecOutcome {
 
 fn closed_on_forge() -> ExecOutcome {
     ExecOutcome::done()
-        .with_phase(
-            Phase::Cancelled,
-            Some("the merge request was closed on the forge".into()),
-        )
+        .with_phase(Phase::Cancelled, Some(crate::CLOSED_ON_FORGE.into()))
         .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, false))
 }
 

@@ -28,7 +28,8 @@ pub mod webhook;
 pub use config::MrConfig;
 pub use queue_sync::{QUEUE_OBSERVED_EVENT, QueueSync};
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -54,7 +55,13 @@ pub struct MrType {
     config: MrConfig,
     clock: Arc<dyn Clock>,
     herder: Arc<wq_herder::Herder>,
+    /// The forge's spelling of each project asked about, by (forge, project
+    /// in lower case): read once per forge and project.
+    project_paths: Mutex<HashMap<(String, String), String>>,
 }
+
+/// Why an item was cancelled when a person closed its change request.
+pub const CLOSED_ON_FORGE: &str = "the merge request was closed on the forge";
 
 impl MrType {
     /// Builds the type; refuses a config whose patterns do not compile.
@@ -73,6 +80,7 @@ impl MrType {
             config,
             clock,
             herder: Arc::new(wq_herder::Herder::default_set()),
+            project_paths: Mutex::new(HashMap::new()),
         })
     }
 
@@ -101,6 +109,50 @@ impl MrType {
 
     fn seconds(value: u64) -> time::Duration {
         time::Duration::try_from(Duration::from_secs(value)).unwrap_or(time::Duration::MAX)
+    }
+
+    /// The project as the forge spells it (`Team/Service` for
+    /// `team/service`), read once per forge and project: the live item of a
+    /// branch is one whatever the case a caller uses. An unknown project is
+    /// a 422 naming `project`; a forge that cannot answer is a 503.
+    async fn canonical_project(
+        &self,
+        forge_name: &str,
+        forge: &dyn wq_forge::Forge,
+        project: &str,
+    ) -> Result<String, RequestError> {
+        // Forge paths are case-insensitive: one entry per project, whatever
+        // spellings callers use.
+        let key = (forge_name.to_owned(), project.to_lowercase());
+        if let Some(path) = self.cached_project(&key) {
+            return Ok(path);
+        }
+        let path = forge.project_path(project).await.map_err(|error| {
+            if error.kind == wq_forge::ForgeErrorKind::NotFound {
+                RequestError::Invalid(vec![FieldError::new(
+                    "project",
+                    format!("project {project:?} does not exist on forge {forge_name:?}"),
+                )])
+            } else {
+                tracing::warn!(forge = forge_name, project, %error, "project lookup failed");
+                RequestError::Unavailable(format!(
+                    "forge {forge_name:?} could not be asked about project {project:?}; try again"
+                ))
+            }
+        })?;
+        self.project_paths
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key, path.clone());
+        Ok(path)
+    }
+
+    fn cached_project(&self, key: &(String, String)) -> Option<String> {
+        self.project_paths
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(key)
+            .cloned()
     }
 
     /// The webhook receivers for this type's forges.
@@ -158,9 +210,9 @@ impl ItemType for MrType {
     }
 
     async fn submit(&self, submission: Submission) -> Result<Submitted, RequestError> {
-        let spec =
+        let mut spec =
             spec::parse_submission(&submission.body, &self.rules).map_err(RequestError::Invalid)?;
-        if self.forges.get(&spec.forge).is_none() {
+        let Some(forge) = self.forges.get(&spec.forge).cloned() else {
             let known: Vec<&str> = self.forges.names().collect();
             return Err(RequestError::Invalid(vec![FieldError::new(
                 "forge",
@@ -174,7 +226,10 @@ impl ItemType for MrType {
                     }
                 ),
             )]));
-        }
+        };
+        spec.project = self
+            .canonical_project(&spec.forge, forge.as_ref(), &spec.project)
+            .await?;
         let content_hash = spec.content_hash();
         let metadata_hash = spec.metadata_hash();
         let upserted = self
@@ -184,10 +239,26 @@ impl ItemType for MrType {
                 content_hash: &content_hash,
                 metadata_hash: &metadata_hash,
                 caller_identity: &submission.caller_identity,
+                caller_is_admin: submission.caller_is_admin,
                 now: submission.now,
             })
             .await
             .map_err(request_store_error)?;
+        if upserted.outcome == UpsertOutcome::NotOwner {
+            tracing::info!(
+                item = %upserted.id,
+                caller = %submission.caller_identity,
+                "mr submission refused: the live item belongs to another caller"
+            );
+            return Err(RequestError::Refused {
+                code: wq_core::OWNED_BY_ANOTHER_CALLER,
+                message: format!(
+                    "work item {} for {} {} branch {} was submitted by another caller; \
+                     only its submitter or an admin may update or retry it",
+                    upserted.id, spec.forge, spec.project, spec.source_branch
+                ),
+            });
+        }
         tracing::info!(
             item = %upserted.id,
             outcome = upserted.outcome.as_str(),
@@ -206,14 +277,28 @@ impl ItemType for MrType {
 
     async fn detail(&self, item: &WorkItem) -> Result<Option<serde_json::Value>, RequestError> {
         let details = self.store.get(item.id).await.map_err(request_store_error)?;
-        Ok(details.map(|mut d| {
-            // A merged or closed change request is in no queue, whatever the
-            // last observation before the end said.
-            if item.phase.is_terminal() {
-                d.queue = None;
-            }
-            merge::detail_json(&d)
-        }))
+        let Some(mut d) = details else {
+            return Ok(None);
+        };
+        // A merged or closed change request is in no queue, whatever the
+        // last observation before the end said.
+        if item.phase.is_terminal() {
+            d.queue = None;
+        }
+        let submissions = self
+            .store
+            .submissions(item.id)
+            .await
+            .map_err(request_store_error)?;
+        let mut detail = merge::detail_json(&d);
+        detail["submissions"] = serde_json::json!(submissions);
+        Ok(Some(detail))
+    }
+
+    /// Reopening an item a person ended by closing its change request needs
+    /// `admin`: `retry` alone must not undo a person's decision.
+    async fn retry_needs_admin(&self, item: &WorkItem) -> Result<bool, RequestError> {
+        Ok(item.phase == Phase::Cancelled && item.error.as_deref() == Some(CLOSED_ON_FORGE))
     }
 
     async fn scope(&self, id: ItemId) -> Result<Option<(String, String)>, RequestError> {

@@ -8,7 +8,9 @@ use time::macros::datetime;
 use wq_core::{ItemId, Phase};
 use wq_forge::{FileAction, FileOp, QueueEntry};
 use wq_mr::spec::{Automation, MrSpec};
-use wq_mr::store::{Lookup, MergeResult, MrStore, Observation, UpsertInput, UpsertOutcome};
+use wq_mr::store::{
+    Lookup, MergeResult, MrStore, Observation, RecordedChange, UpsertInput, UpsertOutcome,
+};
 use wq_store::{RecordFailure, Store};
 use wq_testkit::{Backend, backend_tests};
 
@@ -48,6 +50,16 @@ async fn setup(backend: Backend) -> (Arc<dyn Store>, MrStore) {
 }
 
 async fn upsert(mr: &MrStore, spec: &MrSpec, at: OffsetDateTime) -> (ItemId, UpsertOutcome) {
+    upsert_as(mr, spec, at, "tester", false).await
+}
+
+async fn upsert_as(
+    mr: &MrStore,
+    spec: &MrSpec,
+    at: OffsetDateTime,
+    caller: &str,
+    admin: bool,
+) -> (ItemId, UpsertOutcome) {
     let content = spec.content_hash();
     let metadata = spec.metadata_hash();
     let done = mr
@@ -55,7 +67,8 @@ async fn upsert(mr: &MrStore, spec: &MrSpec, at: OffsetDateTime) -> (ItemId, Ups
             spec,
             content_hash: &content,
             metadata_hash: &metadata,
-            caller_identity: "tester",
+            caller_identity: caller,
+            caller_is_admin: admin,
             now: at,
         })
         .await
@@ -63,12 +76,236 @@ async fn upsert(mr: &MrStore, spec: &MrSpec, at: OffsetDateTime) -> (ItemId, Ups
     (done.id, done.outcome)
 }
 
+/// Moves an item to `phase` as an executor outcome would.
+#[async_trait::async_trait]
+trait SetPhase {
+    async fn set_phase_for_test(
+        &self,
+        id: ItemId,
+        phase: Phase,
+    ) -> Result<(), wq_store::StoreError>;
+}
+
+#[async_trait::async_trait]
+impl SetPhase for Arc<dyn Store> {
+    async fn set_phase_for_test(
+        &self,
+        id: ItemId,
+        phase: Phase,
+    ) -> Result<(), wq_store::StoreError> {
+        let (_, lease) = self
+            .item_claim(wq_store::ClaimParams {
+                id,
+                now: NOW,
+                lease_until: NOW + time::Duration::minutes(1),
+                handled_types: vec!["mr".into()],
+            })
+            .await?
+            .expect("claimed");
+        let item = self
+            .item_apply_outcome(wq_store::ApplyOutcome {
+                lease,
+                now: NOW,
+                phase: Some(phase),
+                error: None,
+                dimensions: Vec::new(),
+            })
+            .await?;
+        assert_eq!(item.phase, phase);
+        self.item_release(lease, None).await
+    }
+}
+
 backend_tests!(
     upsert_outcomes_and_generations,
     the_merge_journal,
     a_reservation_is_taken_once_per_signature,
-    webhook_lookups_see_active_items_only
+    webhook_lookups_see_active_items_only,
+    another_caller_may_not_update_or_retry_a_live_item,
+    every_accepted_submission_keeps_its_submitter,
+    pushed_heads_belong_to_the_branch_line,
+    created_change_requests_are_recorded,
+    lookups_ignore_the_project_case
 );
+
+async fn another_caller_may_not_update_or_retry_a_live_item(backend: Backend) {
+    let (store, mr) = setup(backend).await;
+    let (id, _) = upsert_as(&mr, &spec("1"), NOW, "alice", false).await;
+    // An update by another identity: refused, nothing written.
+    assert_eq!(
+        upsert_as(&mr, &spec("2"), NOW, "mallory", false).await,
+        (id, UpsertOutcome::NotOwner)
+    );
+    let stored = mr.get(id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.content_hash,
+        spec("1").content_hash(),
+        "content kept"
+    );
+    assert!(store.event_next(id).await.unwrap().is_none(), "no event");
+    // Resubmitting the same content changes nothing and is answered.
+    assert_eq!(
+        upsert_as(&mr, &spec("1"), NOW, "mallory", false).await,
+        (id, UpsertOutcome::Unchanged)
+    );
+    // A retry of a failed item by another identity: refused too.
+    store.set_phase_for_test(id, Phase::Failed).await.unwrap();
+    assert_eq!(
+        upsert_as(&mr, &spec("1"), NOW, "mallory", false).await,
+        (id, UpsertOutcome::NotOwner)
+    );
+    assert_eq!(
+        store.item_get(id).await.unwrap().unwrap().phase,
+        Phase::Failed
+    );
+    // The owner may; an admin may; the item keeps its submitter.
+    assert_eq!(
+        upsert_as(&mr, &spec("1"), NOW, "alice", false).await,
+        (id, UpsertOutcome::Retried)
+    );
+    assert_eq!(
+        upsert_as(&mr, &spec("3"), NOW, "root", true).await,
+        (id, UpsertOutcome::Updated { content: true })
+    );
+    let item = store.item_get(id).await.unwrap().unwrap();
+    assert_eq!(item.caller_identity.as_deref(), Some("alice"));
+}
+
+async fn every_accepted_submission_keeps_its_submitter(backend: Backend) {
+    let (_store, mr) = setup(backend).await;
+    let later = NOW + time::Duration::seconds(1);
+    let (id, _) = upsert_as(&mr, &spec("1"), NOW, "alice", false).await;
+    upsert_as(&mr, &spec("1"), later, "bob", false).await;
+    upsert_as(
+        &mr,
+        &spec("2"),
+        later + time::Duration::seconds(1),
+        "mallory",
+        false,
+    )
+    .await;
+    upsert_as(
+        &mr,
+        &spec("2"),
+        later + time::Duration::seconds(2),
+        "root",
+        true,
+    )
+    .await;
+    let history: Vec<(String, String)> = mr
+        .submissions(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.outcome, s.caller_identity))
+        .collect();
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+            .collect()
+    };
+    assert_eq!(
+        history,
+        pairs(&[
+            ("created", "alice"),
+            ("unchanged", "bob"),
+            ("updated", "root"),
+        ]),
+        "a refused submission is not in the history"
+    );
+    let first = &mr.submissions(id).await.unwrap()[0];
+    assert_eq!(first.generation, 1);
+    assert_eq!(first.content_hash, spec("1").content_hash());
+    assert_eq!(first.submitted_at, NOW);
+}
+
+async fn pushed_heads_belong_to_the_branch_line(backend: Backend) {
+    let (store, mr) = setup(backend).await;
+    let (first, _) = upsert(&mr, &spec("1"), NOW).await;
+    let none = mr.branch_ownership(first, "aaa").await.unwrap();
+    assert!(!none.pushed && !none.intent_pending);
+    // An intent before the push: an unknown head counts until recorded.
+    mr.mark_push_intent(first, NOW).await.unwrap();
+    assert!(
+        mr.branch_ownership(first, "aaa")
+            .await
+            .unwrap()
+            .intent_pending
+    );
+    mr.record_push(first, "aaa", "hash", NOW).await.unwrap();
+    let after = mr.branch_ownership(first, "aaa").await.unwrap();
+    assert!(after.pushed && !after.intent_pending, "{after:?}");
+    assert!(!mr.branch_ownership(first, "bbb").await.unwrap().pushed);
+    // The next generation of the branch line owns the earlier heads.
+    store
+        .set_phase_for_test(first, Phase::Completed)
+        .await
+        .unwrap();
+    let (second, outcome) = upsert(&mr, &spec("2"), NOW).await;
+    assert_eq!(outcome, UpsertOutcome::Created);
+    assert!(mr.branch_ownership(second, "aaa").await.unwrap().pushed);
+    // Another branch does not.
+    let mut other = spec("1");
+    other.source_branch = "wq/other".into();
+    let (third, _) = upsert(&mr, &other, NOW).await;
+    assert!(!mr.branch_ownership(third, "aaa").await.unwrap().pushed);
+}
+
+async fn created_change_requests_are_recorded(backend: Backend) {
+    let (store, mr) = setup(backend).await;
+    let (first, _) = upsert(&mr, &spec("1"), NOW).await;
+    let record = |number: u64, created: bool| RecordedChange {
+        number,
+        url: "https://forge/mr",
+        head_sha: "aaa",
+        pushed_content_hash: "hash",
+        created,
+        now: NOW,
+    };
+    mr.record_change(first, &record(7, false)).await.unwrap();
+    assert!(!mr.get(first).await.unwrap().unwrap().mr_created);
+    assert!(!mr.change_created(first, 7).await.unwrap());
+    mr.record_change(first, &record(8, true)).await.unwrap();
+    assert!(mr.get(first).await.unwrap().unwrap().mr_created);
+    // Recording the same number again keeps the creation.
+    mr.record_change(first, &record(8, false)).await.unwrap();
+    assert!(mr.change_created(first, 8).await.unwrap());
+    store
+        .set_phase_for_test(first, Phase::Cancelled)
+        .await
+        .unwrap();
+    let (second, _) = upsert(&mr, &spec("2"), NOW).await;
+    assert!(
+        mr.change_created(second, 8).await.unwrap(),
+        "earlier generation"
+    );
+    assert!(!mr.change_created(second, 9).await.unwrap());
+}
+
+async fn lookups_ignore_the_project_case(backend: Backend) {
+    let (_store, mr) = setup(backend).await;
+    let mut canonical = spec("1");
+    canonical.project = "Team/App".into();
+    let (id, _) = upsert(&mr, &canonical, NOW).await;
+    // A stored spelling other than the submission's is still the live item.
+    let (again, outcome) = upsert(&mr, &spec("2"), NOW).await;
+    assert_eq!(
+        (again, outcome),
+        (id, UpsertOutcome::Updated { content: true })
+    );
+    assert_eq!(
+        mr.find_active("gitlab", "team/app", Lookup::Branch("wq/x"))
+            .await
+            .unwrap(),
+        Some(id)
+    );
+    assert_eq!(
+        mr.find_active("gitlab", "TEAM/APP", Lookup::Branch("wq/x"))
+            .await
+            .unwrap(),
+        Some(id)
+    );
+}
 
 async fn upsert_outcomes_and_generations(backend: Backend) {
     let (store, mr) = setup(backend).await;
@@ -268,9 +505,19 @@ async fn a_reservation_is_taken_once_per_signature(backend: Backend) {
 async fn webhook_lookups_see_active_items_only(backend: Backend) {
     let (store, mr) = setup(backend).await;
     let (id, _) = upsert(&mr, &spec("1"), NOW).await;
-    mr.record_change(id, 7, "https://forge/mr/7", "abc", "hash", NOW)
-        .await
-        .unwrap();
+    mr.record_change(
+        id,
+        &RecordedChange {
+            number: 7,
+            url: "https://forge/mr/7",
+            head_sha: "abc",
+            pushed_content_hash: "hash",
+            created: true,
+            now: NOW,
+        },
+    )
+    .await
+    .unwrap();
     let entry = QueueEntry {
         state: "queued".into(),
         position: Some(2),

@@ -7,5 +7,6 @@ mod faults;
 mod flow;
 mod github;
 mod hostile;
+mod ownership;
 mod support;
 mod webhooks;

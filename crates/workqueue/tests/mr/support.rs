@@ -49,6 +49,8 @@ pub struct Options {
     /// A GitHub repository (forge `github`, repo [`PROJECT`]) instead of
     /// the GitLab project.
     pub github: Option<GithubRepo>,
+    /// `mr.adopt_existing_branches`.
+    pub adopt_existing_branches: bool,
 }
 
 /// The simulated GitHub repository's settings.
@@ -71,6 +73,7 @@ impl Default for Options {
             wrap: None,
             ci_retry: None,
             github: None,
+            adopt_existing_branches: false,
         }
     }
 }
@@ -85,6 +88,11 @@ pub struct Tokens {
     /// Group `elsewhere`, rule `elsewhere`: `read`, `submit`, `retry` on
     /// projects `other/*` only.
     pub elsewhere: String,
+    /// Group `alice`, rule `alice`: `read`, `submit`, `retry` everywhere
+    /// (caller identity `alice (token alice, rule alice)`).
+    pub alice: String,
+    /// Group `bob`, rule `bob`: the same permissions as `alice`.
+    pub bob: String,
 }
 
 impl Tokens {
@@ -94,6 +102,8 @@ impl Tokens {
             admin: token("tester"),
             reader: token("reader"),
             elsewhere: token("elsewhere"),
+            alice: token("alice"),
+            bob: token("bob"),
         }
     }
 
@@ -107,6 +117,20 @@ impl Tokens {
                 "elsewhere",
                 &["read", "submit", "retry"][..],
                 Some(vec!["other/*".to_owned()]),
+            ),
+            (
+                "alice",
+                &self.alice,
+                "alice",
+                &["read", "submit", "retry"][..],
+                None,
+            ),
+            (
+                "bob",
+                &self.bob,
+                "bob",
+                &["read", "submit", "retry"][..],
+                None,
             ),
         ];
         for (name, token, group, permissions, projects) in entries {
@@ -142,6 +166,8 @@ pub struct Harness {
     /// Sends the admin token: for the service's API.
     pub api: reqwest::Client,
     pub tokens: Tokens,
+    /// The forge the harness configured ([`FORGE`] or [`GITHUB`]).
+    pub forge: &'static str,
     pub app: Option<App>,
     config: Config,
     forges: Forges,
@@ -206,6 +232,7 @@ impl Harness {
         config.engine.sweep_interval_seconds = 3600;
         config.engine.max_attempts = options.max_attempts;
         config.mr.public_url = url.clone();
+        config.mr.adopt_existing_branches = options.adopt_existing_branches;
         if let Some(yaml) = options.ci_retry {
             config.ci_retry = wq_herder::HerderConfig::from_yaml(yaml).expect("ci_retry yaml");
         }
@@ -236,6 +263,7 @@ impl Harness {
             client: reqwest::Client::new(),
             api: bearer_client(&tokens.admin),
             tokens,
+            forge,
             app: None,
             config,
             forges,
@@ -470,6 +498,217 @@ impl Harness {
             .expect("sweep");
         assert!(left.is_empty(), "work left unprocessed: {left:?}");
         self.halt().await;
+    }
+}
+
+/// A person (not workqueue's token user) on the harness's forge.
+pub const PERSON: &str = "person";
+const PERSON_TOKEN: &str = "person-token";
+
+impl Harness {
+    /// The head of `branch` on the harness's forge.
+    pub fn branch_head(&self, branch: &str) -> Option<String> {
+        if self.forge == GITHUB {
+            self.sim.github_branch_head(PROJECT, branch)
+        } else {
+            self.sim.gitlab_branch_head(self.project, branch)
+        }
+    }
+
+    /// A person pushes a commit to `branch` (created from `main`).
+    pub fn person_push(&self, branch: &str, files: &[(&str, Option<&str>)]) -> String {
+        if self.forge == GITHUB {
+            self.sim
+                .github_push_human_commit(PROJECT, branch, files, "A person's commit")
+                .expect("push")
+        } else {
+            self.sim
+                .gitlab_push(self.project, branch, files, "A person's commit")
+                .expect("push")
+        }
+    }
+
+    /// A person opens a merge request / pull request from `branch` with
+    /// their own token; returns its number.
+    pub async fn person_open_change(&self, branch: &str, title: &str, labels: &[&str]) -> u64 {
+        self.sim.add_user(PERSON, PERSON_TOKEN);
+        let response = if self.forge == GITHUB {
+            self.client
+                .post(format!("{}/repos/{PROJECT}/pulls", self.sim.github_url()))
+                .header("Authorization", format!("token {PERSON_TOKEN}"))
+                .json(&json!({"title": title, "head": branch, "base": "main", "body": "mine"}))
+                .send()
+                .await
+                .unwrap()
+        } else {
+            self.client
+                .post(format!(
+                    "{}/projects/{}/merge_requests",
+                    self.sim.gitlab_url(),
+                    self.project
+                ))
+                .header("PRIVATE-TOKEN", PERSON_TOKEN)
+                .json(&json!({
+                    "source_branch": branch,
+                    "target_branch": "main",
+                    "title": title,
+                    "description": "mine",
+                    "labels": labels.join(","),
+                }))
+                .send()
+                .await
+                .unwrap()
+        };
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
+        assert!(status.is_success(), "{status}: {body}");
+        body[if self.forge == GITHUB {
+            "number"
+        } else {
+            "iid"
+        }]
+        .as_u64()
+        .unwrap()
+    }
+
+    /// The change request as the sim holds it, as (title, labels, state,
+    /// merged).
+    pub fn change_state(&self, number: u64) -> (String, Vec<String>, String, bool) {
+        if self.forge == GITHUB {
+            let pr = self.sim.github_pr(PROJECT, number).expect("pull request");
+            let labels = pr["labels"]
+                .as_array()
+                .map(|l| {
+                    l.iter()
+                        .map(|l| l["name"].as_str().unwrap_or_default().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            (
+                pr["title"].as_str().unwrap_or_default().to_owned(),
+                labels,
+                pr["state"].as_str().unwrap_or_default().to_owned(),
+                pr["merged"].as_bool().unwrap_or(false),
+            )
+        } else {
+            let mr = self.mr(number);
+            let labels = mr["labels"]
+                .as_array()
+                .map(|l| {
+                    l.iter()
+                        .map(|l| l.as_str().unwrap_or_default().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let state = mr["state"].as_str().unwrap_or_default().to_owned();
+            let merged = state == "merged";
+            (
+                mr["title"].as_str().unwrap_or_default().to_owned(),
+                labels,
+                state,
+                merged,
+            )
+        }
+    }
+
+    /// Requests to the forge that could change something (anything but a
+    /// read; GitHub's GraphQL endpoint only reads for workqueue), as
+    /// `METHOD path`.
+    pub fn forge_writes(&self) -> Vec<String> {
+        self.sim
+            .requests()
+            .iter()
+            .filter(|r| r.method != "GET" && r.method != "HEAD" && !r.path.ends_with("/graphql"))
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect()
+    }
+
+    /// A person closes change request `number` with their own token.
+    pub async fn person_close_change(&self, number: u64) {
+        self.sim.add_user(PERSON, PERSON_TOKEN);
+        let response = if self.forge == GITHUB {
+            self.client
+                .patch(format!(
+                    "{}/repos/{PROJECT}/pulls/{number}",
+                    self.sim.github_url()
+                ))
+                .header("Authorization", format!("token {PERSON_TOKEN}"))
+                .json(&json!({"state": "closed"}))
+                .send()
+                .await
+                .unwrap()
+        } else {
+            self.client
+                .put(format!(
+                    "{}/projects/{}/merge_requests/{number}",
+                    self.sim.gitlab_url(),
+                    self.project
+                ))
+                .header("PRIVATE-TOKEN", PERSON_TOKEN)
+                .json(&json!({"state_event": "close"}))
+                .send()
+                .await
+                .unwrap()
+        };
+        assert!(response.status().is_success(), "{}", response.status());
+    }
+
+    /// A person comments on GitLab merge request `iid`; returns the note id.
+    pub async fn person_note(&self, iid: u64, body: &str) -> u64 {
+        self.sim.add_user(PERSON, PERSON_TOKEN);
+        let reply: Value = self
+            .client
+            .post(format!(
+                "{}/projects/{}/merge_requests/{iid}/notes",
+                self.sim.gitlab_url(),
+                self.project
+            ))
+            .header("PRIVATE-TOKEN", PERSON_TOKEN)
+            .json(&json!({"body": body}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        reply["id"].as_u64().expect("note id")
+    }
+
+    /// The notes of GitLab merge request `iid` as (author, body).
+    pub async fn notes(&self, iid: u64) -> Vec<(String, String)> {
+        let notes: Vec<Value> = self
+            .client
+            .get(format!(
+                "{}/projects/{}/merge_requests/{iid}/notes",
+                self.sim.gitlab_url(),
+                self.project
+            ))
+            .header("PRIVATE-TOKEN", forge_sim::DEFAULT_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        notes
+            .iter()
+            .map(|n| {
+                (
+                    n["author"]["username"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    n["body"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// A submission body for `branch` on the harness's forge.
+    pub fn change(&self, branch: &str, files: &[(&str, &str)]) -> Value {
+        let mut body = change(branch, files);
+        body["forge"] = self.forge.into();
+        body
     }
 }
 

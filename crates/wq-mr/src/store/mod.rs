@@ -33,6 +33,9 @@ pub enum UpsertOutcome {
         content: bool,
     },
     Retried,
+    /// Nothing written: the live item was submitted by another identity and
+    /// the caller is no admin (issue #12, "one owner per live item").
+    NotOwner,
 }
 
 impl UpsertOutcome {
@@ -42,8 +45,41 @@ impl UpsertOutcome {
             Self::Unchanged => "unchanged",
             Self::Updated { .. } => "updated",
             Self::Retried => "retried",
+            Self::NotOwner => "not_owner",
         }
     }
+}
+
+/// Whether a submission that would change the live item (`outcome`) is
+/// refused: an update or retry by an identity other than the item's
+/// submitter, unless the caller is an admin. An unchanged resubmission
+/// changes nothing and is answered.
+fn refused_to(outcome: UpsertOutcome, owner: Option<&str>, input: &UpsertInput<'_>) -> bool {
+    outcome != UpsertOutcome::Unchanged
+        && !input.caller_is_admin
+        && owner != Some(input.caller_identity)
+}
+
+/// One accepted submission of an item (`mr_submissions`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SubmissionRecord {
+    pub generation: i64,
+    pub content_hash: String,
+    /// `created`, `updated`, `unchanged` or `retried`.
+    pub outcome: String,
+    pub caller_identity: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub submitted_at: OffsetDateTime,
+}
+
+/// What the store knows about a branch head the forge reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BranchOwnership {
+    /// workqueue pushed this head on the item's branch line.
+    pub pushed: bool,
+    /// The item has a push whose result was not recorded (a crash between
+    /// the push and its record).
+    pub intent_pending: bool,
 }
 
 /// The result of [`MrStore::upsert`].
@@ -60,6 +96,9 @@ pub struct UpsertInput<'a> {
     pub content_hash: &'a str,
     pub metadata_hash: &'a str,
     pub caller_identity: &'a str,
+    /// The caller holds `admin` on the item's scope: it may update or retry
+    /// another identity's live item.
+    pub caller_is_admin: bool,
     pub now: OffsetDateTime,
 }
 
@@ -154,8 +193,24 @@ pub struct MrDetails {
     /// The stored queue entry; `None` when not queued.
     pub queue: Option<QueueEntry>,
     pub journal: MergeJournal,
+    /// workqueue opened the recorded change request.
+    pub mr_created: bool,
+    /// When a push started whose head is not recorded yet.
+    pub push_intent_at: Option<OffsetDateTime>,
     pub created_at: OffsetDateTime,
     pub updated_at: OffsetDateTime,
+}
+
+/// `ensure_mr`'s change request, to record.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordedChange<'a> {
+    pub number: u64,
+    pub url: &'a str,
+    pub head_sha: &'a str,
+    pub pushed_content_hash: &'a str,
+    /// workqueue opened it (or recognised it as its own after a crash).
+    pub created: bool,
+    pub now: OffsetDateTime,
 }
 
 /// What one read of the change request saw, to store.
@@ -209,6 +264,8 @@ struct RawDetails {
     last_error_kind: Option<String>,
     last_error: Option<String>,
     merge_retry_authorized: bool,
+    mr_created: bool,
+    push_intent_at: Option<OffsetDateTime>,
     created_at: OffsetDateTime,
     updated_at: OffsetDateTime,
 }
@@ -276,6 +333,8 @@ impl RawDetails {
                 error: self.last_error,
                 retry_authorized: self.merge_retry_authorized,
             },
+            mr_created: self.mr_created,
+            push_intent_at: self.push_intent_at,
             created_at: self.created_at,
             updated_at: self.updated_at,
         })
@@ -375,30 +434,58 @@ impl MrStore {
             .collect()
     }
 
-    /// `ensure_mr`'s result: the change request and the head it pushed.
-    pub async fn record_change(
-        &self,
-        id: ItemId,
-        number: u64,
-        url: &str,
-        head_sha: &str,
-        pushed_content_hash: &str,
-        now: OffsetDateTime,
-    ) -> StoreResult<()> {
-        let number = i64::try_from(number).unwrap_or(i64::MAX);
+    /// `ensure_mr`'s result: the change request and the head it pushed;
+    /// `created` when workqueue opened it.
+    pub async fn record_change(&self, id: ItemId, change: &RecordedChange<'_>) -> StoreResult<()> {
         match &self.backend {
-            Backend::Sqlite(store) => {
-                sqlite::record_change(store, id, number, url, head_sha, pushed_content_hash, now)
-                    .await
-            }
-            Backend::Postgres(store) => {
-                postgres::record_change(store, id, number, url, head_sha, pushed_content_hash, now)
-                    .await
-            }
+            Backend::Sqlite(store) => sqlite::record_change(store, id, change).await,
+            Backend::Postgres(store) => postgres::record_change(store, id, change).await,
         }
     }
 
-    /// `ensure_mr`'s commit: the head it produced for this content.
+    /// Marks a push about to leave (cleared by [`MrStore::record_push`]):
+    /// after a crash before the record, the branch's unknown head is still
+    /// recognised as this item's.
+    pub async fn mark_push_intent(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()> {
+        match &self.backend {
+            Backend::Sqlite(store) => sqlite::mark_push_intent(store, id, now).await,
+            Backend::Postgres(store) => postgres::mark_push_intent(store, id, now).await,
+        }
+    }
+
+    /// Whether `head` on the item's branch is workqueue's (pushed on the
+    /// branch line) and whether the item has an unrecorded push.
+    pub async fn branch_ownership(&self, id: ItemId, head: &str) -> StoreResult<BranchOwnership> {
+        let (pushed, intent_pending) = match &self.backend {
+            Backend::Sqlite(store) => sqlite::branch_ownership(store, id, head).await?,
+            Backend::Postgres(store) => postgres::branch_ownership(store, id, head).await?,
+        };
+        Ok(BranchOwnership {
+            pushed,
+            intent_pending,
+        })
+    }
+
+    /// Whether workqueue opened change request `number` on the item's
+    /// branch line (this or an earlier generation).
+    pub async fn change_created(&self, id: ItemId, number: u64) -> StoreResult<bool> {
+        let number = i64::try_from(number).unwrap_or(i64::MAX);
+        match &self.backend {
+            Backend::Sqlite(store) => sqlite::change_created(store, id, number).await,
+            Backend::Postgres(store) => postgres::change_created(store, id, number).await,
+        }
+    }
+
+    /// The item's accepted submissions, oldest first.
+    pub async fn submissions(&self, id: ItemId) -> StoreResult<Vec<SubmissionRecord>> {
+        match &self.backend {
+            Backend::Sqlite(store) => sqlite::submissions(store, id).await,
+            Backend::Postgres(store) => postgres::submissions(store, id).await,
+        }
+    }
+
+    /// `ensure_mr`'s commit: the head it produced for this content, and the
+    /// head as workqueue's on the branch line; settles the push intent.
     pub async fn record_push(
         &self,
         id: ItemId,
@@ -499,7 +586,7 @@ fn submission_event(outcome: UpsertOutcome) -> serde_json::Value {
         UpsertOutcome::Updated { content: true } => "content",
         UpsertOutcome::Updated { content: false } => "metadata",
         UpsertOutcome::Retried => "retried",
-        UpsertOutcome::Created | UpsertOutcome::Unchanged => "none",
+        UpsertOutcome::Created | UpsertOutcome::Unchanged | UpsertOutcome::NotOwner => "none",
     };
     serde_json::json!({ "change": change })
 }

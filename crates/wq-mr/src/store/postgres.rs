@@ -44,6 +44,11 @@ static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "item_place",
             sql: include_str!("../../migrations/postgres/1001_item_place.sql"),
         },
+        EmbeddedMigration {
+            version: 1002,
+            description: "mr_ownership",
+            sql: include_str!("../../migrations/postgres/1002_mr_ownership.sql"),
+        },
     ])
 });
 
@@ -59,7 +64,13 @@ const BRANCH_LOCK_NAMESPACE: i32 = 0x7771_6d72;
 fn branch_lock_key(spec: &crate::spec::MrSpec) -> i32 {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(
-        format!("{}\n{}\n{}", spec.forge, spec.project, spec.source_branch).as_bytes(),
+        format!(
+            "{}\n{}\n{}",
+            spec.forge,
+            spec.project.to_lowercase(),
+            spec.source_branch
+        )
+        .as_bytes(),
     );
     i32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]])
 }
@@ -126,6 +137,7 @@ pub(super) async fn upsert(store: &PgStore, input: &UpsertInput<'_>) -> StoreRes
             .bind(to_micros(now))
             .execute(&mut *tx)
             .await?;
+        record_submission(&mut tx, id, generation, input, UpsertOutcome::Created).await?;
         tx.commit().await?;
         return Ok(Upserted {
             id,
@@ -142,8 +154,18 @@ pub(super) async fn upsert(store: &PgStore, input: &UpsertInput<'_>) -> StoreRes
         [live.try_get(2)?, live.try_get(3)?, live.try_get(4)?],
         [input.content_hash, input.metadata_hash, &spec.target_branch],
     );
-    if outcome == UpsertOutcome::Unchanged {
+    let owner: Option<String> = live.try_get(5)?;
+    let generation: i64 = live.try_get(6)?;
+    if super::refused_to(outcome, owner.as_deref(), input) {
         tx.rollback().await?;
+        return Ok(Upserted {
+            id,
+            outcome: UpsertOutcome::NotOwner,
+        });
+    }
+    record_submission(&mut tx, id, generation, input, outcome).await?;
+    if outcome == UpsertOutcome::Unchanged {
+        tx.commit().await?;
         return Ok(Upserted { id, outcome });
     }
     if outcome == UpsertOutcome::Retried {
@@ -180,6 +202,26 @@ pub(super) async fn upsert(store: &PgStore, input: &UpsertInput<'_>) -> StoreRes
     .await?;
     tx.commit().await?;
     Ok(Upserted { id, outcome })
+}
+
+/// One row of the submission history, in the upsert's transaction.
+async fn record_submission(
+    tx: &mut sqlx::PgConnection,
+    id: ItemId,
+    generation: i64,
+    input: &UpsertInput<'_>,
+    outcome: UpsertOutcome,
+) -> StoreResult<()> {
+    sqlx::query(sql!("insert_submission"))
+        .bind(id.0)
+        .bind(generation)
+        .bind(input.content_hash)
+        .bind(outcome.as_str())
+        .bind(input.caller_identity)
+        .bind(to_micros(input.now))
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
 }
 
 /// The live item of the spec's branch; `lock` adds `FOR UPDATE OF w`.
@@ -235,6 +277,8 @@ fn raw_from_row(row: &PgRow) -> StoreResult<RawDetails> {
         last_error_kind: row.try_get("last_error_kind")?,
         last_error: row.try_get("last_error")?,
         merge_retry_authorized: row.try_get("merge_retry_authorized")?,
+        mr_created: row.try_get("mr_created")?,
+        push_intent_at: row.try_get("push_intent_at")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })
@@ -292,19 +336,16 @@ pub(super) async fn queue_watch(
 pub(super) async fn record_change(
     store: &PgStore,
     id: ItemId,
-    number: i64,
-    url: &str,
-    head_sha: &str,
-    pushed_content_hash: &str,
-    now: OffsetDateTime,
+    change: &super::RecordedChange<'_>,
 ) -> StoreResult<()> {
     sqlx::query(sql!("record_change"))
         .bind(id.0)
-        .bind(number)
-        .bind(url)
-        .bind(head_sha)
-        .bind(pushed_content_hash)
-        .bind(to_micros(now))
+        .bind(signed(Some(change.number)))
+        .bind(change.url)
+        .bind(change.head_sha)
+        .bind(change.pushed_content_hash)
+        .bind(to_micros(change.now))
+        .bind(change.created)
         .execute(store.pool())
         .await?;
     Ok(())
@@ -317,14 +358,80 @@ pub(super) async fn record_push(
     pushed_content_hash: &str,
     now: OffsetDateTime,
 ) -> StoreResult<()> {
+    let mut tx = store.pool().begin().await?;
     sqlx::query(sql!("record_push"))
         .bind(id.0)
         .bind(head_sha)
         .bind(pushed_content_hash)
         .bind(to_micros(now))
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(sql!("insert_push"))
+        .bind(id.0)
+        .bind(head_sha)
+        .bind(to_micros(now))
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(super) async fn mark_push_intent(
+    store: &PgStore,
+    id: ItemId,
+    now: OffsetDateTime,
+) -> StoreResult<()> {
+    sqlx::query(sql!("push_intent"))
+        .bind(id.0)
+        .bind(to_micros(now))
         .execute(store.pool())
         .await?;
     Ok(())
+}
+
+pub(super) async fn branch_ownership(
+    store: &PgStore,
+    id: ItemId,
+    head: &str,
+) -> StoreResult<(bool, bool)> {
+    Ok(sqlx::query_as(sql!("branch_ownership"))
+        .bind(id.0)
+        .bind(head)
+        .fetch_one(store.pool())
+        .await?)
+}
+
+pub(super) async fn change_created(store: &PgStore, id: ItemId, number: i64) -> StoreResult<bool> {
+    Ok(sqlx::query_scalar(sql!("change_created"))
+        .bind(id.0)
+        .bind(number)
+        .fetch_one(store.pool())
+        .await?)
+}
+
+pub(super) async fn submissions(
+    store: &PgStore,
+    id: ItemId,
+) -> StoreResult<Vec<super::SubmissionRecord>> {
+    let rows: Vec<(i64, String, String, String, OffsetDateTime)> =
+        sqlx::query_as(sql!("submissions"))
+            .bind(id.0)
+            .fetch_all(store.pool())
+            .await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(generation, content_hash, outcome, caller_identity, submitted_at)| {
+                super::SubmissionRecord {
+                    generation,
+                    content_hash,
+                    outcome,
+                    caller_identity,
+                    submitted_at,
+                }
+            },
+        )
+        .collect())
 }
 
 pub(super) async fn observe(

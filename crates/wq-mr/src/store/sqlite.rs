@@ -41,6 +41,11 @@ static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "item_place",
             sql: include_str!("../../migrations/sqlite/1001_item_place.sql"),
         },
+        EmbeddedMigration {
+            version: 1002,
+            description: "mr_ownership",
+            sql: include_str!("../../migrations/sqlite/1002_mr_ownership.sql"),
+        },
     ])
 });
 
@@ -58,6 +63,7 @@ pub(super) async fn upsert(store: &SqliteStore, input: &UpsertInput<'_>) -> Stor
         content_hash: input.content_hash.to_owned(),
         metadata_hash: input.metadata_hash.to_owned(),
         caller_identity: input.caller_identity.to_owned(),
+        caller_is_admin: input.caller_is_admin,
         now: input.now,
     };
     store
@@ -71,7 +77,41 @@ struct OwnedInput {
     content_hash: String,
     metadata_hash: String,
     caller_identity: String,
+    caller_is_admin: bool,
     now: OffsetDateTime,
+}
+
+impl OwnedInput {
+    fn borrowed(&self) -> UpsertInput<'_> {
+        UpsertInput {
+            spec: &self.spec,
+            content_hash: &self.content_hash,
+            metadata_hash: &self.metadata_hash,
+            caller_identity: &self.caller_identity,
+            caller_is_admin: self.caller_is_admin,
+            now: self.now,
+        }
+    }
+}
+
+/// One row of the submission history, in the upsert's transaction.
+async fn record_submission(
+    conn: &mut SqliteConnection,
+    id: ItemId,
+    generation: i64,
+    input: &OwnedInput,
+    outcome: UpsertOutcome,
+) -> StoreResult<()> {
+    sqlx::query(sql!("insert_submission"))
+        .bind(id_text(id))
+        .bind(generation)
+        .bind(&input.content_hash)
+        .bind(outcome.as_str())
+        .bind(&input.caller_identity)
+        .bind(micros(input.now))
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }
 
 async fn upsert_on(conn: &mut SqliteConnection, input: &OwnedInput) -> StoreResult<Upserted> {
@@ -123,6 +163,7 @@ async fn upsert_on(conn: &mut SqliteConnection, input: &OwnedInput) -> StoreResu
             .bind(micros(now))
             .execute(&mut *conn)
             .await?;
+        record_submission(conn, id, generation, input, UpsertOutcome::Created).await?;
         return Ok(Upserted {
             id,
             outcome: UpsertOutcome::Created,
@@ -142,6 +183,15 @@ async fn upsert_on(conn: &mut SqliteConnection, input: &OwnedInput) -> StoreResu
             &spec.target_branch,
         ],
     );
+    let owner: Option<String> = live.try_get(5)?;
+    let generation: i64 = live.try_get(6)?;
+    if super::refused_to(outcome, owner.as_deref(), &input.borrowed()) {
+        return Ok(Upserted {
+            id,
+            outcome: UpsertOutcome::NotOwner,
+        });
+    }
+    record_submission(conn, id, generation, input, outcome).await?;
     if outcome == UpsertOutcome::Unchanged {
         return Ok(Upserted { id, outcome });
     }
@@ -220,6 +270,11 @@ fn raw_from_row(row: &SqliteRow) -> StoreResult<RawDetails> {
         last_error_kind: row.try_get("last_error_kind")?,
         last_error: row.try_get("last_error")?,
         merge_retry_authorized: row.try_get("merge_retry_authorized")?,
+        mr_created: row.try_get("mr_created")?,
+        push_intent_at: row
+            .try_get::<Option<i64>, _>("push_intent_at")?
+            .map(from_micros)
+            .transpose()?,
         created_at: from_micros(row.try_get("created_at")?)?,
         updated_at: from_micros(row.try_get("updated_at")?)?,
     })
@@ -277,19 +332,16 @@ pub(super) async fn queue_watch(
 pub(super) async fn record_change(
     store: &SqliteStore,
     id: ItemId,
-    number: i64,
-    url: &str,
-    head_sha: &str,
-    pushed_content_hash: &str,
-    now: OffsetDateTime,
+    change: &super::RecordedChange<'_>,
 ) -> StoreResult<()> {
     sqlx::query(sql!("record_change"))
         .bind(id_text(id))
-        .bind(number)
-        .bind(url)
-        .bind(head_sha)
-        .bind(pushed_content_hash)
-        .bind(micros(now))
+        .bind(signed(Some(change.number)))
+        .bind(change.url)
+        .bind(change.head_sha)
+        .bind(change.pushed_content_hash)
+        .bind(micros(change.now))
+        .bind(change.created)
         .execute(store.writer())
         .await?;
     Ok(())
@@ -302,14 +354,80 @@ pub(super) async fn record_push(
     pushed_content_hash: &str,
     now: OffsetDateTime,
 ) -> StoreResult<()> {
+    let mut tx = store.begin_write().await?;
     sqlx::query(sql!("record_push"))
         .bind(id_text(id))
         .bind(head_sha)
         .bind(pushed_content_hash)
         .bind(micros(now))
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(sql!("insert_push"))
+        .bind(id_text(id))
+        .bind(head_sha)
+        .bind(micros(now))
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(super) async fn mark_push_intent(
+    store: &SqliteStore,
+    id: ItemId,
+    now: OffsetDateTime,
+) -> StoreResult<()> {
+    sqlx::query(sql!("push_intent"))
+        .bind(id_text(id))
+        .bind(micros(now))
         .execute(store.writer())
         .await?;
     Ok(())
+}
+
+pub(super) async fn branch_ownership(
+    store: &SqliteStore,
+    id: ItemId,
+    head: &str,
+) -> StoreResult<(bool, bool)> {
+    Ok(sqlx::query_as(sql!("branch_ownership"))
+        .bind(id_text(id))
+        .bind(head)
+        .fetch_one(store.pool())
+        .await?)
+}
+
+pub(super) async fn change_created(
+    store: &SqliteStore,
+    id: ItemId,
+    number: i64,
+) -> StoreResult<bool> {
+    Ok(sqlx::query_scalar(sql!("change_created"))
+        .bind(id_text(id))
+        .bind(number)
+        .fetch_one(store.pool())
+        .await?)
+}
+
+pub(super) async fn submissions(
+    store: &SqliteStore,
+    id: ItemId,
+) -> StoreResult<Vec<super::SubmissionRecord>> {
+    let rows: Vec<(i64, String, String, String, i64)> = sqlx::query_as(sql!("submissions"))
+        .bind(id_text(id))
+        .fetch_all(store.pool())
+        .await?;
+    rows.into_iter()
+        .map(|(generation, content_hash, outcome, caller_identity, at)| {
+            Ok(super::SubmissionRecord {
+                generation,
+                content_hash,
+                outcome,
+                caller_identity,
+                submitted_at: from_micros(at)?,
+            })
+        })
+        .collect()
 }
 
 pub(super) async fn observe(

@@ -2,6 +2,6 @@
 SELECT d.work_item_id
 FROM mr_details d
 JOIN work_items w ON w.id = d.work_item_id
-WHERE d.forge = $1 AND d.project = $2 AND d.source_branch = $3 AND w.phase = 'active'
+WHERE d.forge = $1 AND lower(d.project) = lower($2) AND d.source_branch = $3 AND w.phase = 'active'
 ORDER BY d.generation DESC
 LIMIT 1
