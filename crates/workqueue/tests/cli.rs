@@ -602,7 +602,8 @@ fn migrate_against_an_unreachable_database_does_not_print_its_password() {
         let config = write(
             &dir,
             "workqueue.yaml",
-            &format!("database:\n  url: \"{url}\"\n"),
+            // Refused at once; retried for a second, not sqlx's default 30.
+            &format!("database:\n  url: \"{url}\"\n  connect_timeout_seconds: 1\n"),
         );
         let output = workqueue(&["migrate", "--config", &config]);
         assert!(!output.status.success(), "migrate against {url} failed");
