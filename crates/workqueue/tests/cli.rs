@@ -505,9 +505,10 @@ fn serve_answers_the_items_commands_and_stops_on_sigterm() {
         .collect();
     let position = |wanted: &str| messages.iter().position(|message| message == wanted);
     let signal = position("SIGTERM received; shutting down").expect("signal logged");
-    let http = position("HTTP server stopped; stopping the engine").expect("http stop logged");
-    let engine = position("engine stopped; bye").expect("engine stop logged");
-    assert!(signal < http && http < engine, "{messages:?}");
+    let stopping =
+        position("shutting down: no new connections or item runs").expect("shutdown logged");
+    let stopped = position("HTTP server and engine stopped; bye").expect("stop logged");
+    assert!(signal < stopping && stopping < stopped, "{messages:?}");
 
     // Nothing answers any more.
     let output = workqueue(&["items", "--url", "http://127.0.0.1:9", "list"]);
@@ -615,4 +616,82 @@ fn migrate_against_an_unreachable_database_does_not_print_its_password() {
             "names the database: {printed}"
         );
     }
+}
+
+/// SIGTERM with a client connected that never finishes its headers: `serve`
+/// still exits, cleanly, once the shutdown grace has passed.
+#[test]
+fn serve_exits_on_sigterm_within_the_grace_despite_a_stuck_client() {
+    use std::io::Write as _;
+
+    let dir = temp_dir();
+    let database_url = format!("sqlite:{}", dir.join("wq.db").display());
+    let config = write(
+        &dir,
+        "workqueue.yaml",
+        &format!(
+            "database:\n  url: \"{database_url}\"\nserver:\n  bind: \"127.0.0.1:0\"\n  \
+             header_read_timeout_seconds: 3600\n  shutdown_grace_seconds: 1\n"
+        ),
+    );
+    let output = workqueue(&["migrate", "--config", &config]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+
+    let mut server = Server::start(&config);
+    let address = server.url.trim_start_matches("http://").to_owned();
+    let mut stuck = std::net::TcpStream::connect(&address).expect("connect");
+    stuck
+        .write_all(b"GET /healthz HTTP/1.1\r\n")
+        .expect("write a partial request");
+    // Served before the signal: the stuck connection is accepted by then.
+    let output = workqueue(&["items", "--url", &server.url, "list"]);
+    assert!(
+        !stderr_of(&output).contains("connect"),
+        "{}",
+        stderr_of(&output)
+    );
+
+    let pid = server.child.id().to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    // Without the grace the stuck client would hold it forever.
+    let mut status = None;
+    for _ in 0..300 {
+        if let Some(exited) = server.child.try_wait().expect("try_wait") {
+            status = Some(exited);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let logs = server
+        .logs
+        .take()
+        .map(|logs| {
+            if status.is_none() {
+                let _ = server.child.kill();
+            }
+            logs.join().unwrap_or_default()
+        })
+        .unwrap_or_default();
+    let status = status.unwrap_or_else(|| {
+        panic!(
+            "serve still running 30 s after SIGTERM; logs:\n{}",
+            logs.join("\n")
+        )
+    });
+    assert!(
+        status.success(),
+        "serve exited with {status}; logs:\n{}",
+        logs.join("\n")
+    );
+    assert!(
+        logs.iter().any(|line| line.contains("SIGTERM received")),
+        "{}",
+        logs.join("\n")
+    );
+    drop(stuck);
+    std::fs::remove_dir_all(&dir).ok();
 }
