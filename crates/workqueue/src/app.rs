@@ -33,15 +33,19 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let url = &config.database.url;
     // Nothing that names the URL (ours or the driver's messages) may carry
     // its password.
-    let store = wq_store::connect(url, config.database.max_connections)
-        .await
-        .map_err(|error| {
-            anyhow::anyhow!(
-                "cannot open the database ({}): {}",
-                redact(url),
-                scrub(&error.to_string(), url)
-            )
-        })?;
+    let store = wq_store::connect_with_timeout(
+        url,
+        config.database.max_connections,
+        config.database.connect_timeout(),
+    )
+    .await
+    .map_err(|error| {
+        anyhow::anyhow!(
+            "cannot open the database ({}): {}",
+            redact(url),
+            scrub(&error.to_string(), url)
+        )
+    })?;
     store.migrate().await.map_err(|error| {
         anyhow::anyhow!(
             "applying database migrations failed: {}",

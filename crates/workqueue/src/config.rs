@@ -8,6 +8,7 @@
 //! database:
 //!   url: "sqlite:./workqueue.db"   # or postgres://user@host/db
 //!   max_connections: 10
+//!   connect_timeout_seconds: 30    # waiting for PostgreSQL at start
 //! server:
 //!   bind: "127.0.0.1:8080"
 //!   body_limit_bytes: 8388608
@@ -57,6 +58,8 @@ use serde::Deserialize;
 pub const DEFAULT_DATABASE_URL: &str = "sqlite:./workqueue.db";
 /// Connections in the database pool.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+/// Seconds to wait for a PostgreSQL connection.
+pub const DEFAULT_DATABASE_CONNECT_TIMEOUT_SECONDS: u64 = 30;
 /// Address of the HTTP server: loopback unless the file says otherwise.
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
 /// Largest accepted request body (8 MiB).
@@ -111,6 +114,11 @@ pub struct DatabaseConfig {
     /// Pool size, 1 to 1000 (default [`DEFAULT_MAX_CONNECTIONS`]).
     #[garde(custom(between(1, 1000)))]
     pub max_connections: u32,
+    /// How long to wait for a PostgreSQL connection (at start, and for a
+    /// pooled one later), 1 to 3600 seconds (default
+    /// [`DEFAULT_DATABASE_CONNECT_TIMEOUT_SECONDS`]).
+    #[garde(custom(between(1, 3600)))]
+    pub connect_timeout_seconds: u64,
 }
 
 impl Default for DatabaseConfig {
@@ -118,7 +126,14 @@ impl Default for DatabaseConfig {
         Self {
             url: DEFAULT_DATABASE_URL.to_owned(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            connect_timeout_seconds: DEFAULT_DATABASE_CONNECT_TIMEOUT_SECONDS,
         }
+    }
+}
+
+impl DatabaseConfig {
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_secs(self.connect_timeout_seconds)
     }
 }
 
@@ -569,13 +584,14 @@ mod tests {
     #[test]
     fn a_full_file_parses_and_maps() {
         let config = Config::parse(
-            "database:\n  url: postgres://postgres@127.0.0.1/wq\n  max_connections: 20\n\
+            "database:\n  url: postgres://postgres@127.0.0.1/wq\n  max_connections: 20\n  connect_timeout_seconds: 3\n\
              server:\n  bind: 0.0.0.0:9000\n  body_limit_bytes: 4096\n  request_timeout_seconds: 5\n\
              engine:\n  workers: 3\n  sweep_interval_seconds: 7\n  lease_seconds: 11\n  deadline_seconds: 13\n  max_attempts: 2\n  handled_types: [mr]\n",
         )
         .unwrap();
         assert_eq!(config.database.url, "postgres://postgres@127.0.0.1/wq");
         assert_eq!(config.database.max_connections, 20);
+        assert_eq!(config.database.connect_timeout(), Duration::from_secs(3));
         assert_eq!(
             config.server.bind_address().unwrap(),
             "0.0.0.0:9000".parse().unwrap()
@@ -618,6 +634,10 @@ mod tests {
             "database.url: must start with sqlite: (e.g. sqlite:./workqueue.db) or postgres:// \
              (line 2, column 8)\n\
              database.max_connections: must be between 1 and 1000, got 0 (line 3, column 20)"
+        );
+        assert_eq!(
+            error_of("database:\n  connect_timeout_seconds: 0\n"),
+            "database.connect_timeout_seconds: must be between 1 and 3600, got 0 (line 2, column 28)"
         );
         assert_eq!(
             error_of("engine:\n  handled_types: [\"\"]\n"),

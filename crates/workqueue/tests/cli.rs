@@ -505,9 +505,10 @@ fn serve_answers_the_items_commands_and_stops_on_sigterm() {
         .collect();
     let position = |wanted: &str| messages.iter().position(|message| message == wanted);
     let signal = position("SIGTERM received; shutting down").expect("signal logged");
-    let http = position("HTTP server stopped; stopping the engine").expect("http stop logged");
-    let engine = position("engine stopped; bye").expect("engine stop logged");
-    assert!(signal < http && http < engine, "{messages:?}");
+    let stopping =
+        position("shutting down: no new connections or item runs").expect("shutdown logged");
+    let stopped = position("HTTP server and engine stopped; bye").expect("stop logged");
+    assert!(signal < stopping && stopping < stopped, "{messages:?}");
 
     // Nothing answers any more.
     let output = workqueue(&["items", "--url", "http://127.0.0.1:9", "list"]);
@@ -602,7 +603,8 @@ fn migrate_against_an_unreachable_database_does_not_print_its_password() {
         let config = write(
             &dir,
             "workqueue.yaml",
-            &format!("database:\n  url: \"{url}\"\n"),
+            // Refused at once; retried for a second, not sqlx's default 30.
+            &format!("database:\n  url: \"{url}\"\n  connect_timeout_seconds: 1\n"),
         );
         let output = workqueue(&["migrate", "--config", &config]);
         assert!(!output.status.success(), "migrate against {url} failed");
@@ -613,5 +615,225 @@ fn migrate_against_an_unreachable_database_does_not_print_its_password() {
             printed.contains("127.0.0.1:1"),
             "names the database: {printed}"
         );
+    }
+}
+
+/// SIGTERM with a client connected that never finishes its headers: `serve`
+/// still exits, cleanly, once the shutdown grace has passed.
+#[test]
+fn serve_exits_on_sigterm_within_the_grace_despite_a_stuck_client() {
+    use std::io::Write as _;
+
+    let dir = temp_dir();
+    let database_url = format!("sqlite:{}", dir.join("wq.db").display());
+    let config = write(
+        &dir,
+        "workqueue.yaml",
+        &format!(
+            "database:\n  url: \"{database_url}\"\nserver:\n  bind: \"127.0.0.1:0\"\n  \
+             header_read_timeout_seconds: 3600\n  shutdown_grace_seconds: 1\n"
+        ),
+    );
+    let output = workqueue(&["migrate", "--config", &config]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+
+    let mut server = Server::start(&config);
+    let address = server.url.trim_start_matches("http://").to_owned();
+    let mut stuck = std::net::TcpStream::connect(&address).expect("connect");
+    stuck
+        .write_all(b"GET /healthz HTTP/1.1\r\n")
+        .expect("write a partial request");
+    // Served before the signal: the stuck connection is accepted by then.
+    let output = workqueue(&["items", "--url", &server.url, "list"]);
+    assert!(
+        !stderr_of(&output).contains("connect"),
+        "{}",
+        stderr_of(&output)
+    );
+
+    let pid = server.child.id().to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    // Without the grace the stuck client would hold it forever.
+    let mut status = None;
+    for _ in 0..300 {
+        if let Some(exited) = server.child.try_wait().expect("try_wait") {
+            status = Some(exited);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let logs = server
+        .logs
+        .take()
+        .map(|logs| {
+            if status.is_none() {
+                let _ = server.child.kill();
+            }
+            logs.join().unwrap_or_default()
+        })
+        .unwrap_or_default();
+    let status = status.unwrap_or_else(|| {
+        panic!(
+            "serve still running 30 s after SIGTERM; logs:\n{}",
+            logs.join("\n")
+        )
+    });
+    assert!(
+        status.success(),
+        "serve exited with {status}; logs:\n{}",
+        logs.join("\n")
+    );
+    assert!(
+        logs.iter().any(|line| line.contains("SIGTERM received")),
+        "{}",
+        logs.join("\n")
+    );
+    drop(stuck);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `mr` migration 1001 fills the place (forge, project) of items stored
+/// before wq-store migration 0003 added it, from their `mr_details`. The
+/// state such a release left is made by hand: the migrated database gets an
+/// `mr` item with no place and its details row, 1001 is marked as not yet
+/// applied, and `workqueue migrate` runs it again.
+#[test]
+fn migrate_backfills_the_place_of_older_merge_requests() {
+    for postgres in [false, true] {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let database_url = if postgres {
+            runtime.block_on(wq_store::testing::fresh_postgres_url())
+        } else {
+            wq_store::testing::fresh_sqlite_url()
+        };
+        let dir = temp_dir();
+        let config = write(
+            &dir,
+            "workqueue.yaml",
+            &format!("database:\n  url: \"{database_url}\"\n"),
+        );
+        let output = workqueue(&["migrate", "--config", &config]);
+        assert!(output.status.success(), "{}", stderr_of(&output));
+
+        // Three items without a place: an `mr` one with details, an `mr`
+        // one already placed (kept), and one of another type (no details).
+        let (old, placed, other) = runtime.block_on(async {
+            let store = wq_store::connect(&database_url, 1).await.expect("connect");
+            let insert = |item_type: &'static str, place: Option<(&str, &str)>| {
+                let store = std::sync::Arc::clone(&store);
+                let place = place.map(|(f, p)| (f.to_owned(), p.to_owned()));
+                async move {
+                    store
+                        .item_insert(NewItem {
+                            id: ItemId::new_v7(),
+                            item_type: item_type.to_owned(),
+                            idempotency_key: None,
+                            caller_identity: Some("test".to_owned()),
+                            place,
+                            now: OffsetDateTime::now_utc(),
+                            dimensions: Vec::new(),
+                        })
+                        .await
+                        .expect("insert")
+                        .id
+                }
+            };
+            let old = insert("mr", None).await;
+            let placed = insert("mr", Some(("github", "kept/place"))).await;
+            let other = insert("alpha", None).await;
+            (old, placed, other)
+        });
+        let details = |id: ItemId, project: &str| {
+            let (falsy, time) = if postgres {
+                ("false", "now()")
+            } else {
+                ("0", "0")
+            };
+            format!(
+                "INSERT INTO mr_details (work_item_id, forge, project, source_branch, \
+                 target_branch, generation, title, description, commit_message, labels, \
+                 file_actions, auto_merge, ci_retry, content_hash, metadata_hash, created_at, \
+                 updated_at) VALUES ('{id}', 'gitlab', '{project}', 'feature', 'main', 1, 't', \
+                 'd', 'c', '[]', '[]', {falsy}, {falsy}, 'h', 'm', {time}, {time})"
+            )
+        };
+        let statements = [
+            details(old, "group/app"),
+            details(placed, "group/other"),
+            "DELETE FROM _sqlx_migrations WHERE version = 1001".to_owned(),
+        ];
+        let place_of =
+            |id: ItemId| format!("SELECT forge, project FROM work_items WHERE id = '{id}'");
+        let run = |sql: Vec<String>| -> Vec<(Option<String>, Option<String>)> {
+            runtime.block_on(async {
+                use sqlx::Connection as _;
+                let mut rows = Vec::new();
+                if postgres {
+                    let mut connection = sqlx::PgConnection::connect(&database_url).await.unwrap();
+                    for statement in sql {
+                        if statement.starts_with("SELECT") {
+                            rows.push(
+                                sqlx::query_as(sqlx::AssertSqlSafe(statement))
+                                    .fetch_one(&mut connection)
+                                    .await
+                                    .unwrap(),
+                            );
+                        } else {
+                            sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+                                .execute(&mut connection)
+                                .await
+                                .unwrap();
+                        }
+                    }
+                } else {
+                    let mut connection = sqlx::SqliteConnection::connect(&database_url)
+                        .await
+                        .unwrap();
+                    for statement in sql {
+                        if statement.starts_with("SELECT") {
+                            rows.push(
+                                sqlx::query_as(sqlx::AssertSqlSafe(statement))
+                                    .fetch_one(&mut connection)
+                                    .await
+                                    .unwrap(),
+                            );
+                        } else {
+                            sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+                                .execute(&mut connection)
+                                .await
+                                .unwrap();
+                        }
+                    }
+                }
+                rows
+            })
+        };
+        run(statements.to_vec());
+        assert_eq!(run(vec![place_of(old)]), vec![(None, None)], "no place yet");
+
+        let output = workqueue(&["migrate", "--config", &config]);
+        assert!(output.status.success(), "{}", stderr_of(&output));
+        let places = run(vec![place_of(old), place_of(placed), place_of(other)]);
+        let some = |forge: &str, project: &str| (Some(forge.to_owned()), Some(project.to_owned()));
+        assert_eq!(
+            places,
+            vec![
+                some("gitlab", "group/app"),
+                some("github", "kept/place"),
+                (None, None),
+            ],
+            "postgres: {postgres}"
+        );
+        if postgres {
+            runtime.block_on(wq_store::testing::drop_postgres_database(&database_url));
+        }
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -47,6 +47,9 @@ pub const UNAUTHENTICATED_MESSAGE: &str =
 /// name, or a quoted (`"..."` or `` `...` ``) part of a message. Longer ones
 /// are cut to this many characters followed by [`ELLIPSIS`].
 pub const MAX_QUOTED_CHARS: usize = 64;
+/// The most invalid fields a 422 lists (in `errors` and its message); the
+/// message says how many more there were.
+pub const MAX_FIELD_ERRORS: usize = 50;
 /// Marks a name or value cut to [`MAX_QUOTED_CHARS`].
 pub const ELLIPSIS: &str = "…";
 
@@ -165,20 +168,29 @@ impl ApiError {
         }
     }
 
-    /// 422: fields of a valid JSON body are invalid; names every one.
+    /// 422: fields of a valid JSON body are invalid; names the first
+    /// [`MAX_FIELD_ERRORS`] and says how many more were left out.
     pub fn invalid_fields(errors: Vec<wq_core::FieldError>) -> Self {
+        let total = errors.len();
         let errors: Vec<wq_core::FieldError> = errors
             .into_iter()
+            .take(MAX_FIELD_ERRORS)
             .map(|error| wq_core::FieldError {
                 field: clip(&error.field).into_owned(),
                 message: clip_quoted(&error.message).into_owned(),
             })
             .collect();
-        let message = errors
+        let mut message = errors
             .iter()
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join("; ");
+        let left_out = total - errors.len();
+        if left_out > 0 {
+            message.push_str(&format!(
+                "; and {left_out} more invalid field(s) not listed ({total} in all)"
+            ));
+        }
         let mut error = Self::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             code::INVALID_FIELD,
@@ -566,6 +578,33 @@ mod tests {
             clip(&wide),
             format!("{}{ELLIPSIS}", "é".repeat(MAX_QUOTED_CHARS))
         );
+    }
+
+    #[test]
+    fn invalid_fields_are_listed_up_to_the_cap() {
+        let errors: Vec<wq_core::FieldError> = (0..MAX_FIELD_ERRORS + 7)
+            .map(|index| wq_core::FieldError::new(format!("f{index}"), "unknown field"))
+            .collect();
+        let error = ApiError::invalid_fields(errors);
+        let envelope = error.envelope();
+        assert_eq!(envelope.error.errors.len(), MAX_FIELD_ERRORS);
+        assert_eq!(envelope.error.field.as_deref(), Some("f0"));
+        assert!(
+            error
+                .message()
+                .ends_with("; and 7 more invalid field(s) not listed (57 in all)"),
+            "{}",
+            error.message()
+        );
+        assert!(!error.message().contains("f50:"), "{}", error.message());
+
+        // At the cap nothing is left out.
+        let errors: Vec<wq_core::FieldError> = (0..MAX_FIELD_ERRORS)
+            .map(|index| wq_core::FieldError::new(format!("f{index}"), "unknown field"))
+            .collect();
+        let error = ApiError::invalid_fields(errors);
+        assert_eq!(error.envelope().error.errors.len(), MAX_FIELD_ERRORS);
+        assert!(!error.message().contains("more"), "{}", error.message());
     }
 
     #[test]

@@ -208,7 +208,9 @@ async fn request_timeout(State(limit): State<Duration>, request: Request, next: 
 }
 
 /// Refuses a declared body larger than the limit before anything reads it;
-/// bodies without a length are cut by `DefaultBodyLimit` when extracted.
+/// bodies without a length (chunked) are cut by `DefaultBodyLimit` when
+/// extracted, and that 413 is answered with the same message naming the
+/// limit.
 async fn content_length_limit(
     State(limit_bytes): State<usize>,
     request: Request,
@@ -223,6 +225,13 @@ async fn content_length_limit(
         Some(length) if length > limit_bytes as u64 => {
             ApiError::payload_too_large(limit_bytes).into_response()
         }
-        _ => next.run(request).await,
+        _ => {
+            let response = next.run(request).await;
+            if response.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::payload_too_large(limit_bytes).into_response()
+            } else {
+                response
+            }
+        }
     }
 }

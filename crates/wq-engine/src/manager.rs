@@ -109,6 +109,9 @@ pub struct ProcessingManager {
     idle: Notify,
     workers: Arc<Semaphore>,
     shutdown: CancellationToken,
+    /// Cancelled when a bounded shutdown gives up on the loops still
+    /// running: their heartbeats stop, so their leases expire.
+    abandoned: CancellationToken,
     tasks: TaskTracker,
 }
 
@@ -157,6 +160,7 @@ impl ProcessingManager {
             idle: Notify::new(),
             workers,
             shutdown: CancellationToken::new(),
+            abandoned: CancellationToken::new(),
             tasks: TaskTracker::new(),
         }))
     }
@@ -235,13 +239,39 @@ impl ProcessingManager {
     }
 
     /// Stops intake, lets running items finish their current step (they then
-    /// release their leases) and waits for them.
+    /// release their leases) and waits for them, however long a step takes.
+    /// [`ProcessingManager::shutdown_within`] bounds the wait.
     pub async fn shutdown(&self) {
         self.shutdown.cancel();
         self.tasks.close();
         self.tasks.wait().await;
         self.tracked.lock().expect("tracked lock").clear();
         self.idle.notify_waiters();
+    }
+
+    /// [`ProcessingManager::shutdown`], waiting at most `grace` for the
+    /// running steps. Answers whether every loop ended. Loops still running
+    /// then (e.g. an executor stuck on a forge call) are abandoned: they are
+    /// not waited for and their leases are not released (the step might
+    /// still be writing to the forge), so they expire and the sweep of
+    /// another replica, or of this one after a restart, resumes the items.
+    /// The abandoned tasks end with the runtime.
+    pub async fn shutdown_within(&self, grace: Duration) -> bool {
+        self.shutdown.cancel();
+        self.tasks.close();
+        let ended = tokio::time::timeout(grace, self.tasks.wait()).await.is_ok();
+        if !ended {
+            self.abandoned.cancel();
+            let running = self.tasks.len();
+            tracing::warn!(
+                running,
+                grace_ms = grace.as_millis() as u64,
+                "{running} item loop(s) still running after the shutdown grace;                  abandoning them (their leases expire)"
+            );
+        }
+        self.tracked.lock().expect("tracked lock").clear();
+        self.idle.notify_waiters();
+        ended
     }
 
     /// Runs one item's loop inline, outside the pool: the one step tests
@@ -427,10 +457,14 @@ impl ItemRun<'_> {
         let period = (lease_length / 3).max(Duration::from_millis(10));
         let lease = Arc::clone(&self.lease);
         let lost = self.lease_lost.clone();
+        let abandoned = self.manager.abandoned.clone();
         let id = self.id;
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(period).await;
+                tokio::select! {
+                    () = tokio::time::sleep(period) => {}
+                    () = abandoned.cancelled() => return,
+                }
                 let mut held = lease.lock().await;
                 if lost.is_cancelled() {
                     return;

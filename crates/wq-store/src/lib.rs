@@ -377,12 +377,26 @@ pub trait Store: Send + Sync + 'static {
     async fn sweep_candidates(&self, params: SweepParams) -> StoreResult<Vec<ItemId>>;
 }
 
+/// How long [`connect`] waits for a first PostgreSQL connection (sqlx's
+/// default acquire timeout).
+pub const DEFAULT_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Opens a store from a URL: `sqlite:PATH`, `sqlite::memory:`, or
 /// `postgres://...`. The backend is picked here, once.
 pub async fn connect(url: &str, max_connections: u32) -> StoreResult<Arc<dyn Store>> {
+    connect_with_timeout(url, max_connections, DEFAULT_CONNECT_TIMEOUT).await
+}
+
+/// [`connect`], waiting at most `connect_timeout` for a PostgreSQL server
+/// (SQLite opens a local file and ignores it).
+pub async fn connect_with_timeout(
+    url: &str,
+    max_connections: u32,
+    connect_timeout: std::time::Duration,
+) -> StoreResult<Arc<dyn Store>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Arc::new(
-            postgres::PgStore::connect(url, max_connections).await?,
+            postgres::PgStore::connect_with_timeout(url, max_connections, connect_timeout).await?,
         ))
     } else if url.starts_with("sqlite:") {
         Ok(Arc::new(

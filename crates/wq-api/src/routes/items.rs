@@ -22,7 +22,7 @@ use wq_store::{ItemListParams, ListedItem, StoreError, Visibility, VisibleScope}
 
 use crate::auth::{Caller, command_permission, command_permissions};
 use crate::error::ApiError;
-use crate::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery};
+use crate::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery, UniqueKeys};
 use crate::models::{DimensionBody, ItemBody, ItemDetail, ItemList, SubmitResponse};
 use crate::state::AppState;
 
@@ -338,7 +338,7 @@ pub const CALLER_IDENTITY_FIELD: &str = "caller_identity";
 pub async fn submit(
     State(state): State<AppState>,
     caller: Caller,
-    ApiJson(body): ApiJson<serde_json::Value>,
+    ApiJson(UniqueKeys(body)): ApiJson<UniqueKeys>,
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
     caller.authorize(Permission::Submit, &Scope::ANY)?;
     let Some(object) = body.as_object() else {
@@ -477,12 +477,15 @@ pub async fn command(
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         serde_json::Value::Null
     } else {
-        serde_json::from_slice(&body).map_err(|error| {
-            ApiError::invalid_body(
-                StatusCode::BAD_REQUEST,
-                format!("invalid JSON body: {error}"),
-            )
-        })?
+        let UniqueKeys(body) = serde_json::from_slice(&body).map_err(|error| {
+            let status = if error.is_data() {
+                StatusCode::UNPROCESSABLE_ENTITY
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            ApiError::invalid_body(status, format!("invalid JSON body: {error}"))
+        })?;
+        body
     };
     let reply = handler
         .run_command(id, &command, body, &caller_identity)

@@ -14,6 +14,7 @@ mod jwt_helpers;
 mod auth;
 mod errors;
 mod health;
+mod hostile;
 mod items;
 mod metrics;
 mod retry;

@@ -109,8 +109,20 @@ pub struct PgStore {
 impl PgStore {
     /// Connects a pool of at most `max_connections`. Does not migrate.
     pub async fn connect(url: &str, max_connections: u32) -> StoreResult<Self> {
+        Self::connect_with_timeout(url, max_connections, crate::DEFAULT_CONNECT_TIMEOUT).await
+    }
+
+    /// [`PgStore::connect`], giving up when no connection is made within
+    /// `connect_timeout` (a refused or unreachable server is retried until
+    /// then); it also bounds every later wait for a pooled connection.
+    pub async fn connect_with_timeout(
+        url: &str,
+        max_connections: u32,
+        connect_timeout: std::time::Duration,
+    ) -> StoreResult<Self> {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
+            .acquire_timeout(connect_timeout)
             .connect(url)
             .await?;
         Ok(Self { pool })
