@@ -204,14 +204,12 @@ impl Run<'_> {
         Ok(author == me.username)
     }
 
-    /// Whether `head`, the branch's head on the forge, is workqueue's: the
-    /// head this item recorded, one pushed on the branch line (any
-    /// generation), or unknown while this item has a push whose result was
-    /// not recorded (a crash between the push and its record).
+    /// Whether `head`, the branch's head on the forge, is workqueue's: one
+    /// pushed on the branch line (any generation), or unknown while this
+    /// item has a push whose result was not recorded (a crash between the
+    /// push and its record). The head the reconcile last observed does not
+    /// count: a person may have pushed it onto workqueue's branch.
     async fn branch_is_ours(&self, head: &str) -> Result<bool, ExecError> {
-        if self.details.head_sha.as_deref() == Some(head) {
-            return Ok(true);
-        }
         let ownership = self
             .mr
             .store

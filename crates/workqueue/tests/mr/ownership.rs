@@ -31,6 +31,8 @@ backend_tests!(
     the_project_is_the_forges_spelling,
     a_persons_note_with_the_marker_is_left_alone,
     reopening_after_a_persons_close_needs_admin,
+    gitlab_a_persons_commit_on_workqueues_branch_is_not_overwritten,
+    github_a_persons_commit_on_workqueues_branch_is_not_overwritten,
 );
 
 fn github() -> Options {
@@ -92,6 +94,48 @@ async fn gitlab_a_persons_branch_is_never_written(backend: Backend) {
 
 async fn github_a_persons_branch_is_never_written(backend: Backend) {
     a_persons_branch_is_never_written(backend, GITHUB).await;
+}
+
+/// A person adds a commit to the branch workqueue pushed: the reconcile
+/// sees the new head, but a later update must not force-push over it (a
+/// head is workqueue's only when workqueue pushed it).
+async fn a_persons_commit_on_workqueues_branch_is_not_overwritten(backend: Backend, forge: &str) {
+    let h = start(backend, forge).await;
+    let branch = "wq/collab";
+    let id = h
+        .submit_ok(
+            &manual(h.change(branch, &[("x.txt", "x\n")])),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    h.wait_mr(&id).await;
+    h.settle().await;
+    let head = h.person_push(branch, &[("fix.txt", Some("a person's fix\n"))]);
+    h.settle().await;
+    h.sim.clear_requests();
+    let (status, reply) = h
+        .submit(&manual(h.change(branch, &[("x.txt", "x2\n")])))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    assert_eq!(reply["outcome"], "updated", "{reply}");
+    let item = h.wait_phase(&id, "failed").await;
+    assert_not_managed(&item, branch);
+    assert_eq!(
+        h.branch_head(branch),
+        Some(head),
+        "the person's commit stays"
+    );
+    assert_eq!(h.forge_writes(), Vec::<String>::new(), "no forge write");
+    h.finish().await;
+}
+
+async fn gitlab_a_persons_commit_on_workqueues_branch_is_not_overwritten(backend: Backend) {
+    a_persons_commit_on_workqueues_branch_is_not_overwritten(backend, "gitlab").await;
+}
+
+async fn github_a_persons_commit_on_workqueues_branch_is_not_overwritten(backend: Backend) {
+    a_persons_commit_on_workqueues_branch_is_not_overwritten(backend, GITHUB).await;
 }
 
 /// The branch is workqueue's (an earlier generation pushed it), but the
