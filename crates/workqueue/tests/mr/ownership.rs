@@ -1,19 +1,18 @@
-//! Issue #12: workqueue writes only over what it owns. A person's branch or
+//! workqueue writes only over what it owns. A person's branch or
 //! change request is never pushed to, edited or merged; a protected branch
 //! is refused before any push; one caller owns a live item; the project is
 //! the forge's spelling; the status note is the bot's own.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use forge_sim::{FaultRule, HttpFault};
 use reqwest::StatusCode;
-use wq_forge::{Forge, ForgeKind};
 use wq_testkit::{Backend, backend_tests};
 
 use crate::support::{
-    GITHUB, GithubRepo, Harness, Options, PERSON, PROJECT, bearer_client, dimension, manual,
+    CrashAt, CrashOnce, GITHUB, GithubRepo, Harness, Intercept, Options, PERSON, PROJECT,
+    bearer_client, dimension, manual,
 };
 
 backend_tests!(
@@ -342,21 +341,18 @@ async fn reopening_after_a_persons_close_needs_admin(backend: Backend) {
     h.finish().await;
 }
 
-/// A forge whose first push is accepted and then the process dies before
-/// the head is recorded.
-pub struct DiesAfterPush {
-    inner: Arc<dyn Forge>,
-    fired: AtomicBool,
-}
-
 async fn a_push_whose_record_was_lost_stays_workqueues(backend: Backend) {
     let mut h = Harness::start_with(
         backend,
         Options {
+            // The first push is accepted, then the process dies before the
+            // head is recorded.
             wrap: Some(Box::new(|inner, _, _| {
-                Arc::new(DiesAfterPush {
+                Arc::new(Intercept {
                     inner,
-                    fired: AtomicBool::new(false),
+                    before_merge: Box::new(|| Box::pin(async {})),
+                    gate: None,
+                    crash: Some(CrashOnce::new(CrashAt::AfterPush)),
                 })
             })),
             ..Options::default()
@@ -532,129 +528,4 @@ async fn a_persons_note_with_the_marker_is_left_alone(backend: Backend) {
         "one status note of the bot's own: {notes:#?}"
     );
     h.finish().await;
-}
-
-#[async_trait::async_trait]
-impl Forge for DiesAfterPush {
-    fn kind(&self) -> ForgeKind {
-        self.inner.kind()
-    }
-    async fn current_user(&self) -> wq_forge::ForgeResult<wq_forge::ForgeUser> {
-        self.inner.current_user().await
-    }
-    async fn project_path(&self, project: &str) -> wq_forge::ForgeResult<String> {
-        self.inner.project_path(project).await
-    }
-    async fn branch_protected(&self, project: &str, branch: &str) -> wq_forge::ForgeResult<bool> {
-        self.inner.branch_protected(project, branch).await
-    }
-    async fn branch_head(
-        &self,
-        project: &str,
-        branch: &str,
-    ) -> wq_forge::ForgeResult<Option<String>> {
-        self.inner.branch_head(project, branch).await
-    }
-    async fn commit_files(
-        &self,
-        request: &wq_forge::CommitRequest<'_>,
-    ) -> wq_forge::ForgeResult<String> {
-        let head = self.inner.commit_files(request).await;
-        if !self.fired.swap(true, Ordering::SeqCst) {
-            panic!("the process dies after the forge accepted the push: {head:?}");
-        }
-        head
-    }
-    async fn diff_is_empty(
-        &self,
-        project: &str,
-        base: &str,
-        head: &str,
-    ) -> wq_forge::ForgeResult<bool> {
-        self.inner.diff_is_empty(project, base, head).await
-    }
-    async fn find_open_change(
-        &self,
-        project: &str,
-        source_branch: &str,
-    ) -> wq_forge::ForgeResult<Option<wq_forge::ChangeRequest>> {
-        self.inner.find_open_change(project, source_branch).await
-    }
-    async fn create_change(
-        &self,
-        request: &wq_forge::NewChange<'_>,
-    ) -> wq_forge::ForgeResult<wq_forge::ChangeRequest> {
-        self.inner.create_change(request).await
-    }
-    async fn update_change(
-        &self,
-        project: &str,
-        number: u64,
-        update: &wq_forge::ChangeUpdate<'_>,
-    ) -> wq_forge::ForgeResult<wq_forge::ChangeRequest> {
-        self.inner.update_change(project, number, update).await
-    }
-    async fn get_change(
-        &self,
-        project: &str,
-        number: u64,
-    ) -> wq_forge::ForgeResult<wq_forge::ChangeRequest> {
-        self.inner.get_change(project, number).await
-    }
-    async fn merge_change(
-        &self,
-        project: &str,
-        number: u64,
-        request: &wq_forge::MergeParams<'_>,
-    ) -> wq_forge::ForgeResult<wq_forge::MergeOutcome> {
-        self.inner.merge_change(project, number, request).await
-    }
-    async fn create_note(
-        &self,
-        project: &str,
-        number: u64,
-        body: &str,
-    ) -> wq_forge::ForgeResult<wq_forge::NoteRef> {
-        self.inner.create_note(project, number, body).await
-    }
-    async fn list_notes(
-        &self,
-        project: &str,
-        number: u64,
-    ) -> wq_forge::ForgeResult<Vec<wq_forge::Note>> {
-        self.inner.list_notes(project, number).await
-    }
-    async fn update_note(
-        &self,
-        project: &str,
-        number: u64,
-        note_id: u64,
-        body: &str,
-    ) -> wq_forge::ForgeResult<()> {
-        self.inner.update_note(project, number, note_id, body).await
-    }
-    async fn pipeline_jobs(
-        &self,
-        project: &str,
-        pipeline_id: u64,
-    ) -> wq_forge::ForgeResult<Vec<wq_forge::CiJob>> {
-        self.inner.pipeline_jobs(project, pipeline_id).await
-    }
-    async fn job_trace(&self, project: &str, job_id: u64) -> wq_forge::ForgeResult<String> {
-        self.inner.job_trace(project, job_id).await
-    }
-    async fn retry_job(
-        &self,
-        project: &str,
-        job_id: u64,
-    ) -> wq_forge::ForgeResult<wq_forge::CiJob> {
-        self.inner.retry_job(project, job_id).await
-    }
-    fn parse_webhook(
-        &self,
-        headers: &[(&str, &str)],
-        body: &[u8],
-    ) -> Result<wq_forge::ForgeEvent, wq_forge::WebhookRejection> {
-        self.inner.parse_webhook(headers, body)
-    }
 }

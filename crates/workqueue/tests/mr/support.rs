@@ -768,15 +768,17 @@ pub fn manual(mut body: Value) -> Value {
 /// A forge that delegates to the real client, with hooks around the merge
 /// call: something to do first (a human push racing the merge) and a gate
 /// that holds the call until opened.
-/// Where an [`Intercept`] makes the merge executor die, as a killed process
-/// would: nothing after that point is written.
+/// Where an [`Intercept`] makes an executor die, as a killed process would:
+/// nothing after that point is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CrashAt {
     BeforeMergeCall,
     AfterMergeCall,
+    /// After the forge accepted the first push, before its head is recorded.
+    AfterPush,
 }
 
-/// A [`CrashAt`] that happens on the first merge call only.
+/// A [`CrashAt`] that happens once, the first time the process gets there.
 pub struct CrashOnce {
     at: CrashAt,
     fired: std::sync::atomic::AtomicBool,
@@ -790,8 +792,10 @@ impl CrashOnce {
         }
     }
 
-    fn fire(&self) -> Option<CrashAt> {
-        (!self.fired.swap(true, std::sync::atomic::Ordering::SeqCst)).then_some(self.at)
+    /// True once, the first time the process reaches `at` (when the crash
+    /// is at `at`).
+    fn fire_at(&self, at: CrashAt) -> bool {
+        self.at == at && !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -827,7 +831,15 @@ impl Forge for Intercept {
         &self,
         request: &wq_forge::CommitRequest<'_>,
     ) -> wq_forge::ForgeResult<String> {
-        self.inner.commit_files(request).await
+        let head = self.inner.commit_files(request).await;
+        if self
+            .crash
+            .as_ref()
+            .is_some_and(|crash| crash.fire_at(CrashAt::AfterPush))
+        {
+            panic!("the process dies after the forge accepted the push: {head:?}");
+        }
+        head
     }
     async fn diff_is_empty(
         &self,
@@ -875,12 +887,12 @@ impl Forge for Intercept {
         if let Some(gate) = &self.gate {
             let _permit = gate.acquire().await.expect("gate open");
         }
-        let crash = self.crash.as_ref().and_then(CrashOnce::fire);
-        if crash == Some(CrashAt::BeforeMergeCall) {
+        let crash_at = |at| self.crash.as_ref().is_some_and(|crash| crash.fire_at(at));
+        if crash_at(CrashAt::BeforeMergeCall) {
             panic!("the process dies before the merge call leaves it");
         }
         let outcome = self.inner.merge_change(project, number, request).await;
-        if crash == Some(CrashAt::AfterMergeCall) {
+        if crash_at(CrashAt::AfterMergeCall) {
             panic!("the process dies after the forge accepted the merge: {outcome:?}");
         }
         outcome
