@@ -28,6 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower::ServiceBuilder;
 use tower_http::LatencyUnit;
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
@@ -86,6 +87,9 @@ pub fn router(state: AppState, config: &ApiConfig) -> Router {
                 .on_failure(()),
         )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
+        // A panicking handler answers the 500 envelope (its message goes to
+        // the log only) and the connection keeps serving.
+        .layer(CatchPanicLayer::custom(panic_response))
         .layer(middleware::from_fn_with_state(
             config.request_timeout,
             request_timeout,
@@ -106,6 +110,17 @@ pub fn router(state: AppState, config: &ApiConfig) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
         .layer(middleware)
+}
+
+/// The answer to a request whose handler panicked: the generic 500
+/// envelope; the panic's message is logged, never sent.
+fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let message = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic without a message");
+    error::ApiError::internal(format!("handler panicked: {message}")).into_response()
 }
 
 /// [`serve_with`] with the default [`ServeConfig`].

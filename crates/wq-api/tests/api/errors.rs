@@ -6,7 +6,9 @@ use serde_json::json;
 use wq_api::ApiConfig;
 use wq_core::ItemId;
 
-use crate::helpers::{AppOptions, Backend, Faults, error_of, spawn_app, spawn_app_with};
+use crate::helpers::{
+    AppOptions, Backend, Faults, PANIC_COMMAND, PROBE_TYPE, error_of, spawn_app, spawn_app_with,
+};
 
 #[tokio::test]
 async fn unknown_routes_and_methods_answer_with_the_envelope() {
@@ -104,5 +106,25 @@ async fn responses_carry_a_request_id() {
         .await
         .unwrap();
     assert_eq!(response.headers()["x-request-id"], "given-id");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_panicking_handler_answers_the_500_envelope_and_the_server_keeps_serving() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let item = app.insert(PROBE_TYPE).await;
+    let envelope = error_of(
+        app.post(&format!("/api/v1/work-items/{}/{PANIC_COMMAND}", item.id))
+            .await,
+        500,
+    )
+    .await;
+    assert_eq!(envelope.error.code, "internal");
+    assert!(
+        !envelope.error.message.contains("nobody planned"),
+        "the panic's message stays in the log: {}",
+        envelope.error.message
+    );
+    assert_eq!(app.get("/healthz").await.status().as_u16(), 200);
     app.stop().await;
 }

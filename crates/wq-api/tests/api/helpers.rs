@@ -39,6 +39,8 @@ use wq_store::{
 pub const PROBE_TYPE: &str = "probe";
 /// The probe's command.
 pub const PROBE_COMMAND: &str = "retry-merge";
+/// A probe command whose handler panics.
+pub const PANIC_COMMAND: &str = "explode";
 
 /// The keys a probe submission may hold; any other is an unknown field
 /// (named in `field` and quoted in the message).
@@ -111,19 +113,28 @@ impl ItemType for Probe {
     }
 
     fn commands(&self) -> &'static [CommandSpec] {
-        &[CommandSpec {
-            name: PROBE_COMMAND,
-            permission: "retry",
-        }]
+        &[
+            CommandSpec {
+                name: PROBE_COMMAND,
+                permission: "retry",
+            },
+            CommandSpec {
+                name: PANIC_COMMAND,
+                permission: "retry",
+            },
+        ]
     }
 
     async fn run_command(
         &self,
         _id: ItemId,
-        _command: &str,
+        command: &str,
         _body: serde_json::Value,
         caller_identity: &str,
     ) -> Result<CommandReply, RequestError> {
+        if command == PANIC_COMMAND {
+            panic!("the probe's handler fails in a way nobody planned");
+        }
         Ok(CommandReply {
             status: 202,
             body: serde_json::json!({"caller_identity": caller_identity}),
