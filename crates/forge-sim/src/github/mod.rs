@@ -16,7 +16,6 @@ use crate::state::{SimState, lock};
 pub mod control;
 pub mod error;
 pub mod events;
-pub mod gql;
 pub mod graphql;
 pub mod json;
 pub mod model;
