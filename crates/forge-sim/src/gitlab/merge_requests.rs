@@ -12,69 +12,20 @@ use axum::response::IntoResponse;
 use serde_json::{Map, Value, json};
 
 use super::json::{approvals_json, mr_json};
-use super::model::{
-    AutoMerge, MergeRequest, Note, approvals_left, detailed_merge_status, head_pipeline,
-    is_draft_title,
-};
+use super::model::{MergeRequest, detailed_merge_status, head_pipeline, is_draft_title};
+use super::ops::auto_merge::set_auto_merge;
+use super::ops::merge::{mr_mut, mr_ref};
+use super::ops::{approve_mr, do_merge, emit_mr_hook, unapprove_mr};
 use super::pipelines::create_pipeline;
 use super::{
-    ApiError, ApiResult, Ctx, Params, Project, created, hooks, ok, quick_actions, trains,
-    user_json, with_project,
+    ApiError, ApiResult, Ctx, Params, Project, created, ok, quick_actions, trains, user_json,
+    with_project,
 };
-use crate::repo::MergeMethod;
 use crate::state::{Shared, User};
 
 fn parse_iid(raw: &str) -> Result<u64, ApiError> {
     raw.parse()
         .map_err(|_| ApiError::param("merge_request_iid is invalid"))
-}
-
-fn mr_ref(project: &Project, iid: u64) -> Result<&MergeRequest, ApiError> {
-    project
-        .merge_requests
-        .get(&iid)
-        .ok_or_else(|| ApiError::not_found(""))
-}
-
-fn mr_mut(project: &mut Project, iid: u64) -> Result<&mut MergeRequest, ApiError> {
-    project
-        .merge_requests
-        .get_mut(&iid)
-        .ok_or_else(|| ApiError::not_found(""))
-}
-
-/// Emits a `Merge Request Hook` for an MR.
-pub fn emit_mr_hook(
-    ctx: &Ctx<'_>,
-    pid: u64,
-    iid: u64,
-    action: &str,
-    user: &User,
-    changes: Value,
-    oldrev: Option<&str>,
-) {
-    let project = ctx.project(pid);
-    let Some(mr) = project.merge_requests.get(&iid) else {
-        return;
-    };
-    let payload = hooks::merge_request_hook(project, mr, action, user, changes, oldrev, ctx.base);
-    ctx.emit(pid, "Merge Request Hook", payload);
-}
-
-/// Adds a system note (e.g. train removal) to an MR.
-pub fn add_system_note(ctx: &mut Ctx<'_>, pid: u64, iid: u64, body: &str, user: &User) {
-    let id = ctx.gl.alloc_note_id();
-    let now = ctx.now;
-    if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(&iid) {
-        mr.notes.push(Note {
-            id,
-            body: body.to_string(),
-            author: user.clone(),
-            created_at: now,
-            updated_at: now,
-            system: true,
-        });
-    }
 }
 
 fn duplicate_check(
@@ -761,23 +712,6 @@ pub async fn approvals(
     })
 }
 
-/// Records an approval (control API and `POST .../approve`); false when already approved.
-pub fn approve_mr(ctx: &mut Ctx<'_>, pid: u64, iid: u64, user: &User) -> Result<bool, ApiError> {
-    let now = ctx.now;
-    let mr = mr_mut(ctx.project_mut(pid), iid)?;
-    if mr.approved_by.iter().any(|u| u.id == user.id) {
-        return Ok(false);
-    }
-    mr.approved_by.push(user.clone());
-    mr.updated_at = now;
-    emit_mr_hook(ctx, pid, iid, "approval", user, json!({}), None);
-    let project = ctx.project(pid);
-    if approvals_left(project, mr_ref(project, iid)?) == 0 {
-        emit_mr_hook(ctx, pid, iid, "approved", user, json!({}), None);
-    }
-    Ok(true)
-}
-
 pub async fn approve(
     State(state): State<Shared>,
     Extension(user): Extension<User>,
@@ -827,113 +761,6 @@ pub async fn unapprove(
             &user,
         ))
     })
-}
-
-/// Withdraws `user`'s approval; false when there was none.
-pub fn unapprove_mr(ctx: &mut Ctx<'_>, pid: u64, iid: u64, user: &User) -> Result<bool, ApiError> {
-    let now = ctx.now;
-    let mr = mr_mut(ctx.project_mut(pid), iid)?;
-    let before = mr.approved_by.len();
-    mr.approved_by.retain(|u| u.id != user.id);
-    if mr.approved_by.len() == before {
-        return Ok(false);
-    }
-    mr.updated_at = now;
-    emit_mr_hook(ctx, pid, iid, "unapproval", user, json!({}), None);
-    Ok(true)
-}
-
-/// Merges an MR now. Conflicts → 422 "Branch cannot be merged".
-pub fn do_merge(
-    ctx: &mut Ctx<'_>,
-    pid: u64,
-    iid: u64,
-    user: &User,
-    squash: bool,
-    message: Option<String>,
-    remove_source: bool,
-) -> Result<(), ApiError> {
-    let now = ctx.now;
-    let project = ctx.project_mut(pid);
-    let mr = mr_ref(project, iid)?.clone();
-    let method = if squash {
-        MergeMethod::Squash
-    } else {
-        project.settings.merge_method
-    };
-    let before = project
-        .repo
-        .branch_head(&mr.target_branch)
-        .map(str::to_string);
-    let message = message.unwrap_or_else(|| match method {
-        MergeMethod::Squash => mr.title.clone(),
-        _ => format!(
-            "Merge branch '{}' into '{}'\n\n{}\n\nSee merge request {}!{}",
-            mr.source_branch, mr.target_branch, mr.title, project.path_with_namespace, mr.iid
-        ),
-    });
-    let new_head = project
-        .repo
-        .merge_into(&mr.target_branch, &mr.sha, method, &message, now)
-        .map_err(|_| {
-            ApiError::message(StatusCode::UNPROCESSABLE_ENTITY, "Branch cannot be merged")
-        })?;
-    finish_merge(
-        ctx,
-        pid,
-        iid,
-        user,
-        &new_head,
-        squash,
-        remove_source || mr.force_remove_source_branch,
-    );
-    ctx.on_branch_updated(pid, &mr.target_branch, before.as_deref(), &new_head, user);
-    Ok(())
-}
-
-/// Marks an MR merged at `merge_sha` (the target already points there) and emits the hook.
-pub fn finish_merge(
-    ctx: &mut Ctx<'_>,
-    pid: u64,
-    iid: u64,
-    user: &User,
-    merge_sha: &str,
-    squashed: bool,
-    remove_source: bool,
-) {
-    let now = ctx.now;
-    let project = ctx.project_mut(pid);
-    let default_branch = project.repo.default_branch().to_string();
-    let Some(mr) = project.merge_requests.get_mut(&iid) else {
-        return;
-    };
-    mr.state = "merged".to_string();
-    mr.merged_at = Some(now);
-    mr.updated_at = now;
-    mr.merged_by = Some(user.clone());
-    mr.merge_commit_sha = Some(merge_sha.to_string());
-    if squashed {
-        mr.squash_commit_sha = Some(merge_sha.to_string());
-    }
-    mr.auto_merge = None;
-    mr.merge_error = None;
-    let source = mr.source_branch.clone();
-    let source_sha = mr.sha.clone();
-    if remove_source
-        && source != default_branch
-        && project.repo.branch_head(&source) == Some(source_sha.as_str())
-    {
-        project.repo.delete_branch(&source);
-    }
-    emit_mr_hook(
-        ctx,
-        pid,
-        iid,
-        "merge",
-        user,
-        json!({ "state_id": { "previous": 1, "current": 3 } }),
-        None,
-    );
 }
 
 pub async fn merge(
@@ -1037,160 +864,6 @@ pub async fn merge(
     clippy::too_many_arguments,
     reason = "plain data handed through from the merge request"
 )]
-fn set_auto_merge(
-    ctx: &mut Ctx<'_>,
-    pid: u64,
-    iid: u64,
-    strategy: &str,
-    user: &User,
-    squash: bool,
-    remove_source: bool,
-    message: Option<String>,
-) {
-    let now = ctx.now;
-    if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(&iid) {
-        mr.auto_merge = Some(AutoMerge {
-            strategy: strategy.to_string(),
-            user: user.clone(),
-            squash,
-            remove_source_branch: remove_source,
-            commit_message: message,
-        });
-        mr.updated_at = now;
-    }
-    emit_mr_hook(
-        ctx,
-        pid,
-        iid,
-        "update",
-        user,
-        json!({ "merge_when_pipeline_succeeds": { "previous": false, "current": true } }),
-        None,
-    );
-}
-
-/// Carries out pending automatic merges whose pipeline finished; true when anything changed.
-pub fn progress_auto_merge(ctx: &mut Ctx<'_>, pid: u64) -> bool {
-    let project = ctx.project(pid);
-    let pending: Vec<(u64, AutoMerge, Option<String>, &'static str)> = project
-        .merge_requests
-        .values()
-        .filter(|m| m.is_open())
-        .filter_map(|m| {
-            let auto = m.auto_merge.clone()?;
-            if auto.strategy == "merge_train" {
-                return None;
-            }
-            let status = head_pipeline(project, &m.source_branch, &m.sha).map(|p| p.status.clone());
-            Some((m.iid, auto, status, detailed_merge_status(project, m)))
-        })
-        .collect();
-    let mut changed = false;
-    for (iid, auto, pipeline_status, detailed) in pending {
-        match pipeline_status.as_deref() {
-            Some("success") if detailed == "mergeable" => {
-                if auto.strategy == "add_to_merge_train_when_pipeline_succeeds" {
-                    if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(&iid)
-                        && let Some(auto_merge) = mr.auto_merge.as_mut()
-                    {
-                        auto_merge.strategy = "merge_train".to_string();
-                    }
-                    if trains::add_car(ctx, pid, iid, &auto.user, auto.squash).is_err() {
-                        cancel_auto_merge(
-                            ctx,
-                            pid,
-                            iid,
-                            &auto.user,
-                            "the merge request could not be added to the merge train",
-                        );
-                    }
-                } else if let Err(error) = do_merge(
-                    ctx,
-                    pid,
-                    iid,
-                    &auto.user,
-                    auto.squash,
-                    auto.commit_message.clone(),
-                    auto.remove_source_branch,
-                ) {
-                    let reason = error.body["message"]
-                        .as_str()
-                        .unwrap_or("merge failed")
-                        .to_string();
-                    cancel_auto_merge(ctx, pid, iid, &auto.user, &reason);
-                }
-                changed = true;
-            }
-            Some("failed" | "canceled") => {
-                cancel_auto_merge(ctx, pid, iid, &auto.user, "the pipeline did not succeed");
-                changed = true;
-            }
-            _ => {}
-        }
-    }
-    changed
-}
-
-/// Turns off auto-merge with a system note and `merge_error`.
-pub fn cancel_auto_merge(ctx: &mut Ctx<'_>, pid: u64, iid: u64, user: &User, reason: &str) {
-    if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(&iid) {
-        mr.auto_merge = None;
-        mr.merge_error = Some(reason.to_string());
-    }
-    add_system_note(
-        ctx,
-        pid,
-        iid,
-        &format!("aborted the automatic merge because {reason}"),
-        user,
-    );
-}
-
-/// A push to `branch`: updates open MRs whose source it is, starts their pipeline, emits hooks.
-pub fn on_source_pushed(
-    ctx: &mut Ctx<'_>,
-    pid: u64,
-    branch: &str,
-    before: Option<&str>,
-    after: &str,
-    user: &User,
-) {
-    let now = ctx.now;
-    let iids: Vec<u64> = ctx
-        .project(pid)
-        .merge_requests
-        .values()
-        .filter(|m| m.is_open() && m.source_branch == branch)
-        .map(|m| m.iid)
-        .collect();
-    if iids.is_empty() {
-        return;
-    }
-    for iid in &iids {
-        let mut oldrev = None;
-        if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(iid)
-            && mr.sha != after
-        {
-            oldrev = Some(std::mem::replace(&mut mr.sha, after.to_string()));
-            mr.updated_at = now;
-            mr.merge_error = None;
-        }
-        if let Some(oldrev) = oldrev {
-            trains::drop_car(ctx, pid, *iid, Some("the source branch was updated"));
-            emit_mr_hook(ctx, pid, *iid, "update", user, json!({}), Some(&oldrev));
-        }
-    }
-    create_pipeline(
-        ctx,
-        pid,
-        branch,
-        after,
-        before,
-        "push",
-        user,
-        iids.first().copied(),
-    );
-}
 
 /// `PUT .../rebase`: replays the MR's changes on the target head (a push to the source branch).
 pub async fn rebase(

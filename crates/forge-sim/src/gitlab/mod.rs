@@ -1,4 +1,9 @@
-//! Simulated GitLab (REST v4 subset): state, routing, auth, parameter parsing and shared entities.
+//! Simulated GitLab (REST v4 subset): state, routing, auth and parameter parsing.
+//!
+//! Layout as in the GitHub half: [`model`] holds the entities and derived merge-request state,
+//! [`json`] the REST renderings, [`hooks`] the webhook payloads, [`ops`] the merge-request
+//! transitions; the resource modules (`merge_requests`, `notes`, `pipelines`, `trains`,
+//! `repository`, `protected_branches`) serve the HTTP surface.
 //!
 //! Pipelines: every push to a branch that is the source of an open merge request starts a branch
 //! pipeline (source `push`); opening or reopening a merge request starts one (source
@@ -10,6 +15,7 @@ pub mod json;
 pub mod merge_requests;
 pub mod model;
 pub mod notes;
+pub mod ops;
 pub mod pipelines;
 pub mod protected_branches;
 pub mod quick_actions;
@@ -552,7 +558,7 @@ impl<'a> Ctx<'a> {
     pub fn progress(&mut self, project_id: u64) {
         for _ in 0..8 {
             let mut changed = pipelines::progress_pipelines(self, project_id);
-            changed |= merge_requests::progress_auto_merge(self, project_id);
+            changed |= ops::progress_auto_merge(self, project_id);
             changed |= trains::progress_trains(self, project_id);
             if !changed {
                 break;
@@ -569,7 +575,7 @@ impl<'a> Ctx<'a> {
         after: &str,
         user: &User,
     ) {
-        merge_requests::on_source_pushed(self, project_id, branch, before, after, user);
+        ops::on_source_pushed(self, project_id, branch, before, after, user);
     }
 }
 

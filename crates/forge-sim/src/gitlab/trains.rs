@@ -14,8 +14,8 @@ use axum::http::StatusCode;
 use serde_json::Value;
 
 use super::json::car_json;
-use super::merge_requests::{add_system_note, finish_merge};
 use super::model::{TrainCar, detailed_merge_status, head_pipeline, train_ref};
+use super::ops::merge::{add_system_note, finish_merge};
 use super::pipelines::{cancel_pipeline, create_pipeline};
 use super::{ApiError, ApiResult, Ctx, Params, Project, created, ok, with_project};
 use crate::state::{Shared, User};
