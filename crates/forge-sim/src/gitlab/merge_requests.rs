@@ -860,11 +860,6 @@ pub async fn merge(
     })
 }
 
-#[allow(
-    clippy::too_many_arguments,
-    reason = "plain data handed through from the merge request"
-)]
-
 /// `PUT .../rebase`: replays the MR's changes on the target head (a push to the source branch).
 pub async fn rebase(
     State(state): State<Shared>,

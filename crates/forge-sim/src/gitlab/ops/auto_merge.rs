@@ -9,6 +9,10 @@ use crate::gitlab::pipelines::create_pipeline;
 use crate::gitlab::{Ctx, trains};
 use crate::state::User;
 
+#[allow(
+    clippy::too_many_arguments,
+    reason = "plain data handed through from the merge request"
+)]
 pub(crate) fn set_auto_merge(
     ctx: &mut Ctx<'_>,
     pid: u64,
