@@ -180,7 +180,7 @@ pub fn approve_gitlab_mr(
 ) -> Result<(), ControlError> {
     let user = lock(&state.users).ensure(username);
     with_project(state, key, |ctx, pid| {
-        crate::gitlab::merge_requests::approve_mr(ctx, pid, iid, &user)
+        crate::gitlab::ops::approve_mr(ctx, pid, iid, &user)
     })?;
     Ok(())
 }

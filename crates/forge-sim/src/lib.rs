@@ -382,7 +382,7 @@ impl SimHandle {
         let gitlab = state::lock(&self.state.gitlab);
         let project = gitlab.projects.get(&project)?;
         let mr = project.merge_requests.get(&iid)?;
-        Some(gitlab::merge_requests::mr_json(project, mr, &base, true))
+        Some(gitlab::json::mr_json(project, mr, &base, true))
     }
 
     /// Advances sim time and progresses everything that became due.

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::model::{CheckScript, MergeAsyncScript, RepoSettings, ReviewThread, Webhook};
-use super::{Ctx, json as js, ops, repo_key, with_github};
+use super::{Ctx, json as js, model, ops, repo_key, with_github};
 use crate::control::{ControlError, PushSpec};
 use crate::repo::FileEntry;
 use crate::state::{Shared, SimState, lock};
@@ -276,7 +276,7 @@ pub fn set_threads(
         for i in 0..(unresolved + resolved) {
             let id = env.next_id();
             pr.threads.push(ReviewThread {
-                id: ops::node_id("PRRT", &id.to_string()),
+                id: model::node_id("PRRT", &id.to_string()),
                 path: format!("src/file{i}.rs"),
                 line: i + 1,
                 is_resolved: i >= unresolved,

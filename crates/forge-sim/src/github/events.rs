@@ -3,6 +3,7 @@
 use serde_json::{Value, json};
 
 use super::json as js;
+use super::model;
 use super::model::{CheckRun, CommitStatus, GhRepo, MergeGroup, PullRequest, Review};
 use super::{Ctx, Delivery, Env, sign};
 
@@ -168,7 +169,7 @@ pub fn merge_group(
         let person = json!({ "name": c.author_name, "email": c.author_email });
         json!({
             "id": c.sha,
-            "tree_id": super::ops::tree_sha(&c.tree),
+            "tree_id": model::tree_sha(&c.tree),
             "message": c.message,
             "timestamp": js::ts(c.created_at),
             "author": person,

@@ -5,8 +5,8 @@ use time::OffsetDateTime;
 use time::macros::format_description;
 
 use super::Ctx;
+use super::model;
 use super::model::{CheckKind, CheckRun, CommitStatus, GhRepo, IssueComment, PullRequest, Review};
-use super::ops;
 
 /// GitHub's timestamp format (`2024-01-02T03:04:05Z`).
 pub fn ts(t: OffsetDateTime) -> String {
@@ -114,7 +114,7 @@ pub fn pull(ctx: &Ctx, r: &GhRepo, pr: &PullRequest) -> Value {
         .branch_head(&pr.base_ref)
         .unwrap_or_default()
         .to_string();
-    let (commits, additions, deletions, changed) = ops::pr_stats(r, pr);
+    let (commits, additions, deletions, changed) = r.pr_stats(pr);
     let html = format!("{}/{full}/pull/{}", ctx.base_url, pr.number);
     let api = format!("{}/repos/{full}/pulls/{}", ctx.base_url, pr.number);
     let issue = format!("{}/repos/{full}/issues/{}", ctx.base_url, pr.number);
@@ -163,7 +163,7 @@ pub fn pull(ctx: &Ctx, r: &GhRepo, pr: &PullRequest) -> Value {
         "merged": pr.merged,
         "mergeable": if pr.open { json!(pr.mergeable) } else { Value::Null },
         "rebaseable": if pr.open { json!(pr.mergeable) } else { Value::Null },
-        "mergeable_state": ops::mergeable_state(r, pr),
+        "mergeable_state": r.mergeable_state(pr),
         "merged_by": pr.merged_by.as_deref().map(|l| user(ctx, l)),
         "comments": comments,
         "review_comments": pr.threads.len(),
@@ -253,7 +253,7 @@ pub fn check_suite(ctx: &Ctx, r: &GhRepo, suite_id: u64) -> Value {
         .iter()
         .filter(|c| c.check_suite_id == suite_id && c.kind == CheckKind::CheckRun)
         .collect();
-    let (status, conclusion) = ops::suite_status(&runs);
+    let (status, conclusion) = model::suite_status(&runs);
     let head_sha = suite.map(|s| s.head_sha.clone()).unwrap_or_default();
     let prs: Vec<Value> = r
         .pulls
@@ -332,7 +332,7 @@ pub fn comment(ctx: &Ctx, r: &GhRepo, c: &IssueComment) -> Value {
 pub fn commit(ctx: &Ctx, r: &GhRepo, sha: &str) -> Option<Value> {
     let c = r.git.commit(sha)?;
     let full = r.full_name();
-    let tree_sha = ops::tree_sha(&c.tree);
+    let tree_sha = model::tree_sha(&c.tree);
     let files: Vec<Value> = match c.parents.first() {
         Some(p) => files(&r.git.diff(p, sha)),
         None => files(&r.git.diff("", sha)),
@@ -370,7 +370,7 @@ pub fn commit(ctx: &Ctx, r: &GhRepo, sha: &str) -> Option<Value> {
 pub fn git_commit(ctx: &Ctx, r: &GhRepo, sha: &str) -> Option<Value> {
     let c = r.git.commit(sha)?;
     let full = r.full_name();
-    let tree_sha = ops::tree_sha(&c.tree);
+    let tree_sha = model::tree_sha(&c.tree);
     let person =
         json!({ "name": c.author_name, "email": c.author_email, "date": ts(c.created_at) });
     Some(json!({

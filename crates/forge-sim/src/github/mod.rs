@@ -1,6 +1,6 @@
 //! Simulated GitHub: REST + GraphQL subset, merge queue, async merges, checks, reviews, webhooks.
 //!
-//! Layout: [`model`] holds the data, [`ops`] the state transitions shared by REST, GraphQL and the
+//! Layout: [`model`] holds the data and its derived state, [`ops`] the state transitions shared by REST, GraphQL and the
 //! control API, [`json`] the REST/webhook renderings, [`rest`] / [`graphql`] the HTTP surface,
 //! [`events`] the webhook payloads, [`control`] the `/_sim/github/...` routes and `SimHandle`
 //! builders. Handlers lock [`GithubState`] briefly, queue webhook deliveries in [`Env::outbox`],
@@ -16,7 +16,6 @@ use crate::state::{SimState, lock};
 pub mod control;
 pub mod error;
 pub mod events;
-pub mod gql;
 pub mod graphql;
 pub mod json;
 pub mod model;

@@ -2,9 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::merge_requests::{MergeRequest, detailed_merge_status, has_conflicts};
-use super::notes::Note;
-use super::pipelines::head_pipeline;
+use super::model::{MergeRequest, Note, detailed_merge_status, has_conflicts, head_pipeline};
 use super::{Project, ts};
 use crate::state::User;
 
@@ -165,7 +163,7 @@ pub fn merge_request_hook(
     })
 }
 
-fn hook_build(job: &super::pipelines::Job, base: &str) -> Value {
+fn hook_build(job: &super::model::Job, base: &str) -> Value {
     json!({
         "id": job.id,
         "stage": job.stage,
@@ -181,7 +179,7 @@ fn hook_build(job: &super::pipelines::Job, base: &str) -> Value {
         "manual": false,
         "allow_failure": false,
         "user": hook_user(&job.user, base),
-        "runner": job.started_at.map(|_| super::pipelines::runner_json()),
+        "runner": job.started_at.map(|_| super::json::runner_json()),
         "artifacts_file": { "filename": Value::Null, "size": Value::Null },
         "environment": Value::Null,
     })
@@ -190,7 +188,7 @@ fn hook_build(job: &super::pipelines::Job, base: &str) -> Value {
 /// The MR a pipeline belongs to (its `mr_iid`, or an open MR from its branch).
 fn pipeline_mr<'a>(
     project: &'a Project,
-    pipeline: &super::pipelines::Pipeline,
+    pipeline: &super::model::Pipeline,
 ) -> Option<&'a MergeRequest> {
     if let Some(iid) = pipeline.mr_iid {
         return project.merge_requests.get(&iid);
@@ -205,7 +203,7 @@ pub fn pipeline_hook(project: &Project, pipeline_id: u64, base: &str) -> Value {
     let Some(pipeline) = project.pipelines.get(&pipeline_id) else {
         return Value::Null;
     };
-    let builds: Vec<Value> = super::pipelines::latest_jobs(project, pipeline)
+    let builds: Vec<Value> = super::model::latest_jobs(project, pipeline)
         .into_iter()
         .map(|job| hook_build(job, base))
         .collect();
@@ -236,7 +234,7 @@ pub fn pipeline_hook(project: &Project, pipeline_id: u64, base: &str) -> Value {
             "before_sha": pipeline.before_sha,
             "source": pipeline.source,
             "status": pipeline.status,
-            "detailed_status": super::pipelines::detailed_status(&pipeline.status)["text"],
+            "detailed_status": super::json::detailed_status(&pipeline.status)["text"],
             "stages": pipeline.stages,
             "created_at": hook_ts(pipeline.created_at),
             "finished_at": opt_hook_ts(pipeline.finished_at),
@@ -280,7 +278,7 @@ pub fn job_hook(project: &Project, job_id: u64, base: &str) -> Value {
         "build_allow_failure": false,
         "build_failure_reason": job.failure_reason.clone().unwrap_or_else(|| "unknown_failure".to_string()),
         "pipeline_id": job.pipeline_id,
-        "runner": job.started_at.map(|_| super::pipelines::runner_json()),
+        "runner": job.started_at.map(|_| super::json::runner_json()),
         "project_id": project.id,
         "project_name": project.path_with_namespace.replace('/', " / "),
         "user": hook_user(&job.user, base),

@@ -1,4 +1,9 @@
-//! Simulated GitLab (REST v4 subset): state, routing, auth, parameter parsing and shared entities.
+//! Simulated GitLab (REST v4 subset): state, routing, auth and parameter parsing.
+//!
+//! Layout as in the GitHub half: [`model`] holds the entities and derived merge-request state,
+//! [`json`] the REST renderings, [`hooks`] the webhook payloads, [`ops`] the merge-request
+//! transitions; the resource modules (`merge_requests`, `notes`, `pipelines`, `trains`,
+//! `repository`, `protected_branches`) serve the HTTP surface.
 //!
 //! Pipelines: every push to a branch that is the source of an open merge request starts a branch
 //! pipeline (source `push`); opening or reopening a merge request starts one (source
@@ -6,8 +11,11 @@
 //! on `refs/merge-requests/<iid>/train`. Pushes to branches without an open MR start no pipeline.
 
 pub mod hooks;
+pub mod json;
 pub mod merge_requests;
+pub mod model;
 pub mod notes;
+pub mod ops;
 pub mod pipelines;
 pub mod protected_branches;
 pub mod quick_actions;
@@ -26,8 +34,11 @@ use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 
 use crate::ci::CiScript;
-use crate::repo::{MergeMethod, Repo};
+use crate::repo::Repo;
 use crate::state::{Shared, SimState, User, lock};
+
+pub use json::{opt_ts, project_json, ts, user_json};
+pub use model::{HookConfig, NewProject, Project, ProjectSettings};
 
 /// All GitLab-side state.
 #[derive(Default)]
@@ -39,99 +50,6 @@ pub struct GitlabState {
     next_job_id: u64,
     next_car_id: u64,
     pub projects: BTreeMap<u64, Project>,
-}
-
-/// Project settings the simulator honours.
-#[derive(Debug, Clone)]
-pub struct ProjectSettings {
-    pub merge_trains_enabled: bool,
-    /// `Merge` (GitLab `merge`) or `Rebase` (GitLab `ff`: fast-forward only, else `need_rebase`).
-    pub merge_method: MergeMethod,
-    pub approvals_required: u32,
-    pub only_allow_merge_if_pipeline_succeeds: bool,
-    pub only_allow_merge_if_all_discussions_are_resolved: bool,
-}
-
-impl Default for ProjectSettings {
-    fn default() -> Self {
-        ProjectSettings {
-            merge_trains_enabled: false,
-            merge_method: MergeMethod::Merge,
-            approvals_required: 0,
-            only_allow_merge_if_pipeline_succeeds: true,
-            only_allow_merge_if_all_discussions_are_resolved: true,
-        }
-    }
-}
-
-/// Where a project's webhooks go.
-#[derive(Debug, Clone)]
-pub struct HookConfig {
-    pub url: String,
-    pub secret: String,
-}
-
-/// One project.
-pub struct Project {
-    pub id: u64,
-    pub path_with_namespace: String,
-    pub repo: Repo,
-    pub settings: ProjectSettings,
-    pub ci: CiScript,
-    pub hook: Option<HookConfig>,
-    pub merge_requests: BTreeMap<u64, merge_requests::MergeRequest>,
-    next_mr_iid: u64,
-    pub pipelines: BTreeMap<u64, pipelines::Pipeline>,
-    next_pipeline_iid: u64,
-    pub jobs: BTreeMap<u64, pipelines::Job>,
-    /// Active cars, in train order (all target branches).
-    pub train: Vec<trains::TrainCar>,
-    /// Merged cars.
-    pub train_history: Vec<trains::TrainCar>,
-    /// Protected branch names and wildcards (the default branch from the start).
-    pub protected_branches: Vec<protected_branches::ProtectedBranch>,
-}
-
-impl Project {
-    pub fn name(&self) -> &str {
-        self.path_with_namespace
-            .rsplit('/')
-            .next()
-            .unwrap_or(&self.path_with_namespace)
-    }
-
-    pub fn namespace(&self) -> &str {
-        match self.path_with_namespace.rsplit_once('/') {
-            Some((namespace, _)) => namespace,
-            None => "",
-        }
-    }
-
-    pub fn web_url(&self, base: &str) -> String {
-        format!("{base}/{}", self.path_with_namespace)
-    }
-}
-
-/// Options for a new project.
-#[derive(Debug, Clone)]
-pub struct NewProject {
-    pub path: String,
-    pub default_branch: String,
-    pub settings: ProjectSettings,
-    pub jobs: Vec<crate::ci::JobSpec>,
-    pub hook: Option<HookConfig>,
-}
-
-impl NewProject {
-    pub fn new(path: &str) -> NewProject {
-        NewProject {
-            path: path.to_string(),
-            default_branch: "main".to_string(),
-            settings: ProjectSettings::default(),
-            jobs: CiScript::default_jobs(),
-            hook: None,
-        }
-    }
 }
 
 impl GitlabState {
@@ -150,7 +68,7 @@ impl GitlabState {
         }
         self.next_project_id += 1;
         let id = self.next_project_id;
-        let protected_branches = vec![protected_branches::ProtectedBranch {
+        let protected_branches = vec![model::ProtectedBranch {
             id: 1,
             name: new.default_branch.clone(),
         }];
@@ -640,7 +558,7 @@ impl<'a> Ctx<'a> {
     pub fn progress(&mut self, project_id: u64) {
         for _ in 0..8 {
             let mut changed = pipelines::progress_pipelines(self, project_id);
-            changed |= merge_requests::progress_auto_merge(self, project_id);
+            changed |= ops::progress_auto_merge(self, project_id);
             changed |= trains::progress_trains(self, project_id);
             if !changed {
                 break;
@@ -657,77 +575,12 @@ impl<'a> Ctx<'a> {
         after: &str,
         user: &User,
     ) {
-        merge_requests::on_source_pushed(self, project_id, branch, before, after, user);
+        ops::on_source_pushed(self, project_id, branch, before, after, user);
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Shared entities
-
-/// GitLab's timestamp format (`2024-01-01T12:00:00.000Z`).
-pub fn ts(t: OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        t.millisecond()
-    )
-}
-
-pub fn opt_ts(t: Option<OffsetDateTime>) -> Value {
-    t.map(|t| Value::String(ts(t))).unwrap_or(Value::Null)
-}
-
-pub fn user_json(user: &User, base: &str) -> Value {
-    json!({
-        "id": user.id,
-        "username": user.username,
-        "name": user.name,
-        "state": "active",
-        "locked": false,
-        "avatar_url": Value::Null,
-        "web_url": format!("{base}/{}", user.username),
-    })
-}
-
-pub fn project_json(project: &Project, base: &str) -> Value {
-    let web_url = project.web_url(base);
-    let merge_method = match project.settings.merge_method {
-        MergeMethod::Rebase => "ff",
-        MergeMethod::Merge | MergeMethod::Squash => "merge",
-    };
-    json!({
-        "id": project.id,
-        "name": project.name(),
-        "path": project.name(),
-        "path_with_namespace": project.path_with_namespace,
-        "name_with_namespace": project.path_with_namespace.replace('/', " / "),
-        "namespace": {
-            "id": project.id,
-            "name": project.namespace(),
-            "path": project.namespace(),
-            "kind": "group",
-            "full_path": project.namespace(),
-        },
-        "default_branch": project.repo.default_branch(),
-        "visibility": "private",
-        "web_url": web_url,
-        "http_url_to_repo": format!("{web_url}.git"),
-        "ssh_url_to_repo": format!("git@127.0.0.1:{}.git", project.path_with_namespace),
-        "merge_method": merge_method,
-        "merge_trains_enabled": project.settings.merge_trains_enabled,
-        "merge_pipelines_enabled": project.settings.merge_trains_enabled,
-        "only_allow_merge_if_pipeline_succeeds": project.settings.only_allow_merge_if_pipeline_succeeds,
-        "only_allow_merge_if_all_discussions_are_resolved": project.settings.only_allow_merge_if_all_discussions_are_resolved,
-        "approvals_before_merge": project.settings.approvals_required,
-        "squash_option": "default_off",
-    })
-}
 
 /// Runs `f` on a project (by id or path) with a mutation context; the project id is passed in.
 pub fn with_project<T>(

@@ -7,47 +7,12 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
-use time::OffsetDateTime;
 
-use super::merge_requests::{self, MergeRequest};
-use super::{
-    ApiError, ApiResult, Ctx, Params, Project, created, hooks, ok, quick_actions, ts, user_json,
-    with_project,
-};
+use super::json::note_json;
+use super::merge_requests;
+use super::model::Note;
+use super::{ApiError, ApiResult, Ctx, Params, created, hooks, ok, quick_actions, with_project};
 use crate::state::{Shared, User};
-
-#[derive(Debug, Clone)]
-pub struct Note {
-    pub id: u64,
-    pub body: String,
-    pub author: User,
-    pub created_at: OffsetDateTime,
-    pub updated_at: OffsetDateTime,
-    pub system: bool,
-}
-
-pub fn note_json(project: &Project, mr: &MergeRequest, note: &Note, base: &str) -> Value {
-    json!({
-        "id": note.id,
-        "type": Value::Null,
-        "body": note.body,
-        "attachment": Value::Null,
-        "author": user_json(&note.author, base),
-        "created_at": ts(note.created_at),
-        "updated_at": ts(note.updated_at),
-        "system": note.system,
-        "noteable_id": mr.id,
-        "noteable_type": "MergeRequest",
-        "noteable_iid": mr.iid,
-        "project_id": project.id,
-        "commit_id": Value::Null,
-        "resolvable": false,
-        "confidential": false,
-        "internal": false,
-        "imported": false,
-        "imported_from": "none",
-    })
-}
 
 fn ids(iid: &str, note_id: Option<&str>) -> Result<(u64, Option<u64>), ApiError> {
     let iid = iid

@@ -9,88 +9,12 @@ use axum::Extension;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use serde_json::{Value, json};
-use time::OffsetDateTime;
+use serde_json::Value;
 
-use super::{
-    ApiError, ApiResult, Ctx, Params, Project, created, hooks, ok, opt_ts, ts, user_json,
-    with_project,
-};
+use super::json::{job_json, pipeline_basic_json, pipeline_json};
+use super::model::{Job, Pipeline, latest_jobs};
+use super::{ApiError, ApiResult, Ctx, Params, created, hooks, ok, with_project};
 use crate::state::{Shared, User};
-
-#[derive(Debug, Clone)]
-pub struct Pipeline {
-    pub id: u64,
-    pub iid: u64,
-    pub project_id: u64,
-    pub sha: String,
-    pub ref_name: String,
-    pub before_sha: String,
-    /// `push`, `merge_request_event`, `web`...
-    pub source: String,
-    /// `created`, `pending`, `running`, `success`, `failed`, `canceled`.
-    pub status: String,
-    pub stages: Vec<String>,
-    pub created_at: OffsetDateTime,
-    pub updated_at: OffsetDateTime,
-    pub started_at: Option<OffsetDateTime>,
-    pub finished_at: Option<OffsetDateTime>,
-    pub user: User,
-    pub job_ids: Vec<u64>,
-    /// Set for merge request and merge train pipelines.
-    pub mr_iid: Option<u64>,
-}
-
-impl Pipeline {
-    pub fn is_finished(&self) -> bool {
-        matches!(
-            self.status.as_str(),
-            "success" | "failed" | "canceled" | "skipped"
-        )
-    }
-
-    pub fn duration_secs(&self) -> Option<i64> {
-        match (self.started_at, self.finished_at) {
-            (Some(start), Some(end)) => Some((end - start).whole_seconds()),
-            _ => None,
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Job {
-    pub id: u64,
-    pub pipeline_id: u64,
-    pub name: String,
-    pub stage: String,
-    /// `created`, `pending`, `running`, `success`, `failed`, `canceled`, `skipped`.
-    pub status: String,
-    pub created_at: OffsetDateTime,
-    pub started_at: Option<OffsetDateTime>,
-    pub finished_at: Option<OffsetDateTime>,
-    pub duration_secs: u64,
-    pub failure_reason: Option<String>,
-    pub trace: String,
-    pub retried: bool,
-    pub retries_count: u32,
-    pub user: User,
-}
-
-impl Job {
-    pub fn duration(&self) -> Value {
-        match (self.started_at, self.finished_at) {
-            (Some(start), Some(end)) => json!((end - start).as_seconds_f64()),
-            _ => Value::Null,
-        }
-    }
-
-    pub fn queued_duration(&self) -> Value {
-        match self.started_at {
-            Some(start) => json!((start - self.created_at).as_seconds_f64()),
-            None => Value::Null,
-        }
-    }
-}
 
 /// Creates a pipeline with the project's scripted jobs; `None` when the project has no jobs.
 #[allow(
@@ -172,16 +96,6 @@ pub fn create_pipeline(
     // Runners pick the first stage up at once.
     progress_pipelines(ctx, pid);
     Some(id)
-}
-
-/// The latest (not retried) jobs of a pipeline, in creation order.
-pub fn latest_jobs<'a>(project: &'a Project, pipeline: &Pipeline) -> Vec<&'a Job> {
-    pipeline
-        .job_ids
-        .iter()
-        .filter_map(|id| project.jobs.get(id))
-        .filter(|job| !job.retried)
-        .collect()
 }
 
 fn derive_status(jobs: &[&Job]) -> &'static str {
@@ -348,131 +262,6 @@ pub fn cancel_pipeline(ctx: &mut Ctx<'_>, pid: u64, pipeline_id: u64) {
     }
     let payload = hooks::pipeline_hook(ctx.project(pid), pipeline_id, ctx.base);
     ctx.emit(pid, "Pipeline Hook", payload);
-}
-
-/// The MR's head pipeline: the newest branch pipeline for its source branch at its head sha.
-pub fn head_pipeline<'a>(
-    project: &'a Project,
-    source_branch: &str,
-    sha: &str,
-) -> Option<&'a Pipeline> {
-    project
-        .pipelines
-        .values()
-        .rev()
-        .find(|p| p.ref_name == source_branch && p.sha == sha)
-}
-
-pub fn detailed_status(status: &str) -> Value {
-    let text = match status {
-        "success" => "passed",
-        other => other,
-    };
-    json!({
-        "icon": format!("status_{status}"),
-        "text": text,
-        "label": text,
-        "group": status,
-        "tooltip": text,
-        "has_details": true,
-        "favicon": format!("favicon_status_{status}"),
-    })
-}
-
-pub fn pipeline_basic_json(project: &Project, pipeline: &Pipeline, base: &str) -> Value {
-    json!({
-        "id": pipeline.id,
-        "iid": pipeline.iid,
-        "project_id": project.id,
-        "sha": pipeline.sha,
-        "ref": pipeline.ref_name,
-        "status": pipeline.status,
-        "source": pipeline.source,
-        "created_at": ts(pipeline.created_at),
-        "updated_at": ts(pipeline.updated_at),
-        "web_url": format!("{}/-/pipelines/{}", project.web_url(base), pipeline.id),
-    })
-}
-
-pub fn pipeline_json(project: &Project, pipeline: &Pipeline, base: &str) -> Value {
-    let mut body = pipeline_basic_json(project, pipeline, base);
-    let extra = json!({
-        "before_sha": pipeline.before_sha,
-        "tag": false,
-        "yaml_errors": Value::Null,
-        "user": user_json(&pipeline.user, base),
-        "started_at": opt_ts(pipeline.started_at),
-        "finished_at": opt_ts(pipeline.finished_at),
-        "committed_at": Value::Null,
-        "duration": pipeline.duration_secs(),
-        "queued_duration": Value::Null,
-        "coverage": Value::Null,
-        "name": Value::Null,
-        "detailed_status": detailed_status(&pipeline.status),
-    });
-    if let (Value::Object(body), Value::Object(extra)) = (&mut body, extra) {
-        body.extend(extra);
-    }
-    body
-}
-
-pub fn job_json(project: &Project, job: &Job, base: &str) -> Value {
-    let pipeline = project.pipelines.get(&job.pipeline_id);
-    let commit = pipeline
-        .and_then(|p| project.repo.commit(&p.sha))
-        .map(|c| super::repository::commit_json(project, c, base))
-        .unwrap_or(Value::Null);
-    let mut body = json!({
-        "id": job.id,
-        "status": job.status,
-        "stage": job.stage,
-        "name": job.name,
-        "ref": pipeline.map(|p| p.ref_name.clone()),
-        "tag": false,
-        "coverage": Value::Null,
-        "allow_failure": false,
-        "created_at": ts(job.created_at),
-        "started_at": opt_ts(job.started_at),
-        "finished_at": opt_ts(job.finished_at),
-        "erased_at": Value::Null,
-        "duration": job.duration(),
-        "queued_duration": job.queued_duration(),
-        "user": user_json(&job.user, base),
-        "commit": commit,
-        "pipeline": pipeline.map(|p| pipeline_basic_json(project, p, base)),
-        "web_url": format!("{}/-/jobs/{}", project.web_url(base), job.id),
-        "project": { "ci_job_token_scope_enabled": false },
-        "artifacts": [],
-        "artifacts_expire_at": Value::Null,
-        "runner": job.started_at.map(|_| runner_json()),
-        "archived": false,
-        "tag_list": [],
-        "retried": job.retried,
-        "retries_count": job.retries_count,
-    });
-    if job.status == "failed" {
-        body["failure_reason"] = json!(
-            job.failure_reason
-                .clone()
-                .unwrap_or_else(|| "unknown_failure".to_string())
-        );
-    }
-    body
-}
-
-pub fn runner_json() -> Value {
-    json!({
-        "id": 1,
-        "description": "forge-sim shared runner",
-        "active": true,
-        "paused": false,
-        "is_shared": true,
-        "runner_type": "instance_type",
-        "name": "gitlab-runner",
-        "online": true,
-        "status": "online",
-        "tags": [],
-    })
 }
 
 pub async fn list(
@@ -684,7 +473,7 @@ pub async fn mr_pipelines(
             .merge_requests
             .get(&iid)
             .ok_or_else(|| ApiError::not_found(""))?;
-        let train_ref = super::trains::train_ref(iid);
+        let train_ref = super::model::train_ref(iid);
         let pipelines: Vec<Value> = project
             .pipelines
             .values()

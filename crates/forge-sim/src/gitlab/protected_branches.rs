@@ -8,21 +8,16 @@
 use axum::extract::{Path, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use super::json::protected_branch_json;
+use super::model::ProtectedBranch;
 use super::{ApiError, ApiResult, Params, Project, with_project};
 use crate::state::Shared;
 
 /// GitLab's default and largest `per_page`.
 const DEFAULT_PER_PAGE: u64 = 20;
 const MAX_PER_PAGE: u64 = 100;
-
-/// One protected branch name or wildcard.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProtectedBranch {
-    pub id: u64,
-    pub name: String,
-}
 
 /// Whether the protected-branch `pattern` covers `branch`: equal, or a wildcard whose `*`s
 /// match any (possibly empty) run of characters, `/` included.
@@ -72,30 +67,6 @@ impl Project {
         self.protected_branches.retain(|p| p.name != name);
         self.protected_branches.len() != before
     }
-}
-
-fn access_levels() -> Value {
-    json!([{
-        "id": 1,
-        "access_level": 40,
-        "access_level_description": "Maintainers",
-        "deploy_key_id": Value::Null,
-        "user_id": Value::Null,
-        "group_id": Value::Null,
-    }])
-}
-
-/// The protected branch entity of GitLab's API.
-pub fn protected_branch_json(entry: &ProtectedBranch) -> Value {
-    json!({
-        "id": entry.id,
-        "name": entry.name,
-        "push_access_levels": access_levels(),
-        "merge_access_levels": access_levels(),
-        "unprotect_access_levels": [],
-        "allow_force_push": false,
-        "code_owner_approval_required": false,
-    })
 }
 
 /// `GET /projects/:id/protected_branches?search=&page=&per_page=`, with GitLab's pagination

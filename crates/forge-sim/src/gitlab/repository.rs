@@ -10,60 +10,10 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
-use super::{
-    ApiError, ApiResult, Ctx, Params, Project, created, ok, project_json, ts, with_project,
-};
-use crate::repo::{Commit, FileEntry, Repo};
+use super::json::{commit_detail_json, commit_json};
+use super::{ApiError, ApiResult, Ctx, Params, Project, created, ok, project_json, with_project};
+use crate::repo::{FileEntry, Repo};
 use crate::state::{Shared, User};
-
-pub fn commit_json(project: &Project, commit: &Commit, base: &str) -> Value {
-    json!({
-        "id": commit.sha,
-        "short_id": commit.short_id(),
-        "title": commit.title(),
-        "message": commit.message,
-        "author_name": commit.author_name,
-        "author_email": commit.author_email,
-        "authored_date": ts(commit.created_at),
-        "committer_name": commit.author_name,
-        "committer_email": commit.author_email,
-        "committed_date": ts(commit.created_at),
-        "created_at": ts(commit.created_at),
-        "parent_ids": commit.parents,
-        "trailers": {},
-        "extended_trailers": {},
-        "web_url": format!("{}/-/commit/{}", project.web_url(base), commit.sha),
-    })
-}
-
-/// The commit entity with `stats` (as returned by create and single get).
-pub fn commit_detail_json(project: &Project, commit: &Commit, base: &str) -> Value {
-    let mut body = commit_json(project, commit, base);
-    let (mut additions, mut deletions) = (0usize, 0usize);
-    if let Some(parent) = commit.parents.first() {
-        for diff in project.repo.diff(parent, &commit.sha) {
-            for line in diff.diff.lines() {
-                if line.starts_with('+') {
-                    additions += 1;
-                } else if line.starts_with('-') {
-                    deletions += 1;
-                }
-            }
-        }
-    }
-    body["stats"] =
-        json!({ "additions": additions, "deletions": deletions, "total": additions + deletions });
-    body["status"] = Value::Null;
-    body["project_id"] = json!(project.id);
-    body["last_pipeline"] = project
-        .pipelines
-        .values()
-        .rev()
-        .find(|p| p.sha == commit.sha)
-        .map(|p| super::pipelines::pipeline_basic_json(project, p, base))
-        .unwrap_or(Value::Null);
-    body
-}
 
 fn branch_json(project: &Project, name: &str, base: &str) -> Value {
     let repo = &project.repo;

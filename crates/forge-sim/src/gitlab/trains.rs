@@ -11,64 +11,14 @@ use std::sync::Arc;
 use axum::Extension;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde_json::{Value, json};
-use time::OffsetDateTime;
+use serde_json::Value;
 
-use super::merge_requests::{add_system_note, detailed_merge_status, finish_merge};
-use super::pipelines::{cancel_pipeline, create_pipeline, head_pipeline};
-use super::{
-    ApiError, ApiResult, Ctx, Params, Project, created, ok, opt_ts, ts, user_json, with_project,
-};
+use super::json::car_json;
+use super::model::{TrainCar, detailed_merge_status, head_pipeline, train_ref};
+use super::ops::merge::{add_system_note, finish_merge};
+use super::pipelines::{cancel_pipeline, create_pipeline};
+use super::{ApiError, ApiResult, Ctx, Params, Project, created, ok, with_project};
 use crate::state::{Shared, User};
-
-#[derive(Debug, Clone)]
-pub struct TrainCar {
-    pub id: u64,
-    pub mr_iid: u64,
-    pub target_branch: String,
-    pub user: User,
-    /// `idle`, `stale`, `fresh`, `merging`, `merged`.
-    pub status: String,
-    pub pipeline_id: Option<u64>,
-    pub base_sha: Option<String>,
-    pub train_sha: Option<String>,
-    pub squash: bool,
-    pub created_at: OffsetDateTime,
-    pub updated_at: OffsetDateTime,
-    pub merged_at: Option<OffsetDateTime>,
-}
-
-/// The ref train pipelines run on.
-pub fn train_ref(iid: u64) -> String {
-    format!("refs/merge-requests/{iid}/train")
-}
-
-pub fn car_json(project: &Project, car: &TrainCar, base: &str) -> Value {
-    let mr = project.merge_requests.get(&car.mr_iid);
-    let pipeline = car.pipeline_id.and_then(|id| project.pipelines.get(&id));
-    json!({
-        "id": car.id,
-        "merge_request": mr.map(|mr| json!({
-            "id": mr.id,
-            "iid": mr.iid,
-            "project_id": project.id,
-            "title": mr.title,
-            "description": mr.description,
-            "state": mr.state,
-            "created_at": ts(mr.created_at),
-            "updated_at": ts(mr.updated_at),
-            "web_url": mr.web_url(project, base),
-        })),
-        "user": user_json(&car.user, base),
-        "pipeline": pipeline.map(|p| super::pipelines::pipeline_basic_json(project, p, base)),
-        "created_at": ts(car.created_at),
-        "updated_at": ts(car.updated_at),
-        "target_branch": car.target_branch,
-        "status": car.status,
-        "merged_at": opt_ts(car.merged_at),
-        "duration": car.merged_at.map(|m| (m - car.created_at).whole_seconds()),
-    })
-}
 
 /// Adds an MR to its target branch's train (as the last car).
 pub fn add_car(
@@ -442,7 +392,7 @@ pub async fn add_car_endpoint(
             "merge_train"
         };
         if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(&iid) {
-            mr.auto_merge = Some(super::merge_requests::AutoMerge {
+            mr.auto_merge = Some(super::model::AutoMerge {
                 strategy: strategy.to_string(),
                 user: user.clone(),
                 squash,

@@ -68,7 +68,7 @@ async fn list_check_runs(
                 .iter()
                 .filter(|c| c.head_sha == sha && c.kind == CheckKind::CheckRun)
                 .collect(),
-            "latest" => ops::latest_runs(repo, &sha),
+            "latest" => repo.latest_runs(&sha),
             _ => return Err(ApiError::invalid_field("CheckRun", "filter")),
         };
         let runs: Vec<_> = runs
@@ -153,7 +153,7 @@ async fn rerequest(
 /// The combined status; `statuses` is paged (`per_page`, `page`) as on
 /// GitHub, `total_count` counts them all.
 fn combined(ctx: &crate::github::Ctx, repo: &GhRepo, sha: &str, query: &Option<String>) -> Value {
-    let latest = ops::latest_statuses(repo, sha);
+    let latest = repo.latest_statuses(sha);
     let total = latest.len();
     let statuses: Vec<Value> = paginate(latest, query)
         .into_iter()
@@ -161,7 +161,7 @@ fn combined(ctx: &crate::github::Ctx, repo: &GhRepo, sha: &str, query: &Option<S
         .collect();
     let full = repo.full_name();
     json!({
-        "state": ops::combined_state(repo, sha),
+        "state": repo.combined_state(sha),
         "statuses": statuses,
         "sha": sha,
         "total_count": total,

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::{auth, query_param, reply, with_repo};
 use crate::github::error::{ApiError, ApiResult, parse_body};
 use crate::github::json as js;
-use crate::github::ops;
+use crate::github::{model, ops};
 use crate::repo::{FileEntry, Tree};
 use crate::state::Shared;
 
@@ -238,7 +238,7 @@ fn tree_json(
             continue;
         }
         let sub = subtree(tree, &dir);
-        let sub_sha = ops::tree_sha(&sub);
+        let sub_sha = model::tree_sha(&sub);
         entries.push((
             dir.clone(),
             json!({
@@ -304,7 +304,8 @@ async fn create_tree(
         .ok_or_else(|| ApiError::missing_field("Tree", "tree"))?;
     with_repo(&st, &o, &r, |repo, _| {
         let mut tree: Tree = match &body.base_tree {
-            Some(base) => ops::find_tree(repo, base)
+            Some(base) => repo
+                .find_tree(base)
                 .map(|t| (*t).clone())
                 .ok_or_else(|| ApiError::unprocessable("base_tree is not a valid tree oid"))?,
             None => Tree::new(),
@@ -376,7 +377,7 @@ async fn create_tree(
                 }
             }
         }
-        let sha = ops::tree_sha(&tree);
+        let sha = model::tree_sha(&tree);
         let body = tree_json(&ctx, repo, &sha, &tree, false);
         repo.trees.insert(sha, Arc::new(tree));
         Ok(reply(StatusCode::CREATED, body))
@@ -393,8 +394,8 @@ async fn get_tree(
     // GitHub: any value of `recursive` lists the whole tree.
     let recursive = query_param(&query, "recursive").is_some();
     with_repo(&st, &o, &r, |repo, _| {
-        let tree = ops::find_tree(repo, &sha).ok_or_else(ApiError::not_found)?;
-        let tree_sha = ops::tree_sha(&tree);
+        let tree = repo.find_tree(&sha).ok_or_else(ApiError::not_found)?;
+        let tree_sha = model::tree_sha(&tree);
         Ok(reply(
             StatusCode::OK,
             tree_json(&ctx, repo, &tree_sha, &tree, recursive),
@@ -432,7 +433,8 @@ async fn create_commit(
         .tree
         .ok_or_else(|| ApiError::missing_field("Commit", "tree"))?;
     with_repo(&st, &o, &r, |repo, _| {
-        let tree = ops::find_tree(repo, &tree_sha)
+        let tree = repo
+            .find_tree(&tree_sha)
             .ok_or_else(|| ApiError::unprocessable("Tree SHA does not exist"))?;
         for p in &body.parents {
             if repo.git.commit(p).is_none() {

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::{auth, number, paginate, query_param, reply, with_repo};
 use crate::github::error::{ApiError, ApiResult, DOCS_URL, parse_body};
-use crate::github::model::{AsyncMerge, AsyncStatus, IssueComment, MergeAction, Review};
+use crate::github::model::{self, AsyncMerge, AsyncStatus, IssueComment, MergeAction, Review};
 use crate::github::{Ctx, events, json as js, ops, repo_key, with_github};
 use crate::state::Shared;
 
@@ -555,7 +555,7 @@ pub fn submit_review(
     let id = env.next_id();
     let rv = Review {
         id,
-        node_id: ops::node_id("PRR", &id.to_string()),
+        node_id: model::node_id("PRR", &id.to_string()),
         user: ctx.sender.clone(),
         body: body_text,
         state: state.to_string(),
@@ -740,7 +740,7 @@ async fn create_comment(
         let id = env.next_id();
         let c = IssueComment {
             id,
-            node_id: ops::node_id("IC", &id.to_string()),
+            node_id: model::node_id("IC", &id.to_string()),
             issue_number: n,
             user: ctx.sender.clone(),
             body: text,

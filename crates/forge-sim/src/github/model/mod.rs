@@ -9,6 +9,10 @@ use time::OffsetDateTime;
 use crate::ci::{JobOutcome, JobSpec};
 use crate::repo::{Repo, Tree};
 
+mod derived;
+
+pub use derived::{CheckResult, node_id, suite_status, tree_sha};
+
 /// A webhook subscription of one repository.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Webhook {

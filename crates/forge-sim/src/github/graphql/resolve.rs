@@ -1,8 +1,4 @@
-//! `POST /graphql`: a pragmatic resolver for the pull-request / merge-queue subset of GitHub's schema.
-//!
-//! Queries may batch pull requests by alias, use variables and fragments; unknown fields are
-//! reported like GitHub does (HTTP 200 with an `errors` array and no `data`). Mutations:
-//! `enqueuePullRequest` and `dequeuePullRequest`.
+//! Resolves parsed GraphQL documents against the simulated GitHub state, and serves `POST /graphql`.
 
 use axum::Router;
 use axum::body::Bytes;
@@ -12,12 +8,13 @@ use axum::response::Response;
 use axum::routing::post;
 use serde_json::{Map, Value, json};
 
-use super::error::ApiError;
-use super::gql::{self, Document, Field, OperationKind, Selection};
-use super::json::{ts, ts_opt, user_id};
-use super::model::{GhRepo, PullRequest, QueueEntry};
-use super::rest::reply;
-use super::{Ctx, GithubState, authenticate, ops, with_github};
+use super::parser::{self as gql, Document, Field, OperationKind, Selection};
+use crate::github::error::ApiError;
+use crate::github::json::{ts, ts_opt, user_id};
+use crate::github::model;
+use crate::github::model::{GhRepo, PullRequest, QueueEntry};
+use crate::github::rest::reply;
+use crate::github::{Ctx, GithubState, authenticate, ops, with_github};
 use crate::state::Shared;
 
 const GRAPHQL_DOCS: &str = "https://docs.github.com/graphql";
@@ -839,8 +836,9 @@ fn gql_state(pr: &PullRequest) -> &'static str {
 }
 
 fn commit_json(r: &GhRepo, sha: &str) -> Value {
-    let rollup =
-        ops::rollup(r, sha).map(|s| json!({ "__typename": "StatusCheckRollup", "state": s }));
+    let rollup = r
+        .rollup(sha)
+        .map(|s| json!({ "__typename": "StatusCheckRollup", "state": s }));
     let c = r.git.commit(sha);
     json!({
         "__typename": "Commit",
@@ -910,7 +908,7 @@ fn static_json(ctx: &Ctx, obj: &Obj<'_>) -> Value {
             let first = r.queue.iter().filter(|e| &e.base_ref == branch).count();
             json!({
                 "__typename": "MergeQueue",
-                "id": ops::node_id("MQ", &format!("{}:{branch}", r.id)),
+                "id": model::node_id("MQ", &format!("{}:{branch}", r.id)),
                 "url": format!("{}/{}/queue/{branch}", ctx.base_url, r.full_name()),
                 "nextEntryEstimatedTimeToMerge": r.settings.queue_eta_seconds_per_entry.map(|s| s * (first as u64 + 1)),
                 "configuration": {
@@ -936,8 +934,9 @@ fn static_json(ctx: &Ctx, obj: &Obj<'_>) -> Value {
                 .branch_head(&pr.base_ref)
                 .unwrap_or_default()
                 .to_string();
-            let (_, additions, deletions, changed) = ops::pr_stats(r, pr);
-            let rollup = ops::rollup(r, &pr.head_sha)
+            let (_, additions, deletions, changed) = r.pr_stats(pr);
+            let rollup = r
+                .rollup(&pr.head_sha)
                 .map(|s| json!({ "__typename": "StatusCheckRollup", "state": s }));
             json!({
                 "__typename": "PullRequest",
@@ -965,9 +964,9 @@ fn static_json(ctx: &Ctx, obj: &Obj<'_>) -> Value {
                     json!({ "__typename": "Ref", "name": pr.head_ref, "target": commit_json(r, &pr.head_sha) })
                 } else { Value::Null },
                 "baseRef": { "__typename": "Ref", "name": pr.base_ref, "target": commit_json(r, &base_sha) },
-                "mergeable": ops::graphql_mergeable(pr),
-                "mergeStateStatus": ops::merge_state_status(r, pr),
-                "reviewDecision": ops::review_decision(r, pr),
+                "mergeable": pr.graphql_mergeable(),
+                "mergeStateStatus": r.merge_state_status(pr),
+                "reviewDecision": r.review_decision(pr),
                 "isInMergeQueue": r.queue.iter().any(|e| e.pr == pr.number),
                 "isMergeQueueEnabled": r.queue_enabled_for(&pr.base_ref),
                 "author": actor(&pr.user),

@@ -1,0 +1,169 @@
+//! Automatic merge (merge when the pipeline succeeds, or via the merge train) and the reaction
+//! to a source branch moving.
+
+use serde_json::json;
+
+use super::merge::{add_system_note, do_merge, emit_mr_hook};
+use crate::gitlab::model::{AutoMerge, detailed_merge_status, head_pipeline};
+use crate::gitlab::pipelines::create_pipeline;
+use crate::gitlab::{Ctx, trains};
+use crate::state::User;
+
+#[allow(
+    clippy::too_many_arguments,
+    reason = "plain data handed through from the merge request"
+)]
+pub(crate) fn set_auto_merge(
+    ctx: &mut Ctx<'_>,
+    pid: u64,
+    iid: u64,
+    strategy: &str,
+    user: &User,
+    squash: bool,
+    remove_source: bool,
+    message: Option<String>,
+) {
+    let now = ctx.now;
+    if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(&iid) {
+        mr.auto_merge = Some(AutoMerge {
+            strategy: strategy.to_string(),
+            user: user.clone(),
+            squash,
+            remove_source_branch: remove_source,
+            commit_message: message,
+        });
+        mr.updated_at = now;
+    }
+    emit_mr_hook(
+        ctx,
+        pid,
+        iid,
+        "update",
+        user,
+        json!({ "merge_when_pipeline_succeeds": { "previous": false, "current": true } }),
+        None,
+    );
+}
+
+/// Carries out pending automatic merges whose pipeline finished; true when anything changed.
+pub fn progress_auto_merge(ctx: &mut Ctx<'_>, pid: u64) -> bool {
+    let project = ctx.project(pid);
+    let pending: Vec<(u64, AutoMerge, Option<String>, &'static str)> = project
+        .merge_requests
+        .values()
+        .filter(|m| m.is_open())
+        .filter_map(|m| {
+            let auto = m.auto_merge.clone()?;
+            if auto.strategy == "merge_train" {
+                return None;
+            }
+            let status = head_pipeline(project, &m.source_branch, &m.sha).map(|p| p.status.clone());
+            Some((m.iid, auto, status, detailed_merge_status(project, m)))
+        })
+        .collect();
+    let mut changed = false;
+    for (iid, auto, pipeline_status, detailed) in pending {
+        match pipeline_status.as_deref() {
+            Some("success") if detailed == "mergeable" => {
+                if auto.strategy == "add_to_merge_train_when_pipeline_succeeds" {
+                    if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(&iid)
+                        && let Some(auto_merge) = mr.auto_merge.as_mut()
+                    {
+                        auto_merge.strategy = "merge_train".to_string();
+                    }
+                    if trains::add_car(ctx, pid, iid, &auto.user, auto.squash).is_err() {
+                        cancel_auto_merge(
+                            ctx,
+                            pid,
+                            iid,
+                            &auto.user,
+                            "the merge request could not be added to the merge train",
+                        );
+                    }
+                } else if let Err(error) = do_merge(
+                    ctx,
+                    pid,
+                    iid,
+                    &auto.user,
+                    auto.squash,
+                    auto.commit_message.clone(),
+                    auto.remove_source_branch,
+                ) {
+                    let reason = error.body["message"]
+                        .as_str()
+                        .unwrap_or("merge failed")
+                        .to_string();
+                    cancel_auto_merge(ctx, pid, iid, &auto.user, &reason);
+                }
+                changed = true;
+            }
+            Some("failed" | "canceled") => {
+                cancel_auto_merge(ctx, pid, iid, &auto.user, "the pipeline did not succeed");
+                changed = true;
+            }
+            _ => {}
+        }
+    }
+    changed
+}
+
+/// Turns off auto-merge with a system note and `merge_error`.
+pub fn cancel_auto_merge(ctx: &mut Ctx<'_>, pid: u64, iid: u64, user: &User, reason: &str) {
+    if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(&iid) {
+        mr.auto_merge = None;
+        mr.merge_error = Some(reason.to_string());
+    }
+    add_system_note(
+        ctx,
+        pid,
+        iid,
+        &format!("aborted the automatic merge because {reason}"),
+        user,
+    );
+}
+
+/// A push to `branch`: updates open MRs whose source it is, starts their pipeline, emits hooks.
+pub fn on_source_pushed(
+    ctx: &mut Ctx<'_>,
+    pid: u64,
+    branch: &str,
+    before: Option<&str>,
+    after: &str,
+    user: &User,
+) {
+    let now = ctx.now;
+    let iids: Vec<u64> = ctx
+        .project(pid)
+        .merge_requests
+        .values()
+        .filter(|m| m.is_open() && m.source_branch == branch)
+        .map(|m| m.iid)
+        .collect();
+    if iids.is_empty() {
+        return;
+    }
+    for iid in &iids {
+        let mut oldrev = None;
+        if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(iid)
+            && mr.sha != after
+        {
+            oldrev = Some(std::mem::replace(&mut mr.sha, after.to_string()));
+            mr.updated_at = now;
+            mr.merge_error = None;
+        }
+        if let Some(oldrev) = oldrev {
+            trains::drop_car(ctx, pid, *iid, Some("the source branch was updated"));
+            emit_mr_hook(ctx, pid, *iid, "update", user, json!({}), Some(&oldrev));
+        }
+    }
+    create_pipeline(
+        ctx,
+        pid,
+        branch,
+        after,
+        before,
+        "push",
+        user,
+        iids.first().copied(),
+    );
+}
