@@ -22,6 +22,7 @@ use wq_core::{
 mod common;
 pub mod postgres;
 pub mod sqlite;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use common::{EmbeddedMigration, migrator};
