@@ -3,14 +3,21 @@
 //! `event_apply`, so both backends decide the same way.
 
 use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
 
 use sqlx::SqlSafeStr;
 use sqlx::error::ErrorKind;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use time::OffsetDateTime;
-use wq_core::{EventResult, ItemId, Phase};
+use wq_core::{Dimension, DimensionStatus, EventResult, ItemId, PendingEvent, Phase, WorkItem};
 
-use crate::{EventApplied, StoreError, StoreResult};
+use crate::codec::{DbId, DbJson, DbRow, DbTime};
+use crate::{EventApplied, ListedItem, PhaseCount, StoreError, StoreResult};
+
+/// A boxed, sendable future borrowing for `'a`: what a `write` closure
+/// returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// One embedded migration file: version, description and SQL.
 pub struct EmbeddedMigration {
@@ -44,6 +51,85 @@ pub(crate) fn parse_phase(stored: &str) -> StoreResult<Phase> {
     stored
         .parse()
         .map_err(|error| StoreError::Corrupt(format!("work_items.phase: {error}")))
+}
+
+// --- row decoders, one for both backends -------------------------------------
+
+pub(crate) fn item_from_row(row: &impl DbRow) -> StoreResult<WorkItem> {
+    Ok(WorkItem {
+        id: row.decode::<DbId>("id")?.0,
+        item_type: row.decode("item_type")?,
+        phase: parse_phase(&row.decode::<String>("phase")?)?,
+        actionable: row.decode("actionable")?,
+        attempts: row.decode("attempts")?,
+        error: row.decode("error")?,
+        leased_until: time_column(row, "leased_until")?,
+        idempotency_key: row.decode("idempotency_key")?,
+        caller_identity: row.decode("caller_identity")?,
+        created_at: row.decode::<DbTime>("created_at")?.0,
+        updated_at: row.decode::<DbTime>("updated_at")?.0,
+        last_event_at: time_column(row, "last_event_at")?,
+    })
+}
+
+/// A listed row: the item and its stored place.
+pub(crate) fn listed_from_row(row: &impl DbRow) -> StoreResult<ListedItem> {
+    let forge: Option<String> = row.decode("forge")?;
+    let project: Option<String> = row.decode("project")?;
+    Ok(ListedItem {
+        item: item_from_row(row)?,
+        place: forge.zip(project),
+    })
+}
+
+pub(crate) fn dimension_from_row(row: &impl DbRow) -> StoreResult<Dimension> {
+    Ok(Dimension {
+        dimension: row.decode("dimension")?,
+        variant: row.decode("variant")?,
+        status: DimensionStatus::from_stored(&row.decode::<String>("status")?),
+        detail: row.decode::<DbJson<serde_json::Value>>("detail")?.0,
+        pending_until: time_column(row, "pending_until")?,
+        updated_at: row.decode::<DbTime>("updated_at")?.0,
+    })
+}
+
+pub(crate) fn event_from_row(row: &impl DbRow) -> StoreResult<PendingEvent> {
+    Ok(PendingEvent {
+        id: row.decode("id")?,
+        work_item_id: row.decode::<DbId>("work_item_id")?.0,
+        event_type: row.decode("event_type")?,
+        body: row.decode::<DbJson<serde_json::Value>>("body")?.0,
+        received_at: row.decode::<DbTime>("received_at")?.0,
+    })
+}
+
+pub(crate) fn phase_count_from_row(row: &impl DbRow) -> StoreResult<PhaseCount> {
+    Ok(PhaseCount {
+        item_type: row.decode("item_type")?,
+        phase: parse_phase(&row.decode::<String>("phase")?)?,
+        count: row.decode("count")?,
+    })
+}
+
+/// A row of `items/lease_state.sql`.
+pub(crate) fn event_target_from_row(row: &impl DbRow) -> StoreResult<EventTarget> {
+    Ok(EventTarget {
+        phase: parse_phase(&row.decode::<String>("phase")?)?,
+        error: row.decode("error")?,
+        last_event_at: time_column(row, "last_event_at")?,
+    })
+}
+
+fn time_column(row: &impl DbRow, name: &str) -> StoreResult<Option<OffsetDateTime>> {
+    Ok(row.decode::<Option<DbTime>>(name)?.map(|DbTime(at)| at))
+}
+
+pub(crate) fn lease_lost_unless_one_row(rows_affected: u64, id: ItemId) -> StoreResult<()> {
+    if rows_affected == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::LeaseLost(id))
+    }
 }
 
 pub(crate) fn database_error_kind(error: &sqlx::Error) -> Option<ErrorKind> {

@@ -19,12 +19,17 @@ use wq_core::{
     Dimension, DimensionUpdate, EventResult, ItemId, ItemView, PendingEvent, Phase, WorkItem,
 };
 
+pub mod codec;
 mod common;
+#[macro_use]
+mod ops;
 pub mod postgres;
 pub mod sqlite;
+#[cfg(feature = "testing")]
 pub mod testing;
 
-pub use common::{EmbeddedMigration, migrator};
+pub use codec::to_micros;
+pub use common::{BoxFuture, EmbeddedMigration, migrator};
 
 /// Errors of the store layer.
 #[derive(Debug, thiserror::Error)]
@@ -407,11 +412,4 @@ pub async fn connect_with_timeout(
             "unsupported database url {url:?}: expected sqlite:PATH, sqlite::memory: or postgres://..."
         )))
     }
-}
-
-/// Truncates to whole microseconds, the precision both backends store.
-pub fn to_micros(at: OffsetDateTime) -> OffsetDateTime {
-    let nanos = at.nanosecond();
-    at.replace_nanosecond(nanos - nanos % 1_000)
-        .expect("truncating nanoseconds stays in range")
 }

@@ -53,23 +53,17 @@
 
 use std::sync::LazyLock;
 
-use async_trait::async_trait;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
-use sqlx::types::Json;
-use sqlx::{PgConnection, Row};
+use sqlx::{PgConnection, Postgres, Transaction};
 use time::OffsetDateTime;
-use uuid::Uuid;
-use wq_core::{
-    Dimension, DimensionStatus, DimensionUpdate, ItemId, ItemView, PendingEvent, Phase, WorkItem,
-};
+use wq_core::{Dimension, DimensionStatus, ItemId, ItemView, Phase};
 
-use crate::common::{self, EmbeddedMigration, EventTarget};
-use crate::{
-    ApplyEvent, ApplyOutcome, BackendKind, ClaimParams, EventApplied, ItemListParams, Lease,
-    ListedItem, NewEvent, NewItem, Park, ParkParams, PhaseCount, RecordFailure, Snapshot, Store,
-    StoreError, StoreResult, SweepParams, to_micros,
-};
+#[cfg(doc)]
+use crate::Store;
+use crate::codec::{DbId, DbJson, DbRow, DbTime, from_micros};
+use crate::common::{self, BoxFuture, EmbeddedMigration};
+use crate::{ClaimParams, Lease, Park, ParkParams, Snapshot, StoreError, StoreResult, to_micros};
 
 /// Loads one statement from `queries/`.
 macro_rules! sql {
@@ -137,54 +131,73 @@ impl PgStore {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+
+    /// Runs `statements` in one transaction: begin, run, commit (rolled
+    /// back if they return an error). The same shape as
+    /// [`crate::sqlite::SqliteStore::write`]; `statements` must only use the
+    /// connection it is given.
+    pub async fn write<T, F>(&self, statements: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut PgConnection) -> BoxFuture<'c, StoreResult<T>> + Send + 'static,
+    {
+        let mut tx = self.pool.begin().await?;
+        let value = statements(&mut tx).await?;
+        tx.commit().await?;
+        Ok(value)
+    }
+
+    /// A write that needs no transaction of its own (one statement, or
+    /// statements that are each safe alone), on a pooled connection.
+    async fn autocommit<T, F>(&self, statements: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut PgConnection) -> BoxFuture<'c, StoreResult<T>> + Send + 'static,
+    {
+        let mut conn = self.pool.acquire().await?;
+        statements(&mut conn).await
+    }
+
+    /// A read of one snapshot.
+    async fn read_transaction(&self) -> sqlx::Result<Transaction<'static, Postgres>> {
+        self.pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .await
+    }
 }
 
-// --- decoding ----------------------------------------------------------------
+// --- building blocks for item types ----------------------------------------
 
-/// A listed row: the item and its stored place.
-fn listed_from_row(row: &PgRow) -> StoreResult<ListedItem> {
-    let forge: Option<String> = row.try_get("forge")?;
-    let project: Option<String> = row.try_get("project")?;
-    Ok(ListedItem {
-        item: item_from_row(row)?,
-        place: forge.zip(project),
-    })
+building_blocks!(PgConnection);
+
+/// Takes the item's transaction-scoped advisory lock (DDR-34): the first
+/// lock of the store's lock order.
+pub async fn lock_item(conn: &mut PgConnection, id: ItemId) -> StoreResult<()> {
+    sqlx::query(sql!("items/advisory_lock.sql"))
+        .bind(id.lock_key())
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }
 
-fn item_from_row(row: &PgRow) -> StoreResult<WorkItem> {
-    Ok(WorkItem {
-        id: ItemId(row.try_get("id")?),
-        item_type: row.try_get("item_type")?,
-        phase: common::parse_phase(row.try_get("phase")?)?,
-        actionable: row.try_get("actionable")?,
-        attempts: row.try_get("attempts")?,
-        error: row.try_get("error")?,
-        leased_until: row.try_get("leased_until")?,
-        idempotency_key: row.try_get("idempotency_key")?,
-        caller_identity: row.try_get("caller_identity")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-        last_event_at: row.try_get("last_event_at")?,
-    })
+/// An event insert takes the item's advisory lock first, so it is
+/// serialised with the loop's exit (DDR-34).
+async fn lock_for_event(conn: &mut PgConnection, id: ItemId) -> StoreResult<()> {
+    lock_item(conn, id).await
 }
 
-fn dimension_from_row(row: &PgRow) -> StoreResult<Dimension> {
-    let Json(detail) = row.try_get::<Json<serde_json::Value>, _>("detail")?;
-    Ok(Dimension {
-        dimension: row.try_get("dimension")?,
-        variant: row.try_get("variant")?,
-        status: DimensionStatus::from_stored(row.try_get("status")?),
-        detail,
-        pending_until: row.try_get("pending_until")?,
-        updated_at: row.try_get("updated_at")?,
-    })
+/// A type filter as a `text[]` parameter.
+fn handled_types(types: &[String]) -> Vec<String> {
+    types.to_vec()
 }
+
+// --- one-statement loop steps ------------------------------------------------
 
 /// A row of `items/snapshot.sql` or `items/claim_snapshot.sql`.
 fn snapshot_from_row(row: &PgRow, now: OffsetDateTime) -> StoreResult<Snapshot> {
-    let item = item_from_row(row)?;
-    let has_events: bool = row.try_get("has_events")?;
-    let Json(rows) = row.try_get::<Json<Vec<SnapshotDimension>>, _>("dimensions")?;
+    let item = common::item_from_row(row)?;
+    let has_events: bool = row.decode("has_events")?;
+    let DbJson(rows) = row.decode::<DbJson<Vec<SnapshotDimension>>>("dimensions")?;
     let dimensions = rows
         .into_iter()
         .map(SnapshotDimension::into_dimension)
@@ -199,7 +212,8 @@ fn snapshot_from_row(row: &PgRow, now: OffsetDateTime) -> StoreResult<Snapshot> 
     })
 }
 
-/// A dimension row as `items/snapshot.sql` renders it.
+/// A dimension row as `items/snapshot.sql` renders it (times in
+/// microseconds).
 #[derive(serde::Deserialize)]
 struct SnapshotDimension {
     dimension: String,
@@ -212,226 +226,28 @@ struct SnapshotDimension {
 
 impl SnapshotDimension {
     fn into_dimension(self) -> StoreResult<Dimension> {
-        let time = |micros: i64| {
-            OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1_000)
-                .map_err(|error| StoreError::Corrupt(format!("timestamp {micros}: {error}")))
-        };
         Ok(Dimension {
             dimension: self.dimension,
             variant: self.variant,
             status: DimensionStatus::from_stored(&self.status),
             detail: self.detail,
-            pending_until: self.pending_until.map(time).transpose()?,
-            updated_at: time(self.updated_at)?,
+            pending_until: self.pending_until.map(from_micros).transpose()?,
+            updated_at: from_micros(self.updated_at)?,
         })
     }
 }
 
 /// RFC 3339 text that PostgreSQL parses back to the same microsecond.
 fn rfc3339(at: OffsetDateTime) -> String {
-    at.format(&time::format_description::well_known::Rfc3339)
+    to_micros(at)
+        .format(&time::format_description::well_known::Rfc3339)
         .expect("a UTC timestamp formats as RFC 3339")
 }
 
-fn event_from_row(row: &PgRow) -> StoreResult<PendingEvent> {
-    let Json(body) = row.try_get::<Json<serde_json::Value>, _>("body")?;
-    Ok(PendingEvent {
-        id: row.try_get("id")?,
-        work_item_id: ItemId(row.try_get("work_item_id")?),
-        event_type: row.try_get("event_type")?,
-        body,
-        received_at: row.try_get("received_at")?,
-    })
-}
-
-// --- building blocks for item types ----------------------------------------
-
-/// Inserts an active, actionable work item and its initial dimensions on the
-/// caller's connection (inside the caller's transaction, so an item type can
-/// add its detail row atomically). A live idempotency key yields
-/// [`StoreError::Duplicate`].
-pub async fn insert_item(conn: &mut PgConnection, item: &NewItem) -> StoreResult<WorkItem> {
-    let row = sqlx::query(sql!("items/insert.sql"))
-        .bind(item.id.0)
-        .bind(&item.item_type)
-        .bind(&item.idempotency_key)
-        .bind(&item.caller_identity)
-        .bind(to_micros(item.now))
-        .bind(item.place.as_ref().map(|(forge, _)| forge))
-        .bind(item.place.as_ref().map(|(_, project)| project))
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(|error| {
-            common::duplicate_or_database(error, || {
-                common::duplicate_key_message(item.idempotency_key.as_deref())
-            })
-        })?;
-    let work_item = item_from_row(&row)?;
-    for update in &item.dimensions {
-        upsert_dimension(&mut *conn, item.id, update, item.now).await?;
-    }
-    Ok(work_item)
-}
-
-/// Upserts one dimension row on the caller's connection: status replaced,
-/// detail replaced or kept (`None`; `{}` for a new row), `pending_until`
-/// replaced. A missing item yields [`StoreError::NotFound`].
-pub async fn upsert_dimension(
-    conn: &mut PgConnection,
-    id: ItemId,
-    update: &DimensionUpdate,
-    now: OffsetDateTime,
-) -> StoreResult<()> {
-    sqlx::query(sql!("dimensions/upsert.sql"))
-        .bind(id.0)
-        .bind(&update.dimension)
-        .bind(&update.variant)
-        .bind(update.status.as_str())
-        .bind(update.detail.as_ref().map(Json))
-        .bind(update.pending_until.map(to_micros))
-        .bind(to_micros(now))
-        .execute(&mut *conn)
-        .await
-        .map_err(|error| common::not_found_or_database(error, id))?;
-    Ok(())
-}
-
-/// Stores a raw event and sets `actionable = true` on the caller's
-/// transaction, taking the item's advisory lock first so the insert is
-/// serialised with the loop's exit (DDR-30, DDR-34, DDR-49). A missing item
-/// yields [`StoreError::NotFound`]. Call it inside a transaction: the lock
-/// is transaction-scoped.
-pub async fn insert_event(conn: &mut PgConnection, event: &NewEvent) -> StoreResult<i64> {
-    lock_item(&mut *conn, event.item_id).await?;
-    let woken = sqlx::query(sql!("items/wake_for_event.sql"))
-        .bind(event.item_id.0)
-        .execute(&mut *conn)
-        .await?;
-    if woken.rows_affected() == 0 {
-        return Err(StoreError::NotFound(event.item_id));
-    }
-    Ok(sqlx::query_scalar(sql!("events/insert.sql"))
-        .bind(event.item_id.0)
-        .bind(&event.event_type)
-        .bind(Json(&event.body))
-        .bind(to_micros(event.now))
-        .fetch_one(&mut *conn)
-        .await?)
-}
-
-/// Failed or cancelled → active, actionable, attempts 0, error cleared, on
-/// the caller's connection. Other phases: [`StoreError::Conflict`].
-pub async fn retry_item(
-    conn: &mut PgConnection,
-    id: ItemId,
-    now: OffsetDateTime,
-) -> StoreResult<WorkItem> {
-    let row = sqlx::query(sql!("items/retry.sql"))
-        .bind(id.0)
-        .bind(to_micros(now))
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(|error| {
-            common::duplicate_or_database(error, || {
-                format!("work item {id} cannot be retried: a newer item holds its idempotency key")
-            })
-        })?;
-    if let Some(row) = row {
-        return item_from_row(&row);
-    }
-    let phase: Option<String> = sqlx::query_scalar(sql!("items/phase.sql"))
-        .bind(id.0)
-        .fetch_optional(&mut *conn)
-        .await?;
-    match phase {
-        None => Err(StoreError::NotFound(id)),
-        Some(phase) => Err(common::retry_conflict(common::parse_phase(&phase)?)),
-    }
-}
-
-/// Takes the item's transaction-scoped advisory lock (DDR-34): the first
-/// lock of the store's lock order.
-pub async fn lock_item(conn: &mut PgConnection, id: ItemId) -> StoreResult<()> {
-    sqlx::query(sql!("items/advisory_lock.sql"))
-        .bind(id.lock_key())
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
-fn lease_lost_unless_one_row(rows_affected: u64, id: ItemId) -> StoreResult<()> {
-    if rows_affected == 1 {
-        Ok(())
-    } else {
-        Err(StoreError::LeaseLost(id))
-    }
-}
-
-#[async_trait]
-impl Store for PgStore {
-    fn backend(&self) -> BackendKind {
-        BackendKind::Postgres
-    }
-
-    fn handle(&self) -> crate::Backend {
-        crate::Backend::Postgres(self.clone())
-    }
-
+impl_store!(PgStore, Postgres, {
     async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.pool).await?;
         Ok(())
-    }
-
-    async fn ping(&self) -> StoreResult<()> {
-        sqlx::query(sql!("health/ping.sql"))
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn item_insert(&self, item: NewItem) -> StoreResult<WorkItem> {
-        let mut tx = self.pool.begin().await?;
-        let work_item = insert_item(&mut tx, &item).await?;
-        tx.commit().await?;
-        Ok(work_item)
-    }
-
-    async fn item_get(&self, id: ItemId) -> StoreResult<Option<WorkItem>> {
-        let row = sqlx::query(sql!("items/get.sql"))
-            .bind(id.0)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(item_from_row).transpose()
-    }
-
-    async fn item_view(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<Option<ItemView>> {
-        // One snapshot for the item and its dimensions.
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .await?;
-        let Some(row) = sqlx::query(sql!("items/get.sql"))
-            .bind(id.0)
-            .fetch_optional(&mut *tx)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let item = item_from_row(&row)?;
-        let rows = sqlx::query(sql!("dimensions/list.sql"))
-            .bind(id.0)
-            .fetch_all(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        let dimensions = rows
-            .iter()
-            .map(dimension_from_row)
-            .collect::<StoreResult<_>>()?;
-        Ok(Some(ItemView {
-            item,
-            dimensions,
-            now: to_micros(now),
-        }))
     }
 
     async fn item_snapshot(
@@ -440,7 +256,7 @@ impl Store for PgStore {
         now: OffsetDateTime,
     ) -> StoreResult<Option<Snapshot>> {
         let row = sqlx::query(sql!("items/snapshot.sql"))
-            .bind(id.0)
+            .bind(DbId(id))
             .fetch_optional(&self.pool)
             .await?;
         row.map(|row| snapshot_from_row(&row, now)).transpose()
@@ -453,12 +269,11 @@ impl Store for PgStore {
         if params.handled_types.is_empty() {
             return Ok(None);
         }
-        let lease_until = to_micros(params.lease_until);
         let row = sqlx::query(sql!("items/claim_snapshot.sql"))
-            .bind(params.id.0)
-            .bind(to_micros(params.now))
-            .bind(lease_until)
-            .bind(&params.handled_types)
+            .bind(DbId(params.id))
+            .bind(DbTime(params.now))
+            .bind(DbTime(params.lease_until))
+            .bind(handled_types(&params.handled_types))
             .fetch_optional(&self.pool)
             .await?;
         let Some(row) = row else {
@@ -467,108 +282,13 @@ impl Store for PgStore {
         let snapshot = snapshot_from_row(&row, params.now)?;
         let lease = Lease {
             id: params.id,
-            until: lease_until,
+            until: to_micros(params.lease_until),
         };
         Ok(Some((snapshot, lease)))
     }
 
-    async fn item_list_placed(&self, params: ItemListParams) -> StoreResult<Vec<ListedItem>> {
-        let rows = sqlx::query(sql!("items/list.sql"))
-            .bind(params.phase.map(Phase::as_str))
-            .bind(params.item_type.as_deref())
-            .bind(params.before.map(|id| id.0))
-            .bind(i64::from(params.limit))
-            .bind(common::visibility_param(&params.visibility))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(listed_from_row).collect()
-    }
-
-    async fn item_claim(&self, params: ClaimParams) -> StoreResult<Option<(WorkItem, Lease)>> {
-        if params.handled_types.is_empty() {
-            return Ok(None);
-        }
-        let lease_until = to_micros(params.lease_until);
-        let row = sqlx::query(sql!("items/claim.sql"))
-            .bind(params.id.0)
-            .bind(to_micros(params.now))
-            .bind(lease_until)
-            .bind(&params.handled_types)
-            .fetch_optional(&self.pool)
-            .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let item = item_from_row(&row)?;
-        let lease = Lease {
-            id: item.id,
-            until: lease_until,
-        };
-        Ok(Some((item, lease)))
-    }
-
-    async fn item_heartbeat(&self, lease: Lease, until: OffsetDateTime) -> StoreResult<Lease> {
-        let until = to_micros(until);
-        let result = sqlx::query(sql!("items/heartbeat.sql"))
-            .bind(lease.id.0)
-            .bind(to_micros(lease.until))
-            .bind(until)
-            .execute(&self.pool)
-            .await?;
-        lease_lost_unless_one_row(result.rows_affected(), lease.id)?;
-        Ok(Lease {
-            id: lease.id,
-            until,
-        })
-    }
-
-    async fn item_release(&self, lease: Lease, until: Option<OffsetDateTime>) -> StoreResult<()> {
-        let result = sqlx::query(sql!("items/release.sql"))
-            .bind(lease.id.0)
-            .bind(to_micros(lease.until))
-            .bind(until.map(to_micros))
-            .execute(&self.pool)
-            .await?;
-        lease_lost_unless_one_row(result.rows_affected(), lease.id)
-    }
-
-    async fn item_apply_outcome(&self, outcome: ApplyOutcome) -> StoreResult<WorkItem> {
-        let id = outcome.lease.id;
-        let mut tx = self.pool.begin().await?;
-        // The UPDATE takes the row lock before the dimension writes.
-        let row = sqlx::query(sql!("items/apply_outcome.sql"))
-            .bind(id.0)
-            .bind(to_micros(outcome.lease.until))
-            .bind(outcome.phase.map(Phase::as_str))
-            .bind(outcome.error.as_deref())
-            .bind(to_micros(outcome.now))
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or(StoreError::LeaseLost(id))?;
-        let item = item_from_row(&row)?;
-        for update in &outcome.dimensions {
-            upsert_dimension(&mut tx, id, update, outcome.now).await?;
-        }
-        tx.commit().await?;
-        Ok(item)
-    }
-
-    async fn item_record_failure(&self, failure: RecordFailure) -> StoreResult<WorkItem> {
-        let id = failure.lease.id;
-        let row = sqlx::query(sql!("items/record_failure.sql"))
-            .bind(id.0)
-            .bind(to_micros(failure.lease.until))
-            .bind(&failure.error)
-            .bind(to_micros(failure.now))
-            .bind(failure.permanent)
-            .bind(failure.max_attempts)
-            .bind(to_micros(failure.retry_at))
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or(StoreError::LeaseLost(id))?;
-        item_from_row(&row)
-    }
-
+    /// The loop's exit in one call of `wq_park` (migration 0002), which
+    /// takes the item's advisory lock before it checks for events.
     async fn item_park_with(&self, params: ParkParams) -> StoreResult<Park> {
         let ParkParams {
             lease,
@@ -585,7 +305,7 @@ impl Store for PgStore {
                     "dimension": update.dimension,
                     "variant": update.variant,
                     "status": update.status.as_str(),
-                    "pending_until": update.pending_until.map(|at| rfc3339(to_micros(at))),
+                    "pending_until": update.pending_until.map(rfc3339),
                 });
                 if let Some(detail) = &update.detail {
                     row["detail"] = detail.clone();
@@ -594,14 +314,14 @@ impl Store for PgStore {
             })
             .collect();
         let answer: String = sqlx::query_scalar(sql!("items/park_with.sql"))
-            .bind(lease.id.0)
-            .bind(to_micros(lease.until))
-            .bind(to_micros(now))
+            .bind(DbId(lease.id))
+            .bind(DbTime(lease.until))
+            .bind(DbTime(now))
             .bind(lease.id.lock_key())
             .bind(write_outcome)
             .bind(outcome.phase.map(Phase::as_str))
             .bind(outcome.error.as_deref())
-            .bind(Json(serde_json::Value::Array(dimensions)))
+            .bind(DbJson(serde_json::Value::Array(dimensions)))
             .fetch_one(&self.pool)
             .await?;
         match answer.as_str() {
@@ -611,124 +331,4 @@ impl Store for PgStore {
             other => Err(StoreError::Corrupt(format!("wq_park answered {other:?}"))),
         }
     }
-
-    async fn item_retry(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<WorkItem> {
-        let mut conn = self.pool.acquire().await?;
-        retry_item(&mut conn, id, now).await
-    }
-
-    async fn item_mark_actionable(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()> {
-        let result = sqlx::query(sql!("items/mark_actionable.sql"))
-            .bind(id.0)
-            .bind(to_micros(now))
-            .execute(&self.pool)
-            .await?;
-        if result.rows_affected() == 0 {
-            return Err(StoreError::NotFound(id));
-        }
-        Ok(())
-    }
-
-    async fn item_count_by_phase(&self) -> StoreResult<Vec<PhaseCount>> {
-        let rows = sqlx::query(sql!("items/count_by_phase.sql"))
-            .fetch_all(&self.pool)
-            .await?;
-        let mut counts = Vec::with_capacity(rows.len());
-        for row in &rows {
-            counts.push(PhaseCount {
-                item_type: row.try_get("item_type")?,
-                phase: common::parse_phase(row.try_get("phase")?)?,
-                count: row.try_get("count")?,
-            });
-        }
-        Ok(counts)
-    }
-
-    async fn dimension_list(&self, id: ItemId) -> StoreResult<Vec<Dimension>> {
-        let rows = sqlx::query(sql!("dimensions/list.sql"))
-            .bind(id.0)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(dimension_from_row).collect()
-    }
-
-    async fn dimension_upsert(
-        &self,
-        id: ItemId,
-        update: DimensionUpdate,
-        now: OffsetDateTime,
-    ) -> StoreResult<()> {
-        let mut conn = self.pool.acquire().await?;
-        upsert_dimension(&mut conn, id, &update, now).await
-    }
-
-    async fn event_insert(&self, event: NewEvent) -> StoreResult<i64> {
-        let mut tx = self.pool.begin().await?;
-        let event_id = insert_event(&mut tx, &event).await?;
-        tx.commit().await?;
-        Ok(event_id)
-    }
-
-    async fn event_next(&self, id: ItemId) -> StoreResult<Option<PendingEvent>> {
-        let row = sqlx::query(sql!("events/next.sql"))
-            .bind(id.0)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(event_from_row).transpose()
-    }
-
-    async fn event_apply(&self, apply: ApplyEvent) -> StoreResult<EventApplied> {
-        let id = apply.lease.id;
-        let now = to_micros(apply.now);
-        let mut tx = self.pool.begin().await?;
-        let row = sqlx::query(sql!("items/lease_state.sql"))
-            .bind(id.0)
-            .bind(to_micros(apply.lease.until))
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or(StoreError::LeaseLost(id))?;
-        let target = EventTarget {
-            phase: common::parse_phase(row.try_get("phase")?)?,
-            error: row.try_get("error")?,
-            last_event_at: row.try_get("last_event_at")?,
-        };
-        let outcome = if target.phase == Phase::Active {
-            for update in &apply.result.dimensions {
-                upsert_dimension(&mut tx, id, update, now).await?;
-            }
-            let write = common::decide_event(&target, &apply.result, now);
-            sqlx::query(sql!("items/update_from_event.sql"))
-                .bind(id.0)
-                .bind(write.phase.as_str())
-                .bind(write.error.as_deref())
-                .bind(write.last_event_at)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            write.applied
-        } else {
-            // DDR-37: only active items accept events; discard it.
-            EventApplied::ItemNotActive
-        };
-        sqlx::query(sql!("events/delete.sql"))
-            .bind(apply.event_id)
-            .bind(id.0)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(outcome)
-    }
-
-    async fn sweep_candidates(&self, params: SweepParams) -> StoreResult<Vec<ItemId>> {
-        if params.handled_types.is_empty() {
-            return Ok(Vec::new());
-        }
-        let ids: Vec<Uuid> = sqlx::query_scalar(sql!("sweep/candidates.sql"))
-            .bind(&params.handled_types)
-            .bind(to_micros(params.now))
-            .bind(i64::from(params.limit))
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(ids.into_iter().map(ItemId).collect())
-    }
-}
+});

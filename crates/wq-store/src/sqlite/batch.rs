@@ -21,12 +21,11 @@
 //! [`Batcher`] (i.e. the last clone of the store) is dropped.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 
 use sqlx::{SqliteConnection, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::common::BoxFuture;
 use crate::{StoreError, StoreResult};
 
 /// At most this many jobs share one transaction.
@@ -34,9 +33,6 @@ pub(crate) const MAX_BATCH: usize = 128;
 
 /// Jobs waiting for the task; senders wait beyond this (backpressure).
 const QUEUE_CAPACITY: usize = 1024;
-
-/// A boxed, sendable future borrowing for `'a`.
-pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Hands a job's held-back result to its caller, given how the batch ended.
 type Deliver = Box<dyn FnOnce(Result<(), &sqlx::Error>) + Send>;

@@ -16,7 +16,9 @@
 //! # Storage
 //!
 //! Ids are hyphenated lowercase UUIDv7 text (they sort by creation time),
-//! times are INTEGER microseconds since the Unix epoch, JSON is text.
+//! times are INTEGER microseconds since the Unix epoch, JSON is text (the
+//! [`crate::codec`] types). The statements bind the same parameters as
+//! PostgreSQL's, so both run one body per operation ([`crate::ops`]).
 //!
 //! # Writes
 //!
@@ -68,25 +70,20 @@ use std::str::FromStr;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
+use sqlx::{Sqlite, SqliteConnection, Transaction};
 use time::OffsetDateTime;
-use wq_core::{
-    Dimension, DimensionStatus, DimensionUpdate, ItemId, ItemView, PendingEvent, Phase, WorkItem,
-};
+use wq_core::ItemId;
 
-use self::batch::{Batcher, BoxFuture};
-use crate::common::{self, EmbeddedMigration, EventTarget};
-use crate::{
-    ApplyEvent, ApplyOutcome, BackendKind, ClaimParams, EventApplied, ItemListParams, Lease,
-    ListedItem, NewEvent, NewItem, Park, ParkParams, PhaseCount, RecordFailure, Snapshot, Store,
-    StoreError, StoreResult, SweepParams,
-};
+use self::batch::Batcher;
+#[cfg(doc)]
+use crate::Store;
+use crate::codec::{DbId, DbJson, DbTime};
+use crate::common::{self, BoxFuture, EmbeddedMigration};
+use crate::{Park, ParkParams, Snapshot, StoreError, StoreResult};
 
 mod batch;
 
@@ -262,6 +259,23 @@ impl SqliteStore {
     {
         self.batcher.write(statements).await
     }
+
+    /// A write without a transaction of its own: on SQLite every write goes
+    /// through group commit.
+    async fn autocommit<T, F>(&self, statements: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, StoreResult<T>>
+            + Send
+            + 'static,
+    {
+        self.write(statements).await
+    }
+
+    /// A read transaction: WAL gives it one snapshot.
+    async fn read_transaction(&self) -> sqlx::Result<Transaction<'static, Sqlite>> {
+        self.pool.begin().await
+    }
 }
 
 fn configuration_error(message: String) -> StoreError {
@@ -292,6 +306,7 @@ fn split_synchronous_option(url: &str) -> StoreResult<(String, Synchronous)> {
 
 // --- encoding --------------------------------------------------------------
 
+/// An id as SQLite stores it (see [`crate::codec::DbId`]).
 pub fn id_text(id: ItemId) -> String {
     id.0.hyphenated().to_string()
 }
@@ -301,240 +316,28 @@ pub fn parse_id(text: &str) -> StoreResult<ItemId> {
         .map_err(|error| StoreError::Corrupt(format!("work item id {text:?}: {error}")))
 }
 
-/// Microseconds since the Unix epoch; truncates like [`crate::to_micros`].
-pub fn micros(at: OffsetDateTime) -> i64 {
-    let micros = at.unix_timestamp_nanos().div_euclid(1_000);
-    i64::try_from(micros).expect("a representable OffsetDateTime fits in i64 microseconds")
-}
-
-pub fn from_micros(micros: i64) -> StoreResult<OffsetDateTime> {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1_000)
-        .map_err(|error| StoreError::Corrupt(format!("timestamp {micros}: {error}")))
-}
-
-pub fn optional_micros(micros: Option<i64>) -> StoreResult<Option<OffsetDateTime>> {
-    micros.map(from_micros).transpose()
-}
-
-fn json_text(value: &serde_json::Value) -> String {
-    value.to_string()
-}
-
-fn parse_json(text: &str, column: &str) -> StoreResult<serde_json::Value> {
-    serde_json::from_str(text).map_err(|error| StoreError::Corrupt(format!("{column}: {error}")))
-}
-
-/// A listed row: the item and its stored place.
-fn listed_from_row(row: &SqliteRow) -> StoreResult<ListedItem> {
-    let forge: Option<String> = row.try_get("forge")?;
-    let project: Option<String> = row.try_get("project")?;
-    Ok(ListedItem {
-        item: item_from_row(row)?,
-        place: forge.zip(project),
-    })
-}
-
-fn item_from_row(row: &SqliteRow) -> StoreResult<WorkItem> {
-    Ok(WorkItem {
-        id: parse_id(row.try_get("id")?)?,
-        item_type: row.try_get("item_type")?,
-        phase: common::parse_phase(row.try_get("phase")?)?,
-        actionable: row.try_get("actionable")?,
-        attempts: row.try_get("attempts")?,
-        error: row.try_get("error")?,
-        leased_until: optional_micros(row.try_get("leased_until")?)?,
-        idempotency_key: row.try_get("idempotency_key")?,
-        caller_identity: row.try_get("caller_identity")?,
-        created_at: from_micros(row.try_get("created_at")?)?,
-        updated_at: from_micros(row.try_get("updated_at")?)?,
-        last_event_at: optional_micros(row.try_get("last_event_at")?)?,
-    })
-}
-
-fn dimension_from_row(row: &SqliteRow) -> StoreResult<Dimension> {
-    Ok(Dimension {
-        dimension: row.try_get("dimension")?,
-        variant: row.try_get("variant")?,
-        status: DimensionStatus::from_stored(row.try_get("status")?),
-        detail: parse_json(row.try_get("detail")?, "work_item_statuses.detail")?,
-        pending_until: optional_micros(row.try_get("pending_until")?)?,
-        updated_at: from_micros(row.try_get("updated_at")?)?,
-    })
-}
-
-fn event_from_row(row: &SqliteRow) -> StoreResult<PendingEvent> {
-    Ok(PendingEvent {
-        id: row.try_get("id")?,
-        work_item_id: parse_id(row.try_get("work_item_id")?)?,
-        event_type: row.try_get("event_type")?,
-        body: parse_json(row.try_get("body")?, "pending_events.body")?,
-        received_at: from_micros(row.try_get("received_at")?)?,
-    })
-}
+pub use crate::codec::{from_micros, micros};
 
 // --- building blocks for item types ----------------------------------------
 
-/// Inserts an active, actionable work item and its initial dimensions on the
-/// caller's connection (inside the caller's write transaction, so an item
-/// type can add its detail row atomically). A live idempotency key yields
-/// [`StoreError::Duplicate`].
-pub async fn insert_item(conn: &mut SqliteConnection, item: &NewItem) -> StoreResult<WorkItem> {
-    let row = sqlx::query(sql!("items/insert.sql"))
-        .bind(id_text(item.id))
-        .bind(&item.item_type)
-        .bind(&item.idempotency_key)
-        .bind(&item.caller_identity)
-        .bind(micros(item.now))
-        .bind(item.place.as_ref().map(|(forge, _)| forge))
-        .bind(item.place.as_ref().map(|(_, project)| project))
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(|error| {
-            common::duplicate_or_database(error, || {
-                common::duplicate_key_message(item.idempotency_key.as_deref())
-            })
-        })?;
-    let work_item = item_from_row(&row)?;
-    for update in &item.dimensions {
-        upsert_dimension(&mut *conn, item.id, update, item.now).await?;
-    }
-    Ok(work_item)
-}
+building_blocks!(SqliteConnection);
 
-/// Upserts one dimension row on the caller's connection: status replaced,
-/// detail replaced or kept (`None`; `{}` for a new row), `pending_until`
-/// replaced. A missing item yields [`StoreError::NotFound`].
-pub async fn upsert_dimension(
-    conn: &mut SqliteConnection,
-    id: ItemId,
-    update: &DimensionUpdate,
-    now: OffsetDateTime,
-) -> StoreResult<()> {
-    sqlx::query(sql!("dimensions/upsert.sql"))
-        .bind(id_text(id))
-        .bind(&update.dimension)
-        .bind(&update.variant)
-        .bind(update.status.as_str())
-        .bind(update.detail.as_ref().map(json_text))
-        .bind(update.pending_until.map(micros))
-        .bind(micros(now))
-        .execute(&mut *conn)
-        .await
-        .map_err(|error| common::not_found_or_database(error, id))?;
+/// Nothing to take before an event insert: it runs under the write lock,
+/// which serialises it with the loop's exit (DDR-34).
+async fn lock_for_event(_conn: &mut SqliteConnection, _id: ItemId) -> StoreResult<()> {
     Ok(())
 }
 
-/// Stores a raw event and sets `actionable = true`, on the caller's write
-/// transaction (DDR-30, DDR-49). A missing item yields
-/// [`StoreError::NotFound`].
-pub async fn insert_event(conn: &mut SqliteConnection, event: &NewEvent) -> StoreResult<i64> {
-    let woken = sqlx::query(sql!("items/wake_for_event.sql"))
-        .bind(id_text(event.item_id))
-        .execute(&mut *conn)
-        .await?;
-    if woken.rows_affected() == 0 {
-        return Err(StoreError::NotFound(event.item_id));
-    }
-    Ok(sqlx::query_scalar(sql!("events/insert.sql"))
-        .bind(id_text(event.item_id))
-        .bind(&event.event_type)
-        .bind(json_text(&event.body))
-        .bind(micros(event.now))
-        .fetch_one(&mut *conn)
-        .await?)
-}
-
-/// Failed or cancelled → active, actionable, attempts 0, error cleared, on
-/// the caller's write transaction. Other phases: [`StoreError::Conflict`].
-pub async fn retry_item(
-    conn: &mut SqliteConnection,
-    id: ItemId,
-    now: OffsetDateTime,
-) -> StoreResult<WorkItem> {
-    let row = sqlx::query(sql!("items/retry.sql"))
-        .bind(id_text(id))
-        .bind(micros(now))
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(|error| {
-            common::duplicate_or_database(error, || {
-                format!("work item {id} cannot be retried: a newer item holds its idempotency key")
-            })
-        })?;
-    if let Some(row) = row {
-        return item_from_row(&row);
-    }
-    let phase: Option<String> = sqlx::query_scalar(sql!("items/phase.sql"))
-        .bind(id_text(id))
-        .fetch_optional(&mut *conn)
-        .await?;
-    match phase {
-        None => Err(StoreError::NotFound(id)),
-        Some(phase) => Err(common::retry_conflict(common::parse_phase(&phase)?)),
-    }
+/// A type filter as one JSON array parameter.
+fn handled_types(types: &[String]) -> String {
+    serde_json::Value::from(types.to_vec()).to_string()
 }
 
 async fn has_pending_events(conn: &mut SqliteConnection, id: ItemId) -> StoreResult<bool> {
     Ok(sqlx::query_scalar(sql!("events/exists.sql"))
-        .bind(id_text(id))
+        .bind(DbId(id))
         .fetch_one(&mut *conn)
         .await?)
-}
-
-/// The item and its dimensions, on the caller's (read) transaction.
-async fn read_view(
-    conn: &mut SqliteConnection,
-    id: ItemId,
-    now: OffsetDateTime,
-) -> StoreResult<Option<ItemView>> {
-    let Some(row) = sqlx::query(sql!("items/get.sql"))
-        .bind(id_text(id))
-        .fetch_optional(&mut *conn)
-        .await?
-    else {
-        return Ok(None);
-    };
-    let item = item_from_row(&row)?;
-    let rows = sqlx::query(sql!("dimensions/list.sql"))
-        .bind(id_text(id))
-        .fetch_all(&mut *conn)
-        .await?;
-    let dimensions = rows
-        .iter()
-        .map(dimension_from_row)
-        .collect::<StoreResult<_>>()?;
-    Ok(Some(ItemView {
-        item,
-        dimensions,
-        now: crate::to_micros(now),
-    }))
-}
-
-/// A successful executor's changes under the lease: attempts 0, error,
-/// phase if given, dimension upserts, `updated_at`. Runs inside the caller's
-/// write transaction.
-async fn apply_outcome(
-    conn: &mut SqliteConnection,
-    lease: Lease,
-    now: OffsetDateTime,
-    phase: Option<Phase>,
-    error: Option<&str>,
-    dimensions: &[DimensionUpdate],
-) -> StoreResult<WorkItem> {
-    let row = sqlx::query(sql!("items/apply_outcome.sql"))
-        .bind(id_text(lease.id))
-        .bind(micros(lease.until))
-        .bind(phase.map(Phase::as_str))
-        .bind(error)
-        .bind(micros(now))
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or(StoreError::LeaseLost(lease.id))?;
-    let item = item_from_row(&row)?;
-    for update in dimensions {
-        upsert_dimension(&mut *conn, lease.id, update, now).await?;
-    }
-    Ok(item)
 }
 
 /// The loop's exit inside the caller's write transaction (`BEGIN
@@ -556,121 +359,30 @@ async fn park_with(conn: &mut SqliteConnection, params: &ParkParams) -> StoreRes
             .await?;
         }
         None => {
-            sqlx::query(sql!("items/lease_state.sql"))
-                .bind(id_text(lease.id))
-                .bind(micros(lease.until))
-                .fetch_optional(&mut *conn)
-                .await?
-                .ok_or(StoreError::LeaseLost(lease.id))?;
+            lease_state(&mut *conn, lease).await?;
         }
     }
     if has_pending_events(&mut *conn, lease.id).await? {
         return Ok(Park::EventsPending);
     }
     let result = sqlx::query(sql!("items/park.sql"))
-        .bind(id_text(lease.id))
-        .bind(micros(lease.until))
+        .bind(DbId(lease.id))
+        .bind(DbTime(lease.until))
         .execute(&mut *conn)
         .await?;
-    lease_lost_unless_one_row(result.rows_affected(), lease.id)?;
+    common::lease_lost_unless_one_row(result.rows_affected(), lease.id)?;
     sqlx::query(sql!("dimensions/clear_consumed_timers.sql"))
-        .bind(id_text(lease.id))
-        .bind(micros(params.now))
+        .bind(DbId(lease.id))
+        .bind(DbTime(params.now))
         .execute(&mut *conn)
         .await?;
     Ok(Park::Parked)
 }
 
-/// Applies a handled event and deletes it, inside the caller's write
-/// transaction.
-async fn apply_event(conn: &mut SqliteConnection, apply: &ApplyEvent) -> StoreResult<EventApplied> {
-    let id = apply.lease.id;
-    let row = sqlx::query(sql!("items/lease_state.sql"))
-        .bind(id_text(id))
-        .bind(micros(apply.lease.until))
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or(StoreError::LeaseLost(id))?;
-    let target = EventTarget {
-        phase: common::parse_phase(row.try_get("phase")?)?,
-        error: row.try_get("error")?,
-        last_event_at: optional_micros(row.try_get("last_event_at")?)?,
-    };
-    let outcome = if target.phase == Phase::Active {
-        for update in &apply.result.dimensions {
-            upsert_dimension(&mut *conn, id, update, apply.now).await?;
-        }
-        let write = common::decide_event(&target, &apply.result, crate::to_micros(apply.now));
-        sqlx::query(sql!("items/update_from_event.sql"))
-            .bind(id_text(id))
-            .bind(write.phase.as_str())
-            .bind(write.error.as_deref())
-            .bind(micros(write.last_event_at))
-            .bind(micros(apply.now))
-            .execute(&mut *conn)
-            .await?;
-        write.applied
-    } else {
-        // DDR-37: only active items accept events; discard it.
-        EventApplied::ItemNotActive
-    };
-    sqlx::query(sql!("events/delete.sql"))
-        .bind(apply.event_id)
-        .bind(id_text(id))
-        .execute(&mut *conn)
-        .await?;
-    Ok(outcome)
-}
-
-fn lease_lost_unless_one_row(rows_affected: u64, id: ItemId) -> StoreResult<()> {
-    if rows_affected == 1 {
-        Ok(())
-    } else {
-        Err(StoreError::LeaseLost(id))
-    }
-}
-
-#[async_trait]
-impl Store for SqliteStore {
-    fn backend(&self) -> BackendKind {
-        BackendKind::Sqlite
-    }
-
-    fn handle(&self) -> crate::Backend {
-        crate::Backend::Sqlite(self.clone())
-    }
-
+impl_store!(SqliteStore, Sqlite, {
     async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.writer).await?;
         Ok(())
-    }
-
-    async fn ping(&self) -> StoreResult<()> {
-        sqlx::query(sql!("health/ping.sql"))
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn item_insert(&self, item: NewItem) -> StoreResult<WorkItem> {
-        self.write(move |conn| Box::pin(async move { insert_item(conn, &item).await }))
-            .await
-    }
-
-    async fn item_get(&self, id: ItemId) -> StoreResult<Option<WorkItem>> {
-        let row = sqlx::query(sql!("items/get.sql"))
-            .bind(id_text(id))
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(item_from_row).transpose()
-    }
-
-    async fn item_view(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<Option<ItemView>> {
-        // A read transaction: the item and its dimensions from one snapshot.
-        let mut tx = self.pool.begin().await?;
-        let view = read_view(&mut tx, id, now).await?;
-        tx.commit().await?;
-        Ok(view)
     }
 
     async fn item_snapshot(
@@ -679,7 +391,7 @@ impl Store for SqliteStore {
         now: OffsetDateTime,
     ) -> StoreResult<Option<Snapshot>> {
         // One read transaction: view and pending events from one snapshot.
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.read_transaction().await?;
         let Some(view) = read_view(&mut tx, id, now).await? else {
             return Ok(None);
         };
@@ -688,216 +400,13 @@ impl Store for SqliteStore {
         Ok(Some(Snapshot { view, has_events }))
     }
 
-    async fn item_list_placed(&self, params: ItemListParams) -> StoreResult<Vec<ListedItem>> {
-        let rows = sqlx::query(sql!("items/list.sql"))
-            .bind(params.phase.map(Phase::as_str))
-            .bind(params.item_type.as_deref())
-            .bind(params.before.map(id_text))
-            .bind(i64::from(params.limit))
-            .bind(common::visibility_param(&params.visibility))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(listed_from_row).collect()
-    }
-
-    async fn item_claim(&self, params: ClaimParams) -> StoreResult<Option<(WorkItem, Lease)>> {
-        if params.handled_types.is_empty() {
-            return Ok(None);
-        }
-        let handled_types = serde_json::Value::from(params.handled_types.clone()).to_string();
-        let item = self
-            .write(move |conn| {
-                Box::pin(async move {
-                    let row = sqlx::query(sql!("items/claim.sql"))
-                        .bind(id_text(params.id))
-                        .bind(micros(params.now))
-                        .bind(micros(params.lease_until))
-                        .bind(handled_types)
-                        .fetch_optional(&mut *conn)
-                        .await?;
-                    row.as_ref().map(item_from_row).transpose()
-                })
-            })
-            .await?;
-        Ok(item.map(|item| {
-            let lease = Lease {
-                id: item.id,
-                until: crate::to_micros(params.lease_until),
-            };
-            (item, lease)
-        }))
-    }
-
-    async fn item_heartbeat(&self, lease: Lease, until: OffsetDateTime) -> StoreResult<Lease> {
-        self.write(move |conn| {
-            Box::pin(async move {
-                let result = sqlx::query(sql!("items/heartbeat.sql"))
-                    .bind(id_text(lease.id))
-                    .bind(micros(lease.until))
-                    .bind(micros(until))
-                    .execute(&mut *conn)
-                    .await?;
-                lease_lost_unless_one_row(result.rows_affected(), lease.id)
-            })
-        })
-        .await?;
-        Ok(Lease {
-            id: lease.id,
-            until: crate::to_micros(until),
-        })
-    }
-
-    async fn item_release(&self, lease: Lease, until: Option<OffsetDateTime>) -> StoreResult<()> {
-        self.write(move |conn| {
-            Box::pin(async move {
-                let result = sqlx::query(sql!("items/release.sql"))
-                    .bind(id_text(lease.id))
-                    .bind(micros(lease.until))
-                    .bind(until.map(micros))
-                    .execute(&mut *conn)
-                    .await?;
-                lease_lost_unless_one_row(result.rows_affected(), lease.id)
-            })
-        })
-        .await
-    }
-
-    async fn item_apply_outcome(&self, outcome: ApplyOutcome) -> StoreResult<WorkItem> {
-        self.write(move |conn| {
-            Box::pin(async move {
-                apply_outcome(
-                    conn,
-                    outcome.lease,
-                    outcome.now,
-                    outcome.phase,
-                    outcome.error.as_deref(),
-                    &outcome.dimensions,
-                )
-                .await
-            })
-        })
-        .await
-    }
-
-    async fn item_record_failure(&self, failure: RecordFailure) -> StoreResult<WorkItem> {
-        self.write(move |conn| {
-            Box::pin(async move {
-                let id = failure.lease.id;
-                let row = sqlx::query(sql!("items/record_failure.sql"))
-                    .bind(id_text(id))
-                    .bind(micros(failure.lease.until))
-                    .bind(&failure.error)
-                    .bind(micros(failure.now))
-                    .bind(failure.permanent)
-                    .bind(failure.max_attempts)
-                    .bind(micros(failure.retry_at))
-                    .fetch_optional(&mut *conn)
-                    .await?
-                    .ok_or(StoreError::LeaseLost(id))?;
-                item_from_row(&row)
-            })
-        })
-        .await
-    }
-
     async fn item_park_with(&self, params: ParkParams) -> StoreResult<Park> {
         // Inside the batch's BEGIN IMMEDIATE: event_insert cannot commit
         // between the check and the update (DDR-34).
         self.write(move |conn| Box::pin(async move { park_with(conn, &params).await }))
             .await
     }
-
-    async fn item_retry(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<WorkItem> {
-        self.write(move |conn| Box::pin(async move { retry_item(conn, id, now).await }))
-            .await
-    }
-
-    async fn item_mark_actionable(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()> {
-        self.write(move |conn| {
-            Box::pin(async move {
-                let result = sqlx::query(sql!("items/mark_actionable.sql"))
-                    .bind(id_text(id))
-                    .bind(micros(now))
-                    .execute(&mut *conn)
-                    .await?;
-                if result.rows_affected() == 0 {
-                    return Err(StoreError::NotFound(id));
-                }
-                Ok(())
-            })
-        })
-        .await
-    }
-
-    async fn item_count_by_phase(&self) -> StoreResult<Vec<PhaseCount>> {
-        let rows = sqlx::query(sql!("items/count_by_phase.sql"))
-            .fetch_all(&self.pool)
-            .await?;
-        let mut counts = Vec::with_capacity(rows.len());
-        for row in &rows {
-            counts.push(PhaseCount {
-                item_type: row.try_get("item_type")?,
-                phase: common::parse_phase(row.try_get("phase")?)?,
-                count: row.try_get("count")?,
-            });
-        }
-        Ok(counts)
-    }
-
-    async fn dimension_list(&self, id: ItemId) -> StoreResult<Vec<Dimension>> {
-        let rows = sqlx::query(sql!("dimensions/list.sql"))
-            .bind(id_text(id))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(dimension_from_row).collect()
-    }
-
-    async fn dimension_upsert(
-        &self,
-        id: ItemId,
-        update: DimensionUpdate,
-        now: OffsetDateTime,
-    ) -> StoreResult<()> {
-        self.write(move |conn| {
-            Box::pin(async move { upsert_dimension(conn, id, &update, now).await })
-        })
-        .await
-    }
-
-    async fn event_insert(&self, event: NewEvent) -> StoreResult<i64> {
-        // The write lock serialises this with item_park_with (DDR-34); the
-        // wake-up and the event commit together (DDR-49).
-        self.write(move |conn| Box::pin(async move { insert_event(conn, &event).await }))
-            .await
-    }
-
-    async fn event_next(&self, id: ItemId) -> StoreResult<Option<PendingEvent>> {
-        let row = sqlx::query(sql!("events/next.sql"))
-            .bind(id_text(id))
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(event_from_row).transpose()
-    }
-
-    async fn event_apply(&self, apply: ApplyEvent) -> StoreResult<EventApplied> {
-        self.write(move |conn| Box::pin(async move { apply_event(conn, &apply).await }))
-            .await
-    }
-
-    async fn sweep_candidates(&self, params: SweepParams) -> StoreResult<Vec<ItemId>> {
-        if params.handled_types.is_empty() {
-            return Ok(Vec::new());
-        }
-        let handled_types = serde_json::Value::from(params.handled_types.clone()).to_string();
-        let ids: Vec<String> = sqlx::query_scalar(sql!("sweep/candidates.sql"))
-            .bind(handled_types)
-            .bind(micros(params.now))
-            .bind(i64::from(params.limit))
-            .fetch_all(&self.pool)
-            .await?;
-        ids.iter().map(|id| parse_id(id)).collect()
-    }
-}
+});
 
 #[cfg(test)]
 mod tests {
@@ -913,16 +422,5 @@ mod tests {
         assert_eq!(url, "sqlite::memory:");
         assert_eq!(synchronous, Synchronous::Full);
         assert!(split_synchronous_option("sqlite:x.db?synchronous=off").is_err());
-    }
-
-    #[test]
-    fn micros_round_trip_and_truncate_like_to_micros() {
-        let at = OffsetDateTime::from_unix_timestamp_nanos(1_750_000_000_123_456_789).unwrap();
-        assert_eq!(from_micros(micros(at)).unwrap(), crate::to_micros(at));
-        let before_epoch = OffsetDateTime::from_unix_timestamp_nanos(-1_500).unwrap();
-        assert_eq!(
-            from_micros(micros(before_epoch)).unwrap(),
-            crate::to_micros(before_epoch)
-        );
     }
 }

@@ -1,0 +1,537 @@
+//! Every store operation written once, for both backends.
+//!
+//! The statements live in one `.sql` file per backend (`sqlite/queries/`,
+//! `postgres/queries/`) and bind the same parameters in the same order
+//! through the [`crate::codec`] types, so the Rust around them is the same
+//! text. `include_str!` needs a literal path, resolved from the file that
+//! invokes the macro, so the bodies are macros: each backend module invokes
+//! [`building_blocks!`] and [`impl_store!`] and so picks its own `queries/`.
+//!
+//! What really differs stays in the backend module as named hooks:
+//!
+//! - `write(closure)`: a transaction (SQLite: group commit; PostgreSQL:
+//!   begin, run, commit);
+//! - `autocommit(closure)`: a write that needs no transaction of its own
+//!   (SQLite: group commit; PostgreSQL: a pooled connection);
+//! - `read_transaction()`: a read of one snapshot;
+//! - `lock_for_event(conn, id)`: what serialises an event insert with the
+//!   loop's exit (PostgreSQL: the item's advisory lock; SQLite: nothing, the
+//!   write lock already does);
+//! - `handled_types(&[String])`: the bind parameter of a type filter;
+//! - the methods passed to [`impl_store!`]: `migrate`, `item_snapshot`,
+//!   `item_park_with` and, on PostgreSQL, the one-statement
+//!   `item_claim_snapshot`.
+
+/// The building blocks an item type's own store module uses, on the
+/// caller's connection, and the pieces the `Store` methods share.
+macro_rules! building_blocks {
+    ($Conn:ty) => {
+        /// Inserts an active, actionable work item and its initial
+        /// dimensions on the caller's connection (inside the caller's write
+        /// transaction, so an item type can add its detail row atomically).
+        /// A live idempotency key yields [`StoreError::Duplicate`].
+        pub async fn insert_item(
+            conn: &mut $Conn,
+            item: &$crate::NewItem,
+        ) -> $crate::StoreResult<wq_core::WorkItem> {
+            let row = sqlx::query(sql!("items/insert.sql"))
+                .bind(DbId(item.id))
+                .bind(&item.item_type)
+                .bind(&item.idempotency_key)
+                .bind(&item.caller_identity)
+                .bind(DbTime(item.now))
+                .bind(item.place.as_ref().map(|(forge, _)| forge))
+                .bind(item.place.as_ref().map(|(_, project)| project))
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(|error| {
+                    common::duplicate_or_database(error, || {
+                        common::duplicate_key_message(item.idempotency_key.as_deref())
+                    })
+                })?;
+            let work_item = common::item_from_row(&row)?;
+            for update in &item.dimensions {
+                upsert_dimension(&mut *conn, item.id, update, item.now).await?;
+            }
+            Ok(work_item)
+        }
+
+        /// Upserts one dimension row on the caller's connection: status
+        /// replaced, detail replaced or kept (`None`; `{}` for a new row),
+        /// `pending_until` replaced. A missing item yields
+        /// [`StoreError::NotFound`].
+        pub async fn upsert_dimension(
+            conn: &mut $Conn,
+            id: wq_core::ItemId,
+            update: &wq_core::DimensionUpdate,
+            now: time::OffsetDateTime,
+        ) -> $crate::StoreResult<()> {
+            sqlx::query(sql!("dimensions/upsert.sql"))
+                .bind(DbId(id))
+                .bind(&update.dimension)
+                .bind(&update.variant)
+                .bind(update.status.as_str())
+                .bind(update.detail.as_ref().map(DbJson))
+                .bind(update.pending_until.map(DbTime))
+                .bind(DbTime(now))
+                .execute(&mut *conn)
+                .await
+                .map_err(|error| common::not_found_or_database(error, id))?;
+            Ok(())
+        }
+
+        /// Stores a raw event and sets `actionable = true` on the caller's
+        /// transaction, serialised with the loop's exit (DDR-30, DDR-34,
+        /// DDR-49; on PostgreSQL by the item's transaction-scoped advisory
+        /// lock, so call it inside a transaction). A missing item yields
+        /// [`StoreError::NotFound`].
+        pub async fn insert_event(
+            conn: &mut $Conn,
+            event: &$crate::NewEvent,
+        ) -> $crate::StoreResult<i64> {
+            lock_for_event(&mut *conn, event.item_id).await?;
+            let woken = sqlx::query(sql!("items/wake_for_event.sql"))
+                .bind(DbId(event.item_id))
+                .execute(&mut *conn)
+                .await?;
+            if woken.rows_affected() == 0 {
+                return Err($crate::StoreError::NotFound(event.item_id));
+            }
+            Ok(sqlx::query_scalar(sql!("events/insert.sql"))
+                .bind(DbId(event.item_id))
+                .bind(&event.event_type)
+                .bind(DbJson(&event.body))
+                .bind(DbTime(event.now))
+                .fetch_one(&mut *conn)
+                .await?)
+        }
+
+        /// Failed or cancelled → active, actionable, attempts 0, error
+        /// cleared, on the caller's connection. Other phases:
+        /// [`StoreError::Conflict`].
+        pub async fn retry_item(
+            conn: &mut $Conn,
+            id: wq_core::ItemId,
+            now: time::OffsetDateTime,
+        ) -> $crate::StoreResult<wq_core::WorkItem> {
+            let row = sqlx::query(sql!("items/retry.sql"))
+                .bind(DbId(id))
+                .bind(DbTime(now))
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(|error| {
+                    common::duplicate_or_database(error, || {
+                        format!(
+                            "work item {id} cannot be retried: a newer item holds its idempotency key"
+                        )
+                    })
+                })?;
+            if let Some(row) = row {
+                return common::item_from_row(&row);
+            }
+            let phase: Option<String> = sqlx::query_scalar(sql!("items/phase.sql"))
+                .bind(DbId(id))
+                .fetch_optional(&mut *conn)
+                .await?;
+            match phase {
+                None => Err($crate::StoreError::NotFound(id)),
+                Some(phase) => Err(common::retry_conflict(common::parse_phase(&phase)?)),
+            }
+        }
+
+        /// The item and its dimensions, on the caller's (read) transaction.
+        async fn read_view(
+            conn: &mut $Conn,
+            id: wq_core::ItemId,
+            now: time::OffsetDateTime,
+        ) -> $crate::StoreResult<Option<wq_core::ItemView>> {
+            let Some(row) = sqlx::query(sql!("items/get.sql"))
+                .bind(DbId(id))
+                .fetch_optional(&mut *conn)
+                .await?
+            else {
+                return Ok(None);
+            };
+            let item = common::item_from_row(&row)?;
+            let rows = sqlx::query(sql!("dimensions/list.sql"))
+                .bind(DbId(id))
+                .fetch_all(&mut *conn)
+                .await?;
+            let dimensions = rows
+                .iter()
+                .map(common::dimension_from_row)
+                .collect::<$crate::StoreResult<_>>()?;
+            Ok(Some(wq_core::ItemView {
+                item,
+                dimensions,
+                now: $crate::to_micros(now),
+            }))
+        }
+
+        /// A successful executor's changes under the lease: attempts 0,
+        /// error, phase if given, dimension upserts, `updated_at`. The
+        /// UPDATE takes the row lock before the dimension writes.
+        async fn apply_outcome(
+            conn: &mut $Conn,
+            lease: $crate::Lease,
+            now: time::OffsetDateTime,
+            phase: Option<wq_core::Phase>,
+            error: Option<&str>,
+            dimensions: &[wq_core::DimensionUpdate],
+        ) -> $crate::StoreResult<wq_core::WorkItem> {
+            let row = sqlx::query(sql!("items/apply_outcome.sql"))
+                .bind(DbId(lease.id))
+                .bind(DbTime(lease.until))
+                .bind(phase.map(wq_core::Phase::as_str))
+                .bind(error)
+                .bind(DbTime(now))
+                .fetch_optional(&mut *conn)
+                .await?
+                .ok_or($crate::StoreError::LeaseLost(lease.id))?;
+            let item = common::item_from_row(&row)?;
+            for update in dimensions {
+                upsert_dimension(&mut *conn, lease.id, update, now).await?;
+            }
+            Ok(item)
+        }
+
+        /// The item row as `event_apply` needs it, if the lease is held.
+        async fn lease_state(
+            conn: &mut $Conn,
+            lease: $crate::Lease,
+        ) -> $crate::StoreResult<common::EventTarget> {
+            let row = sqlx::query(sql!("items/lease_state.sql"))
+                .bind(DbId(lease.id))
+                .bind(DbTime(lease.until))
+                .fetch_optional(&mut *conn)
+                .await?
+                .ok_or($crate::StoreError::LeaseLost(lease.id))?;
+            common::event_target_from_row(&row)
+        }
+
+        /// Applies a handled event and deletes it, inside the caller's
+        /// write transaction.
+        async fn apply_event(
+            conn: &mut $Conn,
+            apply: &$crate::ApplyEvent,
+        ) -> $crate::StoreResult<$crate::EventApplied> {
+            let id = apply.lease.id;
+            let now = $crate::to_micros(apply.now);
+            let target = lease_state(&mut *conn, apply.lease).await?;
+            let outcome = if target.phase == wq_core::Phase::Active {
+                for update in &apply.result.dimensions {
+                    upsert_dimension(&mut *conn, id, update, now).await?;
+                }
+                let write = common::decide_event(&target, &apply.result, now);
+                sqlx::query(sql!("items/update_from_event.sql"))
+                    .bind(DbId(id))
+                    .bind(write.phase.as_str())
+                    .bind(write.error.as_deref())
+                    .bind(DbTime(write.last_event_at))
+                    .bind(DbTime(now))
+                    .execute(&mut *conn)
+                    .await?;
+                write.applied
+            } else {
+                // DDR-37: only active items accept events; discard it.
+                $crate::EventApplied::ItemNotActive
+            };
+            sqlx::query(sql!("events/delete.sql"))
+                .bind(apply.event_id)
+                .bind(DbId(id))
+                .execute(&mut *conn)
+                .await?;
+            Ok(outcome)
+        }
+    };
+}
+
+/// `impl Store` for a backend's store type from the shared bodies and the
+/// hooks (see the module docs); `$extra` are the backend's own methods.
+macro_rules! impl_store {
+    ($Store:ty, $kind:ident, { $($extra:item)* }) => {
+        #[async_trait::async_trait]
+        impl $crate::Store for $Store {
+            fn backend(&self) -> $crate::BackendKind {
+                $crate::BackendKind::$kind
+            }
+
+            fn handle(&self) -> $crate::Backend {
+                $crate::Backend::$kind(self.clone())
+            }
+
+            async fn ping(&self) -> $crate::StoreResult<()> {
+                sqlx::query(sql!("health/ping.sql")).execute(&self.pool).await?;
+                Ok(())
+            }
+
+            async fn item_insert(
+                &self,
+                item: $crate::NewItem,
+            ) -> $crate::StoreResult<wq_core::WorkItem> {
+                self.write(move |conn| Box::pin(async move { insert_item(conn, &item).await }))
+                    .await
+            }
+
+            async fn item_get(
+                &self,
+                id: wq_core::ItemId,
+            ) -> $crate::StoreResult<Option<wq_core::WorkItem>> {
+                let row = sqlx::query(sql!("items/get.sql"))
+                    .bind(DbId(id))
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref().map(common::item_from_row).transpose()
+            }
+
+            async fn item_view(
+                &self,
+                id: wq_core::ItemId,
+                now: time::OffsetDateTime,
+            ) -> $crate::StoreResult<Option<wq_core::ItemView>> {
+                // The item and its dimensions from one snapshot.
+                let mut tx = self.read_transaction().await?;
+                let view = read_view(&mut tx, id, now).await?;
+                tx.commit().await?;
+                Ok(view)
+            }
+
+            async fn item_list_placed(
+                &self,
+                params: $crate::ItemListParams,
+            ) -> $crate::StoreResult<Vec<$crate::ListedItem>> {
+                let rows = sqlx::query(sql!("items/list.sql"))
+                    .bind(params.phase.map(wq_core::Phase::as_str))
+                    .bind(params.item_type.as_deref())
+                    .bind(params.before.map(DbId))
+                    .bind(i64::from(params.limit))
+                    .bind(common::visibility_param(&params.visibility))
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map(common::listed_from_row).collect()
+            }
+
+            async fn item_claim(
+                &self,
+                params: $crate::ClaimParams,
+            ) -> $crate::StoreResult<Option<(wq_core::WorkItem, $crate::Lease)>> {
+                if params.handled_types.is_empty() {
+                    return Ok(None);
+                }
+                let handled = handled_types(&params.handled_types);
+                let (id, now, lease_until) = (params.id, params.now, params.lease_until);
+                let item = self
+                    .autocommit(move |conn| {
+                        Box::pin(async move {
+                            let row = sqlx::query(sql!("items/claim.sql"))
+                                .bind(DbId(id))
+                                .bind(DbTime(now))
+                                .bind(DbTime(lease_until))
+                                .bind(handled)
+                                .fetch_optional(&mut *conn)
+                                .await?;
+                            row.as_ref().map(common::item_from_row).transpose()
+                        })
+                    })
+                    .await?;
+                Ok(item.map(|item| {
+                    let lease = $crate::Lease {
+                        id: item.id,
+                        until: $crate::to_micros(lease_until),
+                    };
+                    (item, lease)
+                }))
+            }
+
+            async fn item_heartbeat(
+                &self,
+                lease: $crate::Lease,
+                until: time::OffsetDateTime,
+            ) -> $crate::StoreResult<$crate::Lease> {
+                self.autocommit(move |conn| {
+                    Box::pin(async move {
+                        let result = sqlx::query(sql!("items/heartbeat.sql"))
+                            .bind(DbId(lease.id))
+                            .bind(DbTime(lease.until))
+                            .bind(DbTime(until))
+                            .execute(&mut *conn)
+                            .await?;
+                        common::lease_lost_unless_one_row(result.rows_affected(), lease.id)
+                    })
+                })
+                .await?;
+                Ok($crate::Lease {
+                    id: lease.id,
+                    until: $crate::to_micros(until),
+                })
+            }
+
+            async fn item_release(
+                &self,
+                lease: $crate::Lease,
+                until: Option<time::OffsetDateTime>,
+            ) -> $crate::StoreResult<()> {
+                self.autocommit(move |conn| {
+                    Box::pin(async move {
+                        let result = sqlx::query(sql!("items/release.sql"))
+                            .bind(DbId(lease.id))
+                            .bind(DbTime(lease.until))
+                            .bind(until.map(DbTime))
+                            .execute(&mut *conn)
+                            .await?;
+                        common::lease_lost_unless_one_row(result.rows_affected(), lease.id)
+                    })
+                })
+                .await
+            }
+
+            async fn item_apply_outcome(
+                &self,
+                outcome: $crate::ApplyOutcome,
+            ) -> $crate::StoreResult<wq_core::WorkItem> {
+                self.write(move |conn| {
+                    Box::pin(async move {
+                        apply_outcome(
+                            conn,
+                            outcome.lease,
+                            outcome.now,
+                            outcome.phase,
+                            outcome.error.as_deref(),
+                            &outcome.dimensions,
+                        )
+                        .await
+                    })
+                })
+                .await
+            }
+
+            async fn item_record_failure(
+                &self,
+                failure: $crate::RecordFailure,
+            ) -> $crate::StoreResult<wq_core::WorkItem> {
+                self.autocommit(move |conn| {
+                    Box::pin(async move {
+                        let id = failure.lease.id;
+                        let row = sqlx::query(sql!("items/record_failure.sql"))
+                            .bind(DbId(id))
+                            .bind(DbTime(failure.lease.until))
+                            .bind(&failure.error)
+                            .bind(DbTime(failure.now))
+                            .bind(failure.permanent)
+                            .bind(failure.max_attempts)
+                            .bind(DbTime(failure.retry_at))
+                            .fetch_optional(&mut *conn)
+                            .await?
+                            .ok_or($crate::StoreError::LeaseLost(id))?;
+                        common::item_from_row(&row)
+                    })
+                })
+                .await
+            }
+
+            async fn item_retry(
+                &self,
+                id: wq_core::ItemId,
+                now: time::OffsetDateTime,
+            ) -> $crate::StoreResult<wq_core::WorkItem> {
+                self.autocommit(move |conn| Box::pin(async move { retry_item(conn, id, now).await }))
+                    .await
+            }
+
+            async fn item_mark_actionable(
+                &self,
+                id: wq_core::ItemId,
+                now: time::OffsetDateTime,
+            ) -> $crate::StoreResult<()> {
+                self.autocommit(move |conn| {
+                    Box::pin(async move {
+                        let result = sqlx::query(sql!("items/mark_actionable.sql"))
+                            .bind(DbId(id))
+                            .bind(DbTime(now))
+                            .execute(&mut *conn)
+                            .await?;
+                        if result.rows_affected() == 0 {
+                            return Err($crate::StoreError::NotFound(id));
+                        }
+                        Ok(())
+                    })
+                })
+                .await
+            }
+
+            async fn item_count_by_phase(&self) -> $crate::StoreResult<Vec<$crate::PhaseCount>> {
+                let rows = sqlx::query(sql!("items/count_by_phase.sql"))
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map(common::phase_count_from_row).collect()
+            }
+
+            async fn dimension_list(
+                &self,
+                id: wq_core::ItemId,
+            ) -> $crate::StoreResult<Vec<wq_core::Dimension>> {
+                let rows = sqlx::query(sql!("dimensions/list.sql"))
+                    .bind(DbId(id))
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map(common::dimension_from_row).collect()
+            }
+
+            async fn dimension_upsert(
+                &self,
+                id: wq_core::ItemId,
+                update: wq_core::DimensionUpdate,
+                now: time::OffsetDateTime,
+            ) -> $crate::StoreResult<()> {
+                self.autocommit(move |conn| {
+                    Box::pin(async move { upsert_dimension(conn, id, &update, now).await })
+                })
+                .await
+            }
+
+            async fn event_insert(&self, event: $crate::NewEvent) -> $crate::StoreResult<i64> {
+                // Serialised with item_park_with (DDR-34); the wake-up and the
+                // event commit together (DDR-49).
+                self.write(move |conn| Box::pin(async move { insert_event(conn, &event).await }))
+                    .await
+            }
+
+            async fn event_next(
+                &self,
+                id: wq_core::ItemId,
+            ) -> $crate::StoreResult<Option<wq_core::PendingEvent>> {
+                let row = sqlx::query(sql!("events/next.sql"))
+                    .bind(DbId(id))
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref().map(common::event_from_row).transpose()
+            }
+
+            async fn event_apply(
+                &self,
+                apply: $crate::ApplyEvent,
+            ) -> $crate::StoreResult<$crate::EventApplied> {
+                self.write(move |conn| Box::pin(async move { apply_event(conn, &apply).await }))
+                    .await
+            }
+
+            async fn sweep_candidates(
+                &self,
+                params: $crate::SweepParams,
+            ) -> $crate::StoreResult<Vec<wq_core::ItemId>> {
+                if params.handled_types.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let ids: Vec<DbId> = sqlx::query_scalar(sql!("sweep/candidates.sql"))
+                    .bind(handled_types(&params.handled_types))
+                    .bind(DbTime(params.now))
+                    .bind(i64::from(params.limit))
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(ids.into_iter().map(|DbId(id)| id).collect())
+            }
+
+            $($extra)*
+        }
+    };
+}

@@ -1,0 +1,549 @@
+//! Tests of what only one backend promises, or of how it is built.
+
+use super::*;
+
+/// DDR-34 on PostgreSQL: the loop's exit and an event insert race; after
+/// both, an item is never parked (not actionable) while an event is pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_park_never_strands_a_racing_event() {
+    let db = TestDb::postgres().await;
+    let store = db.store();
+    let now = t0();
+    let (mut parked_first, mut event_first) = (0, 0);
+    for round in 0..200 {
+        let id = insert(store.as_ref(), TYPE_A, now).await.id;
+        let lease = claim(store.as_ref(), id, now).await;
+        let barrier = Arc::new(Barrier::new(2));
+        let parker = {
+            let store = store.clone();
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store.item_park(lease, now).await.expect("park")
+            })
+        };
+        let inserter = {
+            let store = store.clone();
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                add_event(store.as_ref(), id, "note", now).await
+            })
+        };
+        let park = parker.await.unwrap();
+        inserter.await.unwrap();
+
+        let item = get(store.as_ref(), id).await;
+        let pending = store.event_next(id).await.unwrap();
+        assert!(pending.is_some(), "round {round}: the event is stored");
+        assert!(
+            item.actionable,
+            "round {round}: parked ({park:?}) with an event pending"
+        );
+        match park {
+            Park::Parked => {
+                parked_first += 1;
+                assert_eq!(item.leased_until, None, "round {round}");
+            }
+            Park::EventsPending => {
+                event_first += 1;
+                assert_eq!(item.leased_until, Some(lease.until), "round {round}");
+            }
+        }
+    }
+    eprintln!("park-vs-event race: parked first {parked_first}, event first {event_first}");
+    db.finish().await;
+}
+
+/// The same race on SQLite, where the write lock serialises the two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_park_never_strands_a_racing_event() {
+    let db = TestDb::sqlite().await;
+    let store = db.store();
+    let now = t0();
+    for round in 0..50 {
+        let id = insert(store.as_ref(), TYPE_A, now).await.id;
+        let lease = claim(store.as_ref(), id, now).await;
+        let barrier = Arc::new(Barrier::new(2));
+        let parker = {
+            let store = store.clone();
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store.item_park(lease, now).await.expect("park")
+            })
+        };
+        let inserter = {
+            let store = store.clone();
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                add_event(store.as_ref(), id, "note", now).await
+            })
+        };
+        let park = parker.await.unwrap();
+        inserter.await.unwrap();
+        let item = get(store.as_ref(), id).await;
+        assert!(
+            item.actionable,
+            "round {round}: parked ({park:?}) with an event pending"
+        );
+    }
+    db.finish().await;
+}
+
+/// `sqlite::memory:` is one database shared by every pool connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_memory_database_is_shared_by_the_pool() {
+    let store: Arc<dyn Store> = wq_store::connect("sqlite::memory:", 8).await.unwrap();
+    store.migrate().await.unwrap();
+    let now = t0();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            insert(store.as_ref(), TYPE_A, now).await.id
+        }));
+    }
+    let mut ids = Vec::new();
+    for task in tasks {
+        ids.push(task.await.unwrap());
+    }
+    for id in &ids {
+        get(store.as_ref(), *id).await;
+    }
+    assert_eq!(
+        store.item_count_by_phase().await.unwrap()[0].count,
+        8,
+        "every connection sees every write"
+    );
+    // A second in-memory store is a different database.
+    let other = wq_store::connect("sqlite::memory:", 2).await.unwrap();
+    other.migrate().await.unwrap();
+    assert!(other.item_get(ids[0]).await.unwrap().is_none());
+}
+
+/// Group commit: many concurrent writers, each claiming and parking its own
+/// items (with reads in between), all succeed; on a file database and on
+/// `sqlite::memory:`, whose single connection serves reads and the batches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_concurrent_writers_share_batches() {
+    let file = TestDb::sqlite().await;
+    let memory: Arc<dyn Store> = wq_store::connect("sqlite::memory:", 4).await.unwrap();
+    memory.migrate().await.unwrap();
+    for store in [file.store(), memory] {
+        let now = t0();
+        let mut tasks = Vec::new();
+        for _ in 0..50 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut ids = Vec::new();
+                for _ in 0..3 {
+                    let id = insert(store.as_ref(), TYPE_A, now).await.id;
+                    let lease = claim(store.as_ref(), id, now).await;
+                    assert!(get(store.as_ref(), id).await.leased_until.is_some());
+                    assert_eq!(store.item_park(lease, now).await.unwrap(), Park::Parked);
+                    ids.push(id);
+                }
+                ids
+            }));
+        }
+        let mut ids = Vec::new();
+        for task in tasks {
+            ids.extend(task.await.unwrap());
+        }
+        assert_eq!(ids.len(), 150);
+        for id in ids {
+            let item = get(store.as_ref(), id).await;
+            assert!(!item.actionable, "parked");
+            assert_eq!(item.leased_until, None);
+        }
+    }
+}
+
+/// Group commit: a write that fails inside a batch (stale lease, missing
+/// item, duplicate key) is rolled back alone; the batch's other writes
+/// commit, and each caller gets its own result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_failing_write_does_not_roll_back_its_batch() {
+    let db = TestDb::sqlite().await;
+    let Backend::Sqlite(sqlite) = &db.backend else {
+        unreachable!()
+    };
+    let store = db.store();
+    let now = t0();
+    let later = now + LEASE + Duration::seconds(1);
+    let mut leases = Vec::new();
+    for _ in 0..10 {
+        let id = insert(store.as_ref(), TYPE_A, now).await.id;
+        leases.push(claim(store.as_ref(), id, now).await);
+    }
+    let contested = insert(store.as_ref(), TYPE_A, now).await.id;
+    let stale = claim(store.as_ref(), contested, now).await;
+    let current = claim(store.as_ref(), contested, later).await;
+    store
+        .item_insert(new_item(TYPE_A, Some("taken"), now))
+        .await
+        .unwrap();
+
+    // Hold the writer connection so the writes below queue up and run as one
+    // batch once it is released.
+    let held = sqlite.begin_write().await.unwrap();
+    let blocker = {
+        let store = store.clone();
+        tokio::spawn(async move { insert(store.as_ref(), TYPE_B, now).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let mut good = Vec::new();
+    let mut bad = Vec::new();
+    for (n, lease) in leases.iter().copied().enumerate() {
+        let writer = store.clone();
+        good.push(tokio::spawn(async move {
+            writer
+                .item_apply_outcome(ApplyOutcome {
+                    lease,
+                    now: later,
+                    phase: Some(Phase::Completed),
+                    error: None,
+                    dimensions: vec![DimensionUpdate::new("needs_mr", false)],
+                })
+                .await
+        }));
+        let store = store.clone();
+        bad.push(tokio::spawn(async move {
+            let result = match n % 3 {
+                0 => store
+                    .item_park_with(ParkParams {
+                        lease: stale,
+                        now: later,
+                        outcome: Some(OutcomeChanges {
+                            phase: Some(Phase::Cancelled),
+                            error: Some("stale".into()),
+                            dimensions: vec![DimensionUpdate::new("stale", true)],
+                        }),
+                    })
+                    .await
+                    .map(|_| ()),
+                1 => store
+                    .event_insert(NewEvent {
+                        item_id: ItemId::new_v7(),
+                        event_type: "push".into(),
+                        body: serde_json::json!({}),
+                        now,
+                    })
+                    .await
+                    .map(|_| ()),
+                _ => store
+                    .item_insert(new_item(TYPE_A, Some("taken"), now))
+                    .await
+                    .map(|_| ()),
+            };
+            (n, result)
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    held.commit().await.unwrap();
+    blocker.await.unwrap();
+
+    for task in good {
+        let item = task.await.unwrap().expect("the good writes commit");
+        assert_eq!(item.phase, Phase::Completed);
+    }
+    for task in bad {
+        match task.await.unwrap() {
+            (n, Err(StoreError::LeaseLost(id))) if n % 3 == 0 => assert_eq!(id, contested),
+            (n, Err(StoreError::NotFound(_))) if n % 3 == 1 => {}
+            (n, Err(StoreError::Duplicate(_))) if n % 3 == 2 => {}
+            other => panic!("unexpected result {other:?}"),
+        }
+    }
+    for lease in &leases {
+        assert_eq!(get(store.as_ref(), lease.id).await.phase, Phase::Completed);
+        assert_eq!(store.dimension_list(lease.id).await.unwrap().len(), 1);
+    }
+    let contested_item = get(store.as_ref(), contested).await;
+    assert_eq!(
+        contested_item.phase,
+        Phase::Active,
+        "the stale write left nothing"
+    );
+    assert_eq!(contested_item.error, None);
+    assert_eq!(contested_item.leased_until, Some(current.until));
+    assert!(store.dimension_list(contested).await.unwrap().is_empty());
+    db.finish().await;
+}
+
+/// A file database survives reopening, and `synchronous=normal` is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_file_database_survives_reopening() {
+    let url = fresh_sqlite_url();
+    let id = {
+        let store = SqliteStore::connect(&url, 2).await.unwrap();
+        store.migrate().await.unwrap();
+        let id = insert(&store, TYPE_A, t0()).await.id;
+        store.pool().close().await;
+        id
+    };
+    let store = SqliteStore::connect(&format!("{url}?synchronous=normal"), 2)
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    assert_eq!(get(&store, id).await.phase, Phase::Active);
+    let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(synchronous, 1, "NORMAL");
+    let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(journal, "wal");
+    let default = SqliteStore::connect(&url, 1).await.unwrap();
+    let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+        .fetch_one(default.pool())
+        .await
+        .unwrap();
+    assert_eq!(synchronous, 2, "FULL by default");
+    assert!(
+        SqliteStore::connect(&format!("{url}?synchronous=off"), 1)
+            .await
+            .is_err()
+    );
+}
+
+/// An item type adds its own table with its own migrator, then creates its
+/// item and detail row in one transaction; a failed detail insert leaves no
+/// item behind. Re-running the generic migrator ignores the type's version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_item_type_extends_the_schema_in_one_transaction() {
+    use sqlx::SqlSafeStr;
+    use sqlx::migrate::{Migration, MigrationType, Migrator};
+
+    let store = SqliteStore::connect(&fresh_sqlite_url(), 2).await.unwrap();
+    store.migrate().await.unwrap();
+    let mut type_migrator = Migrator::with_migrations(vec![Migration::new(
+        1000,
+        "demo_details".into(),
+        MigrationType::Simple,
+        "CREATE TABLE demo_details (
+             work_item_id TEXT NOT NULL PRIMARY KEY REFERENCES work_items (id) ON DELETE CASCADE,
+             title TEXT NOT NULL CHECK (title <> '')
+         ) STRICT"
+            .into_sql_str(),
+        false,
+    )]);
+    type_migrator.set_ignore_missing(true);
+    type_migrator.run(store.pool()).await.unwrap();
+    store
+        .migrate()
+        .await
+        .expect("the generic migrator ignores version 1000");
+
+    let now = t0();
+    let item = new_item(TYPE_A, Some("demo"), now);
+    let mut tx = store.begin_write().await.unwrap();
+    let created = wq_store::sqlite::insert_item(&mut tx, &item).await.unwrap();
+    wq_store::sqlite::upsert_dimension(
+        &mut tx,
+        created.id,
+        &DimensionUpdate::new("needs_x", true),
+        now,
+    )
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO demo_details (work_item_id, title) VALUES (?1, ?2)")
+        .bind(created.id.0.hyphenated().to_string())
+        .bind("hello")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(store.dimension_list(created.id).await.unwrap().len(), 1);
+
+    let failing = new_item(TYPE_A, Some("demo-2"), now);
+    let mut tx = store.begin_write().await.unwrap();
+    wq_store::sqlite::insert_item(&mut tx, &failing)
+        .await
+        .unwrap();
+    let bad = sqlx::query("INSERT INTO demo_details (work_item_id, title) VALUES (?1, '')")
+        .bind(failing.id.0.hyphenated().to_string())
+        .execute(&mut *tx)
+        .await;
+    assert!(bad.is_err());
+    tx.rollback().await.unwrap();
+    assert!(store.item_get(failing.id).await.unwrap().is_none());
+}
+
+/// The same extension path on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_item_type_extends_the_schema_in_one_transaction() {
+    use sqlx::SqlSafeStr;
+    use sqlx::migrate::{Migration, MigrationType, Migrator};
+
+    let db = TestDb::postgres().await;
+    let Backend::Postgres { store, .. } = &db.backend else {
+        unreachable!()
+    };
+    let mut type_migrator = Migrator::with_migrations(vec![Migration::new(
+        1000,
+        "demo_details".into(),
+        MigrationType::Simple,
+        "CREATE TABLE demo_details (
+             work_item_id uuid NOT NULL PRIMARY KEY REFERENCES work_items (id) ON DELETE CASCADE,
+             title text NOT NULL CHECK (title <> '')
+         )"
+        .into_sql_str(),
+        false,
+    )]);
+    type_migrator.set_ignore_missing(true);
+    type_migrator.run(store.pool()).await.unwrap();
+    store
+        .migrate()
+        .await
+        .expect("the generic migrator ignores version 1000");
+
+    let now = t0();
+    let item = new_item(TYPE_A, Some("demo"), now);
+    let mut tx = store.pool().begin().await.unwrap();
+    let created = wq_store::postgres::insert_item(&mut tx, &item)
+        .await
+        .unwrap();
+    wq_store::postgres::upsert_dimension(
+        &mut tx,
+        created.id,
+        &DimensionUpdate::new("needs_x", true),
+        now,
+    )
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO demo_details (work_item_id, title) VALUES ($1, $2)")
+        .bind(created.id.0)
+        .bind("hello")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(store.dimension_list(created.id).await.unwrap().len(), 1);
+
+    let failing = new_item(TYPE_A, Some("demo-2"), now);
+    let mut tx = store.pool().begin().await.unwrap();
+    wq_store::postgres::insert_item(&mut tx, &failing)
+        .await
+        .unwrap();
+    let bad = sqlx::query("INSERT INTO demo_details (work_item_id, title) VALUES ($1, '')")
+        .bind(failing.id.0)
+        .execute(&mut *tx)
+        .await;
+    assert!(bad.is_err());
+    tx.rollback().await.unwrap();
+    assert!(store.item_get(failing.id).await.unwrap().is_none());
+    db.finish().await;
+}
+
+/// `wq_store::connect` picks the backend from the URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_picks_the_backend_from_the_url() {
+    let sqlite = wq_store::connect(&fresh_sqlite_url(), 1).await.unwrap();
+    assert_eq!(sqlite.backend(), BackendKind::Sqlite);
+    let url = fresh_postgres_url().await;
+    let postgres = wq_store::connect(&url, 1).await.unwrap();
+    assert_eq!(postgres.backend(), BackendKind::Postgres);
+    postgres.ping().await.unwrap();
+    drop(postgres);
+    drop_postgres_database(&url).await;
+    assert!(wq_store::connect("mysql://x", 1).await.is_err());
+}
+
+/// The sweep reads only its small indexes on SQLite, even without ANALYZE
+/// statistics (which would otherwise steer it to every item of a type).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_sweep_plan_never_walks_idle_items() {
+    let db = TestDb::sqlite().await;
+    let Backend::Sqlite(store) = &db.backend else {
+        unreachable!()
+    };
+    let rows: Vec<(i64, i64, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN QUERY PLAN {}",
+        include_str!("../../src/sqlite/queries/sweep/candidates.sql")
+    )))
+    .bind(r#"["type_a"]"#)
+    .bind(0_i64)
+    .bind(10_i64)
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    let plan: Vec<&str> = rows.iter().map(|row| row.3.as_str()).collect();
+    let on_items: Vec<&&str> = plan.iter().filter(|line| line.contains(" w ")).collect();
+    assert_eq!(on_items.len(), 3, "{plan:#?}");
+    for line in on_items {
+        assert!(
+            line.contains("USING INDEX work_items_actionable") || line.ends_with("(id=?)"),
+            "work_items must be read through the actionable index or by id: {plan:#?}"
+        );
+    }
+    assert!(
+        plan.iter()
+            .any(|line| line.contains("work_item_statuses_pending_until (pending_until")),
+        "{plan:#?}"
+    );
+    assert!(
+        plan.iter()
+            .any(|line| line.contains("SCAN e USING COVERING INDEX pending_events_work_item_id")),
+        "{plan:#?}"
+    );
+    db.finish().await;
+}
+
+/// The sweep's PostgreSQL plan with 200k idle items, as a generic plan
+/// (what a prepared statement may switch to): every branch reads its small
+/// index and looks items up by id; nothing scans or joins all of work_items.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_sweep_plan_never_walks_idle_items() {
+    let db = TestDb::postgres().await;
+    let Backend::Postgres { store, .. } = &db.backend else {
+        unreachable!()
+    };
+    let mut conn = store.pool().acquire().await.unwrap();
+    for statement in [
+        "INSERT INTO work_items (id, item_type, phase, actionable, created_at, updated_at)
+         SELECT gen_random_uuid(), 'type_a',
+                (ARRAY['active', 'completed', 'failed', 'cancelled'])[1 + g % 4],
+                false, now(), now()
+         FROM generate_series(1, 200000) AS g",
+        "INSERT INTO work_item_statuses (work_item_id, dimension, status, pending_until, updated_at)
+         SELECT id, 'needs_reconcile', 'false', now() + interval '30 minutes', now()
+         FROM work_items WHERE phase = 'active'",
+        "UPDATE work_items SET actionable = true
+         WHERE id IN (SELECT id FROM work_items WHERE phase = 'active' LIMIT 20)",
+        "ANALYZE",
+        "SET plan_cache_mode = force_generic_plan",
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(statement))
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+    }
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "PREPARE sweep (text[], timestamptz, bigint) AS {}",
+        include_str!("../../src/postgres/queries/sweep/candidates.sql")
+    )))
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let plan: Vec<String> =
+        sqlx::query_scalar("EXPLAIN (COSTS OFF) EXECUTE sweep (ARRAY['type_a'], now(), 100)")
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+    let plan = plan.join("\n");
+    assert!(!plan.contains("Seq Scan on work_items"), "{plan}");
+    assert!(
+        !plan.contains("Hash Join") && !plan.contains("Merge Join"),
+        "{plan}"
+    );
+    assert!(plan.contains("work_items_actionable"), "{plan}");
+    assert!(plan.contains("work_item_statuses_pending_until"), "{plan}");
+    drop(conn);
+    db.finish().await;
+}

@@ -1,0 +1,468 @@
+//! Cases: claiming, the lease (heartbeat, release, stale leases) and the loop's writes under it.
+
+use super::*;
+
+pub async fn claim_only_unleased_or_expired_and_handled(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let now = t0();
+    let item = insert(store, TYPE_A, now).await;
+
+    let other_type = store
+        .item_claim(ClaimParams {
+            id: item.id,
+            now,
+            lease_until: now + LEASE,
+            handled_types: handled(&[TYPE_B]),
+        })
+        .await
+        .unwrap();
+    assert!(other_type.is_none(), "a type this process does not handle");
+    let no_types = store
+        .item_claim(ClaimParams {
+            id: item.id,
+            now,
+            lease_until: now + LEASE,
+            handled_types: Vec::new(),
+        })
+        .await
+        .unwrap();
+    assert!(no_types.is_none());
+    assert_eq!(get(store, item.id).await.leased_until, None);
+
+    let (claimed, lease) = store
+        .item_claim(ClaimParams {
+            id: item.id,
+            now,
+            lease_until: now + LEASE,
+            handled_types: handled(&[TYPE_A]),
+        })
+        .await
+        .unwrap()
+        .expect("unleased item is claimable");
+    assert_eq!(lease.id, item.id);
+    assert_eq!(lease.until, to_micros(now + LEASE));
+    assert_eq!(claimed.leased_until, Some(lease.until));
+    assert_eq!(get(store, item.id).await, claimed);
+
+    assert!(try_claim(store, item.id, now).await.is_none(), "held");
+    assert!(
+        try_claim(store, item.id, now + LEASE - Duration::microseconds(1))
+            .await
+            .is_none(),
+        "held until the last microsecond"
+    );
+    let reclaimed = try_claim(store, item.id, now + LEASE)
+        .await
+        .expect("expired lease is claimable");
+    assert_eq!(reclaimed.until, to_micros(now + LEASE + LEASE));
+
+    assert!(try_claim(store, ItemId::new_v7(), now).await.is_none());
+}
+
+pub async fn heartbeat_extends_the_lease(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let now = t0();
+    let item = insert(store, TYPE_A, now).await;
+    let lease = claim(store, item.id, now).await;
+    let later = now + Duration::seconds(20);
+    let renewed = store.item_heartbeat(lease, later + LEASE).await.unwrap();
+    assert_eq!(renewed.id, item.id);
+    assert_eq!(renewed.until, to_micros(later + LEASE));
+    assert_eq!(get(store, item.id).await.leased_until, Some(renewed.until));
+    assert!(
+        try_claim(store, item.id, now + LEASE).await.is_none(),
+        "the old expiry no longer frees it"
+    );
+    let again = store
+        .item_heartbeat(renewed, later + LEASE + LEASE)
+        .await
+        .unwrap();
+    assert_eq!(again.until, to_micros(later + LEASE + LEASE));
+    assert_lease_lost(
+        store.item_heartbeat(lease, later).await,
+        item.id,
+        "heartbeat with a superseded lease",
+    );
+}
+
+pub async fn stale_lease_gets_lease_lost_on_every_loop_write(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let now = t0();
+    let item = insert(store, TYPE_A, now).await;
+    let stale = claim(store, item.id, now).await;
+    let later = now + LEASE + Duration::seconds(1);
+    let current = claim(store, item.id, later).await;
+    let event_id = add_event(store, item.id, "push", later).await;
+    // Stale writes carry their own time, so a write that landed would show.
+    let stale_now = later + Duration::seconds(1);
+    let dimension = DimensionUpdate::new("needs_x", false);
+
+    assert_lease_lost(
+        store.item_heartbeat(stale, stale_now + LEASE).await,
+        item.id,
+        "heartbeat",
+    );
+    assert_lease_lost(store.item_release(stale, None).await, item.id, "release");
+    assert_lease_lost(
+        store
+            .item_apply_outcome(ApplyOutcome {
+                lease: stale,
+                now: stale_now,
+                phase: Some(Phase::Completed),
+                error: None,
+                dimensions: vec![dimension.clone()],
+            })
+            .await,
+        item.id,
+        "apply_outcome",
+    );
+    assert_lease_lost(
+        store
+            .item_record_failure(RecordFailure {
+                lease: stale,
+                now: stale_now,
+                error: "boom".into(),
+                max_attempts: 1,
+                permanent: true,
+                retry_at: stale_now,
+            })
+            .await,
+        item.id,
+        "record_failure",
+    );
+    assert_lease_lost(
+        store
+            .event_apply(ApplyEvent {
+                lease: stale,
+                event_id,
+                now: stale_now,
+                result: EventResult::ignored()
+                    .with_phase(Phase::Cancelled)
+                    .with_dimension(dimension.clone()),
+            })
+            .await,
+        item.id,
+        "event_apply",
+    );
+    // Park checks events first; drain the event with the current lease
+    // so the stale park reaches its lease check.
+    assert_eq!(
+        store
+            .event_apply(ApplyEvent {
+                lease: current,
+                event_id,
+                now: later,
+                result: EventResult::ignored(),
+            })
+            .await
+            .unwrap(),
+        EventApplied::Applied
+    );
+    assert_lease_lost(store.item_park(stale, stale_now).await, item.id, "park");
+
+    // Nothing of the stale writes landed, atomically.
+    let after = get(store, item.id).await;
+    assert_eq!(after.phase, Phase::Active);
+    assert_eq!(after.attempts, 0);
+    assert!(after.actionable);
+    assert_eq!(after.leased_until, Some(current.until));
+    assert_eq!(
+        after.updated_at,
+        to_micros(later),
+        "only the current holder's write"
+    );
+    assert_eq!(after.error, None);
+    assert!(store.dimension_list(item.id).await.unwrap().is_empty());
+
+    // The current holder still writes.
+    store.item_heartbeat(current, later + LEASE).await.unwrap();
+}
+
+pub async fn release_with_and_without_not_before(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let now = t0();
+    let item = insert(store, TYPE_A, now).await;
+
+    let lease = claim(store, item.id, now).await;
+    store.item_release(lease, None).await.unwrap();
+    let released = get(store, item.id).await;
+    assert_eq!(released.leased_until, None);
+    assert!(released.actionable, "release leaves actionable as it was");
+
+    let lease = claim(store, item.id, now).await;
+    let not_before = now + Duration::minutes(2);
+    store.item_release(lease, Some(not_before)).await.unwrap();
+    assert_eq!(
+        get(store, item.id).await.leased_until,
+        Some(to_micros(not_before))
+    );
+    assert!(
+        try_claim(store, item.id, now + Duration::minutes(1))
+            .await
+            .is_none()
+    );
+    assert!(
+        sweep(store, &[TYPE_A], now + Duration::minutes(1), 10)
+            .await
+            .is_empty()
+    );
+    assert_eq!(sweep(store, &[TYPE_A], not_before, 10).await, vec![item.id]);
+    let lease = claim(store, item.id, not_before).await;
+    assert_lease_lost(
+        store
+            .item_release(
+                Lease {
+                    id: item.id,
+                    until: now,
+                },
+                None,
+            )
+            .await,
+        item.id,
+        "release with a wrong lease",
+    );
+    store.item_release(lease, None).await.unwrap();
+}
+
+pub async fn apply_outcome_resets_attempts_and_applies_phase_and_dimensions(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let now = t0();
+    let item = insert(store, TYPE_A, now).await;
+    let lease = claim(store, item.id, now).await;
+    let retry_at = now + Duration::seconds(5);
+    let failed_once = store
+        .item_record_failure(RecordFailure {
+            lease,
+            now,
+            error: "transient".into(),
+            max_attempts: 5,
+            permanent: false,
+            retry_at,
+        })
+        .await
+        .unwrap();
+    assert_eq!(failed_once.attempts, 1);
+    let lease = claim(store, item.id, retry_at).await;
+
+    let later = retry_at + Duration::seconds(1);
+    let outcome = store
+        .item_apply_outcome(ApplyOutcome {
+            lease,
+            now: later,
+            phase: None,
+            error: Some("note".into()),
+            dimensions: vec![
+                DimensionUpdate::new("needs_mr", false).detail(serde_json::json!({ "mr": 12 })),
+            ],
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome.attempts, 0, "success resets consecutive failures");
+    assert_eq!(outcome.phase, Phase::Active, "no phase keeps it");
+    assert_eq!(outcome.error.as_deref(), Some("note"));
+    assert_eq!(outcome.updated_at, to_micros(later));
+    assert_eq!(outcome.leased_until, Some(lease.until), "lease kept");
+    assert!(outcome.actionable);
+
+    let completed = store
+        .item_apply_outcome(ApplyOutcome {
+            lease,
+            now: later,
+            phase: Some(Phase::Completed),
+            error: None,
+            dimensions: vec![
+                DimensionUpdate::new("needs_merge", false),
+                DimensionUpdate::new("needs_mr", false),
+            ],
+        })
+        .await
+        .unwrap();
+    assert_eq!(completed.phase, Phase::Completed);
+    assert_eq!(completed.error, None);
+    assert_eq!(get(store, item.id).await, completed);
+    let dimensions = store.dimension_list(item.id).await.unwrap();
+    assert_eq!(dimensions.len(), 2);
+    let mr = dimensions
+        .iter()
+        .find(|row| row.dimension == "needs_mr")
+        .unwrap();
+    assert_eq!(mr.detail, serde_json::json!({ "mr": 12 }), "detail kept");
+}
+
+pub async fn record_failure_counts_backs_off_and_fails(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let now = t0();
+    let item = insert(store, TYPE_A, now).await;
+    let mut lease = claim(store, item.id, now).await;
+    let mut at = now;
+    for attempt in 1..=2 {
+        let retry_at = at + Duration::seconds(10 * attempt);
+        let failed = store
+            .item_record_failure(RecordFailure {
+                lease,
+                now: at,
+                error: format!("failure {attempt}"),
+                max_attempts: 3,
+                permanent: false,
+                retry_at,
+            })
+            .await
+            .unwrap();
+        assert_eq!(failed.attempts, attempt as i32);
+        assert_eq!(failed.phase, Phase::Active);
+        assert_eq!(
+            failed.error.as_deref(),
+            Some(format!("failure {attempt}").as_str())
+        );
+        assert_eq!(failed.leased_until, Some(to_micros(retry_at)), "backoff");
+        assert_eq!(failed.updated_at, to_micros(at));
+        assert!(failed.actionable);
+        // The backoff holds against claims and the sweep.
+        let just_before = retry_at - Duration::seconds(1);
+        assert!(try_claim(store, item.id, just_before).await.is_none());
+        assert!(sweep(store, &[TYPE_A], just_before, 10).await.is_empty());
+        assert_eq!(sweep(store, &[TYPE_A], retry_at, 10).await, vec![item.id]);
+        at = retry_at;
+        lease = claim(store, item.id, at).await;
+    }
+    let failed = store
+        .item_record_failure(RecordFailure {
+            lease,
+            now: at,
+            error: "failure 3".into(),
+            max_attempts: 3,
+            permanent: false,
+            retry_at: at + Duration::minutes(1),
+        })
+        .await
+        .unwrap();
+    assert_eq!(failed.attempts, 3);
+    assert_eq!(
+        failed.phase,
+        Phase::Failed,
+        "the third failure of three fails it"
+    );
+    assert_eq!(failed.error.as_deref(), Some("failure 3"));
+    assert!(failed.actionable, "parked by the loop, not here");
+    assert_eq!(
+        failed.leased_until,
+        Some(lease.until),
+        "the holder keeps its lease to park"
+    );
+    assert_eq!(store.item_park(lease, at).await.unwrap(), Park::Parked);
+    assert!(!get(store, item.id).await.actionable);
+
+    // A permanent failure fails at once.
+    let other = insert(store, TYPE_A, now).await;
+    let lease = claim(store, other.id, now).await;
+    let failed = store
+        .item_record_failure(RecordFailure {
+            lease,
+            now,
+            error: "invalid".into(),
+            max_attempts: 10,
+            permanent: true,
+            retry_at: now + Duration::minutes(1),
+        })
+        .await
+        .unwrap();
+    assert_eq!(failed.attempts, 1);
+    assert_eq!(failed.phase, Phase::Failed);
+    assert_eq!(failed.leased_until, Some(lease.until));
+}
+
+pub async fn claim_snapshot_claims_and_reads_in_one_step(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let now = t0();
+    let mut new = new_item(TYPE_A, None, now);
+    new.dimensions =
+        vec![DimensionUpdate::new("needs_mr", false).detail(serde_json::json!({"mr": 7}))];
+    let id = store.item_insert(new).await.unwrap().id;
+    add_event(store, id, "push", now).await;
+    let params = |types: &[&str]| ClaimParams {
+        id,
+        now,
+        lease_until: now + LEASE,
+        handled_types: handled(types),
+    };
+
+    assert!(
+        store
+            .item_claim_snapshot(params(&[TYPE_B]))
+            .await
+            .unwrap()
+            .is_none(),
+        "a type this process does not handle"
+    );
+    let (snapshot, lease) = store
+        .item_claim_snapshot(params(&[TYPE_A]))
+        .await
+        .unwrap()
+        .expect("claimed");
+    assert_eq!(lease.until, to_micros(now + LEASE));
+    assert!(snapshot.has_events);
+    assert_eq!(snapshot.view.item, get(store, id).await);
+    assert_eq!(snapshot.view.item.leased_until, Some(lease.until));
+    assert_eq!(
+        snapshot.view.dimensions,
+        store.dimension_list(id).await.unwrap()
+    );
+    assert!(
+        store
+            .item_claim_snapshot(params(&[TYPE_A]))
+            .await
+            .unwrap()
+            .is_none(),
+        "leased: not claimable again"
+    );
+    // The lease it returns is the one the loop writes with.
+    store
+        .item_heartbeat(lease, now + LEASE + LEASE)
+        .await
+        .unwrap();
+}
+
+pub async fn concurrent_claims_have_exactly_one_winner(db: &TestDb) {
+    let now = t0();
+    for round in 0..25 {
+        let id = insert(db.store().as_ref(), TYPE_A, now).await.id;
+        let barrier = Arc::new(Barrier::new(2));
+        let mut tasks = Vec::new();
+        for claimer in 0..2 {
+            let store = db.store();
+            let barrier = barrier.clone();
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                store
+                    .item_claim(ClaimParams {
+                        id,
+                        now,
+                        lease_until: now + LEASE + Duration::seconds(claimer),
+                        handled_types: handled(&[TYPE_A]),
+                    })
+                    .await
+                    .expect("claim")
+                    .map(|(_, lease)| lease)
+            }));
+        }
+        let mut winners = Vec::new();
+        for task in tasks {
+            if let Some(lease) = task.await.unwrap() {
+                winners.push(lease);
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        assert_eq!(
+            get(db.store().as_ref(), id).await.leased_until,
+            Some(winners[0].until),
+            "round {round}: the winner's lease is stored"
+        );
+    }
+}

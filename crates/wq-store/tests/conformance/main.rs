@@ -1,0 +1,303 @@
+//! The `Store` conformance suite: every case runs against SQLite and
+//! PostgreSQL, each on a fresh database, through `Arc<dyn Store>`. Cases that
+//! need to reach past the trait (to break an invariant on purpose, or to
+//! check what only one backend promises) use `TestDb`'s backend handles.
+
+use std::sync::Arc;
+
+use time::{Duration, OffsetDateTime};
+use tokio::sync::Barrier;
+use wq_core::{DimensionStatus, DimensionUpdate, EventResult, ItemId, Phase, WorkItem};
+use wq_store::postgres::PgStore;
+use wq_store::sqlite::SqliteStore;
+use wq_store::testing::{drop_postgres_database, fresh_postgres_url, fresh_sqlite_url};
+use wq_store::{
+    ApplyEvent, ApplyOutcome, BackendKind, ClaimParams, EventApplied, ItemListParams, Lease,
+    NewEvent, NewItem, OutcomeChanges, Park, ParkParams, PhaseCount, RecordFailure, Store,
+    StoreError, SweepParams, Visibility, VisibleScope, to_micros,
+};
+
+// --- harness -----------------------------------------------------------------
+
+enum Backend {
+    Sqlite(SqliteStore),
+    Postgres { store: PgStore, url: String },
+}
+
+/// A migrated store on a fresh database, and the concrete backend behind it.
+struct TestDb {
+    store: Arc<dyn Store>,
+    backend: Backend,
+}
+
+impl TestDb {
+    async fn sqlite() -> Self {
+        let url = fresh_sqlite_url();
+        let store = SqliteStore::connect(&url, 4)
+            .await
+            .unwrap_or_else(|error| panic!("cannot open {url}: {error}"));
+        store.migrate().await.expect("migrate sqlite");
+        Self {
+            store: Arc::new(store.clone()),
+            backend: Backend::Sqlite(store),
+        }
+    }
+
+    async fn postgres() -> Self {
+        let url = fresh_postgres_url().await;
+        let store = PgStore::connect(&url, 4)
+            .await
+            .unwrap_or_else(|error| panic!("cannot open {url}: {error}"));
+        store.migrate().await.expect("migrate postgres");
+        Self {
+            store: Arc::new(store.clone()),
+            backend: Backend::Postgres { store, url },
+        }
+    }
+
+    fn store(&self) -> Arc<dyn Store> {
+        self.store.clone()
+    }
+
+    /// Drops the PostgreSQL database of a passed test (a failed one keeps
+    /// it for inspection).
+    async fn finish(self) {
+        if let Backend::Postgres { store, url } = self.backend {
+            store.pool().close().await;
+            drop_postgres_database(&url).await;
+        }
+    }
+
+    /// Breaks the DDR-49 invariant on purpose: an item with pending events
+    /// but `actionable = false` (as after a crash in older code), so the
+    /// sweep's event branch can be seen on its own.
+    async fn force_not_actionable(&self, id: ItemId) {
+        match &self.backend {
+            Backend::Sqlite(store) => {
+                sqlx::query("UPDATE work_items SET actionable = 0 WHERE id = ?1")
+                    .bind(id.0.hyphenated().to_string())
+                    .execute(store.writer())
+                    .await
+                    .expect("force actionable = 0");
+            }
+            Backend::Postgres { store, .. } => {
+                sqlx::query("UPDATE work_items SET actionable = false WHERE id = $1")
+                    .bind(id.0)
+                    .execute(store.pool())
+                    .await
+                    .expect("force actionable = false");
+            }
+        }
+    }
+}
+
+/// Defines `sqlite::NAME` and `postgres::NAME` tests that run
+/// `cases::NAME(&TestDb)` on a fresh database.
+macro_rules! conformance_suite {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let db = super::TestDb::sqlite().await;
+                    super::cases::$case(&db).await;
+                    db.finish().await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let db = super::TestDb::postgres().await;
+                    super::cases::$case(&db).await;
+                    db.finish().await;
+                }
+            )*
+        }
+    };
+}
+
+conformance_suite!(
+    insert_get_view_and_health,
+    list_filters_and_keyset_pages,
+    list_narrows_to_visible_places_and_reports_them,
+    idempotency_key_is_unique_among_live_items,
+    claim_only_unleased_or_expired_and_handled,
+    heartbeat_extends_the_lease,
+    stale_lease_gets_lease_lost_on_every_loop_write,
+    release_with_and_without_not_before,
+    apply_outcome_resets_attempts_and_applies_phase_and_dimensions,
+    record_failure_counts_backs_off_and_fails,
+    park_parks_and_clears_expired_timers,
+    park_refuses_while_events_are_pending,
+    snapshot_reports_the_view_and_pending_events,
+    claim_snapshot_claims_and_reads_in_one_step,
+    park_with_outcome_writes_it_and_parks,
+    park_with_outcome_while_events_are_pending_keeps_the_lease,
+    park_with_stale_lease_writes_nothing,
+    event_insert_wakes_the_item,
+    event_next_returns_the_oldest_event,
+    event_apply_applies_phase_and_dimensions,
+    event_apply_stale_phase_still_applies_dimensions,
+    event_apply_discards_events_of_inactive_items,
+    retry_reactivates_failed_and_cancelled_items,
+    count_by_phase_groups_by_type_and_phase,
+    dimension_upsert_replaces_status_and_keeps_detail,
+    mark_actionable_wakes_a_parked_item,
+    sweep_finds_each_kind_of_candidate,
+    sweep_excludes_leased_items_and_other_types,
+    sweep_respects_limit_and_empty_types,
+    concurrent_claims_have_exactly_one_winner,
+);
+
+// --- helpers -----------------------------------------------------------------
+
+const TYPE_A: &str = "type_a";
+const TYPE_B: &str = "type_b";
+const LEASE: Duration = Duration::seconds(30);
+
+/// A fixed start time with sub-microsecond digits, so every case also checks
+/// that stored times are truncated to what the caller gets back.
+fn t0() -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp_nanos(1_750_000_000_123_456_789).unwrap()
+}
+
+fn handled(types: &[&str]) -> Vec<String> {
+    types.iter().map(|name| (*name).to_owned()).collect()
+}
+
+fn new_item(item_type: &str, key: Option<&str>, now: OffsetDateTime) -> NewItem {
+    NewItem {
+        id: ItemId::new_v7(),
+        item_type: item_type.to_owned(),
+        idempotency_key: key.map(str::to_owned),
+        caller_identity: Some("tester".to_owned()),
+        place: None,
+        now,
+        dimensions: Vec::new(),
+    }
+}
+
+async fn insert(store: &dyn Store, item_type: &str, now: OffsetDateTime) -> WorkItem {
+    store
+        .item_insert(new_item(item_type, None, now))
+        .await
+        .expect("insert")
+}
+
+async fn get(store: &dyn Store, id: ItemId) -> WorkItem {
+    store.item_get(id).await.expect("get").expect("item exists")
+}
+
+async fn try_claim(store: &dyn Store, id: ItemId, now: OffsetDateTime) -> Option<Lease> {
+    store
+        .item_claim(ClaimParams {
+            id,
+            now,
+            lease_until: now + LEASE,
+            handled_types: handled(&[TYPE_A, TYPE_B]),
+        })
+        .await
+        .expect("claim")
+        .map(|(_, lease)| lease)
+}
+
+async fn claim(store: &dyn Store, id: ItemId, now: OffsetDateTime) -> Lease {
+    try_claim(store, id, now).await.expect("item is claimable")
+}
+
+/// Claims and parks an item: `actionable = false`, no lease.
+async fn park(store: &dyn Store, id: ItemId, now: OffsetDateTime) {
+    let lease = claim(store, id, now).await;
+    assert_eq!(store.item_park(lease, now).await.unwrap(), Park::Parked);
+}
+
+/// Claims the item and applies an executor outcome with `phase`.
+async fn move_to(store: &dyn Store, id: ItemId, phase: Phase, now: OffsetDateTime) -> Lease {
+    let lease = claim(store, id, now).await;
+    store
+        .item_apply_outcome(ApplyOutcome {
+            lease,
+            now,
+            phase: Some(phase),
+            error: None,
+            dimensions: Vec::new(),
+        })
+        .await
+        .expect("apply outcome");
+    lease
+}
+
+async fn fail_permanently(store: &dyn Store, id: ItemId, now: OffsetDateTime) -> Lease {
+    let lease = claim(store, id, now).await;
+    let item = store
+        .item_record_failure(RecordFailure {
+            lease,
+            now,
+            error: "boom".into(),
+            max_attempts: 5,
+            permanent: true,
+            retry_at: now + Duration::minutes(1),
+        })
+        .await
+        .expect("record failure");
+    assert_eq!(item.phase, Phase::Failed);
+    lease
+}
+
+async fn add_event(store: &dyn Store, id: ItemId, event_type: &str, now: OffsetDateTime) -> i64 {
+    store
+        .event_insert(NewEvent {
+            item_id: id,
+            event_type: event_type.to_owned(),
+            body: serde_json::json!({ "kind": event_type }),
+            now,
+        })
+        .await
+        .expect("event insert")
+}
+
+async fn sweep(store: &dyn Store, types: &[&str], now: OffsetDateTime, limit: u32) -> Vec<ItemId> {
+    let mut ids = store
+        .sweep_candidates(SweepParams {
+            handled_types: handled(types),
+            now,
+            limit,
+        })
+        .await
+        .expect("sweep");
+    ids.sort();
+    ids
+}
+
+fn sorted(mut ids: Vec<ItemId>) -> Vec<ItemId> {
+    ids.sort();
+    ids
+}
+
+fn assert_lease_lost<T: std::fmt::Debug>(result: Result<T, StoreError>, id: ItemId, what: &str) {
+    match result {
+        Err(StoreError::LeaseLost(lost)) => assert_eq!(lost, id, "{what}"),
+        other => panic!("{what}: expected LeaseLost, got {other:?}"),
+    }
+}
+
+// --- cases ---------------------------------------------------------------------
+
+mod claim;
+mod events;
+mod items;
+mod park;
+mod sweep;
+
+/// Every case, by name, for `conformance_suite!`.
+mod cases {
+    pub use super::claim::*;
+    pub use super::events::*;
+    pub use super::items::*;
+    pub use super::park::*;
+    pub use super::sweep::*;
+}
+
+mod backend_specific;
