@@ -1,5 +1,5 @@
 //! The store's operations, written once for both backends: the
-//! [`MrBackend`] trait `MrStore` calls through, and [`mr_backend!`], which
+//! [`MrBackend`] trait `MrStore` calls through, and `mr_backend!`, which
 //! implements it for a backend from what really differs between the two.
 //!
 //! A backend type (`SqliteBackend`, `PgBackend`) holds its `store` and
@@ -109,17 +109,6 @@ impl OwnedInput {
             now: input.now,
         }
     }
-
-    pub fn borrowed(&self) -> UpsertInput<'_> {
-        UpsertInput {
-            spec: &self.spec,
-            content_hash: &self.content_hash,
-            metadata_hash: &self.metadata_hash,
-            caller_identity: &self.caller_identity,
-            caller_is_admin: self.caller_is_admin,
-            now: self.now,
-        }
-    }
 }
 
 /// Implements [`MrBackend`] for `backend` on the `sqlx` database `db`, with
@@ -133,9 +122,31 @@ macro_rules! mr_backend {
         blocks: $($blocks:ident)::+,
         migrations: $dir:literal $(,)?
     ) => {
-        static MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> =
-            std::sync::LazyLock::new(|| {
-                let migration = |version, description, sql| wq_store::EmbeddedMigration {
+        /// The operations, written once in `store::backend`.
+        mod operations {
+            use std::sync::LazyLock;
+
+            use async_trait::async_trait;
+            use sqlx::Row as _;
+            use sqlx::migrate::Migrator;
+            use time::OffsetDateTime;
+            use wq_core::{ItemId, Phase};
+            use wq_store::{EmbeddedMigration, NewEvent, NewItem, StoreError, StoreResult};
+            use $($blocks)::+ as blocks;
+
+            use super::$backend;
+            use crate::spec::{Automation, MrSpec};
+            use crate::store::backend::{MrBackend, OwnedInput};
+            use crate::store::{
+                BranchOwnership, Lookup, MergeJournal, MergeResult, MrDetails, Observation,
+                QueueWatch, RETRY_MERGE_EVENT, RecordedChange, SUBMISSION_EVENT,
+                SubmissionRecord, UpsertInput, UpsertOutcome, Upserted, classify, from_json,
+                idempotency_key, json_of, queue_entry, refused_to, signed, submission_dimensions,
+                submission_event, unsigned,
+            };
+
+            static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
+                let migration = |version, description, sql| EmbeddedMigration {
                     version,
                     description,
                     sql,
@@ -153,91 +164,58 @@ macro_rules! mr_backend {
                 ])
             });
 
-        type Query = sqlx::query::Query<'static, $db, <$db as sqlx::Database>::Arguments>;
-        type Connection = <$db as sqlx::Database>::Connection;
-        type DbRow = <$db as sqlx::Database>::Row;
+            type Query = sqlx::query::Query<'static, $db, <$db as sqlx::Database>::Arguments>;
+            type Connection = <$db as sqlx::Database>::Connection;
+            type DbRow = <$db as sqlx::Database>::Row;
 
-        impl $backend {
-            /// Runs `statements` in one transaction through the write door.
-            async fn execute<const N: usize>(
-                &self,
-                statements: [Query; N],
-            ) -> wq_store::StoreResult<()> {
-                self.write(move |conn| Box::pin(async move {
-                    for statement in statements {
-                        statement.execute(&mut *conn).await?;
-                    }
-                    Ok(())
-                }))
-                .await
-            }
+            impl $backend {
+                /// Runs `statements` in one transaction through the write door.
+                async fn execute<const N: usize>(&self, statements: [Query; N]) -> StoreResult<()> {
+                    self.write(move |conn| Box::pin(async move {
+                        for statement in statements {
+                            statement.execute(&mut *conn).await?;
+                        }
+                        Ok(())
+                    }))
+                    .await
+                }
 
-            /// Runs `statement` through the write door: whether it returned a
-            /// row.
-            async fn returns_row(&self, statement: Query) -> wq_store::StoreResult<bool> {
-                self.write(move |conn| Box::pin(async move {
-                    Ok(statement.fetch_optional(&mut *conn).await?.is_some())
-                }))
-                .await
-            }
+                /// Runs `statement` through the write door: whether it returned a
+                /// row.
+                async fn returns_row(&self, statement: Query) -> StoreResult<bool> {
+                    self.write(move |conn| Box::pin(async move {
+                        Ok(statement.fetch_optional(&mut *conn).await?.is_some())
+                    }))
+                    .await
+                }
 
-            /// One row of the submission history, in the upsert's transaction.
-            async fn record_submission(
-                conn: &mut Connection,
-                id: wq_core::ItemId,
-                generation: i64,
-                input: &super::backend::OwnedInput,
-                outcome: super::UpsertOutcome,
-            ) -> wq_store::StoreResult<()> {
-                sqlx::query(include_str!("sql/insert_submission.sql"))
-                    .bind(Self::id(id))
-                    .bind(generation)
-                    .bind(&input.content_hash)
-                    .bind(outcome.as_str())
-                    .bind(&input.caller_identity)
-                    .bind(Self::at(input.now))
-                    .execute(&mut *conn)
-                    .await?;
-                Ok(())
-            }
-
-            async fn upsert_on(
-                conn: &mut Connection,
-                input: &super::backend::OwnedInput,
-            ) -> wq_store::StoreResult<super::Upserted> {
-                use sqlx::Row as _;
-                use super::{UpsertOutcome, Upserted, json_of};
-                let spec = &input.spec;
-                let now = input.now;
-                let Some(live) = Self::live(&mut *conn, spec).await? else {
-                    let generation: i64 =
-                        sqlx::query_scalar(include_str!("sql/next_generation.sql"))
-                            .bind(&spec.forge)
-                            .bind(&spec.project)
-                            .bind(&spec.source_branch)
-                            .fetch_one(&mut *conn)
-                            .await?;
-                    let id = wq_core::ItemId::new_v7();
-                    $($blocks)::+::insert_item(
-                        &mut *conn,
-                        &wq_store::NewItem {
-                            id,
-                            item_type: crate::TYPE_NAME.to_owned(),
-                            idempotency_key: Some(super::idempotency_key(spec, generation)),
-                            caller_identity: Some(input.caller_identity.clone()),
-                            place: Some((spec.forge.clone(), spec.project.clone())),
-                            now,
-                            dimensions: Vec::new(),
-                        },
-                    )
-                    .await?;
-                    sqlx::query(include_str!("sql/insert.sql"))
+                /// One row of the submission history, in the upsert's transaction.
+                async fn record_submission(
+                    conn: &mut Connection,
+                    id: ItemId,
+                    generation: i64,
+                    input: &OwnedInput,
+                    outcome: UpsertOutcome,
+                ) -> StoreResult<()> {
+                    sqlx::query(include_str!("sql/insert_submission.sql"))
                         .bind(Self::id(id))
-                        .bind(&spec.forge)
-                        .bind(&spec.project)
-                        .bind(&spec.source_branch)
-                        .bind(&spec.target_branch)
                         .bind(generation)
+                        .bind(&input.content_hash)
+                        .bind(outcome.as_str())
+                        .bind(&input.caller_identity)
+                        .bind(Self::at(input.now))
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(())
+                }
+
+                /// The submission's desired state, bound as `$1`-`$12` of
+                /// `update_spec.sql` and `insert.sql`.
+                fn bind_spec(sql: &'static str, id: ItemId, input: &OwnedInput) -> Query {
+                    let spec = &input.spec;
+                    sqlx::query(sql)
+                        .bind(Self::id(id))
+                        .bind(&spec.target_branch)
                         .bind(&spec.title)
                         .bind(&spec.description)
                         .bind(&spec.commit_message)
@@ -247,384 +225,391 @@ macro_rules! mr_backend {
                         .bind(spec.automation.ci_retry)
                         .bind(&input.content_hash)
                         .bind(&input.metadata_hash)
-                        .bind(Self::at(now))
+                        .bind(Self::at(input.now))
+                }
+
+                async fn upsert_on(
+                    conn: &mut Connection,
+                    input: &OwnedInput,
+                ) -> StoreResult<Upserted> {
+                    let spec = &input.spec;
+                    let now = input.now;
+                    let Some(live) = Self::live(&mut *conn, spec).await? else {
+                        let generation: i64 =
+                            sqlx::query_scalar(include_str!("sql/next_generation.sql"))
+                                .bind(&spec.forge)
+                                .bind(&spec.project)
+                                .bind(&spec.source_branch)
+                                .fetch_one(&mut *conn)
+                                .await?;
+                        let id = ItemId::new_v7();
+                        blocks::insert_item(
+                            &mut *conn,
+                            &NewItem {
+                                id,
+                                item_type: crate::TYPE_NAME.to_owned(),
+                                idempotency_key: Some(idempotency_key(spec, generation)),
+                                caller_identity: Some(input.caller_identity.clone()),
+                                place: Some((spec.forge.clone(), spec.project.clone())),
+                                now,
+                                dimensions: Vec::new(),
+                            },
+                        )
+                        .await?;
+                        Self::bind_spec(include_str!("sql/insert.sql"), id, input)
+                            .bind(&spec.forge)
+                            .bind(&spec.project)
+                            .bind(&spec.source_branch)
+                            .bind(generation)
+                            .execute(&mut *conn)
+                            .await?;
+                        let outcome = UpsertOutcome::Created;
+                        Self::record_submission(conn, id, generation, input, outcome).await?;
+                        return Ok(Upserted { id, outcome });
+                    };
+                    let id = Self::read_id(&live, 0)?;
+                    let phase: Phase = live
+                        .try_get::<&str, _>(1)?
+                        .parse()
+                        .map_err(|e| StoreError::Corrupt(format!("work_items.phase: {e}")))?;
+                    let outcome = classify(
+                        phase,
+                        [live.try_get(2)?, live.try_get(3)?, live.try_get(4)?],
+                        [&input.content_hash, &input.metadata_hash, &spec.target_branch],
+                    );
+                    let owner: Option<String> = live.try_get(5)?;
+                    let generation: i64 = live.try_get(6)?;
+                    let (caller, admin) = (&input.caller_identity, input.caller_is_admin);
+                    if refused_to(outcome, owner.as_deref(), caller, admin) {
+                        return Ok(Upserted { id, outcome: UpsertOutcome::NotOwner });
+                    }
+                    Self::record_submission(conn, id, generation, input, outcome).await?;
+                    if outcome == UpsertOutcome::Unchanged {
+                        return Ok(Upserted { id, outcome });
+                    }
+                    if outcome == UpsertOutcome::Retried {
+                        blocks::retry_item(&mut *conn, id, now).await?;
+                    }
+                    Self::bind_spec(include_str!("sql/update_spec.sql"), id, input)
                         .execute(&mut *conn)
                         .await?;
-                    let outcome = UpsertOutcome::Created;
-                    Self::record_submission(conn, id, generation, input, outcome).await?;
-                    return Ok(Upserted { id, outcome });
-                };
-                let id = Self::read_id(&live, 0)?;
-                let phase: wq_core::Phase = live
-                    .try_get::<&str, _>(1)?
-                    .parse()
-                    .map_err(|e| wq_store::StoreError::Corrupt(format!("work_items.phase: {e}")))?;
-                let outcome = super::classify(
-                    phase,
-                    [live.try_get(2)?, live.try_get(3)?, live.try_get(4)?],
-                    [&input.content_hash, &input.metadata_hash, &spec.target_branch],
-                );
-                let owner: Option<String> = live.try_get(5)?;
-                let generation: i64 = live.try_get(6)?;
-                if super::refused_to(outcome, owner.as_deref(), &input.borrowed()) {
-                    return Ok(Upserted { id, outcome: UpsertOutcome::NotOwner });
-                }
-                Self::record_submission(conn, id, generation, input, outcome).await?;
-                if outcome == UpsertOutcome::Unchanged {
-                    return Ok(Upserted { id, outcome });
-                }
-                if outcome == UpsertOutcome::Retried {
-                    $($blocks)::+::retry_item(&mut *conn, id, now).await?;
-                }
-                sqlx::query(include_str!("sql/update_spec.sql"))
-                    .bind(Self::id(id))
-                    .bind(&spec.target_branch)
-                    .bind(&spec.title)
-                    .bind(&spec.description)
-                    .bind(&spec.commit_message)
-                    .bind(Self::json(json_of(&spec.labels)))
-                    .bind(Self::json(json_of(&spec.file_actions)))
-                    .bind(spec.automation.auto_merge)
-                    .bind(spec.automation.ci_retry)
-                    .bind(&input.content_hash)
-                    .bind(&input.metadata_hash)
-                    .bind(Self::at(now))
-                    .execute(&mut *conn)
-                    .await?;
-                let body = super::submission_event(outcome);
-                let change = body["change"].as_str().unwrap_or_default();
-                for update in super::submission_dimensions(change) {
-                    $($blocks)::+::upsert_dimension(&mut *conn, id, &update, now).await?;
-                }
-                $($blocks)::+::insert_event(
-                    &mut *conn,
-                    &wq_store::NewEvent {
-                        item_id: id,
-                        event_type: super::SUBMISSION_EVENT.to_owned(),
-                        body,
-                        now,
-                    },
-                )
-                .await?;
-                Ok(Upserted { id, outcome })
-            }
-
-            fn details_from_row(row: &DbRow) -> wq_store::StoreResult<super::MrDetails> {
-                use sqlx::Row as _;
-                use super::{from_json, queue_entry, unsigned};
-                Ok(super::MrDetails {
-                    id: Self::read_id(row, "work_item_id")?,
-                    spec: crate::spec::MrSpec {
-                        forge: row.try_get("forge")?,
-                        project: row.try_get("project")?,
-                        source_branch: row.try_get("source_branch")?,
-                        target_branch: row.try_get("target_branch")?,
-                        title: row.try_get("title")?,
-                        description: row.try_get("description")?,
-                        commit_message: row.try_get("commit_message")?,
-                        labels: from_json(Self::read_json(row, "labels")?, "labels")?,
-                        file_actions: from_json(
-                            Self::read_json(row, "file_actions")?,
-                            "file_actions",
-                        )?,
-                        automation: crate::spec::Automation {
-                            auto_merge: row.try_get("auto_merge")?,
-                            ci_retry: row.try_get("ci_retry")?,
-                        },
-                    },
-                    generation: row.try_get("generation")?,
-                    content_hash: row.try_get("content_hash")?,
-                    metadata_hash: row.try_get("metadata_hash")?,
-                    mr_number: unsigned(row.try_get("mr_number")?, "mr_number")?,
-                    mr_url: row.try_get("mr_url")?,
-                    head_sha: row.try_get("head_sha")?,
-                    head_pipeline_id: unsigned(
-                        row.try_get("head_pipeline_id")?,
-                        "head_pipeline_id",
-                    )?,
-                    pushed_content_hash: row.try_get("pushed_content_hash")?,
-                    queue: queue_entry(
-                        row.try_get("merge_queue_state")?,
-                        row.try_get("merge_queue_position")?,
-                        row.try_get("merge_queue_eta_seconds")?,
-                    ),
-                    journal: super::MergeJournal {
-                        signature: row.try_get("last_merge_signature")?,
-                        attempt_at: Self::read_optional_at(row, "last_merge_attempt_at")?,
-                        queue_head_sha: row.try_get("last_queue_attempt_head_sha")?,
-                        result: row
-                            .try_get::<Option<&str>, _>("last_merge_result")?
-                            .map(super::MergeResult::parse)
-                            .transpose()?,
-                        error_kind: row.try_get("last_error_kind")?,
-                        error: row.try_get("last_error")?,
-                        retry_authorized: row.try_get("merge_retry_authorized")?,
-                    },
-                    mr_created: row.try_get("mr_created")?,
-                    push_intent_at: Self::read_optional_at(row, "push_intent_at")?,
-                    created_at: Self::read_at(row, "created_at")?,
-                    updated_at: Self::read_at(row, "updated_at")?,
-                })
-            }
-        }
-
-        #[async_trait::async_trait]
-        impl super::backend::MrBackend for $backend {
-            async fn migrate(&self) -> wq_store::StoreResult<()> {
-                MIGRATOR.run(self.migration_pool()).await?;
-                Ok(())
-            }
-
-            async fn upsert(
-                &self,
-                input: &super::UpsertInput<'_>,
-            ) -> wq_store::StoreResult<super::Upserted> {
-                let input = super::backend::OwnedInput::new(input);
-                self.write(move |conn| Box::pin(async move {
-                    Self::upsert_on(conn, &input).await
-                }))
-                .await
-            }
-
-            async fn get(
-                &self,
-                id: wq_core::ItemId,
-            ) -> wq_store::StoreResult<Option<super::MrDetails>> {
-                let row = sqlx::query(include_str!("sql/get.sql"))
-                    .bind(Self::id(id))
-                    .fetch_optional(self.store.pool())
-                    .await?;
-                row.as_ref().map(Self::details_from_row).transpose()
-            }
-
-            async fn find_active(
-                &self,
-                forge: &str,
-                project: &str,
-                lookup: super::Lookup<'_>,
-            ) -> wq_store::StoreResult<Option<wq_core::ItemId>> {
-                use super::{Lookup, signed};
-                let on = |sql: &'static str| sqlx::query::<$db>(sql).bind(forge).bind(project);
-                let query = match lookup {
-                    Lookup::Number(number) => on(include_str!("sql/active_by_number.sql"))
-                        .bind(signed(Some(number))),
-                    Lookup::Pipeline(pipeline) => on(include_str!("sql/active_by_pipeline.sql"))
-                        .bind(signed(Some(pipeline))),
-                    Lookup::Branch(branch) => on(include_str!("sql/active_by_branch.sql"))
-                        .bind(branch),
-                };
-                let row = query.fetch_optional(self.store.pool()).await?;
-                row.map(|row| Self::read_id(&row, 0)).transpose()
-            }
-
-            async fn queue_watch(
-                &self,
-                forge: &str,
-                limit: u32,
-            ) -> wq_store::StoreResult<Vec<super::QueueWatch>> {
-                use sqlx::Row as _;
-                let rows = sqlx::query(include_str!("sql/queue_watch.sql"))
-                    .bind(forge)
-                    .bind(i64::from(limit))
-                    .fetch_all(self.store.pool())
-                    .await?;
-                rows.iter()
-                    .map(|row| {
-                        Ok(super::QueueWatch {
-                            id: Self::read_id(row, 0)?,
-                            project: row.try_get(1)?,
-                            number: super::unsigned(Some(row.try_get(2)?), "mr_number")?
-                                .unwrap_or_default(),
-                            entry: super::queue_entry(
-                                row.try_get(3)?,
-                                row.try_get(4)?,
-                                row.try_get(5)?,
-                            ),
-                        })
-                    })
-                    .collect()
-            }
-
-            async fn record_change(
-                &self,
-                id: wq_core::ItemId,
-                change: &super::RecordedChange<'_>,
-            ) -> wq_store::StoreResult<()> {
-                self.execute([sqlx::query(include_str!("sql/record_change.sql"))
-                    .bind(Self::id(id))
-                    .bind(super::signed(Some(change.number)))
-                    .bind(change.url)
-                    .bind(change.head_sha)
-                    .bind(change.pushed_content_hash)
-                    .bind(Self::at(change.now))
-                    .bind(change.created)])
-                .await
-            }
-
-            async fn mark_push_intent(
-                &self,
-                id: wq_core::ItemId,
-                now: time::OffsetDateTime,
-            ) -> wq_store::StoreResult<()> {
-                self.execute([sqlx::query(include_str!("sql/push_intent.sql"))
-                    .bind(Self::id(id))
-                    .bind(Self::at(now))])
-                .await
-            }
-
-            async fn branch_ownership(
-                &self,
-                id: wq_core::ItemId,
-                head: &str,
-            ) -> wq_store::StoreResult<super::BranchOwnership> {
-                let (pushed, intent_pending): (bool, bool) =
-                    sqlx::query_as(include_str!("sql/branch_ownership.sql"))
-                        .bind(Self::id(id))
-                        .bind(head)
-                        .fetch_one(self.store.pool())
-                        .await?;
-                Ok(super::BranchOwnership { pushed, intent_pending })
-            }
-
-            async fn change_created(
-                &self,
-                id: wq_core::ItemId,
-                number: u64,
-            ) -> wq_store::StoreResult<bool> {
-                Ok(sqlx::query_scalar(include_str!("sql/change_created.sql"))
-                    .bind(Self::id(id))
-                    .bind(super::signed(Some(number)))
-                    .fetch_one(self.store.pool())
-                    .await?)
-            }
-
-            async fn submissions(
-                &self,
-                id: wq_core::ItemId,
-            ) -> wq_store::StoreResult<Vec<super::SubmissionRecord>> {
-                use sqlx::Row as _;
-                let rows = sqlx::query(include_str!("sql/submissions.sql"))
-                    .bind(Self::id(id))
-                    .fetch_all(self.store.pool())
-                    .await?;
-                rows.iter()
-                    .map(|row| {
-                        Ok(super::SubmissionRecord {
-                            generation: row.try_get(0)?,
-                            content_hash: row.try_get(1)?,
-                            outcome: row.try_get(2)?,
-                            caller_identity: row.try_get(3)?,
-                            submitted_at: Self::read_at(row, 4)?,
-                        })
-                    })
-                    .collect()
-            }
-
-            async fn record_push(
-                &self,
-                id: wq_core::ItemId,
-                head_sha: &str,
-                pushed_content_hash: &str,
-                now: time::OffsetDateTime,
-            ) -> wq_store::StoreResult<()> {
-                self.execute([
-                    sqlx::query(include_str!("sql/record_push.sql"))
-                        .bind(Self::id(id))
-                        .bind(head_sha)
-                        .bind(pushed_content_hash)
-                        .bind(Self::at(now)),
-                    sqlx::query(include_str!("sql/insert_push.sql"))
-                        .bind(Self::id(id))
-                        .bind(head_sha)
-                        .bind(Self::at(now)),
-                ])
-                .await
-            }
-
-            async fn observe(
-                &self,
-                id: wq_core::ItemId,
-                observation: &super::Observation<'_>,
-                now: time::OffsetDateTime,
-            ) -> wq_store::StoreResult<()> {
-                let queue = observation.queue;
-                self.execute([sqlx::query(include_str!("sql/observe.sql"))
-                    .bind(Self::id(id))
-                    .bind(observation.head_sha)
-                    .bind(super::signed(observation.pipeline_id))
-                    .bind(queue.map_or("", |q| q.state.as_str()))
-                    .bind(queue.and_then(|q| q.position))
-                    .bind(queue.and_then(|q| q.eta_seconds))
-                    .bind(observation.url)
-                    .bind(Self::at(now))])
-                .await
-            }
-
-            async fn reserve_merge(
-                &self,
-                id: wq_core::ItemId,
-                signature: &str,
-                now: time::OffsetDateTime,
-            ) -> wq_store::StoreResult<bool> {
-                self.returns_row(sqlx::query(include_str!("sql/reserve_merge.sql"))
-                    .bind(Self::id(id))
-                    .bind(signature)
-                    .bind(Self::at(now))
-                    .bind(false))
-                .await
-            }
-
-            async fn merge_result(
-                &self,
-                id: wq_core::ItemId,
-                result: super::MergeResult,
-                queue_head_sha: Option<&str>,
-                error: Option<(&str, &str)>,
-                now: time::OffsetDateTime,
-            ) -> wq_store::StoreResult<()> {
-                let (kind, message) = error.unzip();
-                self.execute([sqlx::query(include_str!("sql/merge_result.sql"))
-                    .bind(Self::id(id))
-                    .bind(result.as_str())
-                    .bind(queue_head_sha)
-                    .bind(kind)
-                    .bind(message)
-                    .bind(Self::at(now))])
-                .await
-            }
-
-            async fn authorize_merge_retry(
-                &self,
-                id: wq_core::ItemId,
-                now: time::OffsetDateTime,
-                cutoff: time::OffsetDateTime,
-            ) -> wq_store::StoreResult<bool> {
-                let event = wq_store::NewEvent {
-                    item_id: id,
-                    event_type: super::RETRY_MERGE_EVENT.to_owned(),
-                    body: serde_json::json!({}),
-                    now,
-                };
-                let authorize = sqlx::query(include_str!("sql/authorize_retry.sql"))
-                    .bind(Self::id(id))
-                    .bind(Self::at(now))
-                    .bind(Self::at(cutoff))
-                    .bind(true);
-                self.write(move |conn| Box::pin(async move {
-                    // The lock order (wq_store::postgres, "Lock order"): the
-                    // event insert takes the item's advisory lock and then
-                    // its work_items row, before the detail row; a refusal
-                    // rolls the event back to the savepoint.
-                    let mut savepoint = sqlx::Connection::begin(&mut *conn).await?;
-                    $($blocks)::+::insert_event(&mut savepoint, &event).await?;
-                    if authorize.fetch_optional(&mut *savepoint).await?.is_none() {
-                        savepoint.rollback().await?;
-                        return Ok(false);
+                    let body = submission_event(outcome);
+                    let change = body["change"].as_str().unwrap_or_default();
+                    for update in submission_dimensions(change) {
+                        blocks::upsert_dimension(&mut *conn, id, &update, now).await?;
                     }
-                    savepoint.commit().await?;
-                    Ok(true)
-                }))
-                .await
+                    blocks::insert_event(
+                        &mut *conn,
+                        &NewEvent {
+                            item_id: id,
+                            event_type: SUBMISSION_EVENT.to_owned(),
+                            body,
+                            now,
+                        },
+                    )
+                    .await?;
+                    Ok(Upserted { id, outcome })
+                }
+
+                fn details_from_row(row: &DbRow) -> StoreResult<MrDetails> {
+                    Ok(MrDetails {
+                        id: Self::read_id(row, "work_item_id")?,
+                        spec: MrSpec {
+                            forge: row.try_get("forge")?,
+                            project: row.try_get("project")?,
+                            source_branch: row.try_get("source_branch")?,
+                            target_branch: row.try_get("target_branch")?,
+                            title: row.try_get("title")?,
+                            description: row.try_get("description")?,
+                            commit_message: row.try_get("commit_message")?,
+                            labels: from_json(Self::read_json(row, "labels")?, "labels")?,
+                            file_actions: from_json(
+                                Self::read_json(row, "file_actions")?,
+                                "file_actions",
+                            )?,
+                            automation: Automation {
+                                auto_merge: row.try_get("auto_merge")?,
+                                ci_retry: row.try_get("ci_retry")?,
+                            },
+                        },
+                        generation: row.try_get("generation")?,
+                        content_hash: row.try_get("content_hash")?,
+                        metadata_hash: row.try_get("metadata_hash")?,
+                        mr_number: unsigned(row.try_get("mr_number")?, "mr_number")?,
+                        mr_url: row.try_get("mr_url")?,
+                        head_sha: row.try_get("head_sha")?,
+                        head_pipeline_id: unsigned(
+                            row.try_get("head_pipeline_id")?,
+                            "head_pipeline_id",
+                        )?,
+                        pushed_content_hash: row.try_get("pushed_content_hash")?,
+                        queue: queue_entry(
+                            row.try_get("merge_queue_state")?,
+                            row.try_get("merge_queue_position")?,
+                            row.try_get("merge_queue_eta_seconds")?,
+                        ),
+                        journal: MergeJournal {
+                            signature: row.try_get("last_merge_signature")?,
+                            attempt_at: Self::read_optional_at(row, "last_merge_attempt_at")?,
+                            queue_head_sha: row.try_get("last_queue_attempt_head_sha")?,
+                            result: row
+                                .try_get::<Option<&str>, _>("last_merge_result")?
+                                .map(MergeResult::parse)
+                                .transpose()?,
+                            error_kind: row.try_get("last_error_kind")?,
+                            error: row.try_get("last_error")?,
+                            retry_authorized: row.try_get("merge_retry_authorized")?,
+                        },
+                        mr_created: row.try_get("mr_created")?,
+                        push_intent_at: Self::read_optional_at(row, "push_intent_at")?,
+                        created_at: Self::read_at(row, "created_at")?,
+                        updated_at: Self::read_at(row, "updated_at")?,
+                    })
+                }
+            }
+
+            #[async_trait]
+            impl MrBackend for $backend {
+                async fn migrate(&self) -> StoreResult<()> {
+                    MIGRATOR.run(self.migration_pool()).await?;
+                    Ok(())
+                }
+
+                async fn upsert(&self, input: &UpsertInput<'_>) -> StoreResult<Upserted> {
+                    let input = OwnedInput::new(input);
+                    self.write(move |conn| Box::pin(async move {
+                        Self::upsert_on(conn, &input).await
+                    }))
+                    .await
+                }
+
+                async fn get(&self, id: ItemId) -> StoreResult<Option<MrDetails>> {
+                    let row = sqlx::query(include_str!("sql/get.sql"))
+                        .bind(Self::id(id))
+                        .fetch_optional(self.store.pool())
+                        .await?;
+                    row.as_ref().map(Self::details_from_row).transpose()
+                }
+
+                async fn find_active(
+                    &self,
+                    forge: &str,
+                    project: &str,
+                    lookup: Lookup<'_>,
+                ) -> StoreResult<Option<ItemId>> {
+                    let on = |sql: &'static str| sqlx::query::<$db>(sql).bind(forge).bind(project);
+                    let query = match lookup {
+                        Lookup::Number(number) => on(include_str!("sql/active_by_number.sql"))
+                            .bind(signed(Some(number))),
+                        Lookup::Pipeline(pipeline) => on(include_str!("sql/active_by_pipeline.sql"))
+                            .bind(signed(Some(pipeline))),
+                        Lookup::Branch(branch) => on(include_str!("sql/active_by_branch.sql"))
+                            .bind(branch),
+                    };
+                    let row = query.fetch_optional(self.store.pool()).await?;
+                    row.map(|row| Self::read_id(&row, 0)).transpose()
+                }
+
+                async fn queue_watch(
+                    &self,
+                    forge: &str,
+                    limit: u32,
+                ) -> StoreResult<Vec<QueueWatch>> {
+                    let rows = sqlx::query(include_str!("sql/queue_watch.sql"))
+                        .bind(forge)
+                        .bind(i64::from(limit))
+                        .fetch_all(self.store.pool())
+                        .await?;
+                    rows.iter()
+                        .map(|row| {
+                            Ok(QueueWatch {
+                                id: Self::read_id(row, 0)?,
+                                project: row.try_get(1)?,
+                                number: unsigned(Some(row.try_get(2)?), "mr_number")?
+                                    .unwrap_or_default(),
+                                entry: queue_entry(
+                                    row.try_get(3)?,
+                                    row.try_get(4)?,
+                                    row.try_get(5)?,
+                                ),
+                            })
+                        })
+                        .collect()
+                }
+
+                async fn record_change(
+                    &self,
+                    id: ItemId,
+                    change: &RecordedChange<'_>,
+                ) -> StoreResult<()> {
+                    self.execute([sqlx::query(include_str!("sql/record_change.sql"))
+                        .bind(Self::id(id))
+                        .bind(signed(Some(change.number)))
+                        .bind(change.url)
+                        .bind(change.head_sha)
+                        .bind(change.pushed_content_hash)
+                        .bind(Self::at(change.now))
+                        .bind(change.created)])
+                    .await
+                }
+
+                async fn mark_push_intent(
+                    &self,
+                    id: ItemId,
+                    now: OffsetDateTime,
+                ) -> StoreResult<()> {
+                    self.execute([sqlx::query(include_str!("sql/push_intent.sql"))
+                        .bind(Self::id(id))
+                        .bind(Self::at(now))])
+                    .await
+                }
+
+                async fn branch_ownership(
+                    &self,
+                    id: ItemId,
+                    head: &str,
+                ) -> StoreResult<BranchOwnership> {
+                    let (pushed, intent_pending): (bool, bool) =
+                        sqlx::query_as(include_str!("sql/branch_ownership.sql"))
+                            .bind(Self::id(id))
+                            .bind(head)
+                            .fetch_one(self.store.pool())
+                            .await?;
+                    Ok(BranchOwnership { pushed, intent_pending })
+                }
+
+                async fn change_created(&self, id: ItemId, number: u64) -> StoreResult<bool> {
+                    Ok(sqlx::query_scalar(include_str!("sql/change_created.sql"))
+                        .bind(Self::id(id))
+                        .bind(signed(Some(number)))
+                        .fetch_one(self.store.pool())
+                        .await?)
+                }
+
+                async fn submissions(&self, id: ItemId) -> StoreResult<Vec<SubmissionRecord>> {
+                    let rows = sqlx::query(include_str!("sql/submissions.sql"))
+                        .bind(Self::id(id))
+                        .fetch_all(self.store.pool())
+                        .await?;
+                    rows.iter()
+                        .map(|row| {
+                            Ok(SubmissionRecord {
+                                generation: row.try_get(0)?,
+                                content_hash: row.try_get(1)?,
+                                outcome: row.try_get(2)?,
+                                caller_identity: row.try_get(3)?,
+                                submitted_at: Self::read_at(row, 4)?,
+                            })
+                        })
+                        .collect()
+                }
+
+                async fn record_push(
+                    &self,
+                    id: ItemId,
+                    head_sha: &str,
+                    pushed_content_hash: &str,
+                    now: OffsetDateTime,
+                ) -> StoreResult<()> {
+                    self.execute([
+                        sqlx::query(include_str!("sql/record_push.sql"))
+                            .bind(Self::id(id))
+                            .bind(head_sha)
+                            .bind(pushed_content_hash)
+                            .bind(Self::at(now)),
+                        sqlx::query(include_str!("sql/insert_push.sql"))
+                            .bind(Self::id(id))
+                            .bind(head_sha)
+                            .bind(Self::at(now)),
+                    ])
+                    .await
+                }
+
+                async fn observe(
+                    &self,
+                    id: ItemId,
+                    observation: &Observation<'_>,
+                    now: OffsetDateTime,
+                ) -> StoreResult<()> {
+                    let queue = observation.queue;
+                    self.execute([sqlx::query(include_str!("sql/observe.sql"))
+                        .bind(Self::id(id))
+                        .bind(observation.head_sha)
+                        .bind(signed(observation.pipeline_id))
+                        .bind(queue.map_or("", |q| q.state.as_str()))
+                        .bind(queue.and_then(|q| q.position))
+                        .bind(queue.and_then(|q| q.eta_seconds))
+                        .bind(observation.url)
+                        .bind(Self::at(now))])
+                    .await
+                }
+
+                async fn reserve_merge(
+                    &self,
+                    id: ItemId,
+                    signature: &str,
+                    now: OffsetDateTime,
+                ) -> StoreResult<bool> {
+                    self.returns_row(sqlx::query(include_str!("sql/reserve_merge.sql"))
+                        .bind(Self::id(id))
+                        .bind(signature)
+                        .bind(Self::at(now))
+                        .bind(false))
+                    .await
+                }
+
+                async fn merge_result(
+                    &self,
+                    id: ItemId,
+                    result: MergeResult,
+                    queue_head_sha: Option<&str>,
+                    error: Option<(&str, &str)>,
+                    now: OffsetDateTime,
+                ) -> StoreResult<()> {
+                    let (kind, message) = error.unzip();
+                    self.execute([sqlx::query(include_str!("sql/merge_result.sql"))
+                        .bind(Self::id(id))
+                        .bind(result.as_str())
+                        .bind(queue_head_sha)
+                        .bind(kind)
+                        .bind(message)
+                        .bind(Self::at(now))])
+                    .await
+                }
+
+                async fn authorize_merge_retry(
+                    &self,
+                    id: ItemId,
+                    now: OffsetDateTime,
+                    cutoff: OffsetDateTime,
+                ) -> StoreResult<bool> {
+                    let event = NewEvent {
+                        item_id: id,
+                        event_type: RETRY_MERGE_EVENT.to_owned(),
+                        body: serde_json::json!({}),
+                        now,
+                    };
+                    let authorize = sqlx::query(include_str!("sql/authorize_retry.sql"))
+                        .bind(Self::id(id))
+                        .bind(Self::at(now))
+                        .bind(Self::at(cutoff))
+                        .bind(true);
+                    self.write(move |conn| Box::pin(async move {
+                        // The lock order (wq_store::postgres, "Lock order"): the
+                        // event insert takes the item's advisory lock and then
+                        // its work_items row, before the detail row; a refusal
+                        // rolls the event back to the savepoint.
+                        let mut savepoint = sqlx::Connection::begin(&mut *conn).await?;
+                        blocks::insert_event(&mut savepoint, &event).await?;
+                        if authorize.fetch_optional(&mut *savepoint).await?.is_none() {
+                            savepoint.rollback().await?;
+                            return Ok(false);
+                        }
+                        savepoint.commit().await?;
+                        Ok(true)
+                    }))
+                    .await
+                }
             }
         }
     };

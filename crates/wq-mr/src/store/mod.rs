@@ -60,10 +60,8 @@ impl UpsertOutcome {
 /// refused: an update or retry by an identity other than the item's
 /// submitter, unless the caller is an admin. An unchanged resubmission
 /// changes nothing and is answered.
-fn refused_to(outcome: UpsertOutcome, owner: Option<&str>, input: &UpsertInput<'_>) -> bool {
-    outcome != UpsertOutcome::Unchanged
-        && !input.caller_is_admin
-        && owner != Some(input.caller_identity)
+fn refused_to(outcome: UpsertOutcome, owner: Option<&str>, caller: &str, admin: bool) -> bool {
+    outcome != UpsertOutcome::Unchanged && !admin && owner != Some(caller)
 }
 
 /// One accepted submission of an item (`mr_submissions`).
