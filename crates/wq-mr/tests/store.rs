@@ -120,6 +120,7 @@ backend_tests!(
     upsert_outcomes_and_generations,
     the_merge_journal,
     a_reservation_is_taken_once_per_signature,
+    only_a_granted_retry_stores_its_event,
     webhook_lookups_see_active_items_only,
     another_caller_may_not_update_or_retry_a_live_item,
     every_accepted_submission_keeps_its_submitter,
@@ -453,6 +454,29 @@ async fn the_merge_journal(backend: Backend) {
     );
 }
 
+/// The retry authorization stores its event in the same transaction: a
+/// refusal leaves no event behind.
+async fn only_a_granted_retry_stores_its_event(backend: Backend) {
+    let (store, mr) = setup(backend).await;
+    let (id, _) = upsert(&mr, &spec("1"), NOW).await;
+    assert!(!mr.authorize_merge_retry(id, NOW, NOW).await.unwrap());
+    assert_eq!(store.event_next(id).await.unwrap(), None, "refused");
+
+    assert!(mr.reserve_merge(id, "sig-1", NOW).await.unwrap());
+    mr.merge_result(
+        id,
+        MergeResult::Failed,
+        None,
+        Some(("auto_merge", "409")),
+        NOW,
+    )
+    .await
+    .unwrap();
+    assert!(mr.authorize_merge_retry(id, NOW, NOW).await.unwrap());
+    let event = store.event_next(id).await.unwrap().expect("granted");
+    assert_eq!(event.event_type, wq_mr::store::RETRY_MERGE_EVENT);
+}
+
 /// The reservation is the correctness boundary: of two workers that read
 /// the same journal, only one gets it; a tried signature needs a change or
 /// an authorized retry.
@@ -569,24 +593,8 @@ async fn webhook_lookups_see_active_items_only(backend: Backend) {
         None
     );
     // A cancelled item is not resolved.
-    let (_, lease) = store
-        .item_claim(wq_store::ClaimParams {
-            id,
-            now: NOW,
-            lease_until: NOW + time::Duration::minutes(1),
-            handled_types: vec!["mr".into()],
-        })
-        .await
-        .unwrap()
-        .unwrap();
     store
-        .item_apply_outcome(wq_store::ApplyOutcome {
-            lease,
-            now: NOW,
-            phase: Some(Phase::Cancelled),
-            error: Some("closed".into()),
-            dimensions: Vec::new(),
-        })
+        .set_phase_for_test(id, Phase::Cancelled)
         .await
         .unwrap();
     assert_eq!(

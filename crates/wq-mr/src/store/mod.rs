@@ -1,19 +1,25 @@
 //! The `mr` type's own store: the `mr_details` table on both backends, its
 //! migrations, and the transactions that touch it together with the generic
-//! tables (through `wq-store`'s connection-level building blocks). One
-//! `.sql` file per statement: under `store/sql/` when both backends run the
-//! same text (the portable subset: `$n` parameters, no `IS DISTINCT FROM`,
-//! no backend functions), else under `store/{sqlite,postgres}/`.
+//! tables (through `wq-store`'s connection-level building blocks). Each
+//! operation is written once (`backend`); `sqlite` and `postgres` hold only
+//! what differs: the column codec, the transaction door and the upsert's
+//! locking. One `.sql` file per statement: under `store/sql/` when both
+//! backends run the same text (the portable subset: `$n` parameters, no
+//! `IS DISTINCT FROM`, no backend functions), else under `store/postgres/`.
 
+mod backend;
 mod postgres;
 mod sqlite;
 
+use std::sync::Arc;
+
 use time::OffsetDateTime;
 use wq_core::{ItemId, Phase};
-use wq_forge::{FileAction, QueueEntry};
+use wq_forge::QueueEntry;
 use wq_store::{Backend, Store, StoreError, StoreResult};
 
-use crate::spec::{Automation, MrSpec};
+use self::backend::MrBackend;
+use crate::spec::MrSpec;
 
 /// The pending event a submission stores with its change, so a loop that is
 /// running cannot park over it (DDR-34) and an executor outcome in flight
@@ -54,10 +60,8 @@ impl UpsertOutcome {
 /// refused: an update or retry by an identity other than the item's
 /// submitter, unless the caller is an admin. An unchanged resubmission
 /// changes nothing and is answered.
-fn refused_to(outcome: UpsertOutcome, owner: Option<&str>, input: &UpsertInput<'_>) -> bool {
-    outcome != UpsertOutcome::Unchanged
-        && !input.caller_is_admin
-        && owner != Some(input.caller_identity)
+fn refused_to(outcome: UpsertOutcome, owner: Option<&str>, caller: &str, admin: bool) -> bool {
+    outcome != UpsertOutcome::Unchanged && !admin && owner != Some(caller)
 }
 
 /// One accepted submission of an item (`mr_submissions`).
@@ -174,9 +178,6 @@ pub struct QueueWatch {
     pub entry: Option<QueueEntry>,
 }
 
-/// A `queue_watch` row: id, project, number, state, position, ETA.
-type QueueWatchRow<Id = ItemId> = (Id, String, i64, String, Option<i64>, Option<i64>);
-
 /// One `mr_details` row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MrDetails {
@@ -232,44 +233,6 @@ pub enum Lookup<'a> {
     Branch(&'a str),
 }
 
-/// The columns of a row, decoded per backend, then assembled here.
-struct RawDetails {
-    id: ItemId,
-    forge: String,
-    project: String,
-    source_branch: String,
-    target_branch: String,
-    generation: i64,
-    title: String,
-    description: String,
-    commit_message: String,
-    labels: serde_json::Value,
-    file_actions: serde_json::Value,
-    auto_merge: bool,
-    ci_retry: bool,
-    content_hash: String,
-    metadata_hash: String,
-    mr_number: Option<i64>,
-    mr_url: Option<String>,
-    head_sha: Option<String>,
-    head_pipeline_id: Option<i64>,
-    pushed_content_hash: Option<String>,
-    merge_queue_state: String,
-    merge_queue_position: Option<i64>,
-    merge_queue_eta_seconds: Option<i64>,
-    last_merge_signature: Option<String>,
-    last_merge_attempt_at: Option<OffsetDateTime>,
-    last_queue_attempt_head_sha: Option<String>,
-    last_merge_result: Option<String>,
-    last_error_kind: Option<String>,
-    last_error: Option<String>,
-    merge_retry_authorized: bool,
-    mr_created: bool,
-    push_intent_at: Option<OffsetDateTime>,
-    created_at: OffsetDateTime,
-    updated_at: OffsetDateTime,
-}
-
 fn unsigned(value: Option<i64>, column: &str) -> StoreResult<Option<u64>> {
     value
         .map(|v| {
@@ -283,62 +246,26 @@ fn signed(value: Option<u64>) -> Option<i64> {
     value.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
 }
 
-impl RawDetails {
-    fn assemble(self) -> StoreResult<MrDetails> {
-        let labels: Vec<String> = serde_json::from_value(self.labels)
-            .map_err(|e| StoreError::Corrupt(format!("mr_details.labels: {e}")))?;
-        let file_actions: Vec<FileAction> = serde_json::from_value(self.file_actions)
-            .map_err(|e| StoreError::Corrupt(format!("mr_details.file_actions: {e}")))?;
-        let queue = (!self.merge_queue_state.is_empty()).then(|| QueueEntry {
-            state: self.merge_queue_state.clone(),
-            position: self.merge_queue_position,
-            eta_seconds: self.merge_queue_eta_seconds,
-        });
-        Ok(MrDetails {
-            id: self.id,
-            spec: MrSpec {
-                forge: self.forge,
-                project: self.project,
-                source_branch: self.source_branch,
-                target_branch: self.target_branch,
-                title: self.title,
-                description: self.description,
-                commit_message: self.commit_message,
-                labels,
-                file_actions,
-                automation: Automation {
-                    auto_merge: self.auto_merge,
-                    ci_retry: self.ci_retry,
-                },
-            },
-            generation: self.generation,
-            content_hash: self.content_hash,
-            metadata_hash: self.metadata_hash,
-            mr_number: unsigned(self.mr_number, "mr_number")?,
-            mr_url: self.mr_url,
-            head_sha: self.head_sha,
-            head_pipeline_id: unsigned(self.head_pipeline_id, "head_pipeline_id")?,
-            pushed_content_hash: self.pushed_content_hash,
-            queue,
-            journal: MergeJournal {
-                signature: self.last_merge_signature,
-                attempt_at: self.last_merge_attempt_at,
-                queue_head_sha: self.last_queue_attempt_head_sha,
-                result: self
-                    .last_merge_result
-                    .as_deref()
-                    .map(MergeResult::parse)
-                    .transpose()?,
-                error_kind: self.last_error_kind,
-                error: self.last_error,
-                retry_authorized: self.merge_retry_authorized,
-            },
-            mr_created: self.mr_created,
-            push_intent_at: self.push_intent_at,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-        })
-    }
+/// A JSON column decoded into its type.
+fn from_json<T: serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+    column: &str,
+) -> StoreResult<T> {
+    serde_json::from_value(value)
+        .map_err(|e| StoreError::Corrupt(format!("mr_details.{column}: {e}")))
+}
+
+/// The stored queue entry; an empty state is none.
+fn queue_entry(
+    state: String,
+    position: Option<i64>,
+    eta_seconds: Option<i64>,
+) -> Option<QueueEntry> {
+    (!state.is_empty()).then_some(QueueEntry {
+        state,
+        position,
+        eta_seconds,
+    })
 }
 
 fn json_of<T: serde::Serialize>(value: &T) -> serde_json::Value {
@@ -348,7 +275,7 @@ fn json_of<T: serde::Serialize>(value: &T) -> serde_json::Value {
 /// The `mr` type's store over whichever backend the service runs.
 #[derive(Debug, Clone)]
 pub struct MrStore {
-    backend: Backend,
+    backend: Arc<dyn MrBackend>,
 }
 
 /// How often a lost concurrent-insert race is retried (DDR-40).
@@ -356,17 +283,16 @@ const UPSERT_ATTEMPTS: usize = 5;
 
 impl MrStore {
     pub fn new(store: &dyn Store) -> Self {
-        Self {
-            backend: store.handle(),
-        }
+        let backend: Arc<dyn MrBackend> = match store.handle() {
+            Backend::Sqlite(store) => Arc::new(sqlite::SqliteBackend { store }),
+            Backend::Postgres(store) => Arc::new(postgres::PgBackend { store }),
+        };
+        Self { backend }
     }
 
     /// Applies this type's migrations (after the generic ones).
     pub async fn migrate(&self) -> StoreResult<()> {
-        match &self.backend {
-            Backend::Sqlite(store) => sqlite::migrate(store).await,
-            Backend::Postgres(store) => postgres::migrate(store).await,
-        }
+        self.backend.migrate().await
     }
 
     /// Creates or updates the live item for the submission's branch
@@ -375,11 +301,7 @@ impl MrStore {
     pub async fn upsert(&self, input: UpsertInput<'_>) -> StoreResult<Upserted> {
         let mut last = None;
         for _ in 0..UPSERT_ATTEMPTS {
-            let result = match &self.backend {
-                Backend::Sqlite(store) => sqlite::upsert(store, &input).await,
-                Backend::Postgres(store) => postgres::upsert(store, &input).await,
-            };
-            match result {
+            match self.backend.upsert(&input).await {
                 Err(StoreError::Duplicate(message)) => {
                     tracing::debug!(%message, "mr upsert lost an insert race; retrying");
                     last = Some(StoreError::Duplicate(message));
@@ -391,11 +313,7 @@ impl MrStore {
     }
 
     pub async fn get(&self, id: ItemId) -> StoreResult<Option<MrDetails>> {
-        let raw = match &self.backend {
-            Backend::Sqlite(store) => sqlite::get(store, id).await?,
-            Backend::Postgres(store) => postgres::get(store, id).await?,
-        };
-        raw.map(RawDetails::assemble).transpose()
+        self.backend.get(id).await
     }
 
     /// The active item a webhook is about (DDR-32: only active items).
@@ -405,83 +323,43 @@ impl MrStore {
         project: &str,
         lookup: Lookup<'_>,
     ) -> StoreResult<Option<ItemId>> {
-        match &self.backend {
-            Backend::Sqlite(store) => sqlite::find_active(store, forge, project, lookup).await,
-            Backend::Postgres(store) => postgres::find_active(store, forge, project, lookup).await,
-        }
+        self.backend.find_active(forge, project, lookup).await
     }
 
     /// The merge queue sync's work list on `forge`: active items whose
     /// attempt is in flight or accepted, or that were last seen queued.
     pub async fn queue_watch(&self, forge: &str, limit: u32) -> StoreResult<Vec<QueueWatch>> {
-        let rows = match &self.backend {
-            Backend::Sqlite(store) => sqlite::queue_watch(store, forge, limit).await?,
-            Backend::Postgres(store) => postgres::queue_watch(store, forge, limit).await?,
-        };
-        rows.into_iter()
-            .map(|(id, project, number, state, position, eta_seconds)| {
-                Ok(QueueWatch {
-                    id,
-                    project,
-                    number: unsigned(Some(number), "mr_number")?.unwrap_or_default(),
-                    entry: (!state.is_empty()).then_some(QueueEntry {
-                        state,
-                        position,
-                        eta_seconds,
-                    }),
-                })
-            })
-            .collect()
+        self.backend.queue_watch(forge, limit).await
     }
 
     /// `ensure_mr`'s result: the change request and the head it pushed;
     /// `created` when workqueue opened it.
     pub async fn record_change(&self, id: ItemId, change: &RecordedChange<'_>) -> StoreResult<()> {
-        match &self.backend {
-            Backend::Sqlite(store) => sqlite::record_change(store, id, change).await,
-            Backend::Postgres(store) => postgres::record_change(store, id, change).await,
-        }
+        self.backend.record_change(id, change).await
     }
 
     /// Marks a push about to leave (cleared by [`MrStore::record_push`]):
     /// after a crash before the record, the branch's unknown head is still
     /// recognised as this item's.
     pub async fn mark_push_intent(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()> {
-        match &self.backend {
-            Backend::Sqlite(store) => sqlite::mark_push_intent(store, id, now).await,
-            Backend::Postgres(store) => postgres::mark_push_intent(store, id, now).await,
-        }
+        self.backend.mark_push_intent(id, now).await
     }
 
     /// Whether `head` on the item's branch is workqueue's (pushed on the
     /// branch line) and whether the item has an unrecorded push.
     pub async fn branch_ownership(&self, id: ItemId, head: &str) -> StoreResult<BranchOwnership> {
-        let (pushed, intent_pending) = match &self.backend {
-            Backend::Sqlite(store) => sqlite::branch_ownership(store, id, head).await?,
-            Backend::Postgres(store) => postgres::branch_ownership(store, id, head).await?,
-        };
-        Ok(BranchOwnership {
-            pushed,
-            intent_pending,
-        })
+        self.backend.branch_ownership(id, head).await
     }
 
     /// Whether workqueue opened change request `number` on the item's
     /// branch line (this or an earlier generation).
     pub async fn change_created(&self, id: ItemId, number: u64) -> StoreResult<bool> {
-        let number = i64::try_from(number).unwrap_or(i64::MAX);
-        match &self.backend {
-            Backend::Sqlite(store) => sqlite::change_created(store, id, number).await,
-            Backend::Postgres(store) => postgres::change_created(store, id, number).await,
-        }
+        self.backend.change_created(id, number).await
     }
 
     /// The item's accepted submissions, oldest first.
     pub async fn submissions(&self, id: ItemId) -> StoreResult<Vec<SubmissionRecord>> {
-        match &self.backend {
-            Backend::Sqlite(store) => sqlite::submissions(store, id).await,
-            Backend::Postgres(store) => postgres::submissions(store, id).await,
-        }
+        self.backend.submissions(id).await
     }
 
     /// `ensure_mr`'s commit: the head it produced for this content, and the
@@ -493,14 +371,9 @@ impl MrStore {
         pushed_content_hash: &str,
         now: OffsetDateTime,
     ) -> StoreResult<()> {
-        match &self.backend {
-            Backend::Sqlite(store) => {
-                sqlite::record_push(store, id, head_sha, pushed_content_hash, now).await
-            }
-            Backend::Postgres(store) => {
-                postgres::record_push(store, id, head_sha, pushed_content_hash, now).await
-            }
-        }
+        self.backend
+            .record_push(id, head_sha, pushed_content_hash, now)
+            .await
     }
 
     /// Stores what a read of the change request saw.
@@ -510,10 +383,7 @@ impl MrStore {
         observation: &Observation<'_>,
         now: OffsetDateTime,
     ) -> StoreResult<()> {
-        match &self.backend {
-            Backend::Sqlite(store) => sqlite::observe(store, id, observation, now).await,
-            Backend::Postgres(store) => postgres::observe(store, id, observation, now).await,
-        }
+        self.backend.observe(id, observation, now).await
     }
 
     /// Reserves an `in_flight` attempt for `signature`, durably, before the
@@ -526,10 +396,7 @@ impl MrStore {
         signature: &str,
         now: OffsetDateTime,
     ) -> StoreResult<bool> {
-        match &self.backend {
-            Backend::Sqlite(store) => sqlite::reserve_merge(store, id, signature, now).await,
-            Backend::Postgres(store) => postgres::reserve_merge(store, id, signature, now).await,
-        }
+        self.backend.reserve_merge(id, signature, now).await
     }
 
     /// Records an attempt's outcome. `accepted` clears only an `auto_merge`
@@ -542,15 +409,9 @@ impl MrStore {
         error: Option<(&str, &str)>,
         now: OffsetDateTime,
     ) -> StoreResult<()> {
-        let (kind, message) = error.unzip();
-        match &self.backend {
-            Backend::Sqlite(store) => {
-                sqlite::merge_result(store, id, result, queue_head_sha, kind, message, now).await
-            }
-            Backend::Postgres(store) => {
-                postgres::merge_result(store, id, result, queue_head_sha, kind, message, now).await
-            }
-        }
+        self.backend
+            .merge_result(id, result, queue_head_sha, error, now)
+            .await
     }
 
     /// The explicit one-shot retry: authorizes one new evaluation when the
@@ -563,12 +424,7 @@ impl MrStore {
         now: OffsetDateTime,
         cutoff: OffsetDateTime,
     ) -> StoreResult<bool> {
-        match &self.backend {
-            Backend::Sqlite(store) => sqlite::authorize_merge_retry(store, id, now, cutoff).await,
-            Backend::Postgres(store) => {
-                postgres::authorize_merge_retry(store, id, now, cutoff).await
-            }
-        }
+        self.backend.authorize_merge_retry(id, now, cutoff).await
     }
 }
 

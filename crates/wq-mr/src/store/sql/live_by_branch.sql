@@ -1,5 +1,5 @@
 -- The live (active or failed) item for a branch, for the upsert (DDR-40).
--- The upsert appends FOR UPDATE OF w for its second, locked read.
+-- PostgreSQL's upsert appends FOR UPDATE OF w for its second, locked read.
 SELECT d.work_item_id, w.phase, d.content_hash, d.metadata_hash, d.target_branch,
        w.caller_identity, d.generation
 FROM mr_details d
