@@ -420,6 +420,82 @@ mod tests {
         }
     }
 
+    /// Claims the webhook source and periodic task named `.1`.
+    struct Claiming(&'static str, &'static str);
+
+    struct Source(&'static str);
+
+    #[async_trait]
+    impl WebhookReceiver for Source {
+        fn source(&self) -> &'static str {
+            self.0
+        }
+        async fn receive(
+            &self,
+            _headers: &crate::Headers,
+            _body: &[u8],
+            _now: time::OffsetDateTime,
+        ) -> Result<crate::WebhookReceipt, crate::WebhookError> {
+            Ok(crate::WebhookReceipt::default())
+        }
+    }
+
+    #[async_trait]
+    impl ItemType for Claiming {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn webhook_receivers(self: Arc<Self>) -> Vec<Arc<dyn WebhookReceiver>> {
+            vec![Arc::new(Source(self.1))]
+        }
+        fn periodic(self: Arc<Self>) -> Vec<Periodic> {
+            vec![Periodic::new(self.1, Duration::from_secs(1), || async {
+                Ok(Vec::new())
+            })]
+        }
+        fn actions(&self) -> &'static [&'static str] {
+            &["x"]
+        }
+        fn decide(&self, _view: &ItemView) -> Option<Action> {
+            None
+        }
+        async fn execute(
+            &self,
+            _action: Action,
+            _view: &ItemView,
+        ) -> Result<ExecOutcome, ExecError> {
+            Ok(ExecOutcome::done())
+        }
+        async fn handle_event(
+            &self,
+            _view: &ItemView,
+            _event: &PendingEvent,
+        ) -> Result<EventResult, ExecError> {
+            Ok(EventResult::ignored())
+        }
+    }
+
+    #[test]
+    fn registry_holds_each_types_receivers_and_tasks_once() {
+        let ok = TypeRegistry::builder()
+            .register(Arc::new(Claiming("a", "one")))
+            .register(Arc::new(Claiming("b", "two")))
+            .build()
+            .unwrap();
+        let sources: Vec<_> = ok.webhook_receivers().map(|r| r.source()).collect();
+        assert_eq!(sources, ["one", "two"]);
+        assert_eq!(ok.periodic("a")[0].name, "one");
+        assert!(ok.periodic("c").is_empty());
+        let twice = TypeRegistry::builder()
+            .register(Arc::new(Claiming("a", "one")))
+            .register(Arc::new(Claiming("b", "one")))
+            .build();
+        assert_eq!(
+            twice.unwrap_err(),
+            RegistryError::DuplicateWebhook("one".into())
+        );
+    }
+
     #[test]
     fn registry_refuses_duplicates_and_empty_action_lists() {
         let dup = TypeRegistry::builder()
