@@ -1,17 +1,17 @@
 //! Assembling the service from a [`Config`]: store (migrated), item types,
 //! engine, authenticator and router. `serve`, `demo` and the end-to-end
-//! tests all build the same thing here.
+//! tests all build the same thing here. Nothing here names an item type:
+//! their migrations, webhook receivers and periodic tasks come from the
+//! registry ([`crate::types`]).
 
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use wq_auth::{Authenticator, AuthenticatorOptions, InCluster};
-use wq_core::Clock;
+use wq_core::{Clock, TypeRegistry};
 use wq_engine::ProcessingManager;
 use wq_forge::Forges;
-use wq_mr::MrType;
 use wq_store::Store;
 
 use crate::config::Config;
@@ -22,7 +22,6 @@ pub struct App {
     pub store: Arc<dyn Store>,
     pub engine: Arc<ProcessingManager>,
     pub router: Router,
-    pub mr: Arc<MrType>,
     /// Checks every `/api/v1` caller; [`Authenticator::warm_up`] fetches the
     /// issuers' keys ahead of the first request.
     pub auth: Arc<Authenticator>,
@@ -99,27 +98,35 @@ pub async fn assemble(
     metrics: Option<PrometheusHandle>,
 ) -> anyhow::Result<App> {
     config.check_against(types::TYPE_NAMES)?;
+    let types_clock = Arc::clone(&clock);
+    assemble_with(config, clock, metrics, move |store| {
+        types::build(store, forges, config, types_clock)
+    })
+    .await
+}
+
+/// [`assemble`] with the item types `build_types` registers over the opened
+/// store instead of [`types::build`]'s: the same wiring for any registry.
+pub async fn assemble_with(
+    config: &Config,
+    clock: Arc<dyn Clock>,
+    metrics: Option<PrometheusHandle>,
+    build_types: impl FnOnce(Arc<dyn Store>) -> anyhow::Result<TypeRegistry>,
+) -> anyhow::Result<App> {
     let auth = Arc::new(authenticator(config, Arc::clone(&clock))?);
     let store = open_store(config).await?;
-    let built = types::build(Arc::clone(&store), forges, config, Arc::clone(&clock))?;
-    wq_api::auth::check_command_permissions(&built.registry).map_err(|e| anyhow::anyhow!(e))?;
-    built
-        .mr
-        .migrate()
-        .await
-        .context("applying the mr type's migrations failed")?;
+    let registry = build_types(Arc::clone(&store))?;
+    wq_api::auth::check_command_permissions(&registry).map_err(|e| anyhow::anyhow!(e))?;
+    registry.migrate().await?;
     let engine = ProcessingManager::new(
         Arc::clone(&store),
-        Arc::new(built.registry.clone()),
+        Arc::new(registry.clone()),
         Arc::clone(&clock),
         config.engine.engine_config(),
     )?;
     let mut state = wq_api::AppState::new(Arc::clone(&store), clock, Arc::clone(&auth))
         .with_engine(Arc::clone(&engine))
-        .with_types(built.registry);
-    for receiver in built.mr.webhook_receivers() {
-        state = state.with_webhook(receiver);
-    }
+        .with_types(registry);
     if let Some(metrics) = metrics {
         state = state.with_metrics(metrics);
     }
@@ -128,43 +135,8 @@ pub async fn assemble(
         store,
         engine,
         router,
-        mr: built.mr,
         auth,
     })
-}
-
-impl App {
-    /// Reads the merge queue entries of queued pull requests every
-    /// `interval` (`mr.queue_sync_interval_seconds`) until the task is
-    /// aborted; errors are logged and the next round tries again.
-    pub fn spawn_queue_sync(&self, interval: std::time::Duration) -> tokio::task::JoinHandle<()> {
-        let mr = Arc::clone(&self.mr);
-        let engine = Arc::clone(&self.engine);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(interval).await;
-                if let Err(error) = sync_queues(&mr, &engine).await {
-                    tracing::warn!(%error, "merge queue sync failed: {error}");
-                }
-            }
-        })
-    }
-
-    /// One merge queue sync; the items it woke go to the engine at once.
-    pub async fn sync_queues(&self) -> Result<wq_mr::QueueSync, wq_store::StoreError> {
-        sync_queues(&self.mr, &self.engine).await
-    }
-}
-
-async fn sync_queues(
-    mr: &wq_mr::MrType,
-    engine: &ProcessingManager,
-) -> Result<wq_mr::QueueSync, wq_store::StoreError> {
-    let sync = mr.sync_queues().await?;
-    for id in &sync.woken {
-        engine.notify(*id);
-    }
-    Ok(sync)
 }
 
 /// A database URL without its password, for logs and errors.

@@ -234,8 +234,6 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let app = app::assemble(&config, forges, clock, None).await?;
     app.engine.start();
-    let queue_sync =
-        app.spawn_queue_sync(Duration::from_secs(config.mr.queue_sync_interval_seconds));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(wq_api::serve(listener, app.router.clone(), async move {
         let _ = stopped.await;
@@ -267,7 +265,6 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     }
     let _ = stop.send(());
     let _ = server.await;
-    queue_sync.abort();
     app.engine.shutdown().await;
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", database.display()));

@@ -10,20 +10,19 @@ use wq_engine::ProcessingManager;
 
 use crate::app::{self, App};
 use crate::config::Config;
+use crate::types;
 
-/// `workqueue migrate`.
+/// `workqueue migrate`: the generic store's migrations, then every
+/// registered type's (no forge is needed for that).
 pub async fn migrate(config: &Config) -> anyhow::Result<()> {
     let store = app::open_store(config).await?;
-    let mr = wq_mr::MrType::new(
-        Arc::clone(&store),
+    let registry = types::build(
+        store,
         wq_forge::Forges::new(),
-        config.mr.clone(),
+        config,
         Arc::new(SystemClock),
-    )
-    .map_err(|errors| anyhow::anyhow!("invalid mr config: {}", errors.join("; ")))?;
-    mr.migrate()
-        .await
-        .context("applying the mr type's migrations failed")?;
+    )?;
+    registry.migrate().await?;
     println!("migrations applied");
     Ok(())
 }
@@ -36,17 +35,6 @@ pub async fn serve(config: &Config) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let metrics = wq_api::metrics::prometheus_handle()?;
     let app = app::assemble(config, forges, clock, Some(metrics)).await?;
-    // Replicas that process `mr` items also follow the merge queues.
-    let queue_sync = config
-        .engine
-        .handled_types
-        .iter()
-        .any(|t| t == wq_mr::TYPE_NAME)
-        .then(|| {
-            app.spawn_queue_sync(std::time::Duration::from_secs(
-                config.mr.queue_sync_interval_seconds,
-            ))
-        });
     let App {
         engine,
         router,
@@ -64,10 +52,11 @@ pub async fn serve(config: &Config) -> anyhow::Result<()> {
     engine.start();
     tracing::info!(%address, handled_types = ?config.engine.handled_types, "listening on http://{address}");
     if config.engine.handled_types.is_empty() {
+        let types = types::TYPE_NAMES.join(", ");
         tracing::warn!(
             "engine.handled_types is empty: this replica serves the API and webhooks but \
              processes no item; submissions wait for a replica that handles their type \
-             (set engine.handled_types: [mr] to process them here)"
+             (set engine.handled_types: [{types}] to process them here)"
         );
     }
 
@@ -76,12 +65,7 @@ pub async fn serve(config: &Config) -> anyhow::Result<()> {
         router,
         &engine,
         &config.server.serve_config(),
-        async move {
-            shutdown_signal().await;
-            if let Some(queue_sync) = queue_sync {
-                queue_sync.abort();
-            }
-        },
+        shutdown_signal(),
     )
     .await
     .context("HTTP server failed")?;

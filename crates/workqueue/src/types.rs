@@ -1,5 +1,6 @@
-//! The one place item types are registered (DDR-8). The engine and the API
-//! only ever see the built `TypeRegistry`.
+//! The one place item types are registered (DDR-8). The engine, the API and
+//! the wiring in [`crate::app`] only ever see the built `TypeRegistry`: a
+//! type's migrations, webhook receivers and periodic tasks come with it.
 
 use std::sync::Arc;
 
@@ -10,15 +11,9 @@ use wq_store::Store;
 
 use crate::config::Config;
 
-/// Names of every item type this binary knows, for checking a config file
+/// Names of every item type [`build`] registers, for checking a config file
 /// before anything is built.
 pub const TYPE_NAMES: &[&str] = &[wq_mr::TYPE_NAME];
-
-/// The built types.
-pub struct Types {
-    pub registry: TypeRegistry,
-    pub mr: Arc<MrType>,
-}
 
 /// Builds every item type over `store` and registers it.
 pub fn build(
@@ -26,14 +21,30 @@ pub fn build(
     forges: Forges,
     config: &Config,
     clock: Arc<dyn Clock>,
-) -> anyhow::Result<Types> {
+) -> anyhow::Result<TypeRegistry> {
     let herder = config
         .herder()
         .map_err(|errors| anyhow::anyhow!("invalid ci_retry config: {}", errors.join("; ")))?;
     let mr = MrType::new(store, forges, config.mr.clone(), clock)
         .map_err(|errors| anyhow::anyhow!("invalid mr config: {}", errors.join("; ")))?
         .with_herder(herder);
-    let mr = Arc::new(mr);
-    let registry = TypeRegistry::builder().register(mr.clone()).build()?;
-    Ok(Types { registry, mr })
+    Ok(TypeRegistry::builder().register(Arc::new(mr)).build()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn type_names_are_the_registered_types() {
+        let store = wq_testkit::Backend::Sqlite.fresh_store().await;
+        let registry = build(
+            store,
+            Forges::new(),
+            &Config::default(),
+            Arc::new(wq_core::SystemClock),
+        )
+        .unwrap();
+        assert_eq!(registry.names().collect::<Vec<_>>(), TYPE_NAMES);
+    }
 }

@@ -40,8 +40,13 @@ impl AppState {
         }
     }
 
-    /// The item types that take submissions, detail views and commands.
+    /// The item types that take submissions, detail views and commands,
+    /// and receive the webhooks of their sources.
     pub fn with_types(mut self, types: TypeRegistry) -> Self {
+        for receiver in types.webhook_receivers() {
+            self.webhooks
+                .insert(receiver.source(), Arc::clone(receiver));
+        }
         self.types = types;
         self
     }

@@ -1,17 +1,23 @@
-//! The `ItemType` trait (decider, executors by action name, event handlers)
-//! and the `TypeRegistry` the binary builds in one place (DDR-8).
+//! The `ItemType` trait (decider, executors by action name, event handlers,
+//! and the rest of a type's life: its migrations, webhook receivers and
+//! periodic tasks) and the `TypeRegistry` the binary builds in one place
+//! (DDR-8).
 //!
-//! The engine only ever talks to item types through this trait, so it never
-//! names a type.
+//! The engine, the API and the binary's wiring only ever talk to item types
+//! through this trait, so none of them names a type.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::api::{CommandReply, CommandSpec, FieldError, RequestError, Submission, Submitted};
+use crate::api::{
+    CommandReply, CommandSpec, FieldError, RequestError, Submission, Submitted, WebhookReceiver,
+};
 use crate::dimension::DimensionUpdate;
 use crate::event::{EventResult, PendingEvent};
 use crate::item::{ItemId, ItemView, Phase, WorkItem};
@@ -98,12 +104,82 @@ impl ExecError {
     }
 }
 
+/// Any error, boxed: what a type's migration fails with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A boxed future that can move between threads.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What one run of a [`Periodic`] task answers: the items to process now.
+pub type PeriodicResult = Result<Vec<ItemId>, ExecError>;
+
+/// Work an item type does on a timer rather than for one item (e.g. one
+/// batched read of the `mr` type's merge queues). The engine runs the tasks
+/// of the types it handles beside its sweep, every `interval` (the first
+/// run one interval after the start), and processes the items a run
+/// returns at once. A failed run is logged; the next one tries again.
+#[derive(Clone)]
+pub struct Periodic {
+    /// Unique among the registered types' tasks, e.g. `mr.queue_sync`.
+    pub name: &'static str,
+    pub interval: Duration,
+    run: Arc<dyn Fn() -> BoxFuture<'static, PeriodicResult> + Send + Sync>,
+}
+
+impl Periodic {
+    pub fn new<F, Fut>(name: &'static str, interval: Duration, run: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = PeriodicResult> + Send + 'static,
+    {
+        Self {
+            name,
+            interval,
+            run: Arc::new(move || Box::pin(run())),
+        }
+    }
+
+    /// One run of the task.
+    pub fn run(&self) -> BoxFuture<'static, PeriodicResult> {
+        (self.run)()
+    }
+}
+
+impl fmt::Debug for Periodic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Periodic")
+            .field("name", &self.name)
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
+}
+
 /// One kind of work item. Implementations hold their own dependencies
-/// (clients, their detail-table store) and are registered once.
+/// (clients, their detail-table store) and are registered once; everything
+/// the type needs besides the generic tables and loop (its own tables,
+/// webhooks, timers) comes from here too.
 #[async_trait]
 pub trait ItemType: Send + Sync + 'static {
     /// The `item_type` column value.
     fn name(&self) -> &'static str;
+
+    /// Applies the type's own migrations (its tables), after the generic
+    /// store's. Run at start and by `workqueue migrate`; must be
+    /// idempotent.
+    async fn migrate(&self) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// The receivers of the webhook sources this type listens to
+    /// (`POST /webhooks/{source}`); every source belongs to one type.
+    fn webhook_receivers(self: Arc<Self>) -> Vec<Arc<dyn WebhookReceiver>> {
+        Vec::new()
+    }
+
+    /// The type's periodic tasks, run by engines that handle the type.
+    fn periodic(self: Arc<Self>) -> Vec<Periodic> {
+        Vec::new()
+    }
 
     /// Names of the actions this type can execute.
     fn actions(&self) -> &'static [&'static str];
@@ -197,12 +273,28 @@ pub enum RegistryError {
     Duplicate(String),
     #[error("item type {0:?} declares no actions")]
     NoActions(String),
+    #[error("webhook source {0:?} is claimed by two item types")]
+    DuplicateWebhook(String),
+    #[error("periodic task {0:?} is declared twice")]
+    DuplicatePeriodic(String),
 }
 
-/// Registered item types by name; built once, then shared read-only.
+/// A registered type's migration failed.
+#[derive(Debug, thiserror::Error)]
+#[error("applying the {item_type} type's migrations failed: {source}")]
+pub struct MigrateError {
+    pub item_type: &'static str,
+    #[source]
+    pub source: BoxError,
+}
+
+/// Registered item types by name, with their webhook receivers and periodic
+/// tasks; built once, then shared read-only.
 #[derive(Clone, Default)]
 pub struct TypeRegistry {
     types: BTreeMap<&'static str, Arc<dyn ItemType>>,
+    webhooks: BTreeMap<&'static str, Arc<dyn WebhookReceiver>>,
+    periodic: BTreeMap<&'static str, Vec<Periodic>>,
 }
 
 impl fmt::Debug for TypeRegistry {
@@ -224,13 +316,36 @@ impl TypeRegistry {
         self.types.keys().copied()
     }
 
+    /// Every type's webhook receiver, one per source.
+    pub fn webhook_receivers(&self) -> impl Iterator<Item = &Arc<dyn WebhookReceiver>> + '_ {
+        self.webhooks.values()
+    }
+
+    /// The periodic tasks of the type `name` (none for an unknown type).
+    pub fn periodic(&self, name: &str) -> &[Periodic] {
+        self.periodic.get(name).map_or(&[], Vec::as_slice)
+    }
+
+    /// Applies every type's migrations, in name order; stops at the first
+    /// failure.
+    pub async fn migrate(&self) -> Result<(), MigrateError> {
+        for (&item_type, registered) in &self.types {
+            registered
+                .migrate()
+                .await
+                .map_err(|source| MigrateError { item_type, source })?;
+        }
+        Ok(())
+    }
+
     /// True when `action` is one the type declared.
     pub fn knows_action(item_type: &dyn ItemType, action: Action) -> bool {
         item_type.actions().contains(&action.name)
     }
 }
 
-/// Collects item types; `build` refuses duplicates.
+/// Collects item types; `build` refuses duplicate types, webhook sources
+/// and periodic task names.
 #[derive(Default)]
 pub struct TypeRegistryBuilder {
     types: Vec<Arc<dyn ItemType>>,
@@ -243,17 +358,32 @@ impl TypeRegistryBuilder {
     }
 
     pub fn build(self) -> Result<TypeRegistry, RegistryError> {
-        let mut types = BTreeMap::new();
+        let mut registry = TypeRegistry::default();
+        let mut task_names = std::collections::BTreeSet::new();
         for item_type in self.types {
             let name = item_type.name();
             if item_type.actions().is_empty() {
                 return Err(RegistryError::NoActions(name.to_owned()));
             }
-            if types.insert(name, item_type).is_some() {
+            if registry.types.contains_key(name) {
                 return Err(RegistryError::Duplicate(name.to_owned()));
             }
+            for receiver in Arc::clone(&item_type).webhook_receivers() {
+                let source = receiver.source();
+                if registry.webhooks.insert(source, receiver).is_some() {
+                    return Err(RegistryError::DuplicateWebhook(source.to_owned()));
+                }
+            }
+            let periodic = Arc::clone(&item_type).periodic();
+            for task in &periodic {
+                if !task_names.insert(task.name) {
+                    return Err(RegistryError::DuplicatePeriodic(task.name.to_owned()));
+                }
+            }
+            registry.periodic.insert(name, periodic);
+            registry.types.insert(name, item_type);
         }
-        Ok(TypeRegistry { types })
+        Ok(registry)
     }
 }
 
@@ -288,6 +418,82 @@ mod tests {
         ) -> Result<EventResult, ExecError> {
             Ok(EventResult::ignored())
         }
+    }
+
+    /// Claims the webhook source and periodic task named `.1`.
+    struct Claiming(&'static str, &'static str);
+
+    struct Source(&'static str);
+
+    #[async_trait]
+    impl WebhookReceiver for Source {
+        fn source(&self) -> &'static str {
+            self.0
+        }
+        async fn receive(
+            &self,
+            _headers: &crate::Headers,
+            _body: &[u8],
+            _now: time::OffsetDateTime,
+        ) -> Result<crate::WebhookReceipt, crate::WebhookError> {
+            Ok(crate::WebhookReceipt::default())
+        }
+    }
+
+    #[async_trait]
+    impl ItemType for Claiming {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn webhook_receivers(self: Arc<Self>) -> Vec<Arc<dyn WebhookReceiver>> {
+            vec![Arc::new(Source(self.1))]
+        }
+        fn periodic(self: Arc<Self>) -> Vec<Periodic> {
+            vec![Periodic::new(self.1, Duration::from_secs(1), || async {
+                Ok(Vec::new())
+            })]
+        }
+        fn actions(&self) -> &'static [&'static str] {
+            &["x"]
+        }
+        fn decide(&self, _view: &ItemView) -> Option<Action> {
+            None
+        }
+        async fn execute(
+            &self,
+            _action: Action,
+            _view: &ItemView,
+        ) -> Result<ExecOutcome, ExecError> {
+            Ok(ExecOutcome::done())
+        }
+        async fn handle_event(
+            &self,
+            _view: &ItemView,
+            _event: &PendingEvent,
+        ) -> Result<EventResult, ExecError> {
+            Ok(EventResult::ignored())
+        }
+    }
+
+    #[test]
+    fn registry_holds_each_types_receivers_and_tasks_once() {
+        let ok = TypeRegistry::builder()
+            .register(Arc::new(Claiming("a", "one")))
+            .register(Arc::new(Claiming("b", "two")))
+            .build()
+            .unwrap();
+        let sources: Vec<_> = ok.webhook_receivers().map(|r| r.source()).collect();
+        assert_eq!(sources, ["one", "two"]);
+        assert_eq!(ok.periodic("a")[0].name, "one");
+        assert!(ok.periodic("c").is_empty());
+        let twice = TypeRegistry::builder()
+            .register(Arc::new(Claiming("a", "one")))
+            .register(Arc::new(Claiming("b", "one")))
+            .build();
+        assert_eq!(
+            twice.unwrap_err(),
+            RegistryError::DuplicateWebhook("one".into())
+        );
     }
 
     #[test]

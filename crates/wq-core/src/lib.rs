@@ -18,5 +18,6 @@ pub use dimension::{Dimension, DimensionStatus, DimensionUpdate};
 pub use event::{EventResult, PendingEvent};
 pub use item::{ItemId, ItemView, Phase, WorkItem};
 pub use item_type::{
-    Action, ExecError, ExecOutcome, ItemType, RegistryError, TypeRegistry, TypeRegistryBuilder,
+    Action, BoxError, BoxFuture, ExecError, ExecOutcome, ItemType, MigrateError, Periodic,
+    PeriodicResult, RegistryError, TypeRegistry, TypeRegistryBuilder,
 };

@@ -1,5 +1,5 @@
-//! `ProcessingManager`: intake (`notify`, sweep), the bounded worker pool and
-//! the per-item loop of ARCHITECTURE.md.
+//! `ProcessingManager`: intake (`notify`, sweep, the handled types' periodic
+//! tasks), the bounded worker pool and the per-item loop of ARCHITECTURE.md.
 //!
 //! Invariants kept here:
 //! - the decider is called in exactly one place, [`ItemRun::step`];
@@ -18,7 +18,9 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use wq_core::{Clock, EventResult, ItemId, ItemType, ItemView, Phase, TypeRegistry};
+use wq_core::{
+    Clock, EventResult, ItemId, ItemType, ItemView, Periodic, PeriodicResult, Phase, TypeRegistry,
+};
 use wq_store::{
     ApplyEvent, ApplyOutcome, ClaimParams, EventApplied, Lease, OutcomeChanges, Park, ParkParams,
     RecordFailure, Snapshot, Store, StoreError, SweepParams,
@@ -169,8 +171,8 @@ impl ProcessingManager {
         &self.config
     }
 
-    /// Starts the dispatcher and the sweep (which runs at once, DDR-35).
-    /// Calling it twice does nothing.
+    /// Starts the dispatcher, the sweep (which runs at once, DDR-35) and the
+    /// periodic tasks of the handled types. Calling it twice does nothing.
     pub fn start(self: &Arc<Self>) {
         let Some(intake_rx) = self.intake_rx.lock().expect("intake lock").take() else {
             return;
@@ -181,6 +183,54 @@ impl ProcessingManager {
         let sweeper = Arc::clone(self);
         self.tasks
             .spawn(async move { sweeper.sweep_forever().await });
+        for task in self.periodic_tasks() {
+            let runner = Arc::clone(self);
+            let task = task.clone();
+            self.tasks
+                .spawn(async move { runner.run_periodic_forever(task).await });
+        }
+    }
+
+    /// The periodic tasks of the handled types.
+    fn periodic_tasks(&self) -> impl Iterator<Item = &Periodic> + '_ {
+        self.config
+            .handled_types
+            .iter()
+            .flat_map(|name| self.registry.periodic(name))
+    }
+
+    /// Runs the periodic task `name` of a handled type once now and notifies
+    /// the items it returns; `None` when no handled type has such a task.
+    pub async fn run_periodic(&self, name: &str) -> Option<PeriodicResult> {
+        let task = self.periodic_tasks().find(|task| task.name == name)?;
+        Some(self.run_periodic_once(task).await)
+    }
+
+    async fn run_periodic_once(&self, task: &Periodic) -> PeriodicResult {
+        let ids = task.run().await?;
+        for id in &ids {
+            self.notify(*id);
+        }
+        Ok(ids)
+    }
+
+    /// Runs `task` every interval until shutdown, which also ends a run in
+    /// progress (a task's run must be safe to stop at any await).
+    async fn run_periodic_forever(self: Arc<Self>, task: Periodic) {
+        loop {
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                _ = tokio::time::sleep(task.interval) => {}
+            }
+            let result = tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                result = self.run_periodic_once(&task) => result,
+            };
+            if let Err(error) = result {
+                let name = task.name;
+                tracing::warn!(task = name, %error, "periodic task {name} failed: {error}");
+            }
+        }
     }
 
     /// Asks for the item to be processed. Deduplicated: an item queued or

@@ -10,7 +10,8 @@
 //!   `retry_ci_jobs` is in [`ci_retry`].
 //! - [`merge`]: readiness gates, signature and the merge-attempt journal.
 //! - `events`: the event handler (DDR-33, DDR-37, DDR-38).
-//! - `queue_sync`: the batched merge queue read ([`MrType::sync_queues`]).
+//! - `queue_sync`: the batched merge queue read ([`MrType::sync_queues`]),
+//!   the type's periodic task [`QUEUE_SYNC_TASK`].
 //! - [`webhook`]: the webhook receivers that resolve deliveries to items.
 
 pub mod ci_retry;
@@ -26,7 +27,7 @@ pub mod text;
 pub mod webhook;
 
 pub use config::MrConfig;
-pub use queue_sync::{QUEUE_OBSERVED_EVENT, QueueSync};
+pub use queue_sync::{QUEUE_OBSERVED_EVENT, QUEUE_SYNC_TASK, QueueSync};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -34,8 +35,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use wq_core::{
-    Action, Clock, CommandReply, CommandSpec, EventResult, ExecError, ExecOutcome, FieldError,
-    ItemId, ItemType, ItemView, PendingEvent, Phase, RequestError, Submission, Submitted, WorkItem,
+    Action, BoxError, Clock, CommandReply, CommandSpec, EventResult, ExecError, ExecOutcome,
+    FieldError, ItemId, ItemType, ItemView, PendingEvent, Periodic, Phase, RequestError,
+    Submission, Submitted, WebhookReceiver, WorkItem,
 };
 use wq_forge::Forges;
 use wq_store::{Store, StoreError};
@@ -88,11 +90,6 @@ impl MrType {
     pub fn with_herder(mut self, herder: wq_herder::Herder) -> Self {
         self.herder = Arc::new(herder);
         self
-    }
-
-    /// Applies the type's migrations (after the generic store's).
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        self.store.migrate().await
     }
 
     pub fn store(&self) -> &MrStore {
@@ -154,11 +151,6 @@ impl MrType {
             .get(key)
             .cloned()
     }
-
-    /// The webhook receivers for this type's forges.
-    pub fn webhook_receivers(self: &Arc<Self>) -> Vec<Arc<dyn wq_core::WebhookReceiver>> {
-        webhook::receivers(self)
-    }
 }
 
 fn store_error(error: StoreError) -> ExecError {
@@ -187,6 +179,28 @@ fn request_store_error(error: StoreError) -> RequestError {
 impl ItemType for MrType {
     fn name(&self) -> &'static str {
         TYPE_NAME
+    }
+
+    /// `mr_details` and its companions (after the generic store's).
+    async fn migrate(&self) -> Result<(), BoxError> {
+        Ok(self.store.migrate().await?)
+    }
+
+    /// One receiver per forge kind that has a configured instance.
+    fn webhook_receivers(self: Arc<Self>) -> Vec<Arc<dyn WebhookReceiver>> {
+        webhook::receivers(&self)
+    }
+
+    /// The merge queue sync, every `mr.queue_sync_interval_seconds`.
+    fn periodic(self: Arc<Self>) -> Vec<Periodic> {
+        let interval = Duration::from_secs(self.config.queue_sync_interval_seconds);
+        vec![Periodic::new(QUEUE_SYNC_TASK, interval, move || {
+            let mr = Arc::clone(&self);
+            async move {
+                let sync = mr.sync_queues().await.map_err(store_error)?;
+                Ok(sync.woken)
+            }
+        })]
     }
 
     fn actions(&self) -> &'static [&'static str] {

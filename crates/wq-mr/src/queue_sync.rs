@@ -20,6 +20,9 @@ use wq_store::{NewEvent, StoreError};
 use crate::MrType;
 use crate::store::QueueWatch;
 
+/// The name of the sync as the `mr` type's periodic task.
+pub const QUEUE_SYNC_TASK: &str = "mr.queue_sync";
+
 /// The event an observed queue change stores.
 pub const QUEUE_OBSERVED_EVENT: &str = "mr.queue_observed";
 

@@ -1,5 +1,6 @@
 //! `TestApp`: the real engine and API on 127.0.0.1:0 over a fresh database,
-//! with `drain()` to run the engine to quiescence and `finish()` to prove no
+//! wired from the registry as the service is (the types' migrations,
+//! webhook receivers and periodic tasks), with `drain()` to run the engine to quiescence and `finish()` to prove no
 //! work was left behind. The API accepts one static token granted `admin`,
 //! which `client` sends.
 
@@ -51,15 +52,33 @@ impl TestApp {
         clock: Arc<dyn Clock>,
         config: EngineConfig,
     ) -> Self {
+        Self::start_building(backend, clock, config, |_| registry).await
+    }
+
+    /// Like [`TestApp::start_with`], with the types `build_types` makes over
+    /// the app's store (for types that keep their own tables).
+    pub async fn start_building(
+        backend: Backend,
+        clock: Arc<dyn Clock>,
+        config: EngineConfig,
+        build_types: impl FnOnce(Arc<dyn Store>) -> TypeRegistry,
+    ) -> Self {
         let database_url = backend.fresh_url().await;
         let store = crate::open_store(&database_url).await;
-        let engine =
-            ProcessingManager::new(store.clone(), Arc::new(registry), clock.clone(), config)
-                .expect("engine configuration is valid");
+        let registry = build_types(store.clone());
+        registry.migrate().await.expect("item type migrations");
+        let engine = ProcessingManager::new(
+            store.clone(),
+            Arc::new(registry.clone()),
+            clock.clone(),
+            config,
+        )
+        .expect("engine configuration is valid");
         engine.start();
         let auth = AdminAuth::new(clock.clone());
         let state = wq_api::AppState::new(store.clone(), clock.clone(), auth.authenticator.clone())
-            .with_engine(engine.clone());
+            .with_engine(engine.clone())
+            .with_types(registry);
         let router = wq_api::router(state, &wq_api::ApiConfig::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

@@ -1,8 +1,11 @@
 //! Test support for workqueue: fresh databases per test on either backend,
-//! test item types, and helpers that drive the engine to quiescence.
+//! test item types (`chain`, `noop`, and [`ping`], which has its own table,
+//! webhook and periodic task), and helpers that drive the engine to
+//! quiescence.
 
 pub mod app;
 pub mod auth;
+pub mod ping;
 pub mod types;
 
 pub use app::TestApp;

@@ -230,6 +230,8 @@ impl Harness {
         config.database.url = database_url.clone();
         config.engine.handled_types = vec!["mr".into()];
         config.engine.sweep_interval_seconds = 3600;
+        // Tests run the merge queue sync themselves (`Engine::run_periodic`).
+        config.mr.queue_sync_interval_seconds = 3600;
         config.engine.max_attempts = options.max_attempts;
         config.mr.public_url = url.clone();
         config.mr.adopt_existing_branches = options.adopt_existing_branches;

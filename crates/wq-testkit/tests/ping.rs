@@ -1,0 +1,155 @@
+//! The `ping` type proves that an item type brings its whole life through
+//! the registry: its migration ran (its table is there), its webhook
+//! receiver answers at `/webhooks/ping`, and the engine runs its periodic
+//! task only where the type is handled, processing the items a run returns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wq_core::{Clock, ItemId, SystemClock, TypeRegistry};
+use wq_engine::EngineConfig;
+use wq_store::{NewEvent, NewItem};
+use wq_testkit::ping::{PING, PONG, PingType, TICK, TICK_TASK, TOKEN_HEADER, WEBHOOK_EVENT};
+use wq_testkit::types::{CHAIN, ChainType};
+use wq_testkit::{Backend, TestApp, backend_tests};
+
+const TOKEN: &str = "ping-secret";
+const TICK_EVERY: Duration = Duration::from_millis(20);
+
+fn engine_config(handled: &[&str]) -> EngineConfig {
+    EngineConfig {
+        handled_types: handled.iter().map(|name| (*name).to_owned()).collect(),
+        sweep_interval: Duration::from_secs(3600),
+        ..EngineConfig::default()
+    }
+}
+
+/// Starts an app whose registry holds `chain` and `ping`, handling
+/// `handled`.
+async fn start(backend: Backend, handled: &[&str]) -> (TestApp, Arc<PingType>) {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let mut ping = None;
+    let app = TestApp::start_building(backend, clock, engine_config(handled), |store| {
+        let made = Arc::new(PingType::new(store, TOKEN, TICK_EVERY));
+        ping = Some(Arc::clone(&made));
+        TypeRegistry::builder()
+            .register(Arc::new(ChainType::new()))
+            .register(made)
+            .build()
+            .expect("registry")
+    })
+    .await;
+    (app, ping.expect("built"))
+}
+
+async fn insert(app: &TestApp, item_type: &str) -> ItemId {
+    let id = ItemId::new_v7();
+    app.store
+        .item_insert(NewItem {
+            id,
+            item_type: item_type.to_owned(),
+            idempotency_key: None,
+            caller_identity: Some("tester".to_owned()),
+            place: None,
+            now: app.clock.now(),
+            dimensions: Vec::new(),
+        })
+        .await
+        .expect("insert");
+    id
+}
+
+/// Waits until `ticks` more ticks ran (so the run before the last one has
+/// returned and its items were handed to the engine).
+async fn wait_ticks(ping: &PingType, ticks: u64) {
+    let mut seen = ping.ticks();
+    let start = *seen.borrow_and_update();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        seen.wait_for(|now| *now >= start + ticks),
+    )
+    .await
+    .expect("the periodic task runs")
+    .expect("ticks");
+}
+
+async fn a_handled_type_brings_its_table_webhook_and_periodic_task(backend: Backend) {
+    let (app, ping) = start(backend, &[PING]).await;
+    // Its migration ran: its own table answers.
+    assert_eq!(ping.store().count(PONG).await.unwrap(), 0);
+
+    let id = insert(&app, PING).await;
+    app.drain().await;
+    assert_eq!(ping.store().count(PONG).await.unwrap(), 1);
+
+    // An event nobody is told about (the sweep is an hour away) waits
+    // until a tick hands the item to the engine.
+    app.store
+        .event_insert(NewEvent {
+            item_id: id,
+            event_type: WEBHOOK_EVENT.to_owned(),
+            body: serde_json::json!({}),
+            now: app.clock.now(),
+        })
+        .await
+        .unwrap();
+    ping.wake_on_tick(id);
+    wait_ticks(&ping, 2).await;
+    app.engine.wait_idle().await;
+    assert_eq!(ping.store().count(PONG).await.unwrap(), 2);
+    assert!(ping.store().count(TICK).await.unwrap() >= 2);
+    let ran_now = app.engine.run_periodic(TICK_TASK).await;
+    assert_eq!(ran_now.expect("handled").unwrap(), Vec::new());
+
+    // Its webhook receiver answers at /webhooks/ping.
+    let deliver = |token: &'static str| {
+        app.client
+            .post(app.url("/webhooks/ping"))
+            .header(TOKEN_HEADER, token)
+            .json(&serde_json::json!({ "item_id": id.to_string() }))
+            .send()
+    };
+    assert_eq!(deliver("wrong").await.unwrap().status(), 401);
+    let stored = deliver(TOKEN).await.unwrap();
+    assert_eq!(stored.status(), 202);
+    let ack: serde_json::Value = stored.json().await.unwrap();
+    assert_eq!(ack["status"], "stored", "{ack}");
+    app.drain().await;
+    assert_eq!(ping.store().count(PONG).await.unwrap(), 3);
+    app.finish().await;
+}
+
+async fn an_engine_that_does_not_handle_the_type_runs_none_of_its_tasks(backend: Backend) {
+    let (app, ping) = start(backend, &[CHAIN]).await;
+    assert!(app.engine.run_periodic(TICK_TASK).await.is_none());
+    // Many tick intervals pass without a tick.
+    tokio::time::sleep(TICK_EVERY * 20).await;
+    assert_eq!(*ping.ticks().borrow(), 0);
+    assert_eq!(ping.store().count(TICK).await.unwrap(), 0);
+    app.finish().await;
+}
+
+/// The type's migration is its own: idempotent beside the generic ones.
+async fn the_migration_creates_the_table_once(backend: Backend) {
+    let store = backend.fresh_store().await;
+    let ping = Arc::new(PingType::new(Arc::clone(&store), TOKEN, TICK_EVERY));
+    assert!(ping.store().count(PONG).await.is_err(), "no table yet");
+    let registry = TypeRegistry::builder()
+        .register(ping.clone())
+        .build()
+        .unwrap();
+    registry.migrate().await.unwrap();
+    registry.migrate().await.unwrap();
+    assert_eq!(ping.store().count(PONG).await.unwrap(), 0);
+    // The registry holds the type's receiver and task.
+    let sources: Vec<&str> = registry.webhook_receivers().map(|r| r.source()).collect();
+    assert_eq!(sources, ["ping"]);
+    let tasks: Vec<&str> = registry.periodic(PING).iter().map(|t| t.name).collect();
+    assert_eq!(tasks, [TICK_TASK]);
+}
+
+backend_tests!(
+    a_handled_type_brings_its_table_webhook_and_periodic_task,
+    an_engine_that_does_not_handle_the_type_runs_none_of_its_tasks,
+    the_migration_creates_the_table_once,
+);
