@@ -7,7 +7,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{ColumnIndex, Row, SqliteConnection, SqlitePool};
 use time::OffsetDateTime;
 use wq_core::ItemId;
-use wq_store::sqlite::{SqliteStore, from_micros, id_text, micros, optional_micros, parse_id};
+use wq_store::sqlite::{SqliteStore, from_micros, id_text, micros, parse_id};
 use wq_store::{StoreError, StoreResult};
 
 use super::backend::{BoxFuture, mr_backend};
@@ -43,7 +43,9 @@ impl SqliteBackend {
     }
 
     fn read_optional_at(row: &SqliteRow, column: &str) -> StoreResult<Option<OffsetDateTime>> {
-        optional_micros(row.try_get(column)?)
+        row.try_get::<Option<i64>, _>(column)?
+            .map(from_micros)
+            .transpose()
     }
 
     fn read_json(row: &SqliteRow, column: &str) -> StoreResult<serde_json::Value> {
