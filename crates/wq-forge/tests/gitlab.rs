@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use forge_sim::{FaultRule, HttpFault, JobOutcome, JobSpec, SimHandle};
 use wq_forge::{
-    ChangeAction, ChangeState, ChangeUpdate, CiStatus, CommitMode, CommitRequest, FileAction,
-    FileOp, Forge, ForgeConfig, ForgeErrorKind, ForgeEvent, ForgeKind, Forges, ForgesConfig,
-    GitlabClient, MergeMethod, MergeOutcome, MergeParams, Mergeable, NewChange, QueueEntry,
-    QueueObservation, ReviewDecision, WebhookRejection,
+    ChangeAction, ChangeState, ChangeUpdate, CiJobs, CiStatus, CommitMode, CommitRequest,
+    FileAction, FileOp, Forge, ForgeConfig, ForgeErrorKind, ForgeEvent, ForgeKind, Forges,
+    ForgesConfig, GitlabClient, MergeMethod, MergeOutcome, MergeParams, Mergeable, NewChange,
+    QueueEntry, QueueObservation, ReviewDecision, WebhookRejection,
 };
 
 const SECRET: &str = "hook-secret";

@@ -66,8 +66,8 @@ use crate::config::{ForgeConfig, ForgeKind};
 use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
 use crate::events::{ForgeEvent, WebhookRejection};
 use crate::model::{
-    ChangeRequest, ChangeState, ChangeUpdate, CiJob, CommitMode, CommitRequest, FileOp,
-    MergeMethod, MergeOutcome, MergeParams, NewChange, Note, NoteRef, QueueObservation,
+    ChangeRequest, ChangeState, ChangeUpdate, CommitMode, CommitRequest, FileOp, MergeMethod,
+    MergeOutcome, MergeParams, NewChange, Note, NoteRef, QueueObservation,
 };
 
 pub use self::http::{API_VERSION, USER_AGENT};
@@ -618,13 +618,6 @@ fn delete_entry(path: &str) -> Value {
     json!({ "path": path, "mode": "100644", "type": "blob", "sha": Value::Null })
 }
 
-fn not_github_ci(what: &str) -> ForgeError {
-    ForgeError::invalid(format!(
-        "{what}: CI job retry is GitLab-only (the herder); GitHub check runs are not read or \
-         retried through this client"
-    ))
-}
-
 #[async_trait]
 impl Forge for GithubClient {
     fn kind(&self) -> ForgeKind {
@@ -1135,22 +1128,6 @@ impl Forge for GithubClient {
             )
             .await?;
         Ok(())
-    }
-
-    async fn pipeline_jobs(&self, project: &str, pipeline_id: u64) -> ForgeResult<Vec<CiJob>> {
-        Err(not_github_ci(&format!(
-            "jobs of pipeline {pipeline_id} in {project}"
-        )))
-    }
-
-    async fn job_trace(&self, project: &str, job_id: u64) -> ForgeResult<String> {
-        Err(not_github_ci(&format!("log of job {job_id} in {project}")))
-    }
-
-    async fn retry_job(&self, project: &str, job_id: u64) -> ForgeResult<CiJob> {
-        Err(not_github_ci(&format!(
-            "retry of job {job_id} in {project}"
-        )))
     }
 
     fn parse_webhook(

@@ -41,7 +41,6 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::Forge;
 use crate::config::{ForgeConfig, ForgeKind};
 use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
 use crate::events::{ForgeEvent, WebhookRejection};
@@ -49,6 +48,7 @@ use crate::model::{
     ChangeRequest, ChangeUpdate, CiJob, CommitMode, CommitRequest, FileAction, MergeMethod,
     MergeOutcome, MergeParams, NewChange, Note, NoteRef, QueueObservation,
 };
+use crate::{CiJobs, Forge};
 
 pub use self::http::USER_AGENT;
 use self::http::{Call, Http};
@@ -661,6 +661,21 @@ impl Forge for GitlabClient {
         Ok(())
     }
 
+    fn ci_jobs(&self) -> Option<&dyn CiJobs> {
+        Some(self)
+    }
+
+    fn parse_webhook(
+        &self,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<ForgeEvent, WebhookRejection> {
+        webhook::parse(self.webhook_secret.as_deref(), headers, body)
+    }
+}
+
+#[async_trait]
+impl CiJobs for GitlabClient {
     async fn pipeline_jobs(&self, project: &str, pipeline_id: u64) -> ForgeResult<Vec<CiJob>> {
         let id = pipeline_id.to_string();
         let call = Call::get(&["projects", project, "pipelines", &id, "jobs"])
@@ -697,14 +712,6 @@ impl Forge for GitlabClient {
             )
             .await?;
         job.into_ci_job(None)
-    }
-
-    fn parse_webhook(
-        &self,
-        headers: &[(&str, &str)],
-        body: &[u8],
-    ) -> Result<ForgeEvent, WebhookRejection> {
-        webhook::parse(self.webhook_secret.as_deref(), headers, body)
     }
 }
 
