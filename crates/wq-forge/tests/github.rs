@@ -1443,53 +1443,6 @@ async fn the_merge_budget_bounds_a_hanging_read() {
     assert!(error.message.contains("3 s budget"), "{error}");
 }
 
-#[tokio::test]
-async fn notes_and_gitlab_only_ci_calls() {
-    let sim = start_sim().await;
-    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
-    let github = client(&sim);
-    let (n, _) = open_change(&github, "wq/notes").await;
-
-    assert!(github.list_notes(REPO, n).await.expect("none").is_empty());
-    let first = github.create_note(REPO, n, "first").await.expect("note");
-    let second = github.create_note(REPO, n, "second").await.expect("note");
-    assert!(
-        first
-            .url
-            .as_deref()
-            .is_some_and(|u| u.contains("#issuecomment-"))
-    );
-    github
-        .update_note(REPO, n, first.id, "first, edited")
-        .await
-        .expect("update");
-    let notes = github.list_notes(REPO, n).await.expect("list");
-    let listed: Vec<(u64, &str, &str)> = notes
-        .iter()
-        .map(|note| (note.id, note.body.as_str(), note.author.as_str()))
-        .collect();
-    assert_eq!(
-        listed,
-        [
-            (first.id, "first, edited", forge_sim::DEFAULT_USERNAME),
-            (second.id, "second", forge_sim::DEFAULT_USERNAME),
-        ]
-    );
-    // More than one page (100 per page) is read whole, oldest first.
-    for i in 0..101 {
-        github
-            .create_note(REPO, n, &format!("bulk {i}"))
-            .await
-            .expect("note");
-    }
-    let notes = github.list_notes(REPO, n).await.expect("list");
-    assert_eq!(notes.len(), 103);
-    assert_eq!(notes[102].body, "bulk 100");
-
-    // CI jobs are a capability GitHub's client does not offer.
-    assert!(github.ci_jobs().is_none());
-}
-
 #[test]
 fn githubs_documented_signature_example() {
     let mut config = config("https://api.github.com");
@@ -1910,88 +1863,12 @@ async fn forges_are_built_from_config_with_github() {
     assert_eq!(wrong.kind, ForgeErrorKind::Invalid);
 }
 
+/// The spelling itself is the conformance suite's
+/// `project_path_is_the_forges_spelling`.
 #[tokio::test]
-async fn current_user_is_the_token_user_read_once() {
+async fn a_project_is_owner_slash_repo() {
     let sim = start_sim().await;
     let github = client(&sim);
-    sim.add_fault(FaultRule::new(
-        "GET",
-        "/user",
-        HttpFault::Status { status: 502 },
-    ));
-    let error = github.current_user().await.expect_err("502");
-    assert_eq!(error.kind, ForgeErrorKind::Unavailable);
-
-    let user = github.current_user().await.expect("an error is not kept");
-    assert_eq!(user.username, forge_sim::DEFAULT_USERNAME);
-    sim.clear_requests();
-    for _ in 0..3 {
-        assert_eq!(github.current_user().await.expect("cached"), user);
-    }
-    assert!(
-        sim.requests().iter().all(|r| r.path != "/user"),
-        "read once per client: {:?}",
-        sim.requests()
-    );
-}
-
-#[tokio::test]
-async fn change_authors_tell_the_token_user_from_a_person() {
-    let sim = start_sim().await;
-    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
-    let github = client(&sim);
-    let (ours, _) = open_change(&github, "wq/ours").await;
-    let me = github.current_user().await.expect("user");
-    assert_eq!(
-        github.get_change(REPO, ours).await.expect("get").author,
-        Some(me.username)
-    );
-
-    sim.github_push_as(
-        REPO,
-        "feature/alice",
-        &[("a.txt", Some("a\n"))],
-        "work",
-        "alice",
-    )
-    .expect("push as alice");
-    let theirs = sim
-        .github_open_pr_as(REPO, "feature/alice", "main", "Alice's change", "alice")
-        .expect("PR as alice");
-    let found = github
-        .find_open_change(REPO, "feature/alice")
-        .await
-        .expect("find")
-        .expect("open PR");
-    assert_eq!(found.number, theirs);
-    assert_eq!(found.author.as_deref(), Some("alice"));
-    let head = sim
-        .github_branch_head(REPO, "feature/alice")
-        .expect("branch");
-    let (status, commit) = rest(
-        &sim,
-        reqwest::Method::GET,
-        &format!("/repos/{REPO}/git/commits/{head}"),
-        Value::Null,
-    )
-    .await;
-    assert_eq!(status, 200);
-    assert_eq!(commit["author"]["name"], "alice", "{commit}");
-}
-
-#[tokio::test]
-async fn project_path_is_the_forges_spelling() {
-    let sim = start_sim().await;
-    create_repo(&sim, GithubRepoSpec::new("Octo", "App"));
-    let github = client(&sim);
-    for asked in ["octo/app", "OCTO/APP", "Octo/App"] {
-        assert_eq!(github.project_path(asked).await.expect(asked), "Octo/App");
-    }
-    let missing = github
-        .project_path("octo/other")
-        .await
-        .expect_err("no such repository");
-    assert_eq!(missing.kind, ForgeErrorKind::NotFound);
     let invalid = github
         .project_path("octo")
         .await
@@ -2048,38 +1925,4 @@ async fn branch_protection_reads_classic_protection_and_rulesets() {
         .await
         .expect_err("no such repository");
     assert_eq!(missing.kind, ForgeErrorKind::NotFound);
-}
-
-#[tokio::test]
-async fn redirects_are_not_followed_and_the_token_stays() {
-    let (forge, target, received) = support::start_redirecting_forge().await;
-    let github = GithubClient::new(&config(&forge)).expect("client");
-    let error = github
-        .branch_head(REPO, "main")
-        .await
-        .expect_err("a redirect is an error");
-    assert_eq!(error.kind, ForgeErrorKind::Rejected);
-    assert_eq!(error.status, Some(307));
-    assert!(
-        error.message.contains(&format!("{target}/repos/octo/app")),
-        "names the Location: {}",
-        error.message
-    );
-    let error = github.current_user().await.expect_err("redirect");
-    assert!(error.message.contains("Location"), "{}", error.message);
-    assert!(
-        received.lock().expect("lock").is_empty(),
-        "nothing reached the redirect target: {:?}",
-        received.lock().expect("lock")
-    );
-}
-
-#[tokio::test]
-async fn plain_http_off_loopback_is_refused_unless_configured() {
-    let mut config = config("http://github.example.com/api/v3");
-    let error = GithubClient::new(&config).expect_err("plain http");
-    assert_eq!(error.kind, ForgeErrorKind::Invalid);
-    assert!(error.message.starts_with("url: "), "{}", error.message);
-    config.insecure_http = true;
-    GithubClient::new(&config).expect("insecure_http");
 }

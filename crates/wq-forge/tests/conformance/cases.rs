@@ -1,0 +1,212 @@
+//! The cases every forge client passes, written once against `dyn Forge`.
+
+use forge_sim::{FaultRule, HttpFault};
+use wq_forge::{CommitMode, CommitRequest, FileAction, FileOp, Forge, ForgeErrorKind, NewChange};
+
+use crate::harness::Harness;
+
+/// A branch with one new file and a change request from it into `main`;
+/// returns (number, head sha).
+async fn open_change(forge: &dyn Forge, project: &str, branch: &str) -> (u64, String) {
+    let head = forge
+        .commit_files(&CommitRequest {
+            project,
+            branch,
+            base_branch: "main",
+            mode: CommitMode::CreateBranch,
+            message: "workqueue change",
+            actions: &[FileAction {
+                op: FileOp::Create,
+                path: format!("{branch}.txt"),
+                previous_path: None,
+                content: Some(b"content\n".to_vec()),
+                execute_filemode: None,
+            }],
+        })
+        .await
+        .expect("commit");
+    let change = forge
+        .create_change(&NewChange {
+            project,
+            source_branch: branch,
+            target_branch: "main",
+            title: &format!("Change {branch}"),
+            description: "",
+            labels: &[],
+        })
+        .await
+        .expect("create change");
+    assert_eq!(change.head_sha.as_deref(), Some(head.as_str()));
+    (change.number, head)
+}
+
+pub async fn current_user_is_the_token_user_read_once<H: Harness>() {
+    let harness = H::start().await;
+    let (sim, forge) = (harness.sim(), harness.forge());
+    sim.add_fault(FaultRule::new(
+        "GET",
+        H::USER_PATH,
+        HttpFault::Status { status: 502 },
+    ));
+    let error = forge.current_user().await.expect_err("502");
+    assert_eq!(error.kind, ForgeErrorKind::Unavailable);
+
+    let user = forge.current_user().await.expect("an error is not kept");
+    assert_eq!(user.username, forge_sim::DEFAULT_USERNAME);
+    if let Some(id) = harness.token_user_id() {
+        assert_eq!(user.id, id);
+    }
+    sim.clear_requests();
+    for _ in 0..3 {
+        assert_eq!(forge.current_user().await.expect("cached"), user);
+    }
+    assert!(
+        sim.requests().iter().all(|r| r.path != H::USER_PATH),
+        "read once per client: {:?}",
+        sim.requests()
+    );
+}
+
+pub async fn change_authors_tell_the_token_user_from_a_person<H: Harness>() {
+    let harness = H::start().await;
+    let forge = harness.forge();
+    let (ours, _) = open_change(forge, H::PROJECT, "wq/ours").await;
+    let me = forge.current_user().await.expect("user");
+    assert_eq!(me.username, forge_sim::DEFAULT_USERNAME);
+    assert_eq!(
+        forge
+            .get_change(H::PROJECT, ours)
+            .await
+            .expect("get")
+            .author,
+        Some(me.username)
+    );
+
+    harness.push_as("feature/alice", &[("a.txt", Some("a\n"))], "alice");
+    let theirs = harness
+        .open_as("feature/alice", "Alice's change", "alice")
+        .await;
+    let found = forge
+        .find_open_change(H::PROJECT, "feature/alice")
+        .await
+        .expect("find")
+        .expect("open change");
+    assert_eq!(found.number, theirs);
+    assert_eq!(found.author.as_deref(), Some("alice"));
+    let head = harness.branch_head("feature/alice").expect("branch");
+    assert_eq!(harness.commit_author(&head).await, "alice");
+}
+
+pub async fn project_path_is_the_forges_spelling<H: Harness>() {
+    let harness = H::start().await;
+    harness.create_project("Team/Service");
+    let forge = harness.forge();
+    for asked in ["team/service", "TEAM/SERVICE", "Team/Service"] {
+        assert_eq!(
+            forge.project_path(asked).await.expect(asked),
+            "Team/Service"
+        );
+    }
+    let missing = forge
+        .project_path("team/other")
+        .await
+        .expect_err("no such project");
+    assert_eq!(missing.kind, ForgeErrorKind::NotFound);
+}
+
+pub async fn notes_are_created_updated_and_listed_across_pages<H: Harness>() {
+    let harness = H::start().await;
+    let forge = harness.forge();
+    let (n, _) = open_change(forge, H::PROJECT, "wq/notes").await;
+
+    assert!(
+        forge
+            .list_notes(H::PROJECT, n)
+            .await
+            .expect("none")
+            .is_empty()
+    );
+    let first = forge
+        .create_note(H::PROJECT, n, "first")
+        .await
+        .expect("note");
+    let second = forge
+        .create_note(H::PROJECT, n, "second")
+        .await
+        .expect("note");
+    harness.check_note_url(first.url.as_deref());
+    forge
+        .update_note(H::PROJECT, n, first.id, "first, edited")
+        .await
+        .expect("update");
+    let notes = forge.list_notes(H::PROJECT, n).await.expect("list");
+    let listed: Vec<(u64, &str, &str)> = notes
+        .iter()
+        .map(|note| (note.id, note.body.as_str(), note.author.as_str()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (first.id, "first, edited", forge_sim::DEFAULT_USERNAME),
+            (second.id, "second", forge_sim::DEFAULT_USERNAME),
+        ]
+    );
+    let missing = forge
+        .update_note(H::PROJECT, n, 9999, "x")
+        .await
+        .expect_err("no such note");
+    assert_eq!(missing.kind, ForgeErrorKind::NotFound);
+
+    // More than one page (100 per page) is read whole, oldest first.
+    for i in 0..101 {
+        forge
+            .create_note(H::PROJECT, n, &format!("bulk {i}"))
+            .await
+            .expect("note");
+    }
+    let notes = forge.list_notes(H::PROJECT, n).await.expect("list");
+    assert_eq!(notes.len(), 103);
+    assert_eq!(notes[102].body, "bulk 100");
+}
+
+pub async fn ci_jobs_are_offered_where_the_forge_has_them<H: Harness>() {
+    let harness = H::start().await;
+    assert_eq!(harness.forge().ci_jobs().is_some(), H::CI_JOBS);
+}
+
+pub async fn redirects_are_not_followed_and_the_token_stays<H: Harness>() {
+    let (forge_url, target, received) = crate::redirect::start_redirecting_forge().await;
+    let forge = H::client(&H::config(&forge_url)).expect("client");
+    let error = forge
+        .branch_head(H::PROJECT, "main")
+        .await
+        .expect_err("a redirect is an error");
+    assert_eq!(error.kind, ForgeErrorKind::Rejected);
+    assert_eq!(error.status, Some(307));
+    assert!(
+        error
+            .message
+            .contains(&format!("{target}{}", H::REDIRECTED_PATH)),
+        "names the Location: {}",
+        error.message
+    );
+    let error = forge.current_user().await.expect_err("redirect");
+    assert!(error.message.contains("Location"), "{}", error.message);
+    assert!(
+        received.lock().expect("lock").is_empty(),
+        "nothing reached the redirect target: {:?}",
+        received.lock().expect("lock")
+    );
+}
+
+pub async fn plain_http_off_loopback_is_refused_unless_configured<H: Harness>() {
+    let mut config = H::config(H::REMOTE_HTTP_URL);
+    let error = H::client(&config).err().expect("plain http");
+    assert_eq!(error.kind, ForgeErrorKind::Invalid);
+    assert!(error.message.starts_with("url: "), "{}", error.message);
+    config.insecure_http = true;
+    H::client(&config).expect("insecure_http");
+    config.url = H::REMOTE_HTTPS_URL.into();
+    config.insecure_http = false;
+    H::client(&config).expect("https");
+}
