@@ -1,9 +1,14 @@
 //! The cases every forge client passes, written once against `dyn Forge`.
 
 use forge_sim::{FaultRule, HttpFault};
-use wq_forge::{CommitMode, CommitRequest, FileAction, FileOp, Forge, ForgeErrorKind, NewChange};
+use wq_forge::{
+    ChangeState, CommitMode, CommitRequest, FileAction, FileOp, Forge, ForgeErrorKind, MergeMethod,
+    MergeOutcome, MergeParams, NewChange,
+};
 
 use crate::harness::Harness;
+
+const STALE_SHA: &str = "ffffffffffffffffffffffffffffffffffffffff";
 
 /// A branch with one new file and a change request from it into `main`;
 /// returns (number, head sha).
@@ -209,4 +214,124 @@ pub async fn plain_http_off_loopback_is_refused_unless_configured<H: Harness>() 
     config.url = H::REMOTE_HTTPS_URL.into();
     config.insecure_http = false;
     H::client(&config).expect("https");
+}
+
+pub async fn branch_heads_are_read_and_a_missing_project_is_an_error<H: Harness>() {
+    let harness = H::start().await;
+    let forge = harness.forge();
+    assert_eq!(
+        forge.branch_head(H::PROJECT, "main").await.expect("main"),
+        harness.branch_head("main")
+    );
+    assert_eq!(
+        forge.branch_head(H::PROJECT, "wq/none").await.expect("404"),
+        None
+    );
+    let missing = forge
+        .branch_head("team/missing", "main")
+        .await
+        .expect_err("a missing project is not a missing branch");
+    assert_eq!(missing.kind, ForgeErrorKind::NotFound);
+}
+
+pub async fn empty_diffs_compare_trees<H: Harness>() {
+    let harness = H::start().await;
+    let forge = harness.forge();
+    forge
+        .commit_files(&CommitRequest {
+            project: H::PROJECT,
+            branch: "wq/same",
+            base_branch: "main",
+            mode: CommitMode::ForceUpdate,
+            message: "workqueue change",
+            actions: &[FileAction {
+                op: FileOp::Create,
+                path: "other.txt".into(),
+                previous_path: None,
+                content: Some(b"same content\n".to_vec()),
+                execute_filemode: None,
+            }],
+        })
+        .await
+        .expect("commit");
+    assert!(
+        !forge
+            .diff_is_empty(H::PROJECT, "main", "wq/same")
+            .await
+            .expect("compare")
+    );
+    harness.push_to_main(&[("other.txt", Some("same content\n"))]);
+    assert!(
+        forge
+            .diff_is_empty(H::PROJECT, "main", "wq/same")
+            .await
+            .expect("compare"),
+        "main holds the same tree through another commit"
+    );
+    assert!(
+        forge
+            .diff_is_empty(H::PROJECT, "main", "main")
+            .await
+            .expect("compare")
+    );
+}
+
+pub async fn a_merge_bound_to_a_stale_head_is_a_conflict<H: Harness>() {
+    let harness = H::start().await;
+    let forge = harness.forge();
+    let (number, head) = open_change(forge, H::PROJECT, "wq/merge").await;
+    harness.settle();
+    let main_before = harness.branch_head("main");
+
+    let stale = forge
+        .merge_change(
+            H::PROJECT,
+            number,
+            &MergeParams {
+                expected_head_sha: Some(STALE_SHA),
+                ..MergeParams::default()
+            },
+        )
+        .await
+        .expect_err("stale head");
+    assert_eq!(stale.kind, ForgeErrorKind::Conflict, "{stale}");
+    assert_eq!(harness.branch_head("main"), main_before);
+    assert_eq!(
+        forge
+            .get_change(H::PROJECT, number)
+            .await
+            .expect("get")
+            .state,
+        ChangeState::Open
+    );
+
+    let params = MergeParams {
+        expected_head_sha: Some(&head),
+        method: Some(MergeMethod::Squash),
+        commit_message: Some("Squashed change"),
+    };
+    assert_eq!(
+        forge
+            .merge_change(H::PROJECT, number, &params)
+            .await
+            .expect("merge"),
+        MergeOutcome::Merged
+    );
+    assert_eq!(
+        forge
+            .get_change(H::PROJECT, number)
+            .await
+            .expect("get")
+            .state,
+        ChangeState::Merged
+    );
+    assert_ne!(harness.branch_head("main"), main_before);
+    assert_eq!(
+        forge
+            .merge_change(H::PROJECT, number, &params)
+            .await
+            .expect("again"),
+        MergeOutcome::Merged,
+        "a repeated merge of the same head is merged, not an error"
+    );
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use forge_sim::SimHandle;
-use forge_sim::github::GithubRepoSpec;
+use forge_sim::github::{GithubRepoSpec, MergeAsyncScript};
 use wq_forge::{Forge, ForgeConfig, ForgeKind, ForgeResult, GithubClient, GitlabClient};
 
 pub const SECRET: &str = "hook-secret";
@@ -26,7 +26,8 @@ pub trait Harness: Sized {
     /// Whether the client offers CI jobs ([`Forge::ci_jobs`]).
     const CI_JOBS: bool;
 
-    /// A simulator with [`Harness::PROJECT`] (no CI) and a client for it.
+    /// A simulator with [`Harness::PROJECT`] and a client for it (GitLab's
+    /// project runs the simulator's default CI, which passes).
     async fn start() -> Self;
     fn sim(&self) -> &SimHandle;
     fn forge(&self) -> &dyn Forge;
@@ -43,6 +44,11 @@ pub trait Harness: Sized {
     /// `author` opens a change request from `branch` into `main`.
     async fn open_as(&self, branch: &str, title: &str, author: &str) -> u64;
     fn branch_head(&self, branch: &str) -> Option<String>;
+    /// Lets the simulator's due steps happen (GitLab checks mergeability
+    /// in a later tick; GitHub steps on every request).
+    fn settle(&self);
+    /// A person commits `files` to `main` directly.
+    fn push_to_main(&self, files: &[(&str, Option<&str>)]);
     /// The author name of a commit, as the forge's REST API shows it.
     async fn commit_author(&self, sha: &str) -> serde_json::Value;
     /// Checks a new note's URL as this forge gives it.
@@ -67,11 +73,7 @@ impl Harness for Gitlab {
         let sim = forge_sim::ForgeSim::start(forge_sim::SimConfig::default())
             .await
             .expect("sim starts");
-        let project_id = sim
-            .gitlab_project(Self::PROJECT)
-            .no_ci()
-            .create()
-            .expect("project");
+        let project_id = sim.gitlab_project(Self::PROJECT).create().expect("project");
         let client = GitlabClient::new(&Self::config(&sim.base_url())).expect("client");
         Self {
             sim,
@@ -129,6 +131,23 @@ impl Harness for Gitlab {
         self.sim.gitlab_branch_head(self.project_id, branch)
     }
 
+    fn settle(&self) {
+        for _ in 0..3 {
+            self.sim.advance(Duration::from_secs(1));
+        }
+    }
+
+    fn push_to_main(&self, files: &[(&str, Option<&str>)]) {
+        self.sim
+            .gitlab_push(
+                self.project_id,
+                "main",
+                files,
+                "the same change lands another way",
+            )
+            .expect("push");
+    }
+
     async fn commit_author(&self, sha: &str) -> serde_json::Value {
         let commit = reqwest::Client::new()
             .get(format!(
@@ -165,7 +184,8 @@ impl Harness for Github {
     const CI_JOBS: bool = false;
 
     /// The background ticker is effectively off: every API request
-    /// progresses the simulated GitHub by one tick.
+    /// progresses the simulated GitHub by one tick; `merge-async` answers
+    /// at once (no pending phase).
     async fn start() -> Self {
         let sim = forge_sim::ForgeSim::start(forge_sim::SimConfig {
             tick_interval: Duration::from_secs(3600),
@@ -175,6 +195,14 @@ impl Harness for Github {
         .expect("sim starts");
         sim.github_create_repo(GithubRepoSpec::new("octo", "app"))
             .expect("repo created");
+        sim.github_script_merge_async(
+            Self::PROJECT,
+            MergeAsyncScript {
+                pending_ticks: 0,
+                ..MergeAsyncScript::default()
+            },
+        )
+        .expect("script");
         let client = GithubClient::new(&Self::config(&sim.github_url())).expect("client");
         Self { sim, client }
     }
@@ -220,6 +248,14 @@ impl Harness for Github {
 
     fn branch_head(&self, branch: &str) -> Option<String> {
         self.sim.github_branch_head(Self::PROJECT, branch)
+    }
+
+    fn settle(&self) {}
+
+    fn push_to_main(&self, files: &[(&str, Option<&str>)]) {
+        self.sim
+            .github_push_human_commit(Self::PROJECT, "main", files, "same content")
+            .expect("push");
     }
 
     async fn commit_author(&self, sha: &str) -> serde_json::Value {

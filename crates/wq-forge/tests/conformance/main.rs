@@ -39,5 +39,8 @@ forge_suite!(
         ci_jobs_are_offered_where_the_forge_has_them,
         redirects_are_not_followed_and_the_token_stays,
         plain_http_off_loopback_is_refused_unless_configured,
+        branch_heads_are_read_and_a_missing_project_is_an_error,
+        empty_diffs_compare_trees,
+        a_merge_bound_to_a_stale_head_is_a_conflict,
     ],
 );
