@@ -3,10 +3,10 @@
 use forge_sim::{FaultRule, HttpFault};
 use wq_forge::{
     ChangeState, CommitMode, CommitRequest, FileAction, FileOp, Forge, ForgeErrorKind, MergeMethod,
-    MergeOutcome, MergeParams, NewChange,
+    MergeOutcome, MergeParams, NewChange, WebhookRejection,
 };
 
-use crate::harness::Harness;
+use crate::harness::{Harness, SECRET};
 
 const STALE_SHA: &str = "ffffffffffffffffffffffffffffffffffffffff";
 
@@ -334,4 +334,43 @@ pub async fn a_merge_bound_to_a_stale_head_is_a_conflict<H: Harness>() {
         MergeOutcome::Merged,
         "a repeated merge of the same head is merged, not an error"
     );
+}
+
+pub async fn webhooks_are_authenticated_before_they_are_read<H: Harness>() {
+    let harness = H::start().await;
+    let forge = harness.forge();
+    let parse = |forge: &dyn Forge, (headers, body): &(Vec<(String, String)>, Vec<u8>)| {
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        forge.parse_webhook(&headers, body)
+    };
+    let authentic = H::delivery(Some(SECRET));
+    assert!(
+        parse(forge, &authentic).is_ok(),
+        "{:?}",
+        parse(forge, &authentic)
+    );
+    for refused in [H::delivery(Some("wrong")), H::delivery(None)] {
+        assert!(matches!(
+            parse(forge, &refused),
+            Err(WebhookRejection::Unauthenticated(_))
+        ));
+    }
+    let (headers, _) = H::delivery(Some("wrong"));
+    assert!(
+        matches!(
+            parse(forge, &(headers, b"{".to_vec())),
+            Err(WebhookRejection::Unauthenticated(_))
+        ),
+        "an unauthenticated body is not even parsed"
+    );
+    let mut no_secret = H::config("https://forge.example.com");
+    no_secret.webhook_secret = None;
+    let no_secret = H::client(&no_secret).expect("client");
+    assert!(matches!(
+        parse(no_secret.as_ref(), &authentic),
+        Err(WebhookRejection::Unauthenticated(_))
+    ));
 }

@@ -51,6 +51,10 @@ pub trait Harness: Sized {
     fn push_to_main(&self, files: &[(&str, Option<&str>)]);
     /// The author name of a commit, as the forge's REST API shows it.
     async fn commit_author(&self, sha: &str) -> serde_json::Value;
+    /// A webhook delivery of an event no item acts on (GitLab `Push Hook`,
+    /// GitHub `ping`): its headers, authenticated with `secret` when
+    /// given, and its body.
+    fn delivery(secret: Option<&str>) -> (Vec<(String, String)>, Vec<u8>);
     /// Checks a new note's URL as this forge gives it.
     fn check_note_url(&self, url: Option<&str>);
 }
@@ -165,6 +169,14 @@ impl Harness for Gitlab {
         commit["author_name"].clone()
     }
 
+    fn delivery(secret: Option<&str>) -> (Vec<(String, String)>, Vec<u8>) {
+        let mut headers = vec![("x-gitlab-event".to_owned(), "Push Hook".to_owned())];
+        if let Some(secret) = secret {
+            headers.push(("x-gitlab-token".to_owned(), secret.to_owned()));
+        }
+        (headers, b"{\"object_kind\":\"push\"}".to_vec())
+    }
+
     fn check_note_url(&self, url: Option<&str>) {
         assert_eq!(url, None, "GitLab's note answer has no URL");
     }
@@ -272,6 +284,16 @@ impl Harness for Github {
         assert_eq!(response.status().as_u16(), 200);
         let commit: serde_json::Value = response.json().await.expect("json");
         commit["author"]["name"].clone()
+    }
+
+    fn delivery(secret: Option<&str>) -> (Vec<(String, String)>, Vec<u8>) {
+        let body = b"{\"zen\":\"Keep it logically awesome.\"}".to_vec();
+        let mut headers = vec![("x-github-event".to_owned(), "ping".to_owned())];
+        if let Some(secret) = secret {
+            let signature = forge_sim::github::sign::signature_256(secret.as_bytes(), &body);
+            headers.push(("x-hub-signature-256".to_owned(), signature));
+        }
+        (headers, body)
     }
 
     fn check_note_url(&self, url: Option<&str>) {

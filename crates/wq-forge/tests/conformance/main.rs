@@ -42,5 +42,6 @@ forge_suite!(
         branch_heads_are_read_and_a_missing_project_is_an_error,
         empty_diffs_compare_trees,
         a_merge_bound_to_a_stale_head_is_a_conflict,
+        webhooks_are_authenticated_before_they_are_read,
     ],
 );
