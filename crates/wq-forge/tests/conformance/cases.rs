@@ -2,8 +2,8 @@
 
 use forge_sim::{FaultRule, HttpFault};
 use wq_forge::{
-    ChangeState, CommitMode, CommitRequest, FileAction, FileOp, Forge, ForgeErrorKind, MergeMethod,
-    MergeOutcome, MergeParams, NewChange, WebhookRejection,
+    ChangeState, ChangeUpdate, CommitMode, CommitRequest, FileAction, FileOp, Forge,
+    ForgeErrorKind, MergeMethod, MergeOutcome, MergeParams, NewChange, WebhookRejection,
 };
 
 use crate::harness::{Harness, SECRET};
@@ -373,4 +373,236 @@ pub async fn webhooks_are_authenticated_before_they_are_read<H: Harness>() {
         parse(no_secret.as_ref(), &authentic),
         Err(WebhookRejection::Unauthenticated(_))
     ));
+}
+
+fn action(op: FileOp, path: &str, content: Option<&[u8]>) -> FileAction {
+    FileAction {
+        op,
+        path: path.into(),
+        previous_path: None,
+        content: content.map(<[u8]>::to_vec),
+        execute_filemode: None,
+    }
+}
+
+pub async fn commits_create_force_update_delete_move_and_chmod<H: Harness>() {
+    let harness = H::start().await;
+    let forge = harness.forge();
+    harness.push_to_main(&[
+        ("a.txt", Some("one\n")),
+        ("gone.txt", Some("bye\n")),
+        ("tool.sh", Some("#!/bin/sh\n")),
+    ]);
+    let commit = |branch: &'static str, mode: CommitMode, actions: Vec<FileAction>| async move {
+        forge
+            .commit_files(&CommitRequest {
+                project: H::PROJECT,
+                branch,
+                base_branch: "main",
+                mode,
+                message: "workqueue change",
+                actions: &actions,
+            })
+            .await
+    };
+
+    // Create: text, non-UTF-8 bytes and an executable, on a new branch.
+    let binary: &[u8] = &[0xff, 0x00, 0xfe, b'\n'];
+    let mut run = action(FileOp::Create, "run.sh", Some(b"#!/bin/sh\n"));
+    run.execute_filemode = Some(true);
+    let created = commit(
+        "wq/one",
+        CommitMode::CreateBranch,
+        vec![
+            action(
+                FileOp::Create,
+                "notes/hello.txt",
+                Some("héllo\n".as_bytes()),
+            ),
+            action(FileOp::Create, "data.bin", Some(binary)),
+            run,
+        ],
+    )
+    .await
+    .expect("create branch");
+    assert_eq!(harness.branch_head("wq/one"), Some(created.clone()));
+    assert_eq!(
+        forge.branch_head(H::PROJECT, "wq/one").await.expect("head"),
+        Some(created.clone())
+    );
+    assert_eq!(
+        harness.file("wq/one", "notes/hello.txt").as_deref(),
+        Some("héllo\n".as_bytes())
+    );
+    assert_eq!(harness.file("wq/one", "data.bin").as_deref(), Some(binary));
+    assert_eq!(
+        harness.file("wq/one", "a.txt").as_deref(),
+        Some(&b"one\n"[..]),
+        "based on main"
+    );
+    assert!(harness.executable("wq/one", "run.sh").await);
+
+    // Creating the branch again is refused; nothing moves.
+    commit(
+        "wq/one",
+        CommitMode::CreateBranch,
+        vec![action(FileOp::Create, "x.txt", Some(b"x"))],
+    )
+    .await
+    .expect_err("the branch exists");
+    assert_eq!(harness.branch_head("wq/one"), Some(created));
+
+    // Force update: main plus update, delete, move and chmod; the earlier
+    // branch content is gone.
+    let mut moved = action(FileOp::Move, "bin/tool.sh", None);
+    moved.previous_path = Some("tool.sh".into());
+    let mut chmod = action(FileOp::Chmod, "a.txt", None);
+    chmod.execute_filemode = Some(true);
+    let forced = commit(
+        "wq/one",
+        CommitMode::ForceUpdate,
+        vec![
+            action(FileOp::Update, "README.md", Some(b"# Updated\n")),
+            action(FileOp::Delete, "gone.txt", None),
+            moved,
+            chmod,
+        ],
+    )
+    .await
+    .expect("force update");
+    assert_eq!(harness.branch_head("wq/one"), Some(forced));
+    let file = |path: &str| harness.file("wq/one", path);
+    assert_eq!(file("README.md").as_deref(), Some(&b"# Updated\n"[..]));
+    assert_eq!(file("gone.txt"), None);
+    assert_eq!(file("tool.sh"), None);
+    assert_eq!(file("bin/tool.sh").as_deref(), Some(&b"#!/bin/sh\n"[..]));
+    assert_eq!(file("notes/hello.txt"), None, "reset to main first");
+    assert_eq!(file("a.txt").as_deref(), Some(&b"one\n"[..]));
+    assert!(harness.executable("wq/one", "a.txt").await);
+    assert!(!harness.executable("wq/one", "README.md").await);
+
+    // A move of a file that does not exist is refused; force-updating a
+    // missing branch creates it.
+    let mut bad_move = action(FileOp::Move, "b.txt", None);
+    bad_move.previous_path = Some("nope.txt".into());
+    commit("wq/one", CommitMode::ForceUpdate, vec![bad_move])
+        .await
+        .expect_err("missing source");
+    let fresh = commit(
+        "wq/fresh",
+        CommitMode::ForceUpdate,
+        vec![action(FileOp::Create, "f.txt", Some(b"f"))],
+    )
+    .await
+    .expect("force update creates");
+    assert_eq!(harness.branch_head("wq/fresh"), Some(fresh));
+}
+
+pub async fn changes_are_created_found_updated_closed_and_reopened<H: Harness>() {
+    let harness = H::start().await;
+    let forge = harness.forge();
+    let project = H::PROJECT;
+    forge
+        .commit_files(&CommitRequest {
+            project,
+            branch: "wq/pr",
+            base_branch: "main",
+            mode: CommitMode::CreateBranch,
+            message: "workqueue change",
+            actions: &[action(FileOp::Create, "pr.txt", Some(b"x"))],
+        })
+        .await
+        .expect("commit");
+    assert_eq!(
+        forge
+            .find_open_change(project, "wq/pr")
+            .await
+            .expect("find"),
+        None
+    );
+    let labels = vec!["bot".to_owned(), "workqueue".to_owned()];
+    let created = forge
+        .create_change(&NewChange {
+            project,
+            source_branch: "wq/pr",
+            target_branch: "main",
+            title: "Add pr.txt",
+            description: "Body",
+            labels: &labels,
+        })
+        .await
+        .expect("create");
+    assert_eq!(created.state, ChangeState::Open);
+    assert_eq!(
+        (created.title.as_str(), created.description.as_str()),
+        ("Add pr.txt", "Body")
+    );
+    assert_eq!(
+        (
+            created.source_branch.as_str(),
+            created.target_branch.as_str()
+        ),
+        ("wq/pr", "main")
+    );
+    let sorted = |mut labels: Vec<String>| {
+        labels.sort();
+        labels
+    };
+    assert_eq!(sorted(created.labels.clone()), labels);
+    let found = forge
+        .find_open_change(project, "wq/pr")
+        .await
+        .expect("find")
+        .expect("open");
+    assert_eq!(found.number, created.number);
+
+    let replaced = vec!["bot".to_owned(), "ready".to_owned()];
+    let updated = forge
+        .update_change(
+            project,
+            created.number,
+            &ChangeUpdate {
+                title: Some("New title"),
+                description: Some("New body"),
+                labels: Some(&replaced),
+                open: None,
+            },
+        )
+        .await
+        .expect("update");
+    assert_eq!(
+        (updated.title.as_str(), updated.description.as_str()),
+        ("New title", "New body")
+    );
+    assert_eq!(sorted(updated.labels), replaced);
+
+    let state = |open: bool| ChangeUpdate {
+        open: Some(open),
+        ..ChangeUpdate::default()
+    };
+    let closed = forge
+        .update_change(project, created.number, &state(false))
+        .await
+        .expect("close");
+    assert_eq!(closed.state, ChangeState::Closed);
+    assert_eq!(
+        forge
+            .find_open_change(project, "wq/pr")
+            .await
+            .expect("find"),
+        None
+    );
+    let reopened = forge
+        .update_change(project, created.number, &state(true))
+        .await
+        .expect("reopen");
+    assert_eq!(reopened.state, ChangeState::Open);
+    assert_eq!(
+        forge
+            .find_open_change(project, "wq/pr")
+            .await
+            .expect("find")
+            .map(|c| c.number),
+        Some(created.number)
+    );
 }

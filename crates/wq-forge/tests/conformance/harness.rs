@@ -47,6 +47,10 @@ pub trait Harness: Sized {
     /// Lets the simulator's due steps happen (GitLab checks mergeability
     /// in a later tick; GitHub steps on every request).
     fn settle(&self);
+    /// A file's content on `reference`.
+    fn file(&self, reference: &str, path: &str) -> Option<Vec<u8>>;
+    /// Whether a file on `branch` is executable (mode `100755`).
+    async fn executable(&self, branch: &str, path: &str) -> bool;
     /// A person commits `files` to `main` directly.
     fn push_to_main(&self, files: &[(&str, Option<&str>)]);
     /// The author name of a commit, as the forge's REST API shows it.
@@ -133,6 +137,28 @@ impl Harness for Gitlab {
 
     fn branch_head(&self, branch: &str) -> Option<String> {
         self.sim.gitlab_branch_head(self.project_id, branch)
+    }
+
+    fn file(&self, reference: &str, path: &str) -> Option<Vec<u8>> {
+        self.sim.gitlab_file(self.project_id, reference, path)
+    }
+
+    async fn executable(&self, branch: &str, path: &str) -> bool {
+        let file: serde_json::Value = reqwest::Client::new()
+            .get(format!(
+                "{}/projects/{}/repository/files/{}?ref={branch}",
+                self.sim.gitlab_url(),
+                self.project_id,
+                path.replace('/', "%2F")
+            ))
+            .header("PRIVATE-TOKEN", forge_sim::DEFAULT_TOKEN)
+            .send()
+            .await
+            .expect("file request")
+            .json()
+            .await
+            .expect("file json");
+        file["execute_filemode"] == true
     }
 
     fn settle(&self) {
@@ -260,6 +286,37 @@ impl Harness for Github {
 
     fn branch_head(&self, branch: &str) -> Option<String> {
         self.sim.github_branch_head(Self::PROJECT, branch)
+    }
+
+    fn file(&self, reference: &str, path: &str) -> Option<Vec<u8>> {
+        self.sim.github_file(Self::PROJECT, reference, path)
+    }
+
+    async fn executable(&self, branch: &str, path: &str) -> bool {
+        let get = |path: String| async move {
+            reqwest::Client::new()
+                .get(format!("{}{path}", self.sim.github_url()))
+                .bearer_auth(forge_sim::DEFAULT_TOKEN)
+                .send()
+                .await
+                .expect("answered")
+                .json::<serde_json::Value>()
+                .await
+                .expect("json")
+        };
+        let project = Self::PROJECT;
+        let head = self.branch_head(branch).expect("branch");
+        let commit = get(format!("/repos/{project}/git/commits/{head}")).await;
+        let tree = commit["tree"]["sha"].as_str().expect("tree sha");
+        let tree = get(format!("/repos/{project}/git/trees/{tree}?recursive=1")).await;
+        let entry = tree["tree"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .find(|e| e["path"] == path)
+            .cloned()
+            .expect("file in tree");
+        entry["mode"] == "100755"
     }
 
     fn settle(&self) {}

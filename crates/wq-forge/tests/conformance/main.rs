@@ -43,5 +43,7 @@ forge_suite!(
         empty_diffs_compare_trees,
         a_merge_bound_to_a_stale_head_is_a_conflict,
         webhooks_are_authenticated_before_they_are_read,
+        commits_create_force_update_delete_move_and_chmod,
+        changes_are_created_found_updated_closed_and_reopened,
     ],
 );
