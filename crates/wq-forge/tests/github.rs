@@ -375,8 +375,11 @@ async fn deletes_and_moves_take_only_files_and_writes_never_replace_a_directory(
     assert_eq!(file("wq/dir", "src/lib.rs").as_deref(), Some(&b"lib\n"[..]));
 }
 
+/// Create, find, update, close and reopen are the conformance suite's;
+/// here: what GitHub shows of them, and its answer to a second pull
+/// request from one branch.
 #[tokio::test]
-async fn pull_requests_create_find_update_close_reopen() {
+async fn pull_requests_as_github_shows_them() {
     let sim = start_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app"));
     let github = client(&sim);
@@ -388,28 +391,22 @@ async fn pull_requests_create_find_update_close_reopen() {
     )
     .await
     .expect("commit");
-
-    assert_eq!(
-        github.find_open_change(REPO, "wq/pr").await.expect("find"),
-        None
-    );
+    let new_change = |title| NewChange {
+        project: REPO,
+        source_branch: "wq/pr",
+        target_branch: "main",
+        title,
+        description: "",
+        labels: &[],
+    };
     let labels = vec!["workqueue".to_owned(), "bot".to_owned()];
     let created = github
         .create_change(&NewChange {
-            project: REPO,
-            source_branch: "wq/pr",
-            target_branch: "main",
-            title: "Add pr.txt",
-            description: "Body",
             labels: &labels,
+            ..new_change("Add pr.txt")
         })
         .await
         .expect("create");
-    assert_eq!(created.state, ChangeState::Open);
-    assert_eq!(created.title, "Add pr.txt");
-    assert_eq!(created.description, "Body");
-    assert_eq!(created.source_branch, "wq/pr");
-    assert_eq!(created.target_branch, "main");
     assert_eq!(created.labels, labels);
     assert_eq!(created.pipeline_id, None);
     assert!(created.url.ends_with(&format!("/pull/{}", created.number)));
@@ -417,46 +414,24 @@ async fn pull_requests_create_find_update_close_reopen() {
     assert_eq!(on_github["labels"].as_array().map(Vec::len), Some(2));
 
     let duplicate = github
-        .create_change(&NewChange {
-            project: REPO,
-            source_branch: "wq/pr",
-            target_branch: "main",
-            title: "Again",
-            description: "",
-            labels: &[],
-        })
+        .create_change(&new_change("Again"))
         .await
         .expect_err("one open pull request per branch");
     assert_eq!(duplicate.kind, ForgeErrorKind::Conflict, "{duplicate}");
 
-    let found = github
-        .find_open_change(REPO, "wq/pr")
-        .await
-        .expect("find")
-        .expect("open");
-    assert_eq!(found.number, created.number);
-
     let replaced = vec!["bot".to_owned(), "ready".to_owned()];
-    let updated = github
+    github
         .update_change(
             REPO,
             created.number,
             &ChangeUpdate {
                 title: Some("New title"),
-                description: Some("New body"),
                 labels: Some(&replaced),
-                open: None,
+                ..ChangeUpdate::default()
             },
         )
         .await
         .expect("update");
-    assert_eq!(
-        (updated.title.as_str(), updated.description.as_str()),
-        ("New title", "New body")
-    );
-    let mut got = updated.labels.clone();
-    got.sort();
-    assert_eq!(got, ["bot", "ready"]);
     let on_github = sim.github_pr(REPO, created.number).expect("pr");
     assert_eq!(on_github["title"], "New title");
     let mut names: Vec<&str> = on_github["labels"]
@@ -479,36 +454,9 @@ async fn pull_requests_create_find_update_close_reopen() {
         )
         .await
         .expect("close");
-    assert_eq!(closed.state, ChangeState::Closed);
     assert_eq!(closed.queue, QueueObservation::Absent);
-    assert_eq!(
-        github.find_open_change(REPO, "wq/pr").await.expect("find"),
-        None
-    );
-    let reopened = github
-        .update_change(
-            REPO,
-            created.number,
-            &ChangeUpdate {
-                open: Some(true),
-                ..ChangeUpdate::default()
-            },
-        )
-        .await
-        .expect("reopen");
-    assert_eq!(reopened.state, ChangeState::Open);
-    assert_eq!(
-        github
-            .find_open_change(REPO, "wq/pr")
-            .await
-            .expect("find")
-            .map(|c| c.number),
-        Some(created.number)
-    );
 }
 
-/// GitHub pages a combined status (100 statuses at most per page): a
-/// failing status on the second page still fails CI.
 #[tokio::test]
 async fn every_page_of_commit_statuses_is_read() {
     let sim = start_sim().await;
@@ -861,22 +809,9 @@ async fn merge_async_merged_already_merged_and_failures() {
     .expect("script");
     let github = client(&sim);
 
-    // A moved head (sha bound to another commit): conflict, not merged.
+    // A moved head is the conformance suite's
+    // `a_merge_bound_to_a_stale_head_is_a_conflict`.
     let (n, head) = open_change(&github, "wq/direct").await;
-    let stale = github
-        .merge_change(
-            REPO,
-            n,
-            &MergeParams {
-                expected_head_sha: Some(STALE_SHA),
-                ..MergeParams::default()
-            },
-        )
-        .await
-        .expect_err("stale head");
-    assert_eq!(stale.kind, ForgeErrorKind::Conflict, "{stale}");
-    assert_eq!(sim.github_pr(REPO, n).expect("pr")["merged"], false);
-
     // 200 merged, with method and message.
     let outcome = github
         .merge_change(
