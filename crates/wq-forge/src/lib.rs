@@ -133,6 +133,26 @@ pub trait Forge: Send + Sync + 'static {
         body: &str,
     ) -> ForgeResult<()>;
 
+    /// The forge's CI job API, when it offers one (GitLab jobs); `None`
+    /// (the default) when CI jobs cannot be listed, read or retried
+    /// through this client (GitHub).
+    fn ci_jobs(&self) -> Option<&dyn CiJobs> {
+        None
+    }
+
+    /// Checks a webhook delivery's authenticity (constant time) and parses
+    /// it into a [`ForgeEvent`]. `headers` are (lower-case name, value).
+    fn parse_webhook(
+        &self,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<ForgeEvent, WebhookRejection>;
+}
+
+/// A forge's CI jobs: list a pipeline's jobs, read a job's log, retry a
+/// job. A capability a [`Forge`] may offer through [`Forge::ci_jobs`].
+#[async_trait]
+pub trait CiJobs: Send + Sync {
     /// All jobs of a pipeline (every attempt, newest first as the forge
     /// lists them).
     async fn pipeline_jobs(&self, project: &str, pipeline_id: u64) -> ForgeResult<Vec<CiJob>>;
@@ -144,14 +164,6 @@ pub trait Forge: Send + Sync + 'static {
 
     /// Retries a job; returns the new job.
     async fn retry_job(&self, project: &str, job_id: u64) -> ForgeResult<CiJob>;
-
-    /// Checks a webhook delivery's authenticity (constant time) and parses
-    /// it into a [`ForgeEvent`]. `headers` are (lower-case name, value).
-    fn parse_webhook(
-        &self,
-        headers: &[(&str, &str)],
-        body: &[u8],
-    ) -> Result<ForgeEvent, WebhookRejection>;
 }
 
 /// The configured forge instances by name.

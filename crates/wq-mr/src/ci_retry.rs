@@ -19,7 +19,7 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use wq_core::{DimensionUpdate, EventResult, ExecError, ExecOutcome, ItemView};
-use wq_forge::{CiJob, Forge};
+use wq_forge::{CiJob, CiJobs, Forge};
 use wq_herder::{Herder, JobFacts, Preliminary, Verdict};
 
 use crate::dims::{NEEDS_CI_RETRY, NEEDS_DASHBOARD};
@@ -332,8 +332,21 @@ async fn judge_all(
     if !detail.jobs.iter().any(|j| j.is_due(now)) {
         return Ok(());
     }
+    let Some(ci) = forge.ci_jobs() else {
+        // Not reached on GitHub, whose change requests have no head
+        // pipeline (their jobs are settled as superseded above).
+        for job in detail.jobs.iter_mut().filter(|j| j.state.is_open()) {
+            job.state = JobState::Error;
+            job.not_before = None;
+            job.reason = Some(format!(
+                "listing the pipeline's jobs failed: the {} client offers no CI jobs",
+                forge.kind().as_str()
+            ));
+        }
+        return Ok(());
+    };
     // One read of the job list serves every job's safety check.
-    let listed = forge
+    let listed = ci
         .pipeline_jobs(project, head_pipeline)
         .await
         .map_err(|e| forge_failure("listing the pipeline's jobs", e))?;
@@ -343,7 +356,7 @@ async fn judge_all(
             job.not_before = Some(until);
             continue;
         }
-        if let Err(failure) = judge(herder, forge, project, &listed, job, now).await {
+        if let Err(failure) = judge(herder, ci, project, &listed, job, now).await {
             if failure.error.is_transient() {
                 let wait = failure
                     .error
@@ -416,7 +429,7 @@ struct StepFailure {
 /// scheduled one), the retry when due.
 async fn judge(
     herder: &Herder,
-    forge: &dyn Forge,
+    ci: &dyn CiJobs,
     project: &str,
     listed: &[CiJob],
     job: &mut TrackedJob,
@@ -468,14 +481,13 @@ async fn judge(
         let verdict = match herder.prepare(&facts) {
             Preliminary::Decided(verdict) => verdict,
             Preliminary::NeedsTrace(_) => {
-                let trace =
-                    forge
-                        .job_trace(project, job.id)
-                        .await
-                        .map_err(|error| StepFailure {
-                            step: "downloading the job's trace",
-                            error,
-                        })?;
+                let trace = ci
+                    .job_trace(project, job.id)
+                    .await
+                    .map_err(|error| StepFailure {
+                        step: "downloading the job's trace",
+                        error,
+                    })?;
                 herder.evaluate_with_trace(&facts, &trace)
             }
         };
@@ -516,7 +528,7 @@ async fn judge(
     if job.not_before.is_some_and(|due| due > now) {
         return Ok(());
     }
-    let new_job = forge
+    let new_job = ci
         .retry_job(project, job.id)
         .await
         .map_err(|error| StepFailure {

@@ -923,22 +923,8 @@ impl Forge for Intercept {
     ) -> wq_forge::ForgeResult<()> {
         self.inner.update_note(project, number, note_id, body).await
     }
-    async fn pipeline_jobs(
-        &self,
-        project: &str,
-        pipeline_id: u64,
-    ) -> wq_forge::ForgeResult<Vec<wq_forge::CiJob>> {
-        self.inner.pipeline_jobs(project, pipeline_id).await
-    }
-    async fn job_trace(&self, project: &str, job_id: u64) -> wq_forge::ForgeResult<String> {
-        self.inner.job_trace(project, job_id).await
-    }
-    async fn retry_job(
-        &self,
-        project: &str,
-        job_id: u64,
-    ) -> wq_forge::ForgeResult<wq_forge::CiJob> {
-        self.inner.retry_job(project, job_id).await
+    fn ci_jobs(&self) -> Option<&dyn wq_forge::CiJobs> {
+        self.inner.ci_jobs()
     }
     fn parse_webhook(
         &self,

@@ -1,0 +1,287 @@
+//! Pull requests: find, create, update and read one, completed with its
+//! CI, reviews, threads and queue entry.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use super::GithubClient;
+use super::http::{self, Call, Repo};
+use super::wire;
+use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
+use crate::model::{ChangeRequest, ChangeState, ChangeUpdate, NewChange, QueueObservation};
+
+/// `get_change`'s GraphQL query.
+const CHANGE_QUERY: &str = "query($owner: String!, $name: String!, $number: Int!) { \
+repository(owner: $owner, name: $name) { pullRequest(number: $number) { \
+reviewDecision \
+reviews(last: 100, states: [APPROVED, CHANGES_REQUESTED, DISMISSED]) { nodes { state author { login } } } \
+reviewThreads(first: 100) { totalCount nodes { isResolved } } \
+mergeQueueEntry { state position estimatedTimeToMerge } } } }";
+
+impl GithubClient {
+    /// The open pull request from `source_branch` (of the repository's
+    /// owner) with the lowest number, read in full (`get_change`).
+    pub(super) async fn find_open_change(
+        &self,
+        project: &str,
+        source_branch: &str,
+    ) -> ForgeResult<Option<ChangeRequest>> {
+        let repo = Repo::parse(project)?;
+        let call = Call::repo(Method::GET, &repo, &["pulls"])
+            .query("state", "open")
+            .query("head", format!("{}:{source_branch}", repo.owner));
+        let open: Vec<Value> = self.http.list(call, "a list of pull requests").await?;
+        let first = open
+            .iter()
+            .filter(|pr| {
+                pr.get("state").and_then(Value::as_str) == Some("open")
+                    && pr.pointer("/head/ref").and_then(Value::as_str) == Some(source_branch)
+            })
+            .filter_map(|pr| pr.get("number").and_then(Value::as_u64))
+            .min();
+        match first {
+            Some(number) => self.get_change(project, number).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// `POST pulls`, then the labels; "a pull request already exists" is
+    /// [`ForgeErrorKind::Conflict`].
+    pub(super) async fn create_change(
+        &self,
+        request: &NewChange<'_>,
+    ) -> ForgeResult<ChangeRequest> {
+        let repo = Repo::parse(request.project)?;
+        let call = Call::repo(Method::POST, &repo, &["pulls"]).body(json!({
+            "title": request.title,
+            "head": request.source_branch,
+            "base": request.target_branch,
+            "body": request.description,
+        }));
+        let pr: wire::PullRequest = match self.http.json(&call, "a pull request").await {
+            Ok(pr) => pr,
+            Err(error) if error.status == Some(422) && error.message.contains("already exists") => {
+                return Err(ForgeError {
+                    kind: ForgeErrorKind::Conflict,
+                    ..error
+                });
+            }
+            Err(error) => return Err(error),
+        };
+        let number = pr.number;
+        let mut change = self.complete(&repo, pr).await?;
+        if !request.labels.is_empty() {
+            change.labels = self
+                .set_labels(&repo, number, &change.labels, request.labels)
+                .await?;
+        }
+        Ok(change)
+    }
+
+    /// Title, body and state through `PATCH pulls/:n`; labels are made
+    /// exactly `labels` (added and removed through the issues API).
+    pub(super) async fn update_change(
+        &self,
+        project: &str,
+        number: u64,
+        update: &ChangeUpdate<'_>,
+    ) -> ForgeResult<ChangeRequest> {
+        let repo = Repo::parse(project)?;
+        let mut body = serde_json::Map::new();
+        if let Some(title) = update.title {
+            body.insert("title".into(), json!(title));
+        }
+        if let Some(description) = update.description {
+            body.insert("body".into(), json!(description));
+        }
+        if let Some(open) = update.open {
+            body.insert("state".into(), json!(if open { "open" } else { "closed" }));
+        }
+        let pr = if body.is_empty() {
+            self.read_pr(&repo, number).await?
+        } else {
+            let n = number.to_string();
+            self.http
+                .json(
+                    &Call::repo(Method::PATCH, &repo, &["pulls", &n]).body(Value::Object(body)),
+                    "a pull request",
+                )
+                .await?
+        };
+        let mut change = self.complete(&repo, pr).await?;
+        if let Some(labels) = update.labels {
+            change.labels = self
+                .set_labels(&repo, number, &change.labels, labels)
+                .await?;
+        }
+        Ok(change)
+    }
+
+    pub(super) async fn get_change(
+        &self,
+        project: &str,
+        number: u64,
+    ) -> ForgeResult<ChangeRequest> {
+        let repo = Repo::parse(project)?;
+        let pr = self.read_pr(&repo, number).await?;
+        self.complete(&repo, pr).await
+    }
+
+    pub(super) async fn read_pr(
+        &self,
+        repo: &Repo<'_>,
+        number: u64,
+    ) -> ForgeResult<wire::PullRequest> {
+        let n = number.to_string();
+        self.http
+            .json(
+                &Call::repo(Method::GET, repo, &["pulls", &n]),
+                "a pull request",
+            )
+            .await
+    }
+
+    /// The REST view of `pr` completed with CI, reviews, threads and the
+    /// queue (open pull requests only; see the module docs).
+    pub(super) async fn complete(
+        &self,
+        repo: &Repo<'_>,
+        pr: wire::PullRequest,
+    ) -> ForgeResult<ChangeRequest> {
+        let mut change = pr.into_change();
+        if change.state != ChangeState::Open {
+            // Merged or closed: out of any queue, nothing to gate.
+            change.queue = QueueObservation::Absent;
+            return Ok(change);
+        }
+        let head = change.head_sha.clone();
+        let (view, checks) = tokio::join!(
+            self.graphql_view(repo, change.number),
+            self.checks(repo, head.as_deref())
+        );
+        let (ci, pending_checks) = checks?;
+        change.ci = ci;
+        change.pending_checks = pending_checks;
+        change.review = view.review;
+        change.approvals = view.approvals;
+        change.unresolved_threads = view.unresolved_threads;
+        change.queue = view.queue;
+        Ok(change)
+    }
+
+    /// Reviews, threads and the queue entry from one GraphQL query; a
+    /// failed query reads as [`wire::GraphqlView::unknown`].
+    pub(super) async fn graphql_view(&self, repo: &Repo<'_>, number: u64) -> wire::GraphqlView {
+        let variables = json!({ "owner": repo.owner, "name": repo.name, "number": number });
+        match self.http.graphql(CHANGE_QUERY, variables).await {
+            Ok(answer) => wire::graphql_view(&answer).unwrap_or_else(|| {
+                tracing::warn!(
+                    owner = repo.owner, repo = repo.name, number,
+                    errors = %wire::error_messages(&answer),
+                    "GraphQL read of the pull request failed; review unknown, queue unobserved"
+                );
+                wire::GraphqlView::unknown()
+            }),
+            Err(error) => {
+                tracing::warn!(
+                    owner = repo.owner, repo = repo.name, number, %error,
+                    "GraphQL read of the pull request failed; review unknown, queue unobserved"
+                );
+                wire::GraphqlView::unknown()
+            }
+        }
+    }
+
+    /// The combined CI of `head`: its check runs (latest per name, all
+    /// pages) and commit statuses (latest per context).
+    pub(super) async fn checks(
+        &self,
+        repo: &Repo<'_>,
+        head: Option<&str>,
+    ) -> ForgeResult<(crate::model::CiStatus, u32)> {
+        let Some(head) = head else {
+            return Ok((crate::model::CiStatus::None, 0));
+        };
+        let (runs_path, status_path) =
+            (["commits", head, "check-runs"], ["commits", head, "status"]);
+        let (runs, statuses) = tokio::join!(
+            self.counted_pages(
+                repo,
+                &runs_path,
+                "a list of check runs",
+                |page: wire::CheckRuns| (page.total_count, page.check_runs),
+            ),
+            self.counted_pages(
+                repo,
+                &status_path,
+                "a combined commit status",
+                |page: wire::CombinedStatus| (page.total_count, page.statuses),
+            ),
+        );
+        Ok(wire::combine_checks(&runs?, &statuses?))
+    }
+
+    /// Every page of a list GitHub wraps in an object with `total_count`
+    /// (check runs, a combined status): read until a short page, or until
+    /// `total_count` items when GitHub gives it, at most
+    /// [`http::MAX_PAGES`] pages.
+    pub(super) async fn counted_pages<W: serde::de::DeserializeOwned, T>(
+        &self,
+        repo: &Repo<'_>,
+        segments: &[&str],
+        what: &str,
+        split: impl Fn(W) -> (u64, Vec<T>),
+    ) -> ForgeResult<Vec<T>> {
+        let mut items = Vec::new();
+        for page in 1..=http::MAX_PAGES {
+            let call = Call::repo(Method::GET, repo, segments)
+                .query("per_page", http::PER_PAGE.to_string())
+                .query("page", page.to_string());
+            let (total, mut chunk) = split(self.http.json(&call, what).await?);
+            let short = chunk.len() < http::PER_PAGE;
+            items.append(&mut chunk);
+            if short || (total > 0 && items.len() as u64 >= total) {
+                break;
+            }
+        }
+        Ok(items)
+    }
+
+    /// Labels to what `labels` says: the missing ones added in one
+    /// request, the extra ones removed one by one (GitHub's
+    /// `PUT issues/:n/labels` replaces in one request, but the simulated
+    /// GitHub has no such route). Returns the labels afterwards.
+    pub(super) async fn set_labels(
+        &self,
+        repo: &Repo<'_>,
+        number: u64,
+        current: &[String],
+        wanted: &[String],
+    ) -> ForgeResult<Vec<String>> {
+        let n = number.to_string();
+        let mut labels = current.to_vec();
+        let add: Vec<&String> = wanted.iter().filter(|l| !current.contains(l)).collect();
+        if !add.is_empty() {
+            let call = Call::repo(Method::POST, repo, &["issues", &n, "labels"])
+                .body(json!({ "labels": add }));
+            let now: Vec<wire::Label> = self.http.json(&call, "a list of labels").await?;
+            labels = now.into_iter().map(|l| l.name).collect();
+        }
+        for extra in current.iter().filter(|l| !wanted.contains(l)) {
+            let call = Call::repo(Method::DELETE, repo, &["issues", &n, "labels", extra]);
+            match self
+                .http
+                .json::<Vec<wire::Label>>(&call, "a list of labels")
+                .await
+            {
+                Ok(now) => labels = now.into_iter().map(|l| l.name).collect(),
+                // Removed meanwhile: what was wanted.
+                Err(error) if error.kind == ForgeErrorKind::NotFound => {
+                    labels.retain(|l| l != extra);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(labels)
+    }
+}

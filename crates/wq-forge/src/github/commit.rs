@@ -1,0 +1,320 @@
+//! Commits through the Git data API (blobs, a tree, a commit, the ref),
+//! and the empty-diff check.
+
+use std::collections::HashMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use super::GithubClient;
+use super::http::{Call, Repo};
+use super::wire;
+use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
+use crate::model::{CommitMode, CommitRequest, FileOp};
+
+impl GithubClient {
+    /// The Git data API: the base branch's head and tree; a blob per new
+    /// content (base64); one tree on top of the base tree (a delete is
+    /// `sha: null`, a move deletes the old path and adds the new one, a
+    /// chmod re-adds the existing blob with mode `100755`/`100644`); a
+    /// commit whose parent is the base head; then the branch is created
+    /// (`POST git/refs`, an existing branch is [`ForgeErrorKind::Conflict`])
+    /// or force-moved (`PATCH git/refs/heads/:branch`, `force: true`;
+    /// created when missing).
+    pub(super) async fn commit_files(&self, request: &CommitRequest<'_>) -> ForgeResult<String> {
+        let repo = Repo::parse(request.project)?;
+        let base = self
+            .branch(&repo, request.base_branch)
+            .await?
+            .ok_or_else(|| {
+                ForgeError::new(
+                    ForgeErrorKind::NotFound,
+                    None,
+                    format!(
+                        "base branch {} does not exist in {}",
+                        request.base_branch, request.project
+                    ),
+                )
+            })?;
+        // The base tree's files, changed action by action: a delete or move takes only a file
+        // that exists (GitHub's `sha: null` on a directory would remove all of it), and a
+        // file never replaces a directory or sits under a file (GitHub's tree API would silently
+        // do either); GitLab's commits API refuses all of these.
+        let (mut files, truncated) = self.tree(&repo, &base.commit.tree.sha).await?;
+        if truncated {
+            return Err(ForgeError::new(
+                ForgeErrorKind::Rejected,
+                None,
+                format!(
+                    "the tree of {} at {} is too large for GitHub to list (truncated); the \
+                     files to change cannot be checked",
+                    request.project, request.base_branch
+                ),
+            ));
+        }
+        let mut entries: Vec<Value> = Vec::new();
+        for action in request.actions {
+            let path = action.path.as_str();
+            let op = action.op.as_str();
+            match action.op {
+                FileOp::Create | FileOp::Update => {
+                    let content = action.content.as_deref().ok_or_else(|| {
+                        ForgeError::invalid(format!("{op} {path}: content required"))
+                    })?;
+                    check_file_path(&files, op, path)?;
+                    let sha = self.blob(&repo, content).await?;
+                    let mode = file_mode(action.execute_filemode, files.get(path));
+                    entries.push(json!({ "path": path, "mode": mode, "type": "blob", "sha": sha }));
+                    files.insert(path.to_owned(), tree_entry(path, &mode, &sha));
+                }
+                FileOp::Delete => {
+                    existing_file(&files, op, path)?;
+                    entries.push(delete_entry(path));
+                    files.remove(path);
+                }
+                FileOp::Move => {
+                    let previous = action.previous_path.as_deref().ok_or_else(|| {
+                        ForgeError::invalid(format!("move {path}: previous_path required"))
+                    })?;
+                    let old = existing_file(&files, op, previous)?.clone();
+                    let rest: HashMap<String, wire::TreeEntry> = files
+                        .iter()
+                        .filter(|(p, _)| p.as_str() != previous)
+                        .map(|(p, e)| (p.clone(), e.clone()))
+                        .collect();
+                    check_file_path(&rest, op, path)?;
+                    let (sha, mode) = match action.content.as_deref() {
+                        Some(content) => (
+                            self.blob(&repo, content).await?,
+                            file_mode(action.execute_filemode, Some(&old)),
+                        ),
+                        None => (
+                            old.sha.clone(),
+                            file_mode(action.execute_filemode, Some(&old)),
+                        ),
+                    };
+                    entries.push(delete_entry(previous));
+                    entries.push(json!({ "path": path, "mode": mode, "type": "blob", "sha": sha }));
+                    files = rest;
+                    files.insert(path.to_owned(), tree_entry(path, &mode, &sha));
+                }
+                FileOp::Chmod => {
+                    let old = existing_file(&files, op, path)?.clone();
+                    let executable = action.execute_filemode.ok_or_else(|| {
+                        ForgeError::invalid(format!("chmod {path}: execute_filemode required"))
+                    })?;
+                    let mode = file_mode(Some(executable), None);
+                    entries.push(
+                        json!({ "path": path, "mode": mode, "type": "blob", "sha": old.sha }),
+                    );
+                    files.insert(path.to_owned(), tree_entry(path, &mode, &old.sha));
+                }
+            }
+        }
+        let tree: wire::Sha = self
+            .http
+            .json(
+                &Call::repo(Method::POST, &repo, &["git", "trees"])
+                    .body(json!({ "base_tree": base.commit.tree.sha, "tree": entries })),
+                "a tree",
+            )
+            .await?;
+        let commit: wire::Sha = self
+            .http
+            .json(
+                &Call::repo(Method::POST, &repo, &["git", "commits"]).body(json!({
+                    "message": request.message,
+                    "tree": tree.sha,
+                    "parents": [base.sha],
+                })),
+                "a commit",
+            )
+            .await?;
+        match request.mode {
+            CommitMode::CreateBranch => self.create_ref(&repo, request.branch, &commit.sha).await?,
+            CommitMode::ForceUpdate => {
+                let call = Call::repo(Method::PATCH, &repo, &["git", "refs", "heads"])
+                    .branch_path(request.branch)
+                    .body(json!({ "sha": commit.sha, "force": true }));
+                match self.http.send(&call).await {
+                    Ok(_) => {}
+                    Err(error)
+                        if error.status == Some(422)
+                            && error.message.contains("does not exist") =>
+                    {
+                        self.create_ref(&repo, request.branch, &commit.sha).await?;
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
+        }
+        Ok(commit.sha)
+    }
+
+    /// True when the two commits' trees are identical (`git diff base
+    /// head` is empty: merging would change nothing), like the GitLab
+    /// client's straight compare. GitHub's compare is a merge-base diff
+    /// (`base...head`), which shows the branch's own commits even when
+    /// the base already holds the same content, so the trees are compared
+    /// instead.
+    pub(super) async fn diff_is_empty(
+        &self,
+        project: &str,
+        base: &str,
+        head: &str,
+    ) -> ForgeResult<bool> {
+        let repo = Repo::parse(project)?;
+        let read = |reference: &str| {
+            let call = Call::repo(Method::GET, &repo, &["commits", reference]);
+            async move { self.http.json::<wire::Commit>(&call, "a commit").await }
+        };
+        let (base, head) = tokio::join!(read(base), read(head));
+        Ok(base?.commit.tree.sha == head?.commit.tree.sha)
+    }
+
+    /// The entries of a tree (recursive), by path.
+    pub(super) async fn tree(
+        &self,
+        repo: &Repo<'_>,
+        tree_sha: &str,
+    ) -> ForgeResult<(HashMap<String, wire::TreeEntry>, bool)> {
+        let call =
+            Call::repo(Method::GET, repo, &["git", "trees", tree_sha]).query("recursive", "1");
+        let tree: wire::Tree = self.http.json(&call, "a tree").await?;
+        let entries = tree
+            .tree
+            .into_iter()
+            .filter(|e| e.kind != "tree")
+            .map(|e| (e.path.clone(), e))
+            .collect();
+        Ok((entries, tree.truncated))
+    }
+
+    pub(super) async fn blob(&self, repo: &Repo<'_>, content: &[u8]) -> ForgeResult<String> {
+        let call = Call::repo(Method::POST, repo, &["git", "blobs"])
+            .body(json!({ "content": BASE64.encode(content), "encoding": "base64" }));
+        let blob: wire::Sha = self.http.json(&call, "a blob").await?;
+        Ok(blob.sha)
+    }
+
+    pub(super) async fn create_ref(
+        &self,
+        repo: &Repo<'_>,
+        branch: &str,
+        sha: &str,
+    ) -> ForgeResult<()> {
+        let call = Call::repo(Method::POST, repo, &["git", "refs"])
+            .body(json!({ "ref": format!("refs/heads/{branch}"), "sha": sha }));
+        match self.http.send(&call).await {
+            Ok(_) => Ok(()),
+            Err(error) if error.status == Some(422) && error.message.contains("already exists") => {
+                Err(ForgeError {
+                    kind: ForgeErrorKind::Conflict,
+                    message: format!("branch {branch}: {}", error.message),
+                    ..error
+                })
+            }
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// The git file mode for a new blob: as asked, else the existing file's,
+/// else a regular file.
+fn file_mode(executable: Option<bool>, existing: Option<&wire::TreeEntry>) -> String {
+    match executable {
+        Some(true) => "100755".to_owned(),
+        Some(false) => "100644".to_owned(),
+        None => existing
+            .map(|e| e.mode.clone())
+            .filter(|m| m == "100755")
+            .unwrap_or_else(|| "100644".to_owned()),
+    }
+}
+
+fn tree_entry(path: &str, mode: &str, sha: &str) -> wire::TreeEntry {
+    wire::TreeEntry {
+        path: path.to_owned(),
+        mode: mode.to_owned(),
+        kind: "blob".to_owned(),
+        sha: sha.to_owned(),
+    }
+}
+
+/// Whether `path` is a directory among `files` (a directory exists while it holds a file).
+fn is_directory(files: &HashMap<String, wire::TreeEntry>, path: &str) -> bool {
+    let prefix = format!("{path}/");
+    files.keys().any(|p| p.starts_with(&prefix))
+}
+
+/// The file at `path`, refusing a directory or a missing path (GitLab: "A file with this name
+/// doesn't exist").
+fn existing_file<'a>(
+    files: &'a HashMap<String, wire::TreeEntry>,
+    op: &str,
+    path: &str,
+) -> ForgeResult<&'a wire::TreeEntry> {
+    if is_directory(files, path) {
+        return Err(ForgeError::invalid(format!(
+            "{op} {path}: {path} is a directory on the base branch; only files can be changed"
+        )));
+    }
+    files.get(path).ok_or_else(|| {
+        ForgeError::invalid(format!(
+            "{op} {path}: {path} does not exist on the base branch"
+        ))
+    })
+}
+
+/// Refuses to write a file where a directory is, or below a file.
+fn check_file_path(
+    files: &HashMap<String, wire::TreeEntry>,
+    op: &str,
+    path: &str,
+) -> ForgeResult<()> {
+    if is_directory(files, path) {
+        return Err(ForgeError::invalid(format!(
+            "{op} {path}: {path} is a directory on the base branch"
+        )));
+    }
+    let mut end = 0;
+    while let Some(slash) = path[end..].find('/') {
+        end += slash;
+        let parent = &path[..end];
+        if files.contains_key(parent) {
+            return Err(ForgeError::invalid(format!(
+                "{op} {path}: {parent} is a file on the base branch"
+            )));
+        }
+        end += 1;
+    }
+    Ok(())
+}
+
+fn delete_entry(path: &str) -> Value {
+    json!({ "path": path, "mode": "100644", "type": "blob", "sha": Value::Null })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    #[test]
+    fn file_modes_follow_the_request_then_the_existing_file() {
+        let entry = |mode: &str| wire::TreeEntry {
+            path: "x".into(),
+            mode: mode.into(),
+            kind: "blob".into(),
+            sha: SHA.into(),
+        };
+        assert_eq!(file_mode(None, None), "100644");
+        assert_eq!(file_mode(None, Some(&entry("100755"))), "100755");
+        assert_eq!(file_mode(None, Some(&entry("120000"))), "100644");
+        assert_eq!(file_mode(Some(false), Some(&entry("100755"))), "100644");
+        assert_eq!(file_mode(Some(true), None), "100755");
+    }
+}

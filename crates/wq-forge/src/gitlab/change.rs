@@ -1,0 +1,148 @@
+//! Merge requests: find, create, update and read one.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use super::GitlabClient;
+use super::http::Call;
+use super::wire;
+use crate::error::{ForgeError, ForgeResult};
+use crate::model::{ChangeRequest, ChangeUpdate, NewChange, QueueObservation};
+
+impl GitlabClient {
+    /// The open MR with the lowest iid, read in full (`get_change`): the
+    /// list entity has no head pipeline, and a missing pipeline must not
+    /// read as "no CI".
+    pub(super) async fn find_open_change(
+        &self,
+        project: &str,
+        source_branch: &str,
+    ) -> ForgeResult<Option<ChangeRequest>> {
+        let call = Call::get(&["projects", project, "merge_requests"])
+            .query("source_branch", source_branch)
+            .query("state", "opened");
+        let open: Vec<wire::MergeRequest> =
+            self.http.list(call, "a list of merge requests").await?;
+        let Some(first) = open
+            .iter()
+            .filter(|mr| mr.source_branch == source_branch && mr.state == "opened")
+            .map(|mr| mr.iid)
+            .min()
+        else {
+            return Ok(None);
+        };
+        self.get_change(project, first).await.map(Some)
+    }
+
+    pub(super) async fn create_change(
+        &self,
+        request: &NewChange<'_>,
+    ) -> ForgeResult<ChangeRequest> {
+        let body = json!({
+            "source_branch": request.source_branch,
+            "target_branch": request.target_branch,
+            "title": request.title,
+            "description": request.description,
+            "labels": labels_param(request.labels)?,
+        });
+        let mr: wire::MergeRequest = self
+            .http
+            .json(
+                &Call::new(
+                    Method::POST,
+                    &["projects", request.project, "merge_requests"],
+                )
+                .body(body),
+                "a merge request",
+            )
+            .await?;
+        mr.into_change(QueueObservation::Unobserved)
+    }
+
+    pub(super) async fn update_change(
+        &self,
+        project: &str,
+        number: u64,
+        update: &ChangeUpdate<'_>,
+    ) -> ForgeResult<ChangeRequest> {
+        let mut body = serde_json::Map::new();
+        if let Some(title) = update.title {
+            body.insert("title".into(), json!(title));
+        }
+        if let Some(description) = update.description {
+            body.insert("description".into(), json!(description));
+        }
+        if let Some(labels) = update.labels {
+            body.insert("labels".into(), json!(labels_param(labels)?));
+        }
+        if let Some(open) = update.open {
+            let event = if open { "reopen" } else { "close" };
+            body.insert("state_event".into(), json!(event));
+        }
+        if body.is_empty() {
+            // GitLab refuses an update without fields.
+            return self.get_change(project, number).await;
+        }
+        let iid = number.to_string();
+        let mr: wire::MergeRequest = self
+            .http
+            .json(
+                &Call::new(Method::PUT, &["projects", project, "merge_requests", &iid])
+                    .body(Value::Object(body)),
+                "a merge request",
+            )
+            .await?;
+        mr.into_change(QueueObservation::Unobserved)
+    }
+
+    pub(super) async fn get_change(
+        &self,
+        project: &str,
+        number: u64,
+    ) -> ForgeResult<ChangeRequest> {
+        let mr = self.read_mr(project, number).await?;
+        let queue = self.queue_for(project, &mr).await;
+        mr.into_change(queue)
+    }
+
+    pub(super) async fn read_mr(
+        &self,
+        project: &str,
+        number: u64,
+    ) -> ForgeResult<wire::MergeRequest> {
+        let iid = number.to_string();
+        self.http
+            .json(
+                &Call::get(&["projects", project, "merge_requests", &iid]),
+                "a merge request",
+            )
+            .await
+    }
+}
+
+/// GitLab takes labels comma-separated, so a label cannot hold a comma.
+fn labels_param(labels: &[String]) -> ForgeResult<String> {
+    if let Some(bad) = labels.iter().find(|l| l.contains(',')) {
+        return Err(ForgeError::invalid(format!(
+            "labels: {bad:?} contains a comma, which GitLab reads as a separator"
+        )));
+    }
+    Ok(labels.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ForgeErrorKind;
+
+    #[test]
+    fn labels_with_commas_are_refused() {
+        assert_eq!(
+            labels_param(&["a".into(), "b c".into()]).expect("fine"),
+            "a,b c"
+        );
+        let error = labels_param(&["a,b".into()]).expect_err("comma");
+        assert_eq!(error.kind, ForgeErrorKind::Invalid);
+        assert!(error.message.starts_with("labels: "), "{}", error.message);
+    }
+}
