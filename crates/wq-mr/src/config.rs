@@ -28,8 +28,9 @@ pub struct MrConfig {
     pub merge_attempt_deadline_seconds: u64,
     /// Merge method; the forge's project setting when unset.
     pub merge_method: Option<MergeMethod>,
-    /// How often `serve` reads the merge queue entries of queued pull
-    /// requests, one batched GraphQL query per repository (30 s).
+    /// How often the `mr.queue_sync` periodic task (run by the engines that
+    /// handle `mr`) reads the merge queue entries of queued pull requests,
+    /// one batched GraphQL query per repository (30 s).
     pub queue_sync_interval_seconds: u64,
     /// Take over a source branch or an open change request workqueue did
     /// not create (force-push over the branch, retitle, label and merge the
