@@ -307,6 +307,22 @@ impl HerderConfig {
     }
 }
 
+impl Herder {
+    /// The shipped matchers ([`crate::DEFAULT_MATCHERS_YAML`]).
+    pub fn default_set() -> Herder {
+        let matchers = matchers_from_yaml(crate::DEFAULT_MATCHERS_YAML)
+            .expect("DEFAULT_MATCHERS_YAML parses (tested)");
+        compile_matchers(&matchers).expect("DEFAULT_MATCHERS_YAML compiles (tested)")
+    }
+
+    /// Parses and compiles a `ci_retry:` section.
+    pub fn from_yaml(text: &str) -> Result<Herder, Vec<ConfigError>> {
+        HerderConfig::from_yaml(text)
+            .map_err(|error| vec![error])?
+            .compile()
+    }
+}
+
 /// Parses a YAML list of matchers (the form of
 /// [`crate::DEFAULT_MATCHERS_YAML`]).
 pub fn matchers_from_yaml(text: &str) -> Result<Vec<MatcherConfig>, ConfigError> {

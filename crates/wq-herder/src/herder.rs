@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use crate::config::{self, ConfigError};
 use crate::pattern::{CombinedSets, PatternSet};
 use crate::tail::tail_start;
 
@@ -163,20 +162,6 @@ impl Herder {
             leaves,
             groups,
         }
-    }
-
-    /// The shipped matchers ([`crate::DEFAULT_MATCHERS_YAML`]).
-    pub fn default_set() -> Herder {
-        let matchers = config::matchers_from_yaml(crate::DEFAULT_MATCHERS_YAML)
-            .expect("DEFAULT_MATCHERS_YAML parses (tested)");
-        config::compile_matchers(&matchers).expect("DEFAULT_MATCHERS_YAML compiles (tested)")
-    }
-
-    /// Parses and compiles a `ci_retry:` section.
-    pub fn from_yaml(text: &str) -> Result<Herder, Vec<ConfigError>> {
-        crate::HerderConfig::from_yaml(text)
-            .map_err(|error| vec![error])?
-            .compile()
     }
 
     /// Names of the matchers that can decide (those without children), in
