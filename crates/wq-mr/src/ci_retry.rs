@@ -23,7 +23,7 @@ use wq_forge::{CiJob, CiJobs, Forge};
 use wq_herder::{Herder, JobFacts, Preliminary, Verdict};
 
 use crate::dims::{NEEDS_CI_RETRY, NEEDS_DASHBOARD};
-use crate::exec::forge_failure;
+use crate::errors::forge_failure;
 use crate::store::MrDetails;
 
 /// Jobs kept in the list; the oldest settled ones go first.

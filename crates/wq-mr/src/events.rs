@@ -11,11 +11,14 @@
 use wq_core::{DimensionUpdate, EventResult, ExecError, ItemView, PendingEvent, Phase};
 use wq_forge::{ChangeAction, ChangeState, ForgeEvent};
 
+use crate::ci_retry::{ReportedJob, on_job};
+use crate::commands::MANUAL_MERGE_EVENT;
 use crate::dims::NEEDS_RECONCILE;
-use crate::exec::forge_failure;
+use crate::errors::{forge_failure, store_error};
+use crate::queue_sync::QUEUE_OBSERVED_EVENT;
 use crate::store::{RETRY_MERGE_EVENT, SUBMISSION_EVENT, submission_dimensions};
 use crate::webhook::WEBHOOK_EVENT;
-use crate::{MrType, store_error};
+use crate::{CLOSED_ON_FORGE, MrType};
 
 fn reconcile() -> EventResult {
     EventResult::ignored().with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, true))
@@ -33,9 +36,7 @@ pub(crate) async fn handle(
             result.dimensions = submission_dimensions(change);
             Ok(result)
         }
-        RETRY_MERGE_EVENT | crate::MANUAL_MERGE_EVENT | crate::QUEUE_OBSERVED_EVENT => {
-            Ok(reconcile())
-        }
+        RETRY_MERGE_EVENT | MANUAL_MERGE_EVENT | QUEUE_OBSERVED_EVENT => Ok(reconcile()),
         WEBHOOK_EVENT => {
             let Ok(forge_event) = serde_json::from_value::<ForgeEvent>(event.body["event"].clone())
             else {
@@ -81,10 +82,10 @@ async fn handle_forge_event(
             let Some(details) = mr.store.get(view.item.id).await.map_err(store_error)? else {
                 return Ok(EventResult::ignored());
             };
-            Ok(crate::ci_retry::on_job(
+            Ok(on_job(
                 &details,
                 view,
-                crate::ci_retry::ReportedJob {
+                ReportedJob {
                     pipeline_id,
                     job_id,
                     name,
@@ -118,7 +119,7 @@ async fn confirm_closed(mr: &MrType, view: &ItemView) -> Result<EventResult, Exe
             let mut result = EventResult::ignored()
                 .with_phase(Phase::Cancelled)
                 .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, false));
-            result.reason = Some("the merge request was closed on the forge".into());
+            result.reason = Some(CLOSED_ON_FORGE.into());
             result
         }
         ChangeState::Merged | ChangeState::Open | ChangeState::Locked => reconcile(),

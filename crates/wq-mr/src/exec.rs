@@ -6,85 +6,18 @@
 //! note) instead of creating a second branch, MR or note; what someone else
 //! made is never written over (issue #12).
 
-use wq_core::{Action, DimensionUpdate, ExecError, ExecOutcome, ItemView, Phase};
+use wq_core::{DimensionUpdate, ExecError, ExecOutcome, ItemView, Phase};
 use wq_forge::{
     ChangeRequest, ChangeState, ChangeUpdate, CiStatus, CommitMode, CommitRequest, Forge,
-    ForgeError, ForgeErrorKind, MergeOutcome, MergeParams, Mergeable, NewChange, QueueEntry,
+    MergeOutcome, MergeParams, Mergeable, NewChange, QueueEntry,
 };
 
-use crate::dims::{
-    CHECK_EMPTY_DIFF, ENSURE_MR, NEEDS_DASHBOARD, NEEDS_EMPTY_CHECK, NEEDS_MR, NEEDS_RECONCILE,
-    POST_DASHBOARD_NOTE, RECONCILE_MR, RETRY_CI_JOBS,
-};
+use crate::dashboard::StatusNote;
+use crate::dims::{NEEDS_DASHBOARD, NEEDS_EMPTY_CHECK, NEEDS_MR, NEEDS_RECONCILE};
+use crate::errors::{forge_failure, store_error};
 use crate::merge::{resolve_queue, signature, unmet_gates};
 use crate::store::{MergeResult, MrDetails, Observation, RecordedChange};
-use crate::{MrType, store_error};
-
-pub(crate) async fn execute(
-    mr: &MrType,
-    action: Action,
-    view: &ItemView,
-) -> Result<ExecOutcome, ExecError> {
-    let details = mr
-        .store
-        .get(view.item.id)
-        .await
-        .map_err(store_error)?
-        .ok_or_else(|| ExecError::permanent("the item has no mr_details row"))?;
-    let forge = mr
-        .forges
-        .get(&details.spec.forge)
-        .ok_or_else(|| {
-            ExecError::permanent(format!(
-                "forge {:?} is not configured on this instance",
-                details.spec.forge
-            ))
-        })?
-        .clone();
-    let run = Run {
-        mr,
-        view,
-        details: &details,
-        forge: forge.as_ref(),
-    };
-    match action {
-        a if a == ENSURE_MR => run.ensure_mr().await,
-        a if a == CHECK_EMPTY_DIFF => run.check_empty_diff().await,
-        a if a == POST_DASHBOARD_NOTE => run.post_dashboard_note().await,
-        a if a == RECONCILE_MR => run.reconcile_mr().await,
-        a if a == RETRY_CI_JOBS => {
-            crate::ci_retry::retry_ci_jobs(
-                &mr.herder,
-                forge.as_ref(),
-                &details,
-                view,
-                mr.clock.now(),
-            )
-            .await
-        }
-        other => Err(ExecError::permanent(format!("unknown action {other}"))),
-    }
-}
-
-/// A forge error as an executor failure: transient ones are retried with
-/// backoff (honouring `Retry-After`), the rest fail the item at once.
-pub(crate) fn forge_failure(what: &str, error: ForgeError) -> ExecError {
-    let message = format!("{what}: {error}");
-    match error.kind {
-        ForgeErrorKind::Unavailable | ForgeErrorKind::RateLimited => {
-            let failure = ExecError::transient(message);
-            match error.retry_after {
-                Some(after) => failure.retry_after(after),
-                None => failure,
-            }
-        }
-        // A 404 or 409 on a read can be a moment's inconsistency.
-        ForgeErrorKind::NotFound | ForgeErrorKind::Conflict => ExecError::transient(message),
-        ForgeErrorKind::Unauthorized | ForgeErrorKind::Rejected | ForgeErrorKind::Invalid => {
-            ExecError::permanent(message)
-        }
-    }
-}
+use crate::{CLOSED_ON_FORGE, MrType};
 
 /// Error kind: the source branch or its open change request is not
 /// workqueue's.
@@ -101,11 +34,12 @@ struct OpenChange {
     created: bool,
 }
 
-struct Run<'a> {
-    mr: &'a MrType,
-    view: &'a ItemView,
-    details: &'a MrDetails,
-    forge: &'a dyn Forge,
+/// One executor run: the item, its detail row and its forge.
+pub(crate) struct Run<'a> {
+    pub mr: &'a MrType,
+    pub view: &'a ItemView,
+    pub details: &'a MrDetails,
+    pub forge: &'a dyn Forge,
 }
 
 impl Run<'_> {
@@ -244,7 +178,7 @@ impl Run<'_> {
     /// (DDR-10, DDR-40, DDR-43). Only on a branch and change request
     /// workqueue owns (or adopts, with `mr.adopt_existing_branches`); a
     /// branch the forge protects is never pushed to.
-    async fn ensure_mr(&self) -> Result<ExecOutcome, ExecError> {
+    pub(crate) async fn ensure_mr(&self) -> Result<ExecOutcome, ExecError> {
         let spec = &self.details.spec;
         let project = self.project();
         let adopt = self.mr.config.adopt_existing_branches;
@@ -440,7 +374,7 @@ impl Run<'_> {
 
     /// Periodic (DDR-43, DDR-48): an MR whose target already contains its
     /// changes is closed and the item cancelled.
-    async fn check_empty_diff(&self) -> Result<ExecOutcome, ExecError> {
+    pub(crate) async fn check_empty_diff(&self) -> Result<ExecOutcome, ExecError> {
         let spec = &self.details.spec;
         let Some(number) = self.details.mr_number else {
             return Ok(ExecOutcome::done().with_dimension(self.empty_check_later()));
@@ -470,35 +404,22 @@ impl Run<'_> {
 
     /// One status note linking to the item (found again after a crash by its
     /// marker and its author, the bot; never posted twice).
-    async fn post_dashboard_note(&self) -> Result<ExecOutcome, ExecError> {
+    pub(crate) async fn post_dashboard_note(&self) -> Result<ExecOutcome, ExecError> {
         let Some(number) = self.details.mr_number else {
             // ensure_mr runs first; nothing to annotate yet.
             return Ok(ExecOutcome::done().with_dimension(DimensionUpdate::new(NEEDS_MR, true)));
         };
-        let id = self.view.item.id;
-        let marker = format!("<!-- workqueue:item:{id} -->");
-        let link = format!(
-            "{}/api/v1/work-items/{id}",
-            self.mr.config.public_url.trim_end_matches('/')
+        let StatusNote { marker, link, body } = StatusNote::of(
+            &self.mr.config.public_url,
+            self.view,
+            self.details.spec.automation.auto_merge,
         );
         let notes = self
             .forge
             .list_notes(self.project(), number)
             .await
             .map_err(|e| forge_failure("listing notes", e))?;
-        let body = self
-            .outgoing(&format!(
-                "{marker}\nThis merge request is managed by workqueue (item `{id}`). \
-             Status: {link}\n\nIt merges automatically when CI passes and every \
-             merge requirement holds{}.{}",
-                if self.details.spec.automation.auto_merge {
-                    ""
-                } else {
-                    " — automatic merge is off for this item"
-                },
-                crate::ci_retry::CiRetryDetail::of(self.view).note_section(),
-            ))
-            .into_owned();
+        let body = self.outgoing(&body).into_owned();
         // Only a note the bot wrote is the status note: a person's comment
         // quoting the marker is left alone.
         let me = self
@@ -536,7 +457,7 @@ impl Run<'_> {
     /// → completed, closed → cancelled, observations recorded, drift
     /// corrected, and the merge attempted through the journal when every
     /// gate holds.
-    async fn reconcile_mr(&self) -> Result<ExecOutcome, ExecError> {
+    pub(crate) async fn reconcile_mr(&self) -> Result<ExecOutcome, ExecError> {
         let id = self.view.item.id;
         let Some(number) = self.details.mr_number else {
             return Ok(ExecOutcome::done().with_dimension(DimensionUpdate::new(NEEDS_MR, true)));
@@ -747,7 +668,7 @@ fn completed() -> ExecOutcome {
 
 fn closed_on_forge() -> ExecOutcome {
     ExecOutcome::done()
-        .with_phase(Phase::Cancelled, Some(crate::CLOSED_ON_FORGE.into()))
+        .with_phase(Phase::Cancelled, Some(CLOSED_ON_FORGE.into()))
         .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, false))
 }
 

@@ -3,20 +3,33 @@
 //!
 //! - [`spec`]: the submission schema and its validation (DDR-9).
 //! - [`store`]: the `mr_details` table and its transactions (DDR-7, DDR-40).
-//! - [`ci_retry`]: failed CI jobs judged by the herder and retried (DDR-47).
-//! - [`dims`]: dimension names and the decider (DDR-45, DDR-48).
+//! - [`dims`]: the names of dimensions and actions ([`MrAction`]).
+//! - [`decider`]: the next action (DDR-45, DDR-48).
+//! - `actions`: an action to its executor.
 //! - `exec`: the executors `ensure_mr`, `check_empty_diff`,
-//!   `post_dashboard_note`, `reconcile_mr` (DDR-15, DDR-43, DDR-46);
-//!   `retry_ci_jobs` is in [`ci_retry`].
+//!   `post_dashboard_note`, `reconcile_mr` (DDR-15, DDR-43, DDR-46).
+//! - [`ci_retry`]: failed CI jobs judged by the herder and retried
+//!   (`retry_ci_jobs`, DDR-47).
+//! - `dashboard`: the status note's text.
 //! - [`merge`]: readiness gates, signature and the merge-attempt journal.
 //! - `events`: the event handler (DDR-33, DDR-37, DDR-38).
+//! - `commands`: the `merge` and `retry-merge` item commands.
 //! - `queue_sync`: the batched merge queue read ([`MrType::sync_queues`]),
 //!   the type's periodic task [`QUEUE_SYNC_TASK`].
 //! - [`webhook`]: the webhook receivers that resolve deliveries to items.
+//! - `errors`: forge and store failures as executor and request errors.
+//!
+//! The modules form a graph without cycles: below this root, no two import
+//! each other.
 
+mod actions;
 pub mod ci_retry;
+mod commands;
 mod config;
+mod dashboard;
+pub mod decider;
 pub mod dims;
+mod errors;
 mod events;
 mod exec;
 pub mod merge;
@@ -26,7 +39,9 @@ pub mod store;
 pub mod text;
 pub mod webhook;
 
+pub use commands::MANUAL_MERGE_EVENT;
 pub use config::MrConfig;
+pub use dims::MrAction;
 pub use queue_sync::{QUEUE_OBSERVED_EVENT, QUEUE_SYNC_TASK, QueueSync};
 
 use std::collections::HashMap;
@@ -40,10 +55,11 @@ use wq_core::{
     Submission, Submitted, WebhookReceiver, WorkItem,
 };
 use wq_forge::Forges;
-use wq_store::{Store, StoreError};
+use wq_store::Store;
 
+use crate::errors::{request_store_error, store_error};
 use crate::spec::SubmissionRules;
-use crate::store::{MergeResult, MrDetails, MrStore, UpsertInput, UpsertOutcome};
+use crate::store::{MrStore, UpsertInput, UpsertOutcome};
 
 /// The `item_type` of merge request items.
 pub const TYPE_NAME: &str = "mr";
@@ -153,28 +169,6 @@ impl MrType {
     }
 }
 
-fn store_error(error: StoreError) -> ExecError {
-    ExecError::transient(format!("store: {error}"))
-}
-
-/// A store failure as the answer to a request, like the API's own mapping
-/// of store errors: database, migration and stored-data failures are
-/// internal (their text is logged, never sent).
-fn request_store_error(error: StoreError) -> RequestError {
-    match error {
-        StoreError::NotFound(id) => RequestError::NotFound(format!("work item {id} not found")),
-        StoreError::Conflict(message) | StoreError::Duplicate(message) => {
-            RequestError::Conflict(message)
-        }
-        StoreError::LeaseLost(id) => {
-            RequestError::Conflict(format!("work item {id} is being processed; try again"))
-        }
-        other @ (StoreError::Corrupt(_) | StoreError::Database(_) | StoreError::Migrate(_)) => {
-            RequestError::Internal(format!("store: {other}"))
-        }
-    }
-}
-
 #[async_trait]
 impl ItemType for MrType {
     fn name(&self) -> &'static str {
@@ -208,11 +202,11 @@ impl ItemType for MrType {
     }
 
     fn decide(&self, view: &ItemView) -> Option<Action> {
-        dims::decide(view)
+        decider::decide(view).map(Action::from)
     }
 
     async fn execute(&self, action: Action, view: &ItemView) -> Result<ExecOutcome, ExecError> {
-        exec::execute(self, action, view).await
+        actions::execute(self, action, view).await
     }
 
     async fn handle_event(
@@ -351,245 +345,5 @@ impl ItemType for MrType {
                 "item type mr has no command {other:?}"
             ))),
         }
-    }
-}
-
-/// The body of `POST /api/v1/work-items/{id}/merge`; both fields optional.
-#[derive(Debug, Default)]
-struct ManualMerge {
-    /// `merge`, `squash` or `rebase`; else `mr.merge_method`, else the
-    /// forge's project setting.
-    merge_method: Option<wq_forge::MergeMethod>,
-    /// When given, the forge refuses to merge any other head (409).
-    expected_head_sha: Option<String>,
-}
-
-impl ManualMerge {
-    /// The body, or 422 naming the field that is wrong.
-    fn parse(body: serde_json::Value) -> Result<Self, RequestError> {
-        let invalid = |field: &str, message: String| {
-            RequestError::Invalid(vec![FieldError::new(field, message)])
-        };
-        let fields = match body {
-            serde_json::Value::Null => return Ok(Self::default()),
-            serde_json::Value::Object(fields) => fields,
-            _ => return Err(invalid("body", "must be a JSON object".into())),
-        };
-        let mut request = Self::default();
-        for (name, value) in fields {
-            match name.as_str() {
-                "merge_method" => {
-                    request.merge_method = serde_json::from_value(value).map_err(|_| {
-                        invalid(
-                            "merge_method",
-                            "must be one of merge, squash, rebase".into(),
-                        )
-                    })?;
-                }
-                "expected_head_sha" => {
-                    request.expected_head_sha = serde_json::from_value(value)
-                        .map_err(|_| invalid("expected_head_sha", "must be a string".into()))?;
-                }
-                other => {
-                    return Err(invalid(
-                        other,
-                        "unknown field (known: merge_method, expected_head_sha)".into(),
-                    ));
-                }
-            }
-        }
-        Ok(request)
-    }
-}
-
-/// The event a successful manual merge stores: the item reads the outcome
-/// back (merged → completed, queued → the queue entry) at once.
-pub const MANUAL_MERGE_EVENT: &str = "mr.manual_merge";
-
-impl MrType {
-    /// `POST /api/v1/work-items/{id}/merge`: a person's merge, now, through
-    /// the forge (which picks the direct or the queued path). Unlike the
-    /// automatic merge it needs no readiness gate of workqueue's and binds
-    /// the head only when the caller names one (the forge's own branch
-    /// protection still applies). It writes no journal entry: a forge error
-    /// changes nothing stored; a success wakes the item to read the result.
-    async fn manual_merge(
-        &self,
-        id: ItemId,
-        body: serde_json::Value,
-        caller_identity: &str,
-    ) -> Result<CommandReply, RequestError> {
-        let request = ManualMerge::parse(body)?;
-        if request.expected_head_sha.as_deref().is_some_and(|sha| {
-            !matches!(sha.len(), 40 | 64) || !sha.bytes().all(|b| b.is_ascii_hexdigit())
-        }) {
-            return Err(RequestError::Invalid(vec![FieldError::new(
-                "expected_head_sha",
-                "must be a full commit SHA (40 or 64 hexadecimal digits)",
-            )]));
-        }
-        let details = self.active_details(id, "be merged").await?;
-        let Some(number) = details.mr_number else {
-            return Err(RequestError::Conflict(
-                "the merge request is not created yet".into(),
-            ));
-        };
-        let forge = self.forges.get(&details.spec.forge).ok_or_else(|| {
-            RequestError::Unavailable(format!(
-                "forge {:?} is not configured on this instance",
-                details.spec.forge
-            ))
-        })?;
-        let outcome = forge
-            .merge_change(
-                &details.spec.project,
-                number,
-                &wq_forge::MergeParams {
-                    expected_head_sha: request.expected_head_sha.as_deref(),
-                    method: request.merge_method.or(self.config.merge_method),
-                    commit_message: None,
-                },
-            )
-            .await
-            .map_err(|error| {
-                tracing::warn!(item = %id, number, %error, caller = caller_identity, "manual merge refused by the forge");
-                let message = format!("the forge did not merge: {}", error.message);
-                match error.kind {
-                    wq_forge::ForgeErrorKind::Conflict => RequestError::Conflict(message),
-                    wq_forge::ForgeErrorKind::Rejected | wq_forge::ForgeErrorKind::Invalid => {
-                        RequestError::BadRequest(message)
-                    }
-                    _ => RequestError::Upstream(message),
-                }
-            })?;
-        tracing::info!(item = %id, number, outcome = outcome.as_str(), caller = caller_identity, "manual merge");
-        let recorded = match self
-            .items
-            .event_insert(wq_store::NewEvent {
-                item_id: id,
-                event_type: MANUAL_MERGE_EVENT.to_owned(),
-                body: serde_json::json!({ "outcome": outcome.as_str(), "caller": caller_identity }),
-                now: self.clock.now(),
-            })
-            .await
-        {
-            Ok(_) => true,
-            Err(error) => {
-                // The merge happened; the webhook or the next reconcile reads it.
-                tracing::warn!(item = %id, %error, "manual merge not recorded as an event");
-                false
-            }
-        };
-        Ok(CommandReply {
-            status: 200,
-            body: serde_json::json!({ "status": outcome.as_str() }),
-            // The stored event is for the item to read now.
-            wake: recorded,
-        })
-    }
-
-    /// The details of an active item, for a command that only active items
-    /// take: 404 for an unknown item, 409 naming the phase otherwise.
-    async fn active_details(&self, id: ItemId, what: &str) -> Result<MrDetails, RequestError> {
-        let item = self
-            .items
-            .item_get(id)
-            .await
-            .map_err(request_store_error)?
-            .ok_or_else(|| RequestError::NotFound(format!("work item {id} not found")))?;
-        if item.phase != Phase::Active {
-            return Err(RequestError::Conflict(format!(
-                "work item {id} is {}; only active items can {what}",
-                item.phase.as_str()
-            )));
-        }
-        self.store
-            .get(id)
-            .await
-            .map_err(request_store_error)?
-            .ok_or_else(|| RequestError::NotFound(format!("work item {id} has no mr details")))
-    }
-
-    /// `POST /api/v1/work-items/{id}/retry-merge`: the explicit one-shot
-    /// retry of a failed (or expired in-flight) automatic merge attempt.
-    async fn retry_merge(&self, id: ItemId) -> Result<CommandReply, RequestError> {
-        let now = self.clock.now();
-        let details = self.active_details(id, "retry a merge").await?;
-        let deadline = Self::seconds(self.config.merge_attempt_deadline_seconds);
-        let cutoff = now - deadline;
-        match details.journal.result {
-            None => {
-                return Err(RequestError::Conflict(
-                    "no merge attempt has been made; nothing to retry".into(),
-                ));
-            }
-            Some(MergeResult::Accepted) => {
-                return Err(RequestError::Conflict(
-                    "the last merge attempt was accepted; nothing to retry".into(),
-                ));
-            }
-            Some(MergeResult::InFlight)
-                if details.journal.attempt_at.is_none_or(|at| at >= cutoff) =>
-            {
-                return Err(RequestError::Conflict(
-                    "a merge attempt is in flight; retry is refused until it fails or expires"
-                        .into(),
-                ));
-            }
-            _ => {}
-        }
-        if !self
-            .store
-            .authorize_merge_retry(id, now, cutoff)
-            .await
-            .map_err(request_store_error)?
-        {
-            return Err(RequestError::Conflict(
-                "the merge attempt changed meanwhile; nothing to retry".into(),
-            ));
-        }
-        tracing::info!(item = %id, "merge retry authorized");
-        Ok(CommandReply {
-            status: 202,
-            body: serde_json::json!({
-                "status": "accepted",
-                "message": "one new merge evaluation is authorized; every gate is still checked",
-            }),
-            wake: true,
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn store_failures_are_internal_and_keep_their_detail_for_the_log() {
-        let database = request_store_error(StoreError::Database(sqlx::Error::Protocol(
-            "relation \"mr_details\" does not exist".into(),
-        )));
-        assert!(
-            matches!(&database, RequestError::Internal(detail) if detail.contains("mr_details")),
-            "{database:?}"
-        );
-        let corrupt = request_store_error(StoreError::Corrupt("bad spec json".into()));
-        assert!(
-            matches!(&corrupt, RequestError::Internal(detail) if detail.contains("bad spec json")),
-            "{corrupt:?}"
-        );
-        let id = ItemId::new_v7();
-        assert_eq!(
-            request_store_error(StoreError::NotFound(id)),
-            RequestError::NotFound(format!("work item {id} not found"))
-        );
-        assert_eq!(
-            request_store_error(StoreError::Duplicate("taken".into())),
-            RequestError::Conflict("taken".into())
-        );
-        assert!(matches!(
-            request_store_error(StoreError::LeaseLost(id)),
-            RequestError::Conflict(_)
-        ));
     }
 }
