@@ -6,7 +6,30 @@
 //!
 //! The list is the dimension's detail, so the API (and the dashboard) shows
 //! every job with what was decided and which matcher decided it. Each job
-//! is in one [`JobState`]; `pending` and `scheduled` ask for work.
+//! is in one [`JobState`]; `pending` and `scheduled` ask for work:
+//!
+//! ```mermaid
+//! stateDiagram-v2
+//!     [*] --> pending: a Job webhook reports a failed job
+//!     pending --> scheduled: a retry matcher matched
+//!     scheduled --> retried: not_before passed, the forge retried it
+//!     pending --> reported: a report matcher matched
+//!     pending --> limit_reached: the matcher's retry limit is used up
+//!     pending --> no_match: no matcher matched
+//!     pending --> superseded: not the head pipeline's job
+//!     scheduled --> superseded
+//!     pending --> already_retried: a newer attempt exists
+//!     scheduled --> already_retried
+//!     pending --> not_failed: the job is no longer failed
+//!     scheduled --> not_failed
+//!     pending --> disabled: ci_retry turned off
+//!     scheduled --> disabled
+//!     pending --> error: the forge refused its trace or retry
+//!     scheduled --> error
+//! ```
+//!
+//! A transient forge error leaves a job open with a later `not_before`;
+//! every state but `pending` and `scheduled` is final.
 //!
 //! Safety (never retry what should not be): a job of a pipeline that is no
 //! longer the change request's head pipeline is `superseded`, read from

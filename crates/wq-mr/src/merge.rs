@@ -2,6 +2,27 @@
 //! the merge-attempt journal (GitHub merge queue design: "Automatic merge",
 //! "Queue observation", "Failure and recovery"). Pure functions; the
 //! `reconcile_mr` executor applies them.
+//!
+//! The journal (`last_merge_result` with its signature and the one-shot
+//! `merge_retry_authorized`) guards the one forge call that cannot be
+//! repeated safely: the merge. The `in_flight` reservation is durable
+//! before the call, and a signature is tried once unless a person retries:
+//!
+//! ```mermaid
+//! stateDiagram-v2
+//!     [*] --> in_flight: reserve_merge (every gate holds)
+//!     in_flight --> accepted: merged or queued
+//!     in_flight --> failed: the forge refused, or the deadline passed unconfirmed
+//!     failed --> in_flight: reserve_merge (a new signature, or retry-merge authorized)
+//!     accepted --> in_flight: reserve_merge (a new signature)
+//!     failed --> accepted: seen merged or queued
+//!     in_flight --> failed: retry-merge after the deadline
+//! ```
+//!
+//! `retry-merge` authorizes one new evaluation after `failed` (or an
+//! expired `in_flight`, which it fails first); `reserve_merge` consumes
+//! the authorization. A queue entry or a merge observed by a reconcile
+//! confirms the attempt as `accepted`, whoever made it.
 
 use sha2::{Digest, Sha256};
 use wq_core::ItemId;
