@@ -494,7 +494,7 @@ pub fn tick(state: &SimState) {
     let ids: Vec<u64> = gitlab.projects.keys().copied().collect();
     for id in ids {
         let mut ctx = Ctx::new(&mut gitlab, state, now, &base);
-        ctx.progress(id);
+        ops::progress(&mut ctx, id);
     }
 }
 
@@ -552,30 +552,6 @@ impl<'a> Ctx<'a> {
             ("X-Gitlab-Event-UUID".to_string(), uuid),
         ];
         self.sim.webhooks.send(hook.url.clone(), headers, body);
-    }
-
-    /// Progresses one project: jobs, pipelines, auto-merge, trains (until nothing changes).
-    pub fn progress(&mut self, project_id: u64) {
-        for _ in 0..8 {
-            let mut changed = pipelines::progress_pipelines(self, project_id);
-            changed |= ops::progress_auto_merge(self, project_id);
-            changed |= trains::progress_trains(self, project_id);
-            if !changed {
-                break;
-            }
-        }
-    }
-
-    /// Reacts to a branch moving (push, force push, merge): MR updates, pipelines, train staleness.
-    pub fn on_branch_updated(
-        &mut self,
-        project_id: u64,
-        branch: &str,
-        before: Option<&str>,
-        after: &str,
-        user: &User,
-    ) {
-        ops::on_source_pushed(self, project_id, branch, before, after, user);
     }
 }
 
