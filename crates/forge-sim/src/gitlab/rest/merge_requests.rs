@@ -1,7 +1,7 @@
 //! GitLab merge requests: create/get/list/update, mergeability (`detailed_merge_status`),
 //! approvals, merge (immediate, merge-when-pipeline-succeeds, via merge train) and rebase.
 //! Quick actions in a description (on create and update) run as the API user
-//! (see [`super::quick_actions`]).
+//! (see [`crate::gitlab::quick_actions`]).
 
 use std::sync::Arc;
 
@@ -11,13 +11,13 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::{Map, Value, json};
 
-use super::json::{approvals_json, mr_json};
-use super::model::{MergeRequest, detailed_merge_status, head_pipeline, is_draft_title};
-use super::ops::auto_merge::set_auto_merge;
-use super::ops::merge::{mr_mut, mr_ref};
-use super::ops::pipelines::create_pipeline;
-use super::ops::{self, approve_mr, do_merge, emit_mr_hook, unapprove_mr};
-use super::{
+use crate::gitlab::json::{approvals_json, mr_json};
+use crate::gitlab::model::{MergeRequest, detailed_merge_status, head_pipeline, is_draft_title};
+use crate::gitlab::ops::auto_merge::set_auto_merge;
+use crate::gitlab::ops::merge::{mr_mut, mr_ref};
+use crate::gitlab::ops::pipelines::create_pipeline;
+use crate::gitlab::ops::{self, approve_mr, do_merge, emit_mr_hook, unapprove_mr};
+use crate::gitlab::{
     ApiError, ApiResult, Ctx, Params, Project, created, ok, quick_actions, user_json, with_project,
 };
 use crate::state::{Shared, User};

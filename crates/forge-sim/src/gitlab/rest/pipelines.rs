@@ -6,10 +6,10 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use serde_json::Value;
 
-use super::json::{job_json, pipeline_basic_json, pipeline_json};
-use super::model::train_ref;
-use super::ops::pipelines::retry;
-use super::{ApiError, ApiResult, Params, created, ok, with_project};
+use crate::gitlab::json::{job_json, pipeline_basic_json, pipeline_json};
+use crate::gitlab::model::train_ref;
+use crate::gitlab::ops::pipelines::retry;
+use crate::gitlab::{ApiError, ApiResult, Params, created, ok, with_project};
 use crate::state::{Shared, User};
 
 pub async fn list(

@@ -5,10 +5,10 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde_json::Value;
 
-use super::json::car_json;
-use super::model::{AutoMerge, TrainCar, detailed_merge_status, head_pipeline};
-use super::ops::add_car;
-use super::{ApiError, ApiResult, Params, Project, created, ok, with_project};
+use crate::gitlab::json::car_json;
+use crate::gitlab::model::{AutoMerge, TrainCar, detailed_merge_status, head_pipeline};
+use crate::gitlab::ops::add_car;
+use crate::gitlab::{ApiError, ApiResult, Params, Project, created, ok, with_project};
 use crate::state::{Shared, User};
 
 fn parse_iid(raw: &str) -> Result<u64, ApiError> {

@@ -10,8 +10,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
-use super::json::{commit_detail_json, commit_json};
-use super::{
+use crate::gitlab::json::{commit_detail_json, commit_json};
+use crate::gitlab::{
     ApiError, ApiResult, Ctx, Params, Project, created, ok, ops, project_json, with_project,
 };
 use crate::repo::{FileEntry, Repo};
