@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::ci::JobSpec;
 use crate::faults::{FaultRule, WebhookFaultRule};
-use crate::gitlab::repository::{CommitRequest, FileAction, apply_commit};
+use crate::gitlab::rest::repository::{CommitRequest, FileAction, apply_commit};
 use crate::gitlab::{HookConfig, NewProject, ProjectSettings, with_project};
 use crate::repo::MergeMethod;
 use crate::state::{Shared, SimState, User, lock};
@@ -333,7 +333,7 @@ pub async fn open_gitlab_mr(
     if !spec.labels.is_empty() {
         params.insert("labels".into(), json!(spec.labels.join(",")));
     }
-    let response = crate::gitlab::merge_requests::create(
+    let response = crate::gitlab::rest::merge_requests::create(
         State(state.clone()),
         axum::Extension(user),
         Path(key.to_string()),

@@ -1,9 +1,8 @@
 //! Simulated GitLab (REST v4 subset): state, routing, auth and parameter parsing.
 //!
 //! Layout as in the GitHub half: [`model`] holds the entities and derived merge-request state,
-//! [`json`] the REST renderings, [`hooks`] the webhook payloads, [`ops`] the merge-request
-//! transitions; the resource modules (`merge_requests`, `notes`, `pipelines`, `trains`,
-//! `repository`, `protected_branches`) serve the HTTP surface.
+//! [`json`] the REST renderings, [`hooks`] the webhook payloads, [`quick_actions`] the note
+//! command parser, [`ops`] the state transitions, [`rest`] the HTTP surface.
 //!
 //! Pipelines: every push to a branch that is the source of an open merge request starts a branch
 //! pipeline (source `push`); opening or reopening a merge request starts one (source
@@ -12,33 +11,27 @@
 
 pub mod hooks;
 pub mod json;
-pub mod merge_requests;
 pub mod model;
-pub mod notes;
 pub mod ops;
-pub mod pipelines;
-pub mod protected_branches;
 pub mod quick_actions;
-pub mod repository;
-pub mod trains;
+pub mod rest;
 
 use std::collections::BTreeMap;
 
-use axum::extract::{FromRequest, Request, State};
+use axum::Json;
+use axum::extract::{FromRequest, Request};
 use axum::http::{StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
-use axum::{Json, Router};
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 
 use crate::ci::CiScript;
 use crate::repo::Repo;
-use crate::state::{Shared, SimState, User, lock};
+use crate::state::{SimState, lock};
 
 pub use json::{opt_ts, project_json, ts, user_json};
 pub use model::{HookConfig, NewProject, Project, ProjectSettings};
+pub use rest::router;
 
 /// All GitLab-side state.
 #[derive(Default)]
@@ -360,132 +353,6 @@ impl Params {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Auth
-
-/// `PRIVATE-TOKEN` or `Authorization: Bearer` → the user; 401 otherwise.
-async fn auth(State(state): State<Shared>, mut request: Request, next: Next) -> Response {
-    let headers = request.headers();
-    let token = headers
-        .get("private-token")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-        .or_else(|| {
-            headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| {
-                    v.strip_prefix("Bearer ")
-                        .or_else(|| v.strip_prefix("bearer "))
-                })
-                .map(|t| t.trim().to_string())
-        });
-    let user = token.and_then(|t| state.user_for_token(&t));
-    match user {
-        Some(user) => {
-            request.extensions_mut().insert(user);
-            next.run(request).await
-        }
-        None => ApiError::unauthorized().into_response(),
-    }
-}
-
-/// The GitLab REST router (mounted under `/api/v4`).
-pub fn router(state: Shared) -> Router<Shared> {
-    let project = "/projects/{id}";
-    let mr = "/projects/{id}/merge_requests/{iid}";
-    Router::new()
-        .route("/user", get(current_user))
-        .route(project, get(repository::get_project))
-        .route(
-            &format!("{project}/repository/files/{{file_path}}"),
-            get(repository::get_file),
-        )
-        .route(
-            &format!("{project}/repository/files/{{file_path}}/raw"),
-            get(repository::get_file_raw),
-        )
-        .route(
-            &format!("{project}/repository/branches"),
-            get(repository::list_branches).post(repository::create_branch),
-        )
-        .route(
-            &format!("{project}/repository/branches/{{branch}}"),
-            get(repository::get_branch).delete(repository::delete_branch),
-        )
-        .route(
-            &format!("{project}/repository/commits"),
-            post(repository::create_commit),
-        )
-        .route(
-            &format!("{project}/repository/commits/{{sha}}"),
-            get(repository::get_commit),
-        )
-        .route(
-            &format!("{project}/repository/compare"),
-            get(repository::compare),
-        )
-        .route(
-            &format!("{project}/merge_requests"),
-            get(merge_requests::list).post(merge_requests::create),
-        )
-        .route(mr, get(merge_requests::get_one).put(merge_requests::update))
-        .route(&format!("{mr}/merge"), put(merge_requests::merge))
-        .route(&format!("{mr}/rebase"), put(merge_requests::rebase))
-        .route(&format!("{mr}/approvals"), get(merge_requests::approvals))
-        .route(&format!("{mr}/approve"), post(merge_requests::approve))
-        .route(&format!("{mr}/unapprove"), post(merge_requests::unapprove))
-        .route(&format!("{mr}/pipelines"), get(pipelines::mr_pipelines))
-        .route(&format!("{mr}/notes"), get(notes::list).post(notes::create))
-        .route(
-            &format!("{mr}/notes/{{note_id}}"),
-            get(notes::get_one).put(notes::update),
-        )
-        .route(&format!("{project}/pipelines"), get(pipelines::list))
-        .route(
-            &format!("{project}/pipelines/{{pipeline_id}}"),
-            get(pipelines::get_one),
-        )
-        .route(
-            &format!("{project}/pipelines/{{pipeline_id}}/jobs"),
-            get(pipelines::pipeline_jobs),
-        )
-        .route(
-            &format!("{project}/jobs/{{job_id}}"),
-            get(pipelines::get_job),
-        )
-        .route(
-            &format!("{project}/jobs/{{job_id}}/trace"),
-            get(pipelines::job_trace),
-        )
-        .route(
-            &format!("{project}/jobs/{{job_id}}/retry"),
-            post(pipelines::retry_job),
-        )
-        .route(
-            &format!("{project}/protected_branches"),
-            get(protected_branches::list),
-        )
-        .route(
-            &format!("{project}/protected_branches/{{name}}"),
-            get(protected_branches::get_one),
-        )
-        .route(&format!("{project}/merge_trains"), get(trains::list))
-        .route(
-            &format!("{project}/merge_trains/merge_requests/{{iid}}"),
-            get(trains::get_car).post(trains::add_car_endpoint),
-        )
-        .fallback(|| async { ApiError::not_found("").into_response() })
-        .layer(axum::middleware::from_fn_with_state(state, auth))
-}
-
-async fn current_user(
-    axum::Extension(user): axum::Extension<User>,
-    State(state): State<Shared>,
-) -> ApiResult {
-    ok(user_json(&user, &state.base_url()))
-}
-
 /// Progresses pipelines, jobs, auto-merges and merge trains of every project.
 pub fn tick(state: &SimState) {
     let now = state.clock.now();
@@ -494,7 +361,7 @@ pub fn tick(state: &SimState) {
     let ids: Vec<u64> = gitlab.projects.keys().copied().collect();
     for id in ids {
         let mut ctx = Ctx::new(&mut gitlab, state, now, &base);
-        ctx.progress(id);
+        ops::progress(&mut ctx, id);
     }
 }
 
@@ -552,30 +419,6 @@ impl<'a> Ctx<'a> {
             ("X-Gitlab-Event-UUID".to_string(), uuid),
         ];
         self.sim.webhooks.send(hook.url.clone(), headers, body);
-    }
-
-    /// Progresses one project: jobs, pipelines, auto-merge, trains (until nothing changes).
-    pub fn progress(&mut self, project_id: u64) {
-        for _ in 0..8 {
-            let mut changed = pipelines::progress_pipelines(self, project_id);
-            changed |= ops::progress_auto_merge(self, project_id);
-            changed |= trains::progress_trains(self, project_id);
-            if !changed {
-                break;
-            }
-        }
-    }
-
-    /// Reacts to a branch moving (push, force push, merge): MR updates, pipelines, train staleness.
-    pub fn on_branch_updated(
-        &mut self,
-        project_id: u64,
-        branch: &str,
-        before: Option<&str>,
-        after: &str,
-        user: &User,
-    ) {
-        ops::on_source_pushed(self, project_id, branch, before, after, user);
     }
 }
 

@@ -1,12 +1,13 @@
-//! Automatic merge (merge when the pipeline succeeds, or via the merge train) and the reaction
-//! to a source branch moving.
+//! Automatic merge: merging when the pipeline succeeds, or through the merge train (adding cars
+//! and progressing the train).
 
 use serde_json::json;
 
-use super::merge::{add_system_note, do_merge, emit_mr_hook};
+use super::merge::{add_system_note, emit_mr_hook};
+use super::push::{do_merge, on_branch_updated};
+use super::trains;
 use crate::gitlab::model::{AutoMerge, detailed_merge_status, head_pipeline};
-use crate::gitlab::pipelines::create_pipeline;
-use crate::gitlab::{Ctx, trains};
+use crate::gitlab::{ApiError, Ctx};
 use crate::state::User;
 
 #[allow(
@@ -71,7 +72,7 @@ pub fn progress_auto_merge(ctx: &mut Ctx<'_>, pid: u64) -> bool {
                     {
                         auto_merge.strategy = "merge_train".to_string();
                     }
-                    if trains::add_car(ctx, pid, iid, &auto.user, auto.squash).is_err() {
+                    if add_car(ctx, pid, iid, &auto.user, auto.squash).is_err() {
                         cancel_auto_merge(
                             ctx,
                             pid,
@@ -122,48 +123,38 @@ pub fn cancel_auto_merge(ctx: &mut Ctx<'_>, pid: u64, iid: u64, user: &User, rea
     );
 }
 
-/// A push to `branch`: updates open MRs whose source it is, starts their pipeline, emits hooks.
-pub fn on_source_pushed(
+/// Adds an MR to its target branch's train (as the last car) and progresses the train.
+pub fn add_car(
     ctx: &mut Ctx<'_>,
     pid: u64,
-    branch: &str,
-    before: Option<&str>,
-    after: &str,
+    iid: u64,
     user: &User,
-) {
-    let now = ctx.now;
-    let iids: Vec<u64> = ctx
-        .project(pid)
-        .merge_requests
-        .values()
-        .filter(|m| m.is_open() && m.source_branch == branch)
-        .map(|m| m.iid)
-        .collect();
-    if iids.is_empty() {
-        return;
+    squash: bool,
+) -> Result<(), ApiError> {
+    trains::enqueue(ctx, pid, iid, user, squash)?;
+    progress_trains(ctx, pid);
+    Ok(())
+}
+
+/// Rebuilds stale cars, merges the first cars whose pipelines passed, drops failed ones.
+pub fn progress_trains(ctx: &mut Ctx<'_>, pid: u64) -> bool {
+    if ctx.project(pid).train.is_empty() {
+        return false;
     }
-    for iid in &iids {
-        let mut oldrev = None;
-        if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(iid)
-            && mr.sha != after
-        {
-            oldrev = Some(std::mem::replace(&mut mr.sha, after.to_string()));
-            mr.updated_at = now;
-            mr.merge_error = None;
-        }
-        if let Some(oldrev) = oldrev {
-            trains::drop_car(ctx, pid, *iid, Some("the source branch was updated"));
-            emit_mr_hook(ctx, pid, *iid, "update", user, json!({}), Some(&oldrev));
+    let mut changed = trains::drop_stopped(ctx, pid);
+    for target in trains::targets(ctx.project(pid)) {
+        changed |= trains::rebuild_target(ctx, pid, &target);
+        if let Some(moved) = trains::merge_front(ctx, pid, &target) {
+            on_branch_updated(
+                ctx,
+                pid,
+                &target,
+                Some(&moved.before),
+                &moved.after,
+                &moved.user,
+            );
+            changed = true;
         }
     }
-    create_pipeline(
-        ctx,
-        pid,
-        branch,
-        after,
-        before,
-        "push",
-        user,
-        iids.first().copied(),
-    );
+    changed
 }

@@ -1,12 +1,10 @@
-//! Merge-request transitions: approvals, merging (now or at the front of a train), system notes
-//! and merge-request hooks.
+//! A merge request's own transitions: approvals, being marked merged, system notes and
+//! merge-request hooks.
 
-use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::gitlab::model::{MergeRequest, Note, approvals_left};
 use crate::gitlab::{ApiError, Ctx, Project, hooks};
-use crate::repo::MergeMethod;
 use crate::state::User;
 
 pub(crate) fn mr_ref(project: &Project, iid: u64) -> Result<&MergeRequest, ApiError> {
@@ -86,54 +84,6 @@ pub fn unapprove_mr(ctx: &mut Ctx<'_>, pid: u64, iid: u64, user: &User) -> Resul
     mr.updated_at = now;
     emit_mr_hook(ctx, pid, iid, "unapproval", user, json!({}), None);
     Ok(true)
-}
-
-/// Merges an MR now. Conflicts → 422 "Branch cannot be merged".
-pub fn do_merge(
-    ctx: &mut Ctx<'_>,
-    pid: u64,
-    iid: u64,
-    user: &User,
-    squash: bool,
-    message: Option<String>,
-    remove_source: bool,
-) -> Result<(), ApiError> {
-    let now = ctx.now;
-    let project = ctx.project_mut(pid);
-    let mr = mr_ref(project, iid)?.clone();
-    let method = if squash {
-        MergeMethod::Squash
-    } else {
-        project.settings.merge_method
-    };
-    let before = project
-        .repo
-        .branch_head(&mr.target_branch)
-        .map(str::to_string);
-    let message = message.unwrap_or_else(|| match method {
-        MergeMethod::Squash => mr.title.clone(),
-        _ => format!(
-            "Merge branch '{}' into '{}'\n\n{}\n\nSee merge request {}!{}",
-            mr.source_branch, mr.target_branch, mr.title, project.path_with_namespace, mr.iid
-        ),
-    });
-    let new_head = project
-        .repo
-        .merge_into(&mr.target_branch, &mr.sha, method, &message, now)
-        .map_err(|_| {
-            ApiError::message(StatusCode::UNPROCESSABLE_ENTITY, "Branch cannot be merged")
-        })?;
-    finish_merge(
-        ctx,
-        pid,
-        iid,
-        user,
-        &new_head,
-        squash,
-        remove_source || mr.force_remove_source_branch,
-    );
-    ctx.on_branch_updated(pid, &mr.target_branch, before.as_deref(), &new_head, user);
-    Ok(())
 }
 
 /// Marks an MR merged at `merge_sha` (the target already points there) and emits the hook.

@@ -1,7 +1,7 @@
 //! GitLab merge requests: create/get/list/update, mergeability (`detailed_merge_status`),
 //! approvals, merge (immediate, merge-when-pipeline-succeeds, via merge train) and rebase.
 //! Quick actions in a description (on create and update) run as the API user
-//! (see [`super::quick_actions`]).
+//! (see [`crate::gitlab::quick_actions`]).
 
 use std::sync::Arc;
 
@@ -11,15 +11,14 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::{Map, Value, json};
 
-use super::json::{approvals_json, mr_json};
-use super::model::{MergeRequest, detailed_merge_status, head_pipeline, is_draft_title};
-use super::ops::auto_merge::set_auto_merge;
-use super::ops::merge::{mr_mut, mr_ref};
-use super::ops::{approve_mr, do_merge, emit_mr_hook, unapprove_mr};
-use super::pipelines::create_pipeline;
-use super::{
-    ApiError, ApiResult, Ctx, Params, Project, created, ok, quick_actions, trains, user_json,
-    with_project,
+use crate::gitlab::json::{approvals_json, mr_json};
+use crate::gitlab::model::{MergeRequest, detailed_merge_status, head_pipeline, is_draft_title};
+use crate::gitlab::ops::auto_merge::set_auto_merge;
+use crate::gitlab::ops::merge::{mr_mut, mr_ref};
+use crate::gitlab::ops::pipelines::create_pipeline;
+use crate::gitlab::ops::{self, approve_mr, do_merge, emit_mr_hook, unapprove_mr};
+use crate::gitlab::{
+    ApiError, ApiResult, Ctx, Params, Project, created, ok, quick_actions, user_json, with_project,
 };
 use crate::state::{Shared, User};
 
@@ -508,7 +507,7 @@ fn merge_from_quick_action(
                 remove_source,
                 None,
             );
-            trains::add_car(ctx, pid, iid, user, mr.squash)?;
+            ops::add_car(ctx, pid, iid, user, mr.squash)?;
         }
         "mergeable" => {
             // A merge that fails (e.g. a race with the target) leaves the MR open, as in GitLab.
@@ -684,7 +683,7 @@ pub fn apply_update(
         mr.updated_at = now;
     }
     if action == "close" {
-        trains::drop_car(ctx, pid, iid, None);
+        ops::trains::drop_car(ctx, pid, iid, None);
     }
     if !changes.is_empty() {
         emit_mr_hook(ctx, pid, iid, action, user, Value::Object(changes), None);
@@ -839,7 +838,7 @@ pub async fn merge(
                     remove_source,
                     message,
                 );
-                trains::add_car(ctx, pid, iid, &user, squash)?;
+                ops::add_car(ctx, pid, iid, &user, squash)?;
             }
         } else if auto && pipeline_active {
             set_auto_merge(
@@ -897,7 +896,7 @@ pub async fn rebase(
                 now,
             );
             project.repo.set_branch(&mr.source_branch, &sha);
-            ctx.on_branch_updated(pid, &mr.source_branch, Some(&mr.sha), &sha, &user);
+            ops::on_branch_updated(ctx, pid, &mr.source_branch, Some(&mr.sha), &sha, &user);
         }
         Ok((
             StatusCode::ACCEPTED,

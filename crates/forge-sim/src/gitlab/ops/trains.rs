@@ -1,27 +1,29 @@
-//! GitLab merge trains: cars, train pipelines on merged results, merging in order, API endpoints.
+//! Merge trains: cars, train pipelines on merged results, merging in order.
 //!
 //! Each car's train commit is its MR merged onto the previous car's train commit (the first car:
 //! onto the target head). When a car's base no longer matches (target moved, a car ahead left),
 //! its pipeline is canceled and it is rebuilt (`stale` → `fresh`). The first car merges when its
 //! pipeline succeeds (the target fast-forwards to the train commit); a car whose pipeline fails,
-//! whose MR conflicts or receives a push leaves the train (with a system note).
+//! whose MR conflicts or receives a push leaves the train (with a system note). The train's
+//! progress, which reacts to the merges made here, is `auto_merge::progress_trains`.
 
 use std::sync::Arc;
 
-use axum::Extension;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use serde_json::Value;
-
-use super::json::car_json;
-use super::model::{TrainCar, detailed_merge_status, head_pipeline, train_ref};
-use super::ops::merge::{add_system_note, finish_merge};
+use super::merge::{add_system_note, finish_merge};
 use super::pipelines::{cancel_pipeline, create_pipeline};
-use super::{ApiError, ApiResult, Ctx, Params, Project, created, ok, with_project};
-use crate::state::{Shared, User};
+use crate::gitlab::model::{TrainCar, train_ref};
+use crate::gitlab::{ApiError, Ctx, Project};
+use crate::state::User;
 
-/// Adds an MR to its target branch's train (as the last car).
-pub fn add_car(
+/// A merged car moved its target branch from `before` to `after`.
+pub struct BranchMove {
+    pub before: String,
+    pub after: String,
+    pub user: User,
+}
+
+/// Puts an MR on its target branch's train (as the last car); the train progresses separately.
+pub fn enqueue(
     ctx: &mut Ctx<'_>,
     pid: u64,
     iid: u64,
@@ -56,7 +58,6 @@ pub fn add_car(
         merged_at: None,
     });
     add_system_note(ctx, pid, iid, "started a merge train", user);
-    progress_trains(ctx, pid);
     Ok(())
 }
 
@@ -87,13 +88,8 @@ pub fn drop_car(ctx: &mut Ctx<'_>, pid: u64, iid: u64, reason: Option<&str>) {
     }
 }
 
-/// Rebuilds stale cars, merges the first cars whose pipelines passed, drops failed ones.
-pub fn progress_trains(ctx: &mut Ctx<'_>, pid: u64) -> bool {
-    if ctx.project(pid).train.is_empty() {
-        return false;
-    }
-    let mut changed = false;
-    // Drop cars whose pipeline failed or whose MR is no longer open.
+/// Drops cars whose pipeline failed or whose MR is no longer open; true when any left.
+pub fn drop_stopped(ctx: &mut Ctx<'_>, pid: u64) -> bool {
     let mut to_drop: Vec<(u64, &'static str)> = Vec::new();
     {
         let project = ctx.project(pid);
@@ -115,27 +111,26 @@ pub fn progress_trains(ctx: &mut Ctx<'_>, pid: u64) -> bool {
             }
         }
     }
+    let changed = !to_drop.is_empty();
     for (iid, reason) in to_drop {
         drop_car(ctx, pid, iid, Some(reason));
-        changed = true;
-    }
-    let targets: Vec<String> = {
-        let mut targets: Vec<String> = Vec::new();
-        for car in &ctx.project(pid).train {
-            if !targets.contains(&car.target_branch) {
-                targets.push(car.target_branch.clone());
-            }
-        }
-        targets
-    };
-    for target in targets {
-        changed |= rebuild_target(ctx, pid, &target);
-        changed |= merge_front(ctx, pid, &target);
     }
     changed
 }
 
-fn rebuild_target(ctx: &mut Ctx<'_>, pid: u64, target: &str) -> bool {
+/// The target branches of the cars, in train order.
+pub fn targets(project: &Project) -> Vec<String> {
+    let mut targets: Vec<String> = Vec::new();
+    for car in &project.train {
+        if !targets.contains(&car.target_branch) {
+            targets.push(car.target_branch.clone());
+        }
+    }
+    targets
+}
+
+/// Rebuilds the stale cars for `target`: each car's train commit on top of the one before.
+pub fn rebuild_target(ctx: &mut Ctx<'_>, pid: u64, target: &str) -> bool {
     let now = ctx.now;
     let mut changed = false;
     let Some(mut expected_base) = ctx
@@ -231,22 +226,21 @@ fn rebuild_target(ctx: &mut Ctx<'_>, pid: u64, target: &str) -> bool {
     changed
 }
 
-fn merge_front(ctx: &mut Ctx<'_>, pid: u64, target: &str) -> bool {
+/// Merges the first car for `target` when its pipeline passed: the target fast-forwards to its
+/// train commit. Returns the branch move, for the caller to react to.
+pub fn merge_front(ctx: &mut Ctx<'_>, pid: u64, target: &str) -> Option<BranchMove> {
     let now = ctx.now;
     let project = ctx.project(pid);
-    let Some(car) = project
+    let car = project
         .train
         .iter()
         .find(|c| c.target_branch == target)
-        .cloned()
-    else {
-        return false;
-    };
+        .cloned()?;
     let (Some(base_sha), Some(train_sha)) = (car.base_sha.clone(), car.train_sha.clone()) else {
-        return false;
+        return None;
     };
     if project.repo.branch_head(target) != Some(base_sha.as_str()) {
-        return false;
+        return None;
     }
     let passed = match car.pipeline_id {
         Some(id) => project
@@ -256,7 +250,7 @@ fn merge_front(ctx: &mut Ctx<'_>, pid: u64, target: &str) -> bool {
         None => true,
     };
     if !passed {
-        return false;
+        return None;
     }
     let remove_source = project.merge_requests.get(&car.mr_iid).is_some_and(|m| {
         m.force_remove_source_branch
@@ -285,136 +279,9 @@ fn merge_front(ctx: &mut Ctx<'_>, pid: u64, target: &str) -> bool {
         car.squash,
         remove_source,
     );
-    ctx.on_branch_updated(pid, target, Some(&base_sha), &train_sha, &car.user);
-    true
-}
-
-fn parse_iid(raw: &str) -> Result<u64, ApiError> {
-    raw.parse()
-        .map_err(|_| ApiError::param("merge_request_iid is invalid"))
-}
-
-fn require_trains(project: &Project) -> Result<(), ApiError> {
-    if project.settings.merge_trains_enabled {
-        Ok(())
-    } else {
-        Err(ApiError::message(StatusCode::FORBIDDEN, "403 Forbidden"))
-    }
-}
-
-pub async fn list(
-    State(state): State<Shared>,
-    Path(id): Path<String>,
-    params: Params,
-) -> ApiResult {
-    let scope = params.str("scope");
-    let ascending = params.str("sort").as_deref() == Some("asc");
-    with_project(&state, &id, |ctx, pid| {
-        let project = ctx.project(pid);
-        require_trains(project)?;
-        let mut cars: Vec<&TrainCar> = Vec::new();
-        if scope.as_deref() != Some("complete") {
-            cars.extend(project.train.iter());
-        }
-        if scope.as_deref() != Some("active") {
-            cars.extend(project.train_history.iter());
-        }
-        cars.sort_by_key(|c| c.id);
-        if !ascending {
-            cars.reverse();
-        }
-        ok(Value::Array(
-            cars.into_iter()
-                .map(|c| car_json(project, c, ctx.base))
-                .collect(),
-        ))
-    })
-}
-
-pub async fn get_car(
-    State(state): State<Shared>,
-    Path((id, iid)): Path<(String, String)>,
-) -> ApiResult {
-    let iid = parse_iid(&iid)?;
-    with_project(&state, &id, |ctx, pid| {
-        let project = ctx.project(pid);
-        require_trains(project)?;
-        let car = project
-            .train
-            .iter()
-            .chain(project.train_history.iter().rev())
-            .find(|c| c.mr_iid == iid)
-            .ok_or_else(|| ApiError::not_found("Merge Train Merge Request"))?;
-        ok(car_json(project, car, ctx.base))
-    })
-}
-
-/// `POST /merge_trains/merge_requests/:iid` (`when_pipeline_succeeds`, `sha`, `squash`).
-pub async fn add_car_endpoint(
-    State(state): State<Shared>,
-    Extension(user): Extension<User>,
-    Path((id, iid)): Path<(String, String)>,
-    params: Params,
-) -> ApiResult {
-    let iid = parse_iid(&iid)?;
-    let when_pipeline_succeeds = params.flag("when_pipeline_succeeds")?;
-    let sha = params.str("sha");
-    let squash = params.bool("squash")?;
-    with_project(&state, &id, |ctx, pid| {
-        let project = ctx.project(pid);
-        require_trains(project)?;
-        let mr = project
-            .merge_requests
-            .get(&iid)
-            .ok_or_else(|| ApiError::not_found(""))?;
-        let status = detailed_merge_status(project, mr);
-        let running = matches!(
-            head_pipeline(project, &mr.source_branch, &mr.sha).map(|p| p.status.as_str()),
-            Some("created" | "pending" | "running")
-        );
-        let allowed =
-            status == "mergeable" || (status == "ci_still_running" && when_pipeline_succeeds);
-        if !allowed {
-            return Err(ApiError::bad_request("Failed to merge"));
-        }
-        if let Some(sha) = &sha
-            && sha != &mr.sha
-        {
-            return Err(ApiError::message(
-                StatusCode::CONFLICT,
-                format!("SHA does not match HEAD of source branch: {}", mr.sha),
-            ));
-        }
-        let squash = squash.unwrap_or(mr.squash);
-        let strategy = if running {
-            "add_to_merge_train_when_pipeline_succeeds"
-        } else {
-            "merge_train"
-        };
-        if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(&iid) {
-            mr.auto_merge = Some(super::model::AutoMerge {
-                strategy: strategy.to_string(),
-                user: user.clone(),
-                squash,
-                remove_source_branch: false,
-                commit_message: None,
-            });
-        }
-        if !running {
-            add_car(ctx, pid, iid, &user, squash)?;
-        }
-        let project = ctx.project(pid);
-        let target = project
-            .merge_requests
-            .get(&iid)
-            .map(|m| m.target_branch.clone())
-            .unwrap_or_default();
-        let cars: Vec<Value> = project
-            .train
-            .iter()
-            .filter(|c| c.target_branch == target)
-            .map(|c| car_json(project, c, ctx.base))
-            .collect();
-        created(Value::Array(cars))
+    Some(BranchMove {
+        before: base_sha,
+        after: train_sha,
+        user: car.user,
     })
 }

@@ -10,9 +10,9 @@ use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
-use super::json::protected_branch_json;
-use super::model::ProtectedBranch;
-use super::{ApiError, ApiResult, Params, Project, with_project};
+use crate::gitlab::json::protected_branch_json;
+use crate::gitlab::model::ProtectedBranch;
+use crate::gitlab::{ApiError, ApiResult, Params, Project, with_project};
 use crate::state::Shared;
 
 /// GitLab's default and largest `per_page`.

@@ -10,8 +10,10 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
-use super::json::{commit_detail_json, commit_json};
-use super::{ApiError, ApiResult, Ctx, Params, Project, created, ok, project_json, with_project};
+use crate::gitlab::json::{commit_detail_json, commit_json};
+use crate::gitlab::{
+    ApiError, ApiResult, Ctx, Params, Project, created, ok, ops, project_json, with_project,
+};
 use crate::repo::{FileEntry, Repo};
 use crate::state::{Shared, User};
 
@@ -191,7 +193,7 @@ pub async fn create_branch(
             .map(|c| c.sha.clone())
             .ok_or_else(|| ApiError::bad_request(format!("Invalid reference name: {reference}")))?;
         project.repo.set_branch(&branch, &sha);
-        ctx.on_branch_updated(pid, &branch, None, &sha, &user);
+        ops::on_branch_updated(ctx, pid, &branch, None, &sha, &user);
         created(branch_json(ctx.project(pid), &branch, ctx.base))
     })
 }
@@ -496,7 +498,7 @@ pub fn apply_commit(
         now,
     );
     repo.set_branch(&request.branch, &sha);
-    ctx.on_branch_updated(pid, &request.branch, existing.as_deref(), &sha, user);
+    ops::on_branch_updated(ctx, pid, &request.branch, existing.as_deref(), &sha, user);
     Ok(sha)
 }
 

@@ -8,10 +8,12 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
 
-use super::json::note_json;
 use super::merge_requests;
-use super::model::Note;
-use super::{ApiError, ApiResult, Ctx, Params, created, hooks, ok, quick_actions, with_project};
+use crate::gitlab::json::note_json;
+use crate::gitlab::model::Note;
+use crate::gitlab::{
+    ApiError, ApiResult, Ctx, Params, created, hooks, ok, quick_actions, with_project,
+};
 use crate::state::{Shared, User};
 
 fn ids(iid: &str, note_id: Option<&str>) -> Result<(u64, Option<u64>), ApiError> {
