@@ -567,6 +567,7 @@ fn serve_without_rules_warns_refuses_the_api_and_answers_health() {
 
 /// README's first command: the demo follows every change to its end and
 /// exits 0 with `--exit`.
+#[cfg(feature = "demo")]
 #[test]
 fn the_demo_follows_every_change_to_its_end() {
     let output = workqueue(&["demo", "--exit", "--port", "0"]);
