@@ -1,6 +1,10 @@
 //! End-to-end tests of the built binary: `config check`, `migrate`,
 //! `token new`, and `serve` on a free port over a temp SQLite file, driven
 //! with `items list|show|retry` and the token, then stopped with SIGTERM.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test fixtures read the wall clock"
+)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
