@@ -7,6 +7,10 @@
 //! ticker, so both real-time demos and `advance()`-driven tests work.
 
 #![recursion_limit = "256"]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the sim clock is wall time plus an offset"
+)]
 
 pub mod ci;
 pub mod control;

@@ -17,6 +17,10 @@
 //!
 //! Env: `WQ_BENCH_SUBMISSIONS` (default 2000), `WQ_BENCH_MERGES` (20),
 //! `WQ_BENCH_BACKENDS` (`sqlite,postgres`).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the benchmark times on the wall clock"
+)]
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

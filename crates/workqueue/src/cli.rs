@@ -1,5 +1,6 @@
 //! The command line (clap derive): `serve`, `migrate`, `config check`,
-//! `items list|show|retry`, `token new`, `demo`.
+//! `items list|show|retry`, `token new`, and `demo` in a build with the
+//! `demo` feature (the default).
 
 use std::path::PathBuf;
 
@@ -44,9 +45,11 @@ pub enum Command {
     /// Run the whole service with no setup: SQLite, a simulated GitLab and
     /// GitHub in the same process, a few submitted changes followed to their
     /// end.
+    #[cfg(feature = "demo")]
     Demo(DemoArgs),
 }
 
+#[cfg(feature = "demo")]
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Port of the service (0: any free port).

@@ -5,6 +5,7 @@
 pub mod app;
 pub mod cli;
 pub mod config;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod items;
 pub mod logging;

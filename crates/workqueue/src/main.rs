@@ -10,7 +10,9 @@ use clap::Parser;
 
 use workqueue::cli::{Cli, Command, ConfigCommand, TokenCommand};
 use workqueue::config::Config;
-use workqueue::{demo, items, logging, serve, token, types};
+#[cfg(feature = "demo")]
+use workqueue::demo;
+use workqueue::{items, logging, serve, token, types};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -43,6 +45,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let config = Config::load_or_default(args.config.as_deref())?;
             runtime()?.block_on(serve::migrate(&config))
         }
+        #[cfg(feature = "demo")]
         Command::Demo(args) => {
             // The demo prints its own progress; logs only for trouble.
             logging::init_with_default(cli.log_format, "warn");

@@ -1,6 +1,10 @@
 //! End-to-end tests of the built binary: `config check`, `migrate`,
 //! `token new`, and `serve` on a free port over a temp SQLite file, driven
 //! with `items list|show|retry` and the token, then stopped with SIGTERM.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test fixtures read the wall clock"
+)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -567,6 +571,7 @@ fn serve_without_rules_warns_refuses_the_api_and_answers_health() {
 
 /// README's first command: the demo follows every change to its end and
 /// exits 0 with `--exit`.
+#[cfg(feature = "demo")]
 #[test]
 fn the_demo_follows_every_change_to_its_end() {
     let output = workqueue(&["demo", "--exit", "--port", "0"]);

@@ -12,6 +12,10 @@
 //! `cargo bench -p wq-api --bench auth`; `WQ_BENCH_AUTH_SECONDS` sets the
 //! seconds per case (default 5), `WQ_BENCH_AUTH_CLIENTS` the concurrent
 //! keep-alive clients (default 16). Server and clients share the process.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benchmark fixtures read the wall clock"
+)]
 
 #[path = "../../wq-auth/tests/auth/helpers.rs"]
 #[allow(

@@ -6,6 +6,10 @@
 //! `cargo bench -p wq-auth --bench auth`; `WQ_BENCH_AUTH_ROUNDS` sets the
 //! authentications per case (default 20,000). The issuer is a local server
 //! that is asked once; the loop runs on one task.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benchmark fixtures read the wall clock"
+)]
 
 #[path = "../tests/auth/helpers.rs"]
 #[allow(

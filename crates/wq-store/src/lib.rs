@@ -26,6 +26,10 @@ mod ops;
 pub mod postgres;
 pub mod sqlite;
 #[cfg(feature = "testing")]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "test databases are named by wall-clock time"
+)]
 pub mod testing;
 
 pub use codec::to_micros;

@@ -3,6 +3,10 @@
 //! guard in `items/claim_snapshot.sql`, the UPDATE's re-check on the newer
 //! row claims the item while the dimension read shows the state before the
 //! commit, and the loop redoes a step that was already done.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test fixtures read the wall clock"
+)]
 
 use std::time::Duration as StdDuration;
 

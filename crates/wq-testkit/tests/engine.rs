@@ -2,6 +2,10 @@
 //! chained loop, crash safety at every step, two engines on one database,
 //! lease reclaim, events arriving during exit, handled types, failures,
 //! deadline and shutdown.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test fixtures read the wall clock"
+)]
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

@@ -1,5 +1,9 @@
 //! End-to-end tests of the `mr` item type on GitLab: the real service over
 //! HTTP against forge-sim, on SQLite and on PostgreSQL.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test fixtures read the wall clock"
+)]
 
 mod auth;
 mod ci_retry;

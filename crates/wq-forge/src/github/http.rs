@@ -79,6 +79,10 @@ impl Answer {
     }
 
     /// The error the answer stands for.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "Retry-After HTTP dates count from wall time"
+    )]
     pub fn error(&self) -> ForgeError {
         error_from_answer(self.status, &self.headers, &self.body, SystemTime::now())
     }

@@ -61,6 +61,10 @@ impl Http {
     }
 
     /// Sends the call; a 2xx answer is returned, anything else is an error.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "Retry-After HTTP dates count from wall time"
+    )]
     pub async fn send(&self, call: &Call) -> ForgeResult<reqwest::Response> {
         let response = self
             .request(call)

@@ -131,7 +131,10 @@ pub fn reopen_pr(r: &mut GhRepo, env: &mut Env, ctx: &Ctx, number: u64) -> Resul
 }
 
 /// Opens a pull request (REST validation rules and messages).
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the REST request's fields, each used once"
+)]
 pub fn open_pr(
     r: &mut GhRepo,
     env: &mut Env,
@@ -265,7 +268,10 @@ pub(super) fn mark_merged(
 }
 
 /// Merges a pull request directly (`PUT .../merge`); returns the new base head.
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the REST request's fields, each used once"
+)]
 pub fn merge_pr(
     r: &mut GhRepo,
     env: &mut Env,
