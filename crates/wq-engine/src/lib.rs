@@ -21,8 +21,8 @@
 //! - **Backoff.** A failed action keeps the item leased until the backoff
 //!   ends ([`EngineConfig::backoff`]: doubling from `backoff_base`, 2 s,
 //!   at least the forge's `Retry-After`); the sweep skips leased items, so
-//!   no timer table is needed. Past `max_attempts`, or on a permanent error, the item
-//!   fails.
+//!   no timer table is needed. Past `max_attempts`, or on a permanent
+//!   error, the item fails.
 //! - **Events.** `event_insert` writes the event and `actionable = true` in
 //!   one transaction under the item's advisory lock (PostgreSQL) or the write
 //!   lock (SQLite). The park takes the same lock, so an event arriving while
@@ -60,8 +60,10 @@
 //!   after the grace (an executor stuck on a forge call): their heartbeats
 //!   stop and their leases are *not* released (the step may still be writing
 //!   to the forge), so the leases expire and the sweep resumes the items.
-//!   `workqueue serve` stops the HTTP server and the engine together on
-//!   SIGTERM or SIGINT, each within `server.shutdown_grace_seconds`.
+//!   `workqueue serve` (`workqueue::serve::serve_until`) stops the HTTP
+//!   server and the engine together on SIGTERM or SIGINT, each within
+//!   `server.shutdown_grace_seconds`; connections still open after the
+//!   grace are dropped.
 
 mod config;
 mod manager;
