@@ -14,6 +14,39 @@
 //!
 //! Errors: [`AuthConfigErrors`] for the config, [`SetupError`] for building,
 //! [`AuthFailure`] and [`Forbidden`] per request.
+//!
+//! # Token forms
+//!
+//! A token that is not visible ASCII or is over [`MAX_TOKEN_BYTES`] is
+//! refused before anything else. Then, by its form:
+//!
+//! - `sha256~...` is an OpenShift token, checked by calling `users/~` with
+//!   the caller's own token: username and groups cached 5 minutes by the
+//!   token's SHA-256, a 401/403 10 seconds, an outage not at all; one
+//!   look-up per token however many callers wait for it; at most 16
+//!   look-ups in flight, and a caller that gets no slot within a second is
+//!   answered as an outage; a token not `sha256~` + base64url is refused
+//!   without a look-up.
+//! - Three dot-separated parts are a JWT, verified against the JWKS of the
+//!   issuer a rule names (issuer and `jwks_uri` from its discovery
+//!   document; RS256/ES256 only; `exp`/`nbf`/`iat` with leeway; an unknown
+//!   `kid` refreshes the keys at most once per interval). The `k8s`
+//!   shorthand discovers from the API server in cluster and is skipped with
+//!   a warning outside.
+//! - Anything else is compared in constant time with the configured static
+//!   tokens' hashes.
+//!
+//! # Rules
+//!
+//! Rules map a remote identity (groups, or issuer + claims: `aud` and a
+//! subject-binding claim such as `sub`, `project_path` or `repository`
+//! required unless `allow_any_subject: true`; values compared exactly as
+//! text, case folded only with `claims_case_insensitive: true`; lists as
+//! OR) to permissions (`read`, `submit`, `retry`, `merge`, `admin`) scoped
+//! to item types, forges and project globs. `wq-api`'s `require_bearer`
+//! authenticates every `/api/v1` request but `/me`, which authenticates
+//! itself (401 with `WWW-Authenticate`, or 503 when an issuer cannot be
+//! reached); handlers authorize (403).
 
 mod authenticator;
 pub mod config;

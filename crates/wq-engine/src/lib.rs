@@ -1,9 +1,69 @@
-//! The processing engine: `ProcessingManager` takes `notify(id)` calls and
+//! The processing engine: [`ProcessingManager`] takes `notify(id)` calls and
 //! sweep results, runs each item's loop on a bounded worker pool (claim →
 //! drain events → decide → execute → park), keeps leases alive with a
 //! heartbeat and shuts down in order. It knows no item type: it talks to
 //! them through `wq_core::ItemType` and to the database through
-//! `wq_store::Store`.
+//! `wq_store::Store`. The loop is drawn in ARCHITECTURE.md.
+//!
+//! - **One commit per step.** An executor's outcome is applied to the
+//!   in-memory view and written together with whatever comes next: before
+//!   the next action runs, before an event is handled, at release, or inside
+//!   the park. An item whose one action needs no follow-up costs two round
+//!   trips on PostgreSQL: the claim that also reads the item
+//!   (`item_claim_snapshot`, one statement) and one call of the `wq_park`
+//!   function (migration 0002: advisory lock, lease check, outcome, event
+//!   check, park).
+//! - **Leases.** A claim sets `leased_until = now + lease` only when the item
+//!   is unleased or expired (on PostgreSQL it also requires the row version
+//!   its snapshot saw; `wq-store/tests/pg_claim_race.rs`). A heartbeat renews
+//!   it every third of the lease. Every write of a run compares the lease it
+//!   holds, so a worker whose lease was reclaimed cannot change the item.
+//! - **Backoff.** A failed action keeps the item leased until the backoff
+//!   ends ([`EngineConfig::backoff`]: doubling from `backoff_base`, 2 s,
+//!   at least the forge's `Retry-After`); the sweep skips leased items, so
+//!   no timer table is needed. Past `max_attempts`, or on a permanent
+//!   error, the item fails.
+//! - **Events.** `event_insert` writes the event and `actionable = true` in
+//!   one transaction under the item's advisory lock (PostgreSQL) or the write
+//!   lock (SQLite). The park takes the same lock, so an event arriving while
+//!   a worker decides to exit is either seen by the park's check or inserted
+//!   after the lease is free, when `notify` can claim the item at once.
+//! - **Intake.** `notify(id)` is deduplicated; a notify during a run makes
+//!   the item run once more afterwards. A bounded pool (`workers`, 10 by
+//!   default) runs the loops.
+//! - **Sweep.** At start and every `sweep_interval`: items that are
+//!   actionable and not leased, items with pending events, and active items
+//!   with an expired `pending_until`, only of `handled_types` (none when
+//!   empty). A full batch means a backlog: the sweep runs again as soon as
+//!   the pool drains.
+//! - **Periodic tasks.** Beside the sweep, the engine runs the
+//!   `wq_core::Periodic` tasks of its `handled_types` (e.g. `mr.queue_sync`),
+//!   each every its interval, the first one interval after the start; the
+//!   items a run returns are notified at once, a failed run is logged and
+//!   the next one tries again. [`ProcessingManager::run_periodic`] runs one
+//!   now.
+//! - **Crash safety.** Each step that must not repeat commits with its
+//!   effect: an event is applied and deleted in one transaction, an
+//!   executor's outcome is written before the item's next step. A crash
+//!   between an executor's side effect and that write re-runs the action
+//!   after the lease expires, so executors are idempotent with respect to
+//!   their external effect. A panicking run ends as a crash would: the
+//!   unwind is caught at the task, nothing is written, the heartbeat stops,
+//!   and the sweep retries the item once its lease has expired.
+//!   `wq-testkit/tests/engine.rs` stops the engine at every step ([`Hooks`])
+//!   and shows convergence on both backends.
+//! - **Shutdown.** Intake stops, periodic tasks stop (a run in progress is
+//!   dropped), running loops finish their current step and release their
+//!   leases; queued items stay actionable for the next start.
+//!   [`ProcessingManager::shutdown`] waits without a bound;
+//!   [`ProcessingManager::shutdown_within`] abandons loops still running
+//!   after the grace (an executor stuck on a forge call): their heartbeats
+//!   stop and their leases are *not* released (the step may still be writing
+//!   to the forge), so the leases expire and the sweep resumes the items.
+//!   `workqueue serve` (`workqueue::serve::serve_until`) stops the HTTP
+//!   server and the engine together on SIGTERM or SIGINT, each within
+//!   `server.shutdown_grace_seconds`; connections still open after the
+//!   grace are dropped.
 
 mod config;
 mod manager;

@@ -1,8 +1,9 @@
 //! The `mr` item type: a caller's desired change, owned on a forge until it
-//! is merged or closed (ARCHITECTURE.md, "The `mr` type").
+//! is merged or closed. ARCHITECTURE.md follows one submission through it.
 //!
 //! - [`spec`]: the submission schema and its validation (DDR-9).
-//! - [`store`]: the `mr_details` table and its transactions (DDR-7, DDR-40).
+//! - [`store`]: the `mr_details`, `mr_pushes` and `mr_submissions` tables and
+//!   their transactions (DDR-7, DDR-40).
 //! - [`dims`]: the names of dimensions and actions ([`MrAction`]).
 //! - [`decider`]: the next action (DDR-45, DDR-48).
 //! - `actions`: an action to its executor.
@@ -21,6 +22,175 @@
 //!
 //! The modules form a graph without cycles: below this root, no two import
 //! each other.
+//!
+//! # Submission
+//!
+//! A submission (`POST /api/v1/work-items`, `item_type: "mr"`) is parsed and
+//! validated by [`spec`] before anything is written: paths (no absolute,
+//! `..`, `.git`, NUL; a blocklist of CI and repository-control files),
+//! sizes, binary content, secrets-looking content, branch names by git's
+//! rules, a source branch that is neither the target nor protected.
+//!
+//! **Project spelling.** The project is replaced by the forge's own path
+//! (`Forge::project_path`, read once per forge and project, whatever the
+//! case, and cached in [`MrType`]): an unknown project is a 422 naming
+//! `project`, a forge that cannot answer a 503. Lookups (upsert,
+//! generation, webhooks, ownership) compare the project with `lower()` on
+//! both sides, so deliveries and older rows in another case still find
+//! their item.
+//!
+//! **Upsert.** [`MrStore::upsert`] on `(forge, project, source_branch)`
+//! among live items (DDR-40) runs in one transaction: the branch is
+//! serialised and the live item locked (on PostgreSQL a per-branch
+//! advisory lock, then the item's advisory lock and its row `FOR UPDATE`,
+//! in `wq_store`'s lock order; on SQLite the write lock). A new item gets
+//! generation `max + 1` and the idempotency key
+//! `mr:{forge}:{project}:{branch}:{generation}` (DDR-39); a concurrent
+//! insert that loses on the partial unique index retries the whole upsert.
+//! An update (new content hash, or a new target branch) or a retry writes
+//! its dimensions *and* a pending `mr.submission` event in the same
+//! transaction, so a running loop can neither park over it nor overwrite it
+//! with an older executor outcome (the event re-applies the dimensions
+//! after that outcome).
+//!
+//! **One owner per live item.** An update or retry-by-resubmission whose
+//! `caller_identity` is not the live item's is refused
+//! ([`UpsertOutcome::NotOwner`], 409 `owned_by_another_caller`) unless the
+//! caller holds `admin` on the scope; an unchanged resubmission is
+//! answered. Every accepted submission
+//! (created, updated, unchanged, retried) is a row of `mr_submissions`,
+//! written in the upsert's transaction and shown as `detail.submissions`.
+//! `retry` of an item cancelled because a person closed its MR needs
+//! `admin` ([`ItemType::retry_needs_admin`]).
+//!
+//! # Tables
+//!
+//! - `mr_details` (migration 1000 of each backend's `migrations/`): forge,
+//!   project, source/target branch, generation, title, description, commit
+//!   message, labels, `file_actions` (JSON, content base64), `auto_merge`,
+//!   `ci_retry`, `content_hash`, `metadata_hash`; what the forge holds
+//!   (`mr_number`, `mr_url`, `head_sha`, `head_pipeline_id`,
+//!   `pushed_content_hash`); the last authoritative queue observation
+//!   (`merge_queue_state`, `_position`, `_eta_seconds`); the merge-attempt
+//!   journal (`last_merge_signature`, `last_merge_attempt_at`,
+//!   `last_queue_attempt_head_sha`, `last_merge_result`, `last_error_kind`,
+//!   `last_error`, `merge_retry_authorized`); ownership: `mr_created`
+//!   (workqueue opened the recorded MR), `push_intent_at` (a push whose
+//!   head is not recorded yet). Indexed for the upsert lookup and the
+//!   webhook lookups (by number, by pipeline), also on `lower(project)`.
+//! - `mr_pushes` (migration 1002): every head workqueue pushed, primary key
+//!   `(forge, project, source_branch, head_sha)`, with `work_item_id` and
+//!   `pushed_at`.
+//! - `mr_submissions` (migration 1002): the submission history:
+//!   `work_item_id`, `generation`, `content_hash`, `outcome`,
+//!   `caller_identity`, `submitted_at`.
+//!
+//! # Dimensions and the decider
+//!
+//! In priority order (absent = needed, except `needs_ci_retry`, which exists
+//! once a failed job was reported):
+//!
+//! | dimension | action | what it does |
+//! |---|---|---|
+//! | `needs_mr` | `ensure_mr` | finds the open MR (recorded or by source branch) and the branch head, and checks that both are workqueue's (below); refuses a branch the forge protects before any push; marks a push intent, commits the file actions (create the branch from the target, or force it), records the pushed head at once, compares target and source (`straight=true`: identical trees mean nothing to merge, DDR-43), creates or updates the MR (labels incl. `managed-by::workqueue`) |
+//! | `needs_empty_check` | `check_empty_diff` | every 30 min (`pending_until`): an MR whose target already has its changes is closed, the item cancelled with the reason |
+//! | `needs_dashboard` | `post_dashboard_note` | one status note, found again by a hidden marker *and* its author (the token's forge user, so a person's comment quoting the marker is never edited) after a crash; edited in place when its text changes (the CI retry decisions: which job was retried by which matcher, which was not and why) |
+//! | `needs_ci_retry` | `retry_ci_jobs` | see [`ci_retry`] and "CI retry" below |
+//! | `needs_reconcile` | `reconcile_mr` | one MR read: merged → completed, closed → cancelled, head/pipeline/queue recorded, title and description drift corrected, and the merge when every gate holds; re-armed every 30 min, every 60 s while CI runs or the merge is queued |
+//!
+//! # Ownership
+//!
+//! workqueue writes only over what it made. A branch head is workqueue's
+//! when it is in `mr_pushes` for the branch line (forge, project, source
+//! branch: any generation's push counts), or (a crash between the push and
+//! its record) while this item's `push_intent_at` is set: the intent is
+//! stored before `commit_files` and cleared by `record_push`, which also
+//! adds the head to `mr_pushes` in the same transaction. The head the
+//! reconcile observed does not count: a person's commit on workqueue's
+//! branch is the person's. An open MR is workqueue's when it is the item's
+//! recorded one, when `mr_details.mr_created` is set for that number on the
+//! branch line, or (a creation whose record was lost) when its author is
+//! the token's forge user (`Forge::current_user`, cached by the client) and
+//! it carries the managed label. Anything else fails the item with
+//! `branch_not_managed: source branch "..." ...` and the `needs_mr` detail
+//! `{"error_kind": "branch_not_managed", "branch": ...}`, before any forge
+//! write; `Forge::branch_protected` refuses the same way with
+//! `branch_protected` before every push. `mr.adopt_existing_branches: true`
+//! restores adoption of strangers' branches and MRs (protection still
+//! refuses).
+//!
+//! # Merging
+//!
+//! The merge goes through the attempt journal in `mr_details` (the GitHub
+//! merge queue design, "Automatic merge"; see [`merge`]): gates (open, not
+//! draft, head known, CI passed, approved, mergeable, no unresolved
+//! threads, `auto_merge` on); the readiness signature (SHA-256 over every
+//! gate input and the MR's lifecycle state); an unchanged signature whose
+//! attempt is `in_flight`, `failed` or `accepted` is not tried again unless
+//! `retry-merge` authorized one evaluation. `in_flight` is stored before
+//! the call, and only if no attempt is in flight and the signature is new
+//! or a retry was authorized (a worker whose reading is stale gets no
+//! reservation and makes no call); the call carries the checked head SHA
+//! (the forge refuses another head with 409); `accepted` (merged or queued
+//! in a merge train or merge queue) or `failed` with an `auto_merge` error
+//! after. An `in_flight` found by a later run (a crash) is never
+//! resubmitted: a queue entry or a merged MR makes it `accepted` (on every
+//! path that sees the MR merged), otherwise it becomes `failed` at its
+//! deadline and the explicit retry is offered.
+//!
+//! **Queue sync.** [`MrType::sync_queues`], the periodic task
+//! [`QUEUE_SYNC_TASK`] (every `mr.queue_sync_interval_seconds` on replicas
+//! that handle `mr`), reads the queue entries of every active item whose
+//! attempt is in flight or accepted, or that was last seen queued, in one
+//! GraphQL query per repository (aliases, up to 100 per query); an item
+//! whose entry appeared, moved or left gets a [`QUEUE_OBSERVED_EVENT`], is
+//! handed to the engine at once, and its reconcile applies the rules. An
+//! entry confirms an attempt of ours as `accepted`; an `in_flight` attempt
+//! is re-read every busy interval until its deadline.
+//!
+//! **Manual merge.** `POST /api/v1/work-items/{id}/merge` (permission
+//! `merge`) merges now through the forge without workqueue's gates (the
+//! forge's branch protection applies; `expected_head_sha` binds the head
+//! when given); a forge refusal is 409 (head moved), 400 (not mergeable,
+//! invalid) or 502, and changes nothing stored; a success stores a
+//! `mr.manual_merge` event so the item reads the result at once. It writes
+//! no journal entry: the journal is the automatic path's.
+//!
+//! # Webhooks
+//!
+//! `/webhooks/gitlab` and `/webhooks/github` are authenticated by the forge
+//! client (`wq_forge::gitlab`, `wq_forge::github`), resolved to an *active*
+//! item (MR number, or head pipeline id, or source branch for deliveries
+//! that arrive before the number is recorded) and stored as
+//! [`WEBHOOK_EVENT`](webhook::WEBHOOK_EVENT) pending events. The handler
+//! asks for a reconcile for everything (a `merged` one confirms the attempt
+//! and completes the item); `closed` is confirmed by a read first, so a
+//! close overtaken by its reopen does nothing. Duplicates cost one read and
+//! change nothing twice. A failed job's delivery (resolved by its pipeline,
+//! or its branch while a new head pipeline is not recorded yet) is added to
+//! `needs_ci_retry` unless the item has `ci_retry: false`, the job is
+//! already listed, or its pipeline is older than the recorded head
+//! pipeline.
+//!
+//! # CI retry
+//!
+//! `retry_ci_jobs` works through the failed jobs Job webhooks reported (the
+//! dimension's `jobs` list, one entry per job, each with its state and
+//! deciding matcher), through the forge's `CiJobs` capability
+//! (`Forge::ci_jobs`: GitLab's; without it the jobs settle as `error`).
+//! It reads the MR's head pipeline now (a job of an
+//! older pipeline is `superseded`; one of a newer pipeline waits up to
+//! 10 min for the forge to show it as the head), the pipeline's job list
+//! once (a newer attempt → `already_retried`, no longer failed →
+//! `not_failed`), judges each pending job with `wq-herder` (a trace only
+//! when a matcher needs one) and retries the due ones. A forge error on one
+//! job's step is that job's (refused → `error`, transient → tried again in
+//! a minute), never the item's; `pending_until` is the earliest
+//! `not_before` (`finished_at` + the matcher's delay). The matchers are the
+//! `ci_retry:` section of the config (`wq_herder::HerderConfig`; the default
+//! set when absent, [`MrType::with_herder`]), compiled at start: a bad
+//! regex, unknown action or negative delay stops `serve` and `config check`
+//! with the matcher's path (`ci_retry.matchers[0] (name "oom")...`).
 
 mod actions;
 pub mod ci_retry;

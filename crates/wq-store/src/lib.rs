@@ -9,7 +9,53 @@
 //! Time: callers pass every timestamp (from a `Clock`); no statement reads the
 //! database's own clock, so tests can move time. Timestamps are truncated to
 //! microseconds at this boundary so stored values compare equal to the ones
-//! the caller holds (lease compare-and-set relies on it).
+//! the caller holds (lease compare-and-set relies on it). PostgreSQL stores
+//! `timestamptz`, SQLite integer microseconds since the epoch, so
+//! comparisons in SQL are numeric ([`codec`]).
+//!
+//! # Data model
+//!
+//! - `work_items`: `id` (UUIDv7), `item_type`, `phase`, `actionable`,
+//!   `attempts` (consecutive failures), `error`, `leased_until`,
+//!   `idempotency_key`, `caller_identity`, `created_at`, `updated_at`,
+//!   `last_event_at`, and the item's place `forge`, `project` (nullable,
+//!   from [`NewItem::place`]; migration 0003, backfilled for `mr` by its
+//!   1001), indexed `(project, id)` so a listing is narrowed to the reader's
+//!   read grants in SQL before the exact rule check. A partial unique index
+//!   keeps one live item per idempotency key (phase not `completed` or
+//!   `cancelled`); a partial index on actionable items serves the sweep.
+//! - `work_item_statuses` (the dimensions): primary key
+//!   `(work_item_id, dimension, variant)`, `status`, `detail`,
+//!   `pending_until`, `updated_at`; a partial index on `pending_until`.
+//! - `pending_events`: `id`, `work_item_id`, `event_type`, `body`,
+//!   `received_at`.
+//!
+//! Migrations are per backend under `migrations/{sqlite,postgres}/`, with
+//! the same names (0001 the queue, 0002 the loop functions such as
+//! PostgreSQL's `wq_park`, 0003 the place). An item type's own tables are
+//! migrated by the type (versions 1000 and up) through [`migrator`], which
+//! ignores versions it does not know.
+//!
+//! # Backends
+//!
+//! Each operation is written once (`ops.rs` macros over the
+//! [`codec`] types); what really differs is a named hook in
+//! [`sqlite`] or [`postgres`]. SQLite has one writer: every write goes to
+//! one batching writer task that runs many callers' writes in one
+//! transaction (each in its own savepoint) and answers them only after the
+//! shared `COMMIT`, so concurrent workers share one fsync; an item type's
+//! own transactions use the same door ([`sqlite::SqliteStore::write`]).
+//! On PostgreSQL the claim and its snapshot read are one statement that
+//! also requires the row version the snapshot saw (`xmin` unchanged):
+//! otherwise a commit landing between the snapshot and the `UPDATE` would
+//! be claimed with the older dimensions (`tests/pg_claim_race.rs` shows the
+//! interleaving). The park is the `wq_park` function.
+//!
+//! **Lock order (PostgreSQL).** A transaction that takes several locks on
+//! an item takes the item's advisory lock first
+//! ([`postgres::lock_item`]), then its `work_items` row, then its other
+//! rows (detail row, dimensions, events). The park holds the advisory lock
+//! while it waits for the row, so any other order can deadlock with it.
 
 use std::sync::Arc;
 

@@ -24,8 +24,8 @@
 //! | `branch_protected` | `GET branches/:branch` (classic protection), then, unless that said protected, `GET rules/branches/:branch` (rulesets; every page) |
 //!
 //! Redirects are never followed: a 3xx answer is a
-//! [`ForgeErrorKind::Rejected`] error naming its `Location`, so the token
-//! never leaves for another host.
+//! [`ForgeErrorKind::Rejected`](crate::ForgeErrorKind::Rejected) error
+//! naming its `Location`, so the token never leaves for another host.
 //!
 //! The check runs and statuses take two requests because the simulated
 //! GitHub's GraphQL has no `statusCheckRollup.contexts`; with it, the CI
@@ -46,6 +46,28 @@
 //! or errors on the pull request), the queue is `Unobserved`, the review
 //! `ReviewRequired` with no approvals and no threads counted: the read
 //! never claims an approval or a queue absence it did not see.
+//!
+//! **Mergeable and CI.** `mergeable: null` (GitHub is still computing it)
+//! is [`Mergeable::Unknown`](crate::Mergeable::Unknown): the merge gate
+//! waits. Check runs and commit statuses both count for the CI status.
+//!
+//! **Merging.** `PUT pulls/:n/merge-async` with `merge_action: default`
+//! (GitHub picks its merge queue when the base branch requires it), the
+//! method and, for automatic merges, `sha` = the checked head. `pending` is
+//! polled at least [`MERGE_POLL_INTERVAL`] apart within [`MERGE_BUDGET`],
+//! which bounds the whole call; a 409 carrying the uuid of a request
+//! already running resumes it when it is bound to the same head (a call
+//! without a head resumes any). Anything else (no uuid, `failed`, 404 on a
+//! poll, an unknown status) is an error and never claimed as merged or
+//! queued.
+//!
+//! **Commits** go through the Git data API: blobs, one tree on the base's
+//! tree, a commit, the ref created or force-updated.
+//!
+//! **Webhooks** are authenticated by `X-Hub-Signature-256`, an HMAC-SHA256
+//! over the raw body, checked in constant time.
+//!
+//! This client offers no [`CiJobs`](crate::CiJobs) capability.
 
 mod change;
 mod client;

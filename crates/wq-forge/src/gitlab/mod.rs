@@ -19,12 +19,18 @@
 //! | `job_trace` | `GET jobs/:id/trace`, streamed; the last [`TRACE_TAIL_BYTES`] are kept |
 //!
 //! Redirects are never followed: a 3xx answer is a
-//! [`ForgeErrorKind::Rejected`] error naming its `Location`, so the
-//! `PRIVATE-TOKEN` never leaves for another host.
+//! [`ForgeErrorKind::Rejected`](crate::ForgeErrorKind::Rejected) error
+//! naming its `Location`, so the `PRIVATE-TOKEN` never leaves for another
+//! host.
 //!
 //! Settings the project decides and this client reads: `merge_trains_enabled`
 //! (a merge becomes "add to the train") and `merge_method` (GitLab has no
 //! per-request merge method; only squashing is per merge request).
+//!
+//! This client offers the [`CiJobs`] capability (`ci`): a pipeline's jobs,
+//! a job's trace tail, retrying a job. Webhook deliveries are authenticated
+//! by their `X-Gitlab-Token`, compared in constant time with the
+//! configured secret.
 
 mod change;
 mod ci;

@@ -18,7 +18,7 @@
 //! Ids are hyphenated lowercase UUIDv7 text (they sort by creation time),
 //! times are INTEGER microseconds since the Unix epoch, JSON is text (the
 //! [`crate::codec`] types). The statements bind the same parameters as
-//! PostgreSQL's, so both run one body per operation ([`crate::ops`]).
+//! PostgreSQL's, so both run one body per operation (`ops.rs`).
 //!
 //! # Writes
 //!
