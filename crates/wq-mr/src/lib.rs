@@ -283,8 +283,7 @@ impl ItemType for MrType {
         );
         Ok(Submitted {
             id: upserted.id,
-            outcome: upserted.outcome.as_str(),
-            created: upserted.outcome == UpsertOutcome::Created,
+            outcome: upserted.outcome.into(),
             wake: upserted.outcome != UpsertOutcome::Unchanged,
         })
     }
@@ -328,11 +327,11 @@ impl ItemType for MrType {
         &[
             CommandSpec {
                 name: "retry-merge",
-                permission: "retry",
+                permission: wq_core::Permission::Retry,
             },
             CommandSpec {
                 name: "merge",
-                permission: "merge",
+                permission: wq_core::Permission::Merge,
             },
         ]
     }
@@ -481,7 +480,7 @@ impl MrType {
             }
         };
         Ok(CommandReply {
-            status: 200,
+            status: wq_core::CommandStatus::Done,
             body: serde_json::json!({ "status": outcome.as_str() }),
             // The stored event is for the item to read now.
             wake: recorded,
@@ -550,7 +549,7 @@ impl MrType {
         }
         tracing::info!(item = %id, "merge retry authorized");
         Ok(CommandReply {
-            status: 202,
+            status: wq_core::CommandStatus::Accepted,
             body: serde_json::json!({
                 "status": "accepted",
                 "message": "one new merge evaluation is authorized; every gate is still checked",
