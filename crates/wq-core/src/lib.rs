@@ -12,7 +12,7 @@ pub mod permission;
 
 pub use api::{
     CommandReply, CommandSpec, CommandStatus, FieldError, Headers, OWNED_BY_ANOTHER_CALLER,
-    RequestError, SubmitOutcome, Submission, Submitted, WebhookError, WebhookReceipt,
+    RequestError, Submission, SubmitOutcome, Submitted, WebhookError, WebhookReceipt,
     WebhookReceiver,
 };
 pub use clock::{Clock, ManualClock, SystemClock};

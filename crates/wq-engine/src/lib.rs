@@ -7,6 +7,7 @@
 
 mod config;
 mod manager;
+pub mod metrics;
 
 pub use config::EngineConfig;
 pub use manager::{EngineError, FailPoint, Flow, Hooks, NoHooks, ProcessingManager, RunOutcome};

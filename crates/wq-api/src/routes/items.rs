@@ -18,7 +18,7 @@ use axum::http::StatusCode;
 use wq_auth::Principal;
 use wq_auth::{Permission, Scope};
 use wq_core::{
-    CommandStatus, FieldError, ItemId, OWNED_BY_ANOTHER_CALLER, Phase, SubmitOutcome, Submission,
+    CommandStatus, FieldError, ItemId, OWNED_BY_ANOTHER_CALLER, Phase, Submission, SubmitOutcome,
     WorkItem,
 };
 use wq_store::{ItemListParams, ListedItem, StoreError, Visibility, VisibleScope};

@@ -15,10 +15,10 @@ use wq_api::{ApiConfig, AppState, ErrorEnvelope};
 use wq_auth::config::{RuleConfig, StaticTokenConfig};
 use wq_auth::{AuthConfig, Authenticator, AuthenticatorOptions};
 use wq_core::{
-    Action, Clock, CommandReply, CommandSpec, CommandStatus, Permission, SubmitOutcome, Dimension, DimensionUpdate, EventResult, ExecError,
-    ExecOutcome, Headers, ItemId, ItemType, ItemView, PendingEvent, Phase, RequestError,
-    Submission, Submitted, SystemClock, TypeRegistry, WebhookError, WebhookReceipt,
-    WebhookReceiver, WorkItem,
+    Action, Clock, CommandReply, CommandSpec, CommandStatus, Dimension, DimensionUpdate,
+    EventResult, ExecError, ExecOutcome, Headers, ItemId, ItemType, ItemView, PendingEvent,
+    Permission, Phase, RequestError, Submission, SubmitOutcome, Submitted, SystemClock,
+    TypeRegistry, WebhookError, WebhookReceipt, WebhookReceiver, WorkItem,
 };
 use wq_engine::{EngineConfig, ProcessingManager};
 use wq_store::{
