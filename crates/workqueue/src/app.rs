@@ -116,7 +116,6 @@ pub async fn assemble_with(
     let auth = Arc::new(authenticator(config, Arc::clone(&clock))?);
     let store = open_store(config).await?;
     let registry = build_types(Arc::clone(&store))?;
-    wq_api::auth::check_command_permissions(&registry).map_err(|e| anyhow::anyhow!(e))?;
     registry.migrate().await?;
     let engine = ProcessingManager::new(
         Arc::clone(&store),

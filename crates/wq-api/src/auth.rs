@@ -180,12 +180,6 @@ fn refusal(failure: &AuthFailure) -> ApiError {
     ApiError::bearer_challenge(failure.www_authenticate())
 }
 
-/// The permission a type's command needs, or `None` when its
-/// [`CommandSpec::permission`](wq_core::CommandSpec) names none.
-pub fn command_permission(spec: &wq_core::CommandSpec) -> Option<Permission> {
-    Permission::parse(spec.permission)
-}
-
 /// The permissions the commands of `types` need, in [`Permission::ALL`]
 /// order: a caller granted none of them anywhere may run no command. `admin`
 /// alone when no type offers a command.
@@ -194,7 +188,7 @@ pub fn command_permissions(types: &TypeRegistry) -> Vec<Permission> {
         .names()
         .filter_map(|name| types.get(name))
         .flat_map(|item_type| item_type.commands())
-        .filter_map(command_permission)
+        .map(|spec| spec.permission)
         .collect();
     let permissions: Vec<Permission> = Permission::ALL
         .into_iter()
@@ -205,27 +199,6 @@ pub fn command_permissions(types: &TypeRegistry) -> Vec<Permission> {
     } else {
         permissions
     }
-}
-
-/// Checks at start-up that every command of every type names a known
-/// permission; the error names the type, the command and the permission.
-pub fn check_command_permissions(types: &TypeRegistry) -> Result<(), String> {
-    for name in types.names() {
-        let Some(item_type) = types.get(name) else {
-            continue;
-        };
-        for spec in item_type.commands() {
-            if command_permission(spec).is_none() {
-                return Err(format!(
-                    "item type {name:?}: command {:?} needs permission {:?}, which is not one of {}",
-                    spec.name,
-                    spec.permission,
-                    Permission::NAMES.join(", ")
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -283,15 +256,15 @@ mod tests {
         let commands = registry(&[
             CommandSpec {
                 name: "merge",
-                permission: "merge",
+                permission: Permission::Merge,
             },
             CommandSpec {
                 name: "retry-merge",
-                permission: "retry",
+                permission: Permission::Retry,
             },
             CommandSpec {
                 name: "again",
-                permission: "retry",
+                permission: Permission::Retry,
             },
         ]);
         assert_eq!(
@@ -302,24 +275,6 @@ mod tests {
         assert_eq!(
             command_permissions(&TypeRegistry::default()),
             vec![Permission::Admin]
-        );
-    }
-
-    #[test]
-    fn commands_must_name_a_known_permission() {
-        let good = registry(&[CommandSpec {
-            name: "retry-merge",
-            permission: "retry",
-        }]);
-        assert_eq!(check_command_permissions(&good), Ok(()));
-        let bad = registry(&[CommandSpec {
-            name: "deploy",
-            permission: "deploy",
-        }]);
-        assert_eq!(
-            check_command_permissions(&bad).unwrap_err(),
-            "item type \"commanding\": command \"deploy\" needs permission \"deploy\", which is \
-             not one of read, submit, retry, merge, admin"
         );
     }
 }

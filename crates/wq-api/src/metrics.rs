@@ -16,18 +16,13 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use wq_core::Phase;
+use wq_engine::metrics::{
+    ACTIONS_FAILED_TOTAL, ACTIONS_TOTAL, EVENTS_TOTAL, LOOP_DURATION_SECONDS, RUN_PANICS_TOTAL,
+};
 
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// Actions executed, by `item_type` and `action` (recorded by the engine).
-pub const ACTIONS_TOTAL: &str = "workqueue_actions_total";
-/// Executor failures, by `item_type` and `action` (recorded by the engine).
-pub const ACTIONS_FAILED_TOTAL: &str = "workqueue_actions_failed_total";
-/// Events applied, by `item_type` (recorded by the engine).
-pub const EVENTS_TOTAL: &str = "workqueue_events_total";
-/// Duration of one item's loop run (recorded by the engine).
-pub const LOOP_DURATION_SECONDS: &str = "workqueue_loop_duration_seconds";
 /// Work items by `item_type` and `phase`, read from the store at scrape time.
 pub const ITEMS_GAUGE: &str = "workqueue_items";
 
@@ -64,6 +59,7 @@ fn install() -> Result<PrometheusHandle, MetricsInstallError> {
     metrics::describe_counter!(ACTIONS_TOTAL, "Actions the engine executed.");
     metrics::describe_counter!(ACTIONS_FAILED_TOTAL, "Actions whose executor failed.");
     metrics::describe_counter!(EVENTS_TOTAL, "Events the engine applied.");
+    metrics::describe_counter!(RUN_PANICS_TOTAL, "Item runs that panicked.");
     metrics::describe_histogram!(
         LOOP_DURATION_SECONDS,
         metrics::Unit::Seconds,

@@ -7,61 +7,7 @@ use std::fmt;
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use serde_json::{Map, Value};
 use url::Url;
-
-/// A local permission. `admin` implies all the others.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Permission {
-    /// List and show work items.
-    Read,
-    /// Create and update work items.
-    Submit,
-    /// Retry failed or cancelled items.
-    Retry,
-    /// Ask for a merge.
-    Merge,
-    /// Everything.
-    Admin,
-}
-
-impl Permission {
-    /// Every permission, in the order of [`Permission::NAMES`].
-    pub const ALL: [Permission; 5] = [
-        Permission::Read,
-        Permission::Submit,
-        Permission::Retry,
-        Permission::Merge,
-        Permission::Admin,
-    ];
-    /// The names used in the config file.
-    pub const NAMES: [&'static str; 5] = ["read", "submit", "retry", "merge", "admin"];
-
-    /// The permission a config name stands for.
-    pub fn parse(name: &str) -> Option<Permission> {
-        let index = Permission::NAMES.iter().position(|known| *known == name)?;
-        Some(Permission::ALL[index])
-    }
-
-    /// Its name in the config file.
-    pub fn as_str(self) -> &'static str {
-        Permission::NAMES[self.bit_index()]
-    }
-
-    fn bit_index(self) -> usize {
-        match self {
-            Permission::Read => 0,
-            Permission::Submit => 1,
-            Permission::Retry => 2,
-            Permission::Merge => 3,
-            Permission::Admin => 4,
-        }
-    }
-}
-
-impl fmt::Display for Permission {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use wq_core::Permission;
 
 /// A set of permissions.
 #[derive(Clone, Copy, PartialEq, Eq, Default)]
@@ -72,20 +18,20 @@ impl PermissionSet {
     pub const EMPTY: PermissionSet = PermissionSet(0);
 
     pub fn insert(&mut self, permission: Permission) {
-        self.0 |= 1 << permission.bit_index();
+        self.0 |= 1 << permission.index();
     }
 
     /// Whether `permission` is in the set, or `admin` is.
     pub fn allows(self, permission: Permission) -> bool {
-        let admin = 1 << Permission::Admin.bit_index();
-        self.0 & (admin | 1 << permission.bit_index()) != 0
+        let admin = 1 << Permission::Admin.index();
+        self.0 & (admin | 1 << permission.index()) != 0
     }
 
     /// The permissions named in the set (without expanding `admin`).
     pub fn iter(self) -> impl Iterator<Item = Permission> {
         Permission::ALL
             .into_iter()
-            .filter(move |permission| self.0 & (1 << permission.bit_index()) != 0)
+            .filter(move |permission| self.0 & (1 << permission.index()) != 0)
     }
 }
 
@@ -445,15 +391,6 @@ mod tests {
         assert!(read.allows(Permission::Read));
         assert!(!read.allows(Permission::Submit));
         assert!(!read.allows(Permission::Admin));
-    }
-
-    #[test]
-    fn permission_names_round_trip() {
-        for permission in Permission::ALL {
-            assert_eq!(Permission::parse(permission.as_str()), Some(permission));
-        }
-        assert_eq!(Permission::parse("Admin"), None);
-        assert_eq!(Permission::parse("deploy"), None);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 
 use crate::item::ItemId;
+use crate::permission::Permission;
 
 /// A caller's submission of a new desired state.
 #[derive(Debug, Clone)]
@@ -33,12 +34,43 @@ pub const OWNED_BY_ANOTHER_CALLER: &str = "owned_by_another_caller";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Submitted {
     pub id: ItemId,
-    /// `created`, `unchanged`, `updated`, `retried` or a type's own word.
-    pub outcome: &'static str,
-    /// True when a new item was created (HTTP 201).
-    pub created: bool,
+    pub outcome: SubmitOutcome,
     /// True when the engine should look at the item now.
     pub wake: bool,
+}
+
+/// What a submission did to the item, answered as `outcome`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubmitOutcome {
+    /// A new item (HTTP 201).
+    Created,
+    /// The live item already holds this state.
+    Unchanged,
+    /// The live item now holds this state.
+    Updated,
+    /// A failed item runs again.
+    Retried,
+    /// A type's own word.
+    Other(&'static str),
+}
+
+impl SubmitOutcome {
+    /// The word in the answer.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::Unchanged => "unchanged",
+            Self::Updated => "updated",
+            Self::Retried => "retried",
+            Self::Other(word) => word,
+        }
+    }
+}
+
+impl fmt::Display for SubmitOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One invalid field of a request.
@@ -99,18 +131,36 @@ pub enum RequestError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CommandSpec {
     pub name: &'static str,
-    /// The permission a caller needs (`retry`, `merge`, ...).
-    pub permission: &'static str,
+    /// The permission a caller needs on the item's scope.
+    pub permission: Permission,
 }
 
 /// A command's answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommandReply {
-    /// HTTP status (200 or 202).
-    pub status: u16,
+    pub status: CommandStatus,
     pub body: serde_json::Value,
     /// True when the engine should look at the item now.
     pub wake: bool,
+}
+
+/// How far a command got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandStatus {
+    /// It is carried out (HTTP 200).
+    Done,
+    /// It is taken on and the engine carries it out (HTTP 202).
+    Accepted,
+}
+
+impl CommandStatus {
+    /// The HTTP status that answers it.
+    pub fn http_status(self) -> u16 {
+        match self {
+            Self::Done => 200,
+            Self::Accepted => 202,
+        }
+    }
 }
 
 /// Webhook headers as (lower-case name, value).

@@ -21,12 +21,6 @@ impl ItemId {
     pub fn new_v7() -> Self {
         Self(Uuid::now_v7())
     }
-
-    /// The 63-bit key used for the per-item PostgreSQL advisory lock.
-    pub fn lock_key(&self) -> i64 {
-        let low = self.0.as_u128() as u64;
-        (low & 0x7FFF_FFFF_FFFF_FFFF) as i64
-    }
 }
 
 impl fmt::Display for ItemId {
@@ -274,6 +268,5 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(2));
         let second = ItemId::new_v7();
         assert!(first < second);
-        assert!(first.lock_key() >= 0);
     }
 }

@@ -8,10 +8,12 @@ pub mod dimension;
 pub mod event;
 pub mod item;
 pub mod item_type;
+pub mod permission;
 
 pub use api::{
-    CommandReply, CommandSpec, FieldError, Headers, OWNED_BY_ANOTHER_CALLER, RequestError,
-    Submission, Submitted, WebhookError, WebhookReceipt, WebhookReceiver,
+    CommandReply, CommandSpec, CommandStatus, FieldError, Headers, OWNED_BY_ANOTHER_CALLER,
+    RequestError, Submission, SubmitOutcome, Submitted, WebhookError, WebhookReceipt,
+    WebhookReceiver,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use dimension::{Dimension, DimensionStatus, DimensionUpdate};
@@ -21,3 +23,4 @@ pub use item_type::{
     Action, BoxError, BoxFuture, ExecError, ExecOutcome, ItemType, MigrateError, Periodic,
     PeriodicResult, RegistryError, TypeRegistry, TypeRegistryBuilder,
 };
+pub use permission::Permission;

@@ -67,6 +67,7 @@
 
 mod config;
 mod manager;
+pub mod metrics;
 
 pub use config::EngineConfig;
 pub use manager::{EngineError, FailPoint, Flow, Hooks, NoHooks, ProcessingManager, RunOutcome};

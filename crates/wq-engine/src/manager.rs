@@ -27,6 +27,9 @@ use wq_store::{
 };
 
 use crate::config::EngineConfig;
+use crate::metrics::{
+    ACTIONS_FAILED_TOTAL, ACTIONS_TOTAL, EVENTS_TOTAL, LOOP_DURATION_SECONDS, RUN_PANICS_TOTAL,
+};
 
 /// Points in the loop where a test can stop the engine as a crash would.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -329,8 +332,7 @@ impl ProcessingManager {
     pub async fn run_item(&self, id: ItemId) -> RunOutcome {
         let started = Instant::now();
         let outcome = self.run_item_inner(id).await;
-        metrics::histogram!("workqueue_loop_duration_seconds")
-            .record(started.elapsed().as_secs_f64());
+        metrics::histogram!(LOOP_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
         outcome
     }
 
@@ -374,7 +376,7 @@ impl ProcessingManager {
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "a non-string panic".to_owned());
                 tracing::error!(item_id = %id, panic = %message, "item run for {id} panicked; the sweep retries it once its lease expires");
-                metrics::counter!("workqueue_run_panics_total").increment(1);
+                metrics::counter!(RUN_PANICS_TOTAL).increment(1);
                 RunOutcome::Crashed
             }
         };
@@ -613,8 +615,7 @@ impl ItemRun<'_> {
                     })
                     .await?
             };
-            metrics::counter!("workqueue_events_total", "item_type" => self.item_type.name())
-                .increment(1);
+            metrics::counter!(EVENTS_TOTAL, "item_type" => self.item_type.name()).increment(1);
             if applied == EventApplied::StalePhase {
                 tracing::info!(item_id = %self.id, event_id = event.id, "stale phase change in event {} ignored for {}", event.id, self.id);
             }
@@ -662,7 +663,7 @@ impl ItemRun<'_> {
                 .fail(&snapshot.view, now, error.message.clone(), &error)
                 .await;
         }
-        metrics::counter!("workqueue_actions_total", "item_type" => type_name, "action" => action.name)
+        metrics::counter!(ACTIONS_TOTAL, "item_type" => type_name, "action" => action.name)
             .increment(1);
         let result = self.item_type.execute(action, &snapshot.view).await;
         if self.hook(FailPoint::AfterExecute).await == Flow::Crash {
@@ -686,7 +687,7 @@ impl ItemRun<'_> {
                 Ok(Step::Continue)
             }
             Err(error) => {
-                metrics::counter!("workqueue_actions_failed_total", "item_type" => type_name, "action" => action.name)
+                metrics::counter!(ACTIONS_FAILED_TOTAL, "item_type" => type_name, "action" => action.name)
                     .increment(1);
                 let message = format!("{action}: {error}");
                 self.fail(&snapshot.view, now, message, &error).await

@@ -134,7 +134,7 @@ impl MrType {
             }
         };
         Ok(CommandReply {
-            status: 200,
+            status: wq_core::CommandStatus::Done,
             body: serde_json::json!({ "status": outcome.as_str() }),
             // The stored event is for the item to read now.
             wake: recorded,
@@ -203,7 +203,7 @@ impl MrType {
         }
         tracing::info!(item = %id, "merge retry authorized");
         Ok(CommandReply {
-            status: 202,
+            status: wq_core::CommandStatus::Accepted,
             body: serde_json::json!({
                 "status": "accepted",
                 "message": "one new merge evaluation is authorized; every gate is still checked",

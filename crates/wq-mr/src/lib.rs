@@ -447,8 +447,7 @@ impl ItemType for MrType {
         );
         Ok(Submitted {
             id: upserted.id,
-            outcome: upserted.outcome.as_str(),
-            created: upserted.outcome == UpsertOutcome::Created,
+            outcome: upserted.outcome.into(),
             wake: upserted.outcome != UpsertOutcome::Unchanged,
         })
     }
@@ -492,11 +491,11 @@ impl ItemType for MrType {
         &[
             CommandSpec {
                 name: "retry-merge",
-                permission: "retry",
+                permission: wq_core::Permission::Retry,
             },
             CommandSpec {
                 name: "merge",
-                permission: "merge",
+                permission: wq_core::Permission::Merge,
             },
         ]
     }

@@ -640,11 +640,7 @@ async fn postgres_writers_take_the_item_lock_before_its_rows() {
         F: std::future::Future<Output = ()> + Send + 'static,
     {
         let mut exit = pg.pool().begin().await.unwrap();
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(id.lock_key())
-            .execute(&mut *exit)
-            .await
-            .unwrap();
+        wq_store::postgres::lock_item(&mut exit, id).await.unwrap();
         let writer = tokio::spawn(write);
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         assert!(!writer.is_finished(), "the writer waits for the item lock");

@@ -17,10 +17,13 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use wq_auth::Principal;
 use wq_auth::{Permission, Scope};
-use wq_core::{FieldError, ItemId, OWNED_BY_ANOTHER_CALLER, Phase, Submission, WorkItem};
+use wq_core::{
+    CommandStatus, FieldError, ItemId, OWNED_BY_ANOTHER_CALLER, Phase, Submission, SubmitOutcome,
+    WorkItem,
+};
 use wq_store::{ItemListParams, ListedItem, StoreError, Visibility, VisibleScope};
 
-use crate::auth::{Caller, command_permission, command_permissions};
+use crate::auth::{Caller, command_permissions};
 use crate::error::ApiError;
 use crate::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery, UniqueKeys};
 use crate::models::{DimensionBody, ItemBody, ItemDetail, ItemList, SubmitResponse};
@@ -418,7 +421,7 @@ pub async fn submit(
         .item_get(submitted.id)
         .await?
         .ok_or_else(|| not_found(submitted.id))?;
-    let status = if submitted.created {
+    let status = if submitted.outcome == SubmitOutcome::Created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
@@ -426,7 +429,7 @@ pub async fn submit(
     Ok((
         status,
         Json(SubmitResponse {
-            outcome: submitted.outcome.to_owned(),
+            outcome: submitted.outcome.as_str().to_owned(),
             item: ItemBody::from(item),
         }),
     ))
@@ -466,13 +469,7 @@ pub async fn command(
         .iter()
         .find(|spec| spec.name == command)
         .ok_or_else(no_such_command)?;
-    let permission = command_permission(spec).ok_or_else(|| {
-        ApiError::internal(format!(
-            "command {command:?} of item type {:?} names an unknown permission {:?}",
-            item.item_type, spec.permission
-        ))
-    })?;
-    let caller_identity = caller.authorize(permission, &scope.scope())?;
+    let caller_identity = caller.authorize(spec.permission, &scope.scope())?;
     // An optional JSON body; commands without parameters take none.
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         serde_json::Value::Null
@@ -494,7 +491,7 @@ pub async fn command(
         item_id = %id,
         %command,
         caller = %caller_identity,
-        status = reply.status,
+        status = reply.status.http_status(),
         "command {command} on work item {id} by {caller_identity}"
     );
     if reply.wake
@@ -502,7 +499,10 @@ pub async fn command(
     {
         engine.notify(id);
     }
-    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
+    let status = match reply.status {
+        CommandStatus::Done => StatusCode::OK,
+        CommandStatus::Accepted => StatusCode::ACCEPTED,
+    };
     Ok((status, Json(reply.body)))
 }
 

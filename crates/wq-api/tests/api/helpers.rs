@@ -15,10 +15,10 @@ use wq_api::{ApiConfig, AppState, ErrorEnvelope};
 use wq_auth::config::{RuleConfig, StaticTokenConfig};
 use wq_auth::{AuthConfig, Authenticator, AuthenticatorOptions};
 use wq_core::{
-    Action, Clock, CommandReply, CommandSpec, Dimension, DimensionUpdate, EventResult, ExecError,
-    ExecOutcome, Headers, ItemId, ItemType, ItemView, PendingEvent, Phase, RequestError,
-    Submission, Submitted, SystemClock, TypeRegistry, WebhookError, WebhookReceipt,
-    WebhookReceiver, WorkItem,
+    Action, Clock, CommandReply, CommandSpec, CommandStatus, Dimension, DimensionUpdate,
+    EventResult, ExecError, ExecOutcome, Headers, ItemId, ItemType, ItemView, PendingEvent,
+    Permission, Phase, RequestError, Submission, SubmitOutcome, Submitted, SystemClock,
+    TypeRegistry, WebhookError, WebhookReceipt, WebhookReceiver, WorkItem,
 };
 use wq_engine::{EngineConfig, ProcessingManager};
 use wq_store::{
@@ -94,8 +94,7 @@ impl ItemType for Probe {
         }
         Ok(Submitted {
             id,
-            outcome: "created",
-            created: true,
+            outcome: SubmitOutcome::Created,
             wake: false,
         })
     }
@@ -116,11 +115,11 @@ impl ItemType for Probe {
         &[
             CommandSpec {
                 name: PROBE_COMMAND,
-                permission: "retry",
+                permission: Permission::Retry,
             },
             CommandSpec {
                 name: PANIC_COMMAND,
-                permission: "retry",
+                permission: Permission::Retry,
             },
         ]
     }
@@ -136,7 +135,7 @@ impl ItemType for Probe {
             panic!("the probe's handler fails in a way nobody planned");
         }
         Ok(CommandReply {
-            status: 202,
+            status: CommandStatus::Accepted,
             body: serde_json::json!({"caller_identity": caller_identity}),
             wake: false,
         })

@@ -56,6 +56,18 @@ impl UpsertOutcome {
     }
 }
 
+impl From<UpsertOutcome> for wq_core::SubmitOutcome {
+    fn from(outcome: UpsertOutcome) -> Self {
+        match outcome {
+            UpsertOutcome::Created => Self::Created,
+            UpsertOutcome::Unchanged => Self::Unchanged,
+            UpsertOutcome::Updated { .. } => Self::Updated,
+            UpsertOutcome::Retried => Self::Retried,
+            UpsertOutcome::NotOwner => Self::Other(outcome.as_str()),
+        }
+    }
+}
+
 /// Whether a submission that would change the live item (`outcome`) is
 /// refused: an update or retry by an identity other than the item's
 /// submitter, unless the caller is an admin. An unchanged resubmission

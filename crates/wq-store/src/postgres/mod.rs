@@ -12,7 +12,7 @@
 //! second re-checks the row after the first commits and finds it leased.
 //! Every loop write compares `leased_until` with the holder's [`Lease`].
 //! The loop's exit ([`Store::item_park`]) and [`Store::event_insert`] both take
-//! `pg_advisory_xact_lock(ItemId::lock_key())` first, so an event inserted
+//! `pg_advisory_xact_lock(lock_key(id))` first, so an event inserted
 //! while a worker decides to exit is either seen by the exit's check or
 //! committed after the lease is released, with `actionable = true` (DDR-34).
 //!
@@ -170,11 +170,17 @@ impl PgStore {
 
 building_blocks!(PgConnection);
 
+/// The 63-bit key of the item's advisory lock.
+fn lock_key(id: ItemId) -> i64 {
+    let low = id.0.as_u128() as u64;
+    (low & 0x7FFF_FFFF_FFFF_FFFF) as i64
+}
+
 /// Takes the item's transaction-scoped advisory lock (DDR-34): the first
 /// lock of the store's lock order.
 pub async fn lock_item(conn: &mut PgConnection, id: ItemId) -> StoreResult<()> {
     sqlx::query(sql!("items/advisory_lock.sql"))
-        .bind(id.lock_key())
+        .bind(lock_key(id))
         .execute(&mut *conn)
         .await?;
     Ok(())
@@ -317,7 +323,7 @@ impl_store!(PgStore, Postgres, {
             .bind(DbId(lease.id))
             .bind(DbTime(lease.until))
             .bind(DbTime(now))
-            .bind(lease.id.lock_key())
+            .bind(lock_key(lease.id))
             .bind(write_outcome)
             .bind(outcome.phase.map(Phase::as_str))
             .bind(outcome.error.as_deref())
@@ -332,3 +338,12 @@ impl_store!(PgStore, Postgres, {
         }
     }
 });
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lock_keys_are_not_negative() {
+        let id = wq_core::ItemId(uuid::Uuid::from_u128(u128::MAX));
+        assert_eq!(super::lock_key(id), i64::MAX);
+    }
+}
