@@ -236,7 +236,7 @@ impl Run<'_> {
                     .mark_push_intent(self.view.item.id, self.now())
                     .await
                     .map_err(store_error)?;
-                let head = self
+                let pushed = self
                     .forge
                     .commit_files(&CommitRequest {
                         project,
@@ -246,8 +246,29 @@ impl Run<'_> {
                         message: &spec.commit_message,
                         actions: &spec.file_actions,
                     })
-                    .await
-                    .map_err(|e| forge_failure("committing the file actions", e))?;
+                    .await;
+                let head = match pushed {
+                    Ok(head) => head,
+                    Err(error) => {
+                        // A definite refusal wrote nothing: withdraw the
+                        // intent, or a branch someone else creates later
+                        // would pass for this item's. An unanswered call
+                        // (unavailable, rate limited) may have landed and
+                        // keeps it.
+                        if !matches!(
+                            error.kind,
+                            wq_forge::ForgeErrorKind::Unavailable
+                                | wq_forge::ForgeErrorKind::RateLimited
+                        ) {
+                            self.mr
+                                .store
+                                .clear_push_intent(self.view.item.id, self.now())
+                                .await
+                                .map_err(store_error)?;
+                        }
+                        return Err(forge_failure("committing the file actions", error));
+                    }
+                };
                 self.mr
                     .store
                     .record_push(

@@ -32,6 +32,7 @@ backend_tests!(
     reopening_after_a_persons_close_needs_admin,
     gitlab_a_persons_commit_on_workqueues_branch_is_not_overwritten,
     github_a_persons_commit_on_workqueues_branch_is_not_overwritten,
+    a_refused_push_leaves_no_claim_on_the_branch,
 );
 
 fn github() -> Options {
@@ -66,6 +67,43 @@ fn assert_not_managed(item: &serde_json::Value, branch: &str) {
         "{item:#}"
     );
     assert_eq!(needs_mr["detail"]["branch"], branch, "{item:#}");
+}
+
+/// The forge refuses the first push outright (nothing written); a person then
+/// creates the branch. The intent stored before the refused push must not
+/// make the person's branch pass for workqueue's on the retry.
+async fn a_refused_push_leaves_no_claim_on_the_branch(backend: Backend) {
+    let h = Harness::start(backend).await;
+    let branch = "wq/refused";
+    h.sim.add_fault(FaultRule::pattern(
+        "POST",
+        "/api/v4/projects/*/repository/commits",
+        HttpFault::Status { status: 400 },
+    ));
+    let id = h
+        .submit_ok(
+            &h.change(branch, &[("x.txt", "x\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    h.wait_phase(&id, "failed").await;
+    h.sim.clear_faults();
+    let head = h.person_push(branch, &[("person.txt", Some("mine\n"))]);
+    h.sim.clear_requests();
+    let (status, reply) = h
+        .post(&format!("/api/v1/work-items/{id}/retry"), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    let item = h.wait_phase(&id, "failed").await;
+    assert_not_managed(&item, branch);
+    assert_eq!(
+        h.branch_head(branch),
+        Some(head),
+        "the person's branch stays"
+    );
+    assert_eq!(h.forge_writes(), Vec::<String>::new(), "no forge write");
+    h.finish().await;
 }
 
 async fn a_persons_branch_is_never_written(backend: Backend, forge: &str) {

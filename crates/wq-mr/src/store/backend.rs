@@ -50,6 +50,7 @@ pub(super) trait MrBackend: Send + Sync + std::fmt::Debug {
     async fn queue_watch(&self, forge: &str, limit: u32) -> StoreResult<Vec<QueueWatch>>;
     async fn record_change(&self, id: ItemId, change: &RecordedChange<'_>) -> StoreResult<()>;
     async fn mark_push_intent(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()>;
+    async fn clear_push_intent(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()>;
     async fn branch_ownership(&self, id: ItemId, head: &str) -> StoreResult<BranchOwnership>;
     async fn change_created(&self, id: ItemId, number: u64) -> StoreResult<bool>;
     async fn submissions(&self, id: ItemId) -> StoreResult<Vec<SubmissionRecord>>;
@@ -459,6 +460,17 @@ macro_rules! mr_backend {
                     now: OffsetDateTime,
                 ) -> StoreResult<()> {
                     self.execute([sqlx::query(include_str!("sql/push_intent.sql"))
+                        .bind(Self::id(id))
+                        .bind(Self::at(now))])
+                    .await
+                }
+
+                async fn clear_push_intent(
+                    &self,
+                    id: ItemId,
+                    now: OffsetDateTime,
+                ) -> StoreResult<()> {
+                    self.execute([sqlx::query(include_str!("sql/clear_push_intent.sql"))
                         .bind(Self::id(id))
                         .bind(Self::at(now))])
                     .await

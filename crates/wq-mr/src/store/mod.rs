@@ -357,6 +357,13 @@ impl MrStore {
         self.backend.mark_push_intent(id, now).await
     }
 
+    /// Withdraws the push intent after the forge refused the push outright
+    /// (nothing was written), so a branch someone else creates later is not
+    /// taken for this item's.
+    pub async fn clear_push_intent(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()> {
+        self.backend.clear_push_intent(id, now).await
+    }
+
     /// Whether `head` on the item's branch is workqueue's (pushed on the
     /// branch line) and whether the item has an unrecorded push.
     pub async fn branch_ownership(&self, id: ItemId, head: &str) -> StoreResult<BranchOwnership> {
