@@ -77,6 +77,13 @@ pub(crate) fn parse_base_url(url: &str) -> ForgeResult<Url> {
     let trimmed = url.trim().trim_end_matches('/');
     let base = Url::parse(trimmed)
         .map_err(|e| ForgeError::invalid(format!("url: {trimmed:?} is not a URL ({e})")))?;
+    // Credentials belong in `token_env`: in the URL they would be logged
+    // and sent as Basic authentication beside the token.
+    if !base.username().is_empty() || base.password().is_some() {
+        return Err(ForgeError::invalid(
+            "url: must not carry a user name or password (the token comes from token_env)",
+        ));
+    }
     if !matches!(base.scheme(), "http" | "https") || base.host_str().is_none() {
         return Err(ForgeError::invalid(format!(
             "url: {trimmed:?} must be an http(s) URL with a host"
@@ -378,6 +385,19 @@ mod tests {
     #[test]
     fn invalid_utf8_is_replaced() {
         assert_eq!(tail(16, &[b"ok \xff\xfe end"]), "ok \u{fffd}\u{fffd} end");
+    }
+
+    #[test]
+    fn a_base_url_with_credentials_is_refused_without_echoing_them() {
+        for url in [
+            "https://bot:s3cret@gitlab.example.com",
+            "https://bot@gitlab.example.com",
+        ] {
+            let error = parse_base_url(url).expect_err(url);
+            assert!(error.message.starts_with("url: "), "{}", error.message);
+            assert!(!error.message.contains("s3cret"), "{}", error.message);
+        }
+        assert!(parse_base_url("https://gitlab.example.com").is_ok());
     }
 
     #[test]
