@@ -319,7 +319,8 @@ impl ProcessingManager {
             tracing::warn!(
                 running,
                 grace_ms = grace.as_millis() as u64,
-                "{running} item loop(s) still running after the shutdown grace;                  abandoning them (their leases expire)"
+                "{running} item loop(s) still running after the shutdown grace; \
+                 abandoning them (their leases expire)"
             );
         }
         self.tracked.lock().expect("tracked lock").clear();
