@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use wq_auth::{Authenticator, AuthenticatorOptions, InCluster};
@@ -77,7 +78,13 @@ pub fn authenticator(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<A
         clock,
         in_cluster: InCluster::detect(),
     };
-    let auth = Authenticator::with_options(settings, reqwest::Client::new(), options)?;
+    // Identity answers come from the configured issuer or API server only:
+    // a redirect elsewhere is an error, never followed.
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .context("building the authentication HTTP client")?;
+    let auth = Authenticator::with_options(settings, http, options)?;
     let usable = config.auth.rules.len() - auth.skipped_rules().len();
     if usable == 0 {
         tracing::warn!(

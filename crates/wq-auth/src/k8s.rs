@@ -105,6 +105,7 @@ impl InCluster {
         reqwest::Client::builder()
             .tls_certs_only(roots)
             .timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|error| format!("cannot build the in-cluster HTTP client: {error}"))
     }

@@ -150,6 +150,7 @@ impl OpenShiftUsers {
                 }
                 reqwest::Client::builder()
                     .tls_certs_merge(roots)
+                    .redirect(reqwest::redirect::Policy::none())
                     .build()
                     .map_err(|error| format!("cannot build the OpenShift HTTP client: {error}"))?
             }
