@@ -110,11 +110,14 @@ impl Drop for InFlight<'_> {
             .in_flight
             .lock()
             .expect("in-flight lock poisoned");
-        // The map's reference and this one: no other waiter is left.
+        // An answered look-up is done with (the cache, or nothing for an
+        // outage, serves the next caller: never this old answer); an
+        // unanswered one when no other waiter is left (the map's reference
+        // and this one).
         if in_flight
             .get(&self.key)
             .is_some_and(|cell| Arc::ptr_eq(cell, &self.cell))
-            && Arc::strong_count(&self.cell) <= 2
+            && (self.cell.initialized() || Arc::strong_count(&self.cell) <= 2)
         {
             in_flight.remove(&self.key);
         }

@@ -169,6 +169,12 @@ async fn concurrent_requests_with_one_token_share_one_look_up() {
         assert_eq!(principal.name(), "alice");
     }
     assert_eq!(api.requests(), 1);
+    // Once the cached answer expires, the next caller asks again: the
+    // shared look-up left no answer of its own behind.
+    clock.advance(Duration::seconds(301));
+    let principal = auth.authenticate(Some(&bearer(ALICE))).await.unwrap();
+    assert_eq!(principal.name(), "alice");
+    assert_eq!(api.requests(), 2);
 
     // The same for a refused token: one request answers every caller.
     let unknown = "sha256~unknown";
@@ -179,7 +185,7 @@ async fn concurrent_requests_with_one_token_share_one_look_up() {
             tokio::spawn(async move { auth.authenticate(Some(&bearer(unknown))).await })
         })
         .collect();
-    api.received(2).await;
+    api.received(3).await;
     for _ in 0..20 {
         tokio::task::yield_now().await;
     }
@@ -190,7 +196,7 @@ async fn concurrent_requests_with_one_token_share_one_look_up() {
             AuthFailure::OpenShiftRejected { status: 401 }
         );
     }
-    assert_eq!(api.requests(), 2);
+    assert_eq!(api.requests(), 3);
 }
 
 /// `config` with at most `max` look-ups in flight, waiting `wait_ms` for one.
