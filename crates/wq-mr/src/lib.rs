@@ -323,6 +323,17 @@ impl MrType {
                 ))
             }
         })?;
+        // The caller was authorized for the path it sent: only another
+        // spelling of that path may replace it, never another project (a
+        // forge that answered for a renamed or moved one).
+        if path.to_lowercase() != project.to_lowercase() {
+            return Err(RequestError::Invalid(vec![FieldError::new(
+                "project",
+                format!(
+                    "forge {forge_name:?} knows {project:?} as another project;                      submit its current path"
+                ),
+            )]));
+        }
         self.project_paths
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
