@@ -395,19 +395,10 @@ impl IntoResponse for ApiError {
 }
 
 impl From<StoreError> for ApiError {
+    /// Through the one mapping item types use too
+    /// (`From<StoreError> for RequestError`).
     fn from(error: StoreError) -> Self {
-        match error {
-            StoreError::NotFound(id) => ApiError::not_found(format!("work item {id} not found")),
-            StoreError::Duplicate(message) | StoreError::Conflict(message) => {
-                ApiError::conflict(message)
-            }
-            StoreError::LeaseLost(id) => {
-                ApiError::conflict(format!("work item {id} is being processed; try again"))
-            }
-            other @ (StoreError::Corrupt(_) | StoreError::Database(_) | StoreError::Migrate(_)) => {
-                ApiError::internal(other)
-            }
-        }
+        ApiError::from(wq_core::RequestError::from(error))
     }
 }
 

@@ -4,7 +4,6 @@
 use wq_core::{CommandReply, FieldError, ItemId, Phase, RequestError};
 
 use crate::MrType;
-use crate::errors::request_store_error;
 use crate::store::{MergeResult, MrDetails};
 
 /// The body of `POST /api/v1/work-items/{id}/merge`; both fields optional.
@@ -148,7 +147,7 @@ impl MrType {
             .items
             .item_get(id)
             .await
-            .map_err(request_store_error)?
+            .map_err(RequestError::from)?
             .ok_or_else(|| RequestError::NotFound(format!("work item {id} not found")))?;
         if item.phase != Phase::Active {
             return Err(RequestError::Conflict(format!(
@@ -159,7 +158,7 @@ impl MrType {
         self.store
             .get(id)
             .await
-            .map_err(request_store_error)?
+            .map_err(RequestError::from)?
             .ok_or_else(|| RequestError::NotFound(format!("work item {id} has no mr details")))
     }
 
@@ -195,7 +194,7 @@ impl MrType {
             .store
             .authorize_merge_retry(id, now, cutoff)
             .await
-            .map_err(request_store_error)?
+            .map_err(RequestError::from)?
         {
             return Err(RequestError::Conflict(
                 "the merge attempt changed meanwhile; nothing to retry".into(),

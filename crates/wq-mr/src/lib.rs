@@ -227,7 +227,7 @@ use wq_core::{
 use wq_forge::Forges;
 use wq_store::Store;
 
-use crate::errors::{request_store_error, store_error};
+use crate::errors::store_error;
 use crate::spec::SubmissionRules;
 use crate::store::{MrStore, UpsertInput, UpsertOutcome};
 
@@ -330,7 +330,7 @@ impl MrType {
             return Err(RequestError::Invalid(vec![FieldError::new(
                 "project",
                 format!(
-                    "forge {forge_name:?} knows {project:?} as another project;                      submit its current path"
+                    "forge {forge_name:?} knows {project:?} as another project; submit its current path"
                 ),
             )]));
         }
@@ -432,7 +432,7 @@ impl ItemType for MrType {
                 now: submission.now,
             })
             .await
-            .map_err(request_store_error)?;
+            .map_err(RequestError::from)?;
         if upserted.outcome == UpsertOutcome::NotOwner {
             tracing::info!(
                 item = %upserted.id,
@@ -464,7 +464,7 @@ impl ItemType for MrType {
     }
 
     async fn detail(&self, item: &WorkItem) -> Result<Option<serde_json::Value>, RequestError> {
-        let details = self.store.get(item.id).await.map_err(request_store_error)?;
+        let details = self.store.get(item.id).await.map_err(RequestError::from)?;
         let Some(mut d) = details else {
             return Ok(None);
         };
@@ -477,7 +477,7 @@ impl ItemType for MrType {
             .store
             .submissions(item.id)
             .await
-            .map_err(request_store_error)?;
+            .map_err(RequestError::from)?;
         let mut detail = merge::detail_json(&d);
         detail["submissions"] = serde_json::json!(submissions);
         Ok(Some(detail))
@@ -490,7 +490,7 @@ impl ItemType for MrType {
     }
 
     async fn scope(&self, id: ItemId) -> Result<Option<(String, String)>, RequestError> {
-        let details = self.store.get(id).await.map_err(request_store_error)?;
+        let details = self.store.get(id).await.map_err(RequestError::from)?;
         Ok(details.map(|d| (d.spec.forge, d.spec.project)))
     }
 

@@ -106,6 +106,28 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// A store failure as the answer to a request, for the API and for item
+/// types' submissions and commands alike: a missing item is 404, a refused
+/// write 409, and database, migration and stored-data failures are internal
+/// (their text is logged, never sent).
+impl From<StoreError> for wq_core::RequestError {
+    fn from(error: StoreError) -> Self {
+        use wq_core::RequestError;
+        match error {
+            StoreError::NotFound(id) => RequestError::NotFound(format!("work item {id} not found")),
+            StoreError::Conflict(message) | StoreError::Duplicate(message) => {
+                RequestError::Conflict(message)
+            }
+            StoreError::LeaseLost(id) => {
+                RequestError::Conflict(format!("work item {id} is being processed; try again"))
+            }
+            other @ (StoreError::Corrupt(_) | StoreError::Database(_) | StoreError::Migrate(_)) => {
+                RequestError::Internal(format!("store: {other}"))
+            }
+        }
+    }
+}
+
 /// A new work item. It starts `active` and `actionable`.
 #[derive(Debug, Clone)]
 pub struct NewItem {
@@ -461,5 +483,40 @@ pub async fn connect_with_timeout(
         Err(StoreError::Conflict(format!(
             "unsupported database url {url:?}: expected sqlite:PATH, sqlite::memory: or postgres://..."
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wq_core::{ItemId, RequestError};
+
+    #[test]
+    fn store_failures_answer_requests_internal_and_keep_their_detail_for_the_log() {
+        let database = RequestError::from(StoreError::Database(sqlx::Error::Protocol(
+            "relation \"mr_details\" does not exist".into(),
+        )));
+        assert!(
+            matches!(&database, RequestError::Internal(detail) if detail.contains("mr_details")),
+            "{database:?}"
+        );
+        let corrupt = RequestError::from(StoreError::Corrupt("bad spec json".into()));
+        assert!(
+            matches!(&corrupt, RequestError::Internal(detail) if detail.contains("bad spec json")),
+            "{corrupt:?}"
+        );
+        let id = ItemId::new_v7();
+        assert_eq!(
+            RequestError::from(StoreError::NotFound(id)),
+            RequestError::NotFound(format!("work item {id} not found"))
+        );
+        assert_eq!(
+            RequestError::from(StoreError::Duplicate("taken".into())),
+            RequestError::Conflict("taken".into())
+        );
+        assert!(matches!(
+            RequestError::from(StoreError::LeaseLost(id)),
+            RequestError::Conflict(_)
+        ));
     }
 }
