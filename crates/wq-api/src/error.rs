@@ -475,6 +475,101 @@ fn path_key(kind: &axum::extract::path::ErrorKind) -> Option<String> {
 }
 
 #[cfg(test)]
+mod snapshots {
+    //! The error envelope as callers read it, one snapshot per kind of
+    //! answer: a change to a code, a message or the shape shows in review.
+
+    use super::*;
+
+    fn answer(error: &ApiError) -> serde_json::Value {
+        serde_json::json!({
+            "status": error.status().as_u16(),
+            "www_authenticate": error.www_authenticate(),
+            "body": error.envelope(),
+        })
+    }
+
+    #[test]
+    fn every_kind_of_error_answers_one_envelope() {
+        let item = "0192f0c4-6a1e-7c3e-9f00-000000000001";
+        let answers: Vec<(&str, serde_json::Value)> = vec![
+            (
+                "invalid fields",
+                answer(&ApiError::invalid_fields(vec![
+                    wq_core::FieldError::new("branch", "must not be empty"),
+                    wq_core::FieldError::new(
+                        "actions[1].file_path",
+                        "is blocked by rule \"*.pem\"",
+                    ),
+                ])),
+            ),
+            (
+                "invalid parameter",
+                answer(&ApiError::invalid_parameter(
+                    "limit",
+                    "must be between 1 and 500",
+                )),
+            ),
+            (
+                "invalid body",
+                answer(&ApiError::invalid_body(
+                    StatusCode::BAD_REQUEST,
+                    "the body is not valid JSON: expected value at line 1 column 1",
+                )),
+            ),
+            (
+                "unauthenticated",
+                answer(&ApiError::bearer_challenge("Bearer realm=\"workqueue\"")),
+            ),
+            ("forbidden", answer(&ApiError::forbidden("retry"))),
+            (
+                "not found",
+                answer(&ApiError::not_found(format!("work item {item} not found"))),
+            ),
+            (
+                "owned by another caller",
+                answer(&ApiError::conflict_with(
+                    wq_core::OWNED_BY_ANOTHER_CALLER,
+                    "the item belongs to another caller",
+                )),
+            ),
+            (
+                "payload too large",
+                answer(&ApiError::payload_too_large(1024 * 1024)),
+            ),
+            (
+                "timeout",
+                answer(&ApiError::timeout(std::time::Duration::from_secs(30))),
+            ),
+            (
+                "unavailable",
+                answer(&ApiError::unavailable(
+                    "the forge is not answering; try again",
+                )),
+            ),
+            (
+                "internal (detail only logged)",
+                answer(&ApiError::internal(
+                    "relation \"work_items\" does not exist",
+                )),
+            ),
+            (
+                "a quoted name cut to 64 characters",
+                answer(&ApiError::not_found(format!(
+                    "no command \"{}\"",
+                    "x".repeat(100)
+                ))),
+            ),
+        ];
+        insta::assert_json_snapshot!(serde_json::Map::from_iter(
+            answers
+                .into_iter()
+                .map(|(name, body)| (name.to_owned(), body))
+        ));
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -202,3 +202,76 @@ impl MeBody {
         }
     }
 }
+
+#[cfg(test)]
+mod snapshots {
+    //! The item bodies as callers read them: a field renamed, dropped or
+    //! re-encoded shows in review.
+
+    use super::*;
+    use time::macros::datetime;
+
+    fn item() -> ItemBody {
+        ItemBody {
+            id: "0192f0c4-6a1e-7c3e-9f00-000000000001"
+                .parse()
+                .expect("a uuid"),
+            item_type: "mr".to_owned(),
+            phase: Phase::Active,
+            actionable: false,
+            attempts: 2,
+            error: Some("forge: 503 Service Unavailable".to_owned()),
+            leased_until: None,
+            idempotency_key: Some("build-42".to_owned()),
+            caller_identity: Some("nightly-bot (token nightly, rule bots)".to_owned()),
+            created_at: datetime!(2026-12-01 09:30:00.123456 UTC),
+            updated_at: datetime!(2026-12-01 09:31:05 UTC),
+            last_event_at: Some(datetime!(2026-12-01 09:31:04.5 UTC)),
+        }
+    }
+
+    #[test]
+    fn an_item_detail_reads_as_callers_expect() {
+        let detail = ItemDetail {
+            item: item(),
+            dimensions: vec![
+                DimensionBody {
+                    dimension: "ci".to_owned(),
+                    variant: String::new(),
+                    status: DimensionStatus::False,
+                    detail: serde_json::json!({"pipeline": 17}),
+                    pending_until: Some(datetime!(2026-12-01 09:36:05 UTC)),
+                    updated_at: datetime!(2026-12-01 09:31:05 UTC),
+                },
+                DimensionBody {
+                    dimension: "review".to_owned(),
+                    variant: String::new(),
+                    status: DimensionStatus::True,
+                    detail: serde_json::Value::Null,
+                    pending_until: None,
+                    updated_at: datetime!(2026-12-01 09:31:00 UTC),
+                },
+            ],
+            detail: Some(serde_json::json!({"mr": {"iid": 7}})),
+        };
+        insta::assert_json_snapshot!(detail);
+    }
+
+    #[test]
+    fn a_submission_answer_and_a_list_page_read_as_callers_expect() {
+        insta::assert_json_snapshot!(
+            "submit_response",
+            SubmitResponse {
+                outcome: "created".to_owned(),
+                item: item()
+            }
+        );
+        insta::assert_json_snapshot!(
+            "item_list",
+            ItemList {
+                items: vec![item()],
+                next_before: Some(item().id)
+            }
+        );
+    }
+}
