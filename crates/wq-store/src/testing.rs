@@ -290,13 +290,12 @@ pub async fn wait_for_lock_waiters(
 ) -> bool {
     let deadline = std::time::Instant::now() + LOCK_WAIT_DEADLINE;
     loop {
-        let waiting: i64 = sqlx::query_scalar(include_str!(
-            "postgres/queries/testing/lock_waiters.sql"
-        ))
-        .bind(wait_event)
-        .fetch_one(pool)
-        .await
-        .unwrap_or_else(|error| panic!("cannot read pg_stat_activity: {error}"));
+        let waiting: i64 =
+            sqlx::query_scalar(include_str!("postgres/queries/testing/lock_waiters.sql"))
+                .bind(wait_event)
+                .fetch_one(pool)
+                .await
+                .unwrap_or_else(|error| panic!("cannot read pg_stat_activity: {error}"));
         if waiting >= count {
             return true;
         }

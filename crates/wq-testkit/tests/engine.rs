@@ -635,10 +635,7 @@ async fn heartbeat_keeps_the_lease_through_a_slow_action(backend: Backend) {
     // reclaimed, and the test waits for it to renew the lease from the
     // clock's new time before another engine tries to claim the item.
     let lease = Duration::from_millis(300);
-    let settings = EngineConfig {
-        lease,
-        ..config()
-    };
+    let settings = EngineConfig { lease, ..config() };
     let hooks = Arc::new(SlowAction {
         reached: tokio::sync::Notify::new(),
         release: tokio::sync::Semaphore::new(0),
