@@ -662,31 +662,26 @@ fn serve_exits_on_sigterm_within_the_grace_despite_a_stuck_client() {
         .status()
         .expect("run kill");
     assert!(killed.success());
-    // Without the grace the stuck client would hold it forever.
-    let mut status = None;
-    for _ in 0..300 {
-        if let Some(exited) = server.child.try_wait().expect("try_wait") {
-            status = Some(exited);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let logs = server
-        .logs
-        .take()
-        .map(|logs| {
-            if status.is_none() {
-                let _ = server.child.kill();
-            }
-            logs.join().unwrap_or_default()
-        })
-        .unwrap_or_default();
-    let status = status.unwrap_or_else(|| {
-        panic!(
-            "serve still running 30 s after SIGTERM; logs:\n{}",
-            logs.join("\n")
-        )
+    // Without the grace the stuck client would hold it forever. Serve's
+    // stderr closes when it exits: the log reader ending is the signal,
+    // and the deadline only keeps a hung serve from hanging the test.
+    let reader = server.logs.take().expect("the log reader");
+    let (ended, logs_read) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = ended.send(reader.join().unwrap_or_default());
     });
+    let logs = match logs_read.recv_timeout(Duration::from_secs(30)) {
+        Ok(logs) => logs,
+        Err(_) => {
+            let _ = server.child.kill();
+            let logs = logs_read.recv().unwrap_or_default();
+            panic!(
+                "serve still running 30 s after SIGTERM; logs:\n{}",
+                logs.join("\n")
+            );
+        }
+    };
+    let status = server.child.wait().expect("wait for serve");
     assert!(
         status.success(),
         "serve exited with {status}; logs:\n{}",

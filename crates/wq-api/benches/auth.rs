@@ -17,21 +17,13 @@
     reason = "benchmark fixtures read the wall clock"
 )]
 
-#[path = "../../wq-auth/tests/auth/helpers.rs"]
-#[allow(
-    dead_code,
-    reason = "shared with wq-auth's tests; the benchmark uses part of it"
-)]
-mod helpers;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use wq_core::Clock;
-
-use helpers::{FakeIssuer, bearer, clock_now, ec_key, rsa_key, sign, unix};
+use wq_testkit::oidc::{self, FakeIssuer, bearer, clock_now, ec_key, rsa_key, sign, unix};
 
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -143,7 +135,7 @@ static_tokens:
         url = issuer.url
     );
     let clock = clock_now();
-    let authenticator = Arc::new(helpers::authenticator(&yaml, &clock));
+    let authenticator = Arc::new(oidc::authenticator(&yaml, &clock));
     let now = unix(&clock);
     let claims = json!({
         "iss": issuer.url, "sub": "project_path:team/app", "aud": "workqueue",

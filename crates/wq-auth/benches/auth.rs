@@ -11,20 +11,12 @@
     reason = "benchmark fixtures read the wall clock"
 )]
 
-#[path = "../tests/auth/helpers.rs"]
-#[allow(
-    dead_code,
-    reason = "shared with the tests; the benchmark uses part of it"
-)]
-mod helpers;
-
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use wq_auth::{AuthFailure, Authenticator, Permission, Principal, Scope, new_static_token};
-
-use helpers::{FakeIssuer, bearer, clock_now, ec_key, rsa_key, sign, unix};
+use wq_testkit::oidc::{self, FakeIssuer, bearer, clock_now, ec_key, rsa_key, sign, unix};
 
 fn rounds() -> u32 {
     std::env::var("WQ_BENCH_AUTH_ROUNDS")
@@ -113,7 +105,7 @@ static_tokens:
         url = issuer.url
     );
     let clock = clock_now();
-    let auth: Authenticator = helpers::authenticator(&yaml, &clock);
+    let auth: Authenticator = oidc::authenticator(&yaml, &clock);
     let now = unix(&clock);
     let claims = json!({
         "iss": issuer.url, "sub": "project_path:team/app", "aud": "workqueue",

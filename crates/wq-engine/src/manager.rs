@@ -61,6 +61,11 @@ pub enum Flow {
 #[async_trait]
 pub trait Hooks: Send + Sync + 'static {
     async fn at(&self, point: FailPoint, id: ItemId) -> Flow;
+
+    /// The heartbeat renewed the item's lease until `until`, so a test can
+    /// move a manual clock past the old lease and know it was renewed,
+    /// instead of sleeping through heartbeat periods.
+    fn lease_renewed(&self, _id: ItemId, _until: OffsetDateTime) {}
 }
 
 /// Hooks that do nothing.
@@ -511,6 +516,7 @@ impl ItemRun<'_> {
         let lease = Arc::clone(&self.lease);
         let lost = self.lease_lost.clone();
         let abandoned = self.manager.abandoned.clone();
+        let hooks = Arc::clone(&self.manager.hooks);
         let id = self.id;
         tokio::spawn(async move {
             loop {
@@ -524,7 +530,10 @@ impl ItemRun<'_> {
                 }
                 let until = clock.now() + lease_length;
                 match store.item_heartbeat(*held, until).await {
-                    Ok(renewed) => *held = renewed,
+                    Ok(renewed) => {
+                        *held = renewed;
+                        hooks.lease_renewed(id, renewed.until);
+                    }
                     Err(error) => {
                         tracing::warn!(item_id = %id, %error, "heartbeat for {id} failed: {error}");
                         if matches!(error, StoreError::LeaseLost(_)) {

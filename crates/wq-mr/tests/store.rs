@@ -629,8 +629,9 @@ async fn postgres_writers_take_the_item_lock_before_its_rows() {
     .unwrap();
 
     // Holds the item's advisory lock as wq_park does, lets `write` start
-    // and block, then locks `row_sql`'s row: with the writer holding that
-    // row, this is a deadlock and one side fails.
+    // and block on it (PostgreSQL reports the wait), then locks `row_sql`'s
+    // row: with the writer holding that row, this is a deadlock and one
+    // side fails.
     async fn hold_the_item_lock_then<F>(
         pg: &wq_store::postgres::PgStore,
         id: ItemId,
@@ -642,7 +643,11 @@ async fn postgres_writers_take_the_item_lock_before_its_rows() {
         let mut exit = pg.pool().begin().await.unwrap();
         wq_store::postgres::lock_item(&mut exit, id).await.unwrap();
         let writer = tokio::spawn(write);
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(
+            wq_store::testing::wait_for_lock_waiters(pg.pool(), Some("advisory"), 1).await,
+            "the writer waits for the item lock (finished: {})",
+            writer.is_finished()
+        );
         assert!(!writer.is_finished(), "the writer waits for the item lock");
         sqlx::query(row_sql)
             .bind(id.0)

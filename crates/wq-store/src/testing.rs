@@ -271,6 +271,41 @@ pub async fn durability(url: &str) -> String {
     }
 }
 
+/// How long [`wait_for_lock_waiters`] looks before it gives up.
+pub const LOCK_WAIT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits until at least `count` sessions on the database behind `pool` wait
+/// for a lock (`pg_stat_activity.wait_event_type = 'Lock'`), of the kind
+/// `wait_event` when given (`advisory`, `transactionid`, `tuple`, ...), so
+/// a test knows a statement it started is blocked. Answers false if that
+/// has not happened within [`LOCK_WAIT_DEADLINE`].
+///
+/// This reads the condition again every few milliseconds: who waits for a
+/// lock is known only to the PostgreSQL server, which tells no client, so
+/// there is no signal to wait on.
+pub async fn wait_for_lock_waiters(
+    pool: &sqlx::PgPool,
+    wait_event: Option<&str>,
+    count: i64,
+) -> bool {
+    let deadline = std::time::Instant::now() + LOCK_WAIT_DEADLINE;
+    loop {
+        let waiting: i64 =
+            sqlx::query_scalar(include_str!("postgres/queries/testing/lock_waiters.sql"))
+                .bind(wait_event)
+                .fetch_one(pool)
+                .await
+                .unwrap_or_else(|error| panic!("cannot read pg_stat_activity: {error}"));
+        if waiting >= count {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

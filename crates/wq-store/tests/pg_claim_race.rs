@@ -8,12 +8,10 @@
     reason = "test fixtures read the wall clock"
 )]
 
-use std::time::Duration as StdDuration;
-
 use time::{Duration, OffsetDateTime};
 use wq_core::{DimensionStatus, DimensionUpdate, ItemId};
 use wq_store::postgres::PgStore;
-use wq_store::testing::{drop_postgres_database, fresh_postgres_url};
+use wq_store::testing::{drop_postgres_database, fresh_postgres_url, wait_for_lock_waiters};
 use wq_store::{ClaimParams, NewItem, Store};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,28 +61,13 @@ async fn a_claim_racing_a_commit_never_returns_dimensions_from_before_it() {
     // the step to do, so it waits for A's row lock.
     let b_store = store.clone();
     let b = tokio::spawn(async move { b_store.item_claim_snapshot(params(now)).await });
-    let deadline = std::time::Instant::now() + StdDuration::from_secs(10);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
-        if waiting > 0 {
-            break;
-        }
-        if std::time::Instant::now() >= deadline {
-            let finished = b.is_finished();
-            let outcome = if finished {
-                format!("{:?}", b.await)
-            } else {
-                "running".into()
-            };
-            panic!("B never waited for A's lock: {outcome}");
-        }
-        tokio::time::sleep(StdDuration::from_millis(10)).await;
+    if !wait_for_lock_waiters(store.pool(), None, 1).await {
+        let outcome = if b.is_finished() {
+            format!("{:?}", b.await)
+        } else {
+            "running".into()
+        };
+        panic!("B never waited for A's lock: {outcome}");
     }
     a.commit().await.unwrap();
 

@@ -5,6 +5,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod oidc;
 pub mod ping;
 pub mod types;
 

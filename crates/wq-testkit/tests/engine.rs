@@ -9,6 +9,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -36,8 +37,11 @@ fn config() -> EngineConfig {
     }
 }
 
+/// A manual clock at the current whole second, so the times it gives come
+/// back unchanged from the stores, which keep microseconds.
 fn manual_clock() -> Arc<ManualClock> {
-    Arc::new(ManualClock::new(OffsetDateTime::now_utc()))
+    let now = OffsetDateTime::now_utc();
+    Arc::new(ManualClock::new(now.replace_nanosecond(0).unwrap_or(now)))
 }
 
 async fn insert_chain(store: &Arc<dyn Store>, clock: &dyn Clock) -> ItemId {
@@ -568,17 +572,17 @@ async fn shutdown_finishes_the_step_and_releases_the_lease(backend: Backend) {
     engine.start();
     engine.notify(id);
     gate.reached.notified().await;
-    let stopping = {
-        let engine = engine.clone();
-        tokio::spawn(async move { engine.shutdown().await })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Polled once here, shutdown stops intake and then has nothing to wait
+    // for but the loops: pending means it waits for the held step. Nobody
+    // else polls it, so it cannot end before the gate opens.
+    let mut stopping = std::pin::pin!(engine.shutdown());
+    let first_poll = std::future::poll_fn(|context| Poll::Ready(stopping.as_mut().poll(context)));
     assert!(
-        !stopping.is_finished(),
+        first_poll.await.is_pending(),
         "shutdown waits for the running step"
     );
     gate.release.add_permits(100);
-    stopping.await.unwrap();
+    stopping.await;
 
     assert_eq!(chain.executions.order(id), vec!["step1"]);
     let item = store.item_get(id).await.unwrap().unwrap();
@@ -595,18 +599,26 @@ async fn shutdown_finishes_the_step_and_releases_the_lease(backend: Backend) {
     assert_eq!(chain.executions.order(id), vec!["step1", "step2", "step3"]);
 }
 
-/// Makes every executor take `pause` (a slow forge call).
-struct SlowExecutor {
-    pause: Duration,
+/// Holds every executor's step, as a slow forge call would, until the test
+/// lets one through; reports each lease the heartbeat renews.
+struct SlowAction {
+    reached: tokio::sync::Notify,
+    release: tokio::sync::Semaphore,
+    renewed: tokio::sync::watch::Sender<Option<OffsetDateTime>>,
 }
 
 #[async_trait]
-impl Hooks for SlowExecutor {
+impl Hooks for SlowAction {
     async fn at(&self, point: FailPoint, _id: ItemId) -> Flow {
         if point == FailPoint::AfterExecute {
-            tokio::time::sleep(self.pause).await;
+            self.reached.notify_one();
+            self.release.acquire().await.expect("gate open").forget();
         }
         Flow::Continue
+    }
+
+    fn lease_renewed(&self, _id: ItemId, until: OffsetDateTime) {
+        self.renewed.send_replace(Some(until));
     }
 }
 
@@ -615,36 +627,54 @@ async fn heartbeat_keeps_the_lease_through_a_slow_action(backend: Backend) {
     let store = open_store(&url).await;
     let other_store = open_store(&url).await;
     let chain = ChainType::new();
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let clock = manual_clock();
     let id = insert_chain(&store, clock.as_ref()).await;
-    // Each action takes four lease lengths; only the heartbeat (every third
-    // of the lease) keeps the item from being reclaimed.
-    let settings = EngineConfig {
-        lease: Duration::from_millis(300),
-        ..config()
-    };
+    // The lease runs on the manual clock. While each action is held, the
+    // clock moves four lease lengths, one at a time; only the heartbeat
+    // (every third of the lease, in real time) keeps the item from being
+    // reclaimed, and the test waits for it to renew the lease from the
+    // clock's new time before another engine tries to claim the item.
+    let lease = Duration::from_millis(300);
+    let settings = EngineConfig { lease, ..config() };
+    let hooks = Arc::new(SlowAction {
+        reached: tokio::sync::Notify::new(),
+        release: tokio::sync::Semaphore::new(0),
+        renewed: tokio::sync::watch::Sender::new(None),
+    });
     let slow = ProcessingManager::with_hooks(
         store.clone(),
         registry(&chain),
         clock.clone(),
         settings.clone(),
-        Arc::new(SlowExecutor {
-            pause: Duration::from_millis(1_200),
-        }),
+        hooks.clone(),
     )
     .unwrap();
+    let mut renewed = hooks.renewed.subscribe();
     let running = {
         let slow = slow.clone();
         tokio::spawn(async move { slow.run_item(id).await })
     };
-    let other = ProcessingManager::new(other_store, registry(&chain), clock, settings).unwrap();
-    for _ in 0..8 {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        assert_eq!(
-            other.run_item(id).await,
-            RunOutcome::NotClaimed,
-            "the lease expired under a running action"
-        );
+    let other =
+        ProcessingManager::new(other_store, registry(&chain), clock.clone(), settings).unwrap();
+    for _step in CHAIN_STEPS {
+        hooks.reached.notified().await;
+        for _ in 0..4 {
+            clock.set(clock.now() + lease);
+            let due = clock.now() + lease;
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                renewed.wait_for(|until| until.is_some_and(|until| until >= due)),
+            )
+            .await
+            .expect("the heartbeat renews the lease")
+            .expect("renewals");
+            assert_eq!(
+                other.run_item(id).await,
+                RunOutcome::NotClaimed,
+                "the lease expired under a running action"
+            );
+        }
+        hooks.release.add_permits(1);
     }
     assert_eq!(running.await.unwrap(), RunOutcome::Parked);
     assert_eq!(chain.executions.order(id), vec!["step1", "step2", "step3"]);
@@ -652,10 +682,14 @@ async fn heartbeat_keeps_the_lease_through_a_slow_action(backend: Backend) {
     assert_done(&store, id, false).await;
 }
 
-/// Counts loops running at once (from claim to park).
-#[derive(Default)]
+/// Counts loops running at once (from claim to park). The first `fill`
+/// loops wait after their claim until all of them are claimed, so the pool
+/// is seen full whatever the scheduling; later loops go straight on (an
+/// item can be claimed again when the first sweep found it running).
 struct Concurrency {
     running: Mutex<(usize, usize)>,
+    fill: usize,
+    claimed: tokio::sync::watch::Sender<usize>,
 }
 
 #[async_trait]
@@ -668,7 +702,12 @@ impl Hooks for Concurrency {
                     running.0 += 1;
                     running.1 = running.1.max(running.0);
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                self.claimed.send_modify(|claimed| *claimed += 1);
+                let mut claimed = self.claimed.subscribe();
+                claimed
+                    .wait_for(|claimed| *claimed >= self.fill)
+                    .await
+                    .expect("the hooks live");
             }
             FailPoint::BeforePark => self.running.lock().unwrap().0 -= 1,
             _ => {}
@@ -681,13 +720,18 @@ async fn notify_is_deduplicated_and_the_pool_is_bounded(backend: Backend) {
     let store = backend.fresh_store().await;
     let chain = ChainType::new();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let concurrency = Arc::new(Concurrency::default());
+    let workers = 3;
+    let concurrency = Arc::new(Concurrency {
+        running: Mutex::new((0, 0)),
+        fill: workers,
+        claimed: tokio::sync::watch::Sender::new(0),
+    });
     let engine = ProcessingManager::with_hooks(
         store.clone(),
         registry(&chain),
         clock.clone(),
         EngineConfig {
-            workers: 3,
+            workers,
             ..config()
         },
         concurrency.clone(),
@@ -709,7 +753,7 @@ async fn notify_is_deduplicated_and_the_pool_is_bounded(backend: Backend) {
     let (still_running, most) = *concurrency.running.lock().unwrap();
     assert_eq!(still_running, 0);
     assert_eq!(
-        most, 3,
+        most, workers,
         "at most `workers` loops run at once, and the pool is used"
     );
     for id in &ids {

@@ -12,12 +12,12 @@ use wq_api::models::{ItemList, MeBody, MeRule, SubmitResponse};
 use wq_auth::AuthConfig;
 use wq_auth::config::RuleConfig;
 use wq_core::{Phase, WorkItem};
+use wq_testkit::oidc::{FakeIssuer, ec_key, sign};
 
 use crate::helpers::{
     AppOptions, Backend, PROBE_COMMAND, PROBE_TYPE, TestApp, bearer, error_of, json_of,
     on_both_backends, spawn_app, spawn_app_with,
 };
-use crate::jwt_helpers::{FakeIssuer, ec_key, sign};
 
 const BARE_CHALLENGE: &str = "Bearer realm=\"workqueue\"";
 const INVALID_TOKEN_CHALLENGE: &str = "Bearer realm=\"workqueue\", error=\"invalid_token\"";

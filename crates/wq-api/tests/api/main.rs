@@ -7,13 +7,6 @@
 )]
 
 mod helpers;
-/// wq-auth's test support: signing keys and a local OIDC issuer.
-#[path = "../../../wq-auth/tests/auth/helpers.rs"]
-#[allow(
-    dead_code,
-    reason = "shared with wq-auth's tests; the API tests use part of it"
-)]
-mod jwt_helpers;
 
 mod auth;
 mod errors;

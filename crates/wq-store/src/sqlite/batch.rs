@@ -19,6 +19,10 @@
 //! [`super::SqliteStore::begin_write`], migrations, and for `sqlite::memory:`
 //! every read) wait at most one batch. It ends when the last
 //! [`Batcher`] (i.e. the last clone of the store) is dropped.
+//!
+//! With the `testing` feature the task keeps a [`WriteLog`]: writes handed
+//! over, batches taken and batches committed, which tests wait on to know
+//! that writes are queued together instead of sleeping.
 
 use std::fmt;
 
@@ -91,10 +95,42 @@ fn batch_failed(error: &sqlx::Error) -> StoreError {
     ))))
 }
 
+/// What the writer task has done so far, for tests that need several writes
+/// in one batch (`testing` feature): they wait until the writes are queued
+/// while the task is busy, then read which batches committed.
+#[cfg(feature = "testing")]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteLog {
+    /// Writes whose job is in the task's queue or was taken from it.
+    pub handed_over: usize,
+    /// The size of each batch the task took from its queue, in order.
+    pub taken: Vec<usize>,
+    /// The size of each batch that committed, in order.
+    pub committed: Vec<usize>,
+}
+
+#[cfg(feature = "testing")]
+impl WriteLog {
+    /// Writes in the queue, not yet taken into a batch. Exact while the task
+    /// is busy with a batch (it takes the next one only after that one
+    /// ended); a write the task takes at once may be missing from it for a
+    /// moment, never counted twice.
+    pub fn waiting(&self) -> usize {
+        self.handed_over
+            .saturating_sub(self.taken.iter().sum::<usize>())
+    }
+}
+
+/// The writer task's [`WriteLog`], shared by the handles and the task.
+#[cfg(feature = "testing")]
+type Log = std::sync::Arc<tokio::sync::watch::Sender<WriteLog>>;
+
 /// The handle to the writer task. Cloning shares the task.
 #[derive(Clone)]
 pub(crate) struct Batcher {
     jobs: mpsc::Sender<Box<dyn WriteJob>>,
+    #[cfg(feature = "testing")]
+    log: Log,
 }
 
 impl fmt::Debug for Batcher {
@@ -110,8 +146,25 @@ impl Batcher {
     /// Spawns the writer task on the current Tokio runtime.
     pub(crate) fn spawn(writer: SqlitePool) -> Self {
         let (jobs, queue) = mpsc::channel(QUEUE_CAPACITY);
-        tokio::spawn(run_writer(writer, queue));
-        Self { jobs }
+        #[cfg(feature = "testing")]
+        let log = Log::new(tokio::sync::watch::Sender::new(WriteLog::default()));
+        tokio::spawn(run_writer(
+            writer,
+            queue,
+            #[cfg(feature = "testing")]
+            log.clone(),
+        ));
+        Self {
+            jobs,
+            #[cfg(feature = "testing")]
+            log,
+        }
+    }
+
+    /// Follows the task's [`WriteLog`].
+    #[cfg(feature = "testing")]
+    pub(crate) fn log(&self) -> tokio::sync::watch::Receiver<WriteLog> {
+        self.log.subscribe()
     }
 
     /// Runs `statements` in the next batch's transaction and returns their
@@ -129,6 +182,10 @@ impl Batcher {
             .send(Box::new(Job { statements, reply }))
             .await
             .map_err(|_| StoreError::Database(sqlx::Error::WorkerCrashed))?;
+        // Counted once the job is in the queue, so a test that saw it
+        // counted knows the next batch the task takes can include it.
+        #[cfg(feature = "testing")]
+        self.log.send_modify(|log| log.handed_over += 1);
         // A dropped reply: the batch's task panicked; nothing was committed
         // that the caller was told about.
         result
@@ -137,7 +194,11 @@ impl Batcher {
     }
 }
 
-async fn run_writer(writer: SqlitePool, mut queue: mpsc::Receiver<Box<dyn WriteJob>>) {
+async fn run_writer(
+    writer: SqlitePool,
+    mut queue: mpsc::Receiver<Box<dyn WriteJob>>,
+    #[cfg(feature = "testing")] log: Log,
+) {
     // Ends when every sender (every clone of the store) is gone.
     while let Some(first) = queue.recv().await {
         let mut batch = Vec::with_capacity(MAX_BATCH);
@@ -148,8 +209,16 @@ async fn run_writer(writer: SqlitePool, mut queue: mpsc::Receiver<Box<dyn WriteJ
                 Err(_) => break,
             }
         }
+        #[cfg(feature = "testing")]
+        log.send_modify(|log| log.taken.push(batch.len()));
         // Its own task, so a panicking job fails its batch, not the writer.
-        if let Err(error) = tokio::spawn(run_batch(writer.clone(), batch)).await {
+        let running = run_batch(
+            writer.clone(),
+            batch,
+            #[cfg(feature = "testing")]
+            log.clone(),
+        );
+        if let Err(error) = tokio::spawn(running).await {
             tracing::error!(%error, "an SQLite write batch panicked; its writes were rolled back");
         }
     }
@@ -157,7 +226,13 @@ async fn run_writer(writer: SqlitePool, mut queue: mpsc::Receiver<Box<dyn WriteJ
 
 /// One transaction for the whole batch. Results are delivered only after
 /// `COMMIT` succeeded (see the module docs).
-async fn run_batch(writer: SqlitePool, batch: Vec<Box<dyn WriteJob>>) {
+async fn run_batch(
+    writer: SqlitePool,
+    batch: Vec<Box<dyn WriteJob>>,
+    #[cfg(feature = "testing")] log: Log,
+) {
+    #[cfg(feature = "testing")]
+    let size = batch.len();
     let mut ran: Vec<Deliver> = Vec::with_capacity(batch.len());
     let mut waiting = batch.into_iter();
     let outcome: Result<(), sqlx::Error> = async {
@@ -177,6 +252,9 @@ async fn run_batch(writer: SqlitePool, batch: Vec<Box<dyn WriteJob>>) {
     .await;
     match outcome {
         Ok(()) => {
+            // Logged before any caller hears of it.
+            #[cfg(feature = "testing")]
+            log.send_modify(|log| log.committed.push(size));
             for deliver in ran {
                 deliver(Ok(()));
             }

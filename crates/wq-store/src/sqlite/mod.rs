@@ -79,6 +79,8 @@ use time::OffsetDateTime;
 use wq_core::ItemId;
 
 use self::batch::Batcher;
+#[cfg(feature = "testing")]
+pub use self::batch::WriteLog;
 #[cfg(doc)]
 use crate::Store;
 use crate::codec::{DbId, DbJson, DbTime};
@@ -258,6 +260,14 @@ impl SqliteStore {
             + 'static,
     {
         self.batcher.write(statements).await
+    }
+
+    /// Follows what group commit did: writes queued, batches taken and
+    /// committed (see [`WriteLog`]). For tests that need writes to share a
+    /// batch.
+    #[cfg(feature = "testing")]
+    pub fn write_log(&self) -> tokio::sync::watch::Receiver<WriteLog> {
+        self.batcher.log()
     }
 
     /// A write without a transaction of its own: on SQLite every write goes

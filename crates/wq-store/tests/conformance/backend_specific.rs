@@ -163,7 +163,8 @@ async fn sqlite_concurrent_writers_share_batches() {
 
 /// Group commit: a write that fails inside a batch (stale lease, missing
 /// item, duplicate key) is rolled back alone; the batch's other writes
-/// commit, and each caller gets its own result.
+/// commit, and each caller gets its own result. The writes are shown to
+/// have shared one batch by the store's write log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_a_failing_write_does_not_roll_back_its_batch() {
     let db = TestDb::sqlite().await;
@@ -187,13 +188,19 @@ async fn sqlite_a_failing_write_does_not_roll_back_its_batch() {
         .unwrap();
 
     // Hold the writer connection so the writes below queue up and run as one
-    // batch once it is released.
+    // batch once it is released: the blocker is taken alone and waits for
+    // the connection, and the task takes nothing else meanwhile.
+    let mut log = sqlite.write_log();
+    let before = log.borrow_and_update().clone();
+    assert_eq!(before.waiting(), 0, "the setup writes are done");
     let held = sqlite.begin_write().await.unwrap();
     let blocker = {
         let store = store.clone();
         tokio::spawn(async move { insert(store.as_ref(), TYPE_B, now).await })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    log.wait_for(|log| log.taken.len() == before.taken.len() + 1)
+        .await
+        .unwrap();
     let mut good = Vec::new();
     let mut bad = Vec::new();
     for (n, lease) in leases.iter().copied().enumerate() {
@@ -241,7 +248,8 @@ async fn sqlite_a_failing_write_does_not_roll_back_its_batch() {
             (n, result)
         }));
     }
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let writes = good.len() + bad.len();
+    log.wait_for(|log| log.waiting() == writes).await.unwrap();
     held.commit().await.unwrap();
     blocker.await.unwrap();
 
@@ -270,6 +278,12 @@ async fn sqlite_a_failing_write_does_not_roll_back_its_batch() {
     assert_eq!(contested_item.error, None);
     assert_eq!(contested_item.leased_until, Some(current.until));
     assert!(store.dimension_list(contested).await.unwrap().is_empty());
+    let committed = log.borrow().committed[before.committed.len()..].to_vec();
+    assert_eq!(
+        committed,
+        [1, writes],
+        "the blocker alone, then every queued write in one batch"
+    );
     db.finish().await;
 }
 

@@ -11,6 +11,7 @@
 
 pub mod store;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,6 +49,7 @@ pub struct PingType {
     tick_interval: Duration,
     due: Mutex<Vec<ItemId>>,
     ticks: tokio::sync::watch::Sender<u64>,
+    tick_calls: AtomicU64,
 }
 
 impl PingType {
@@ -61,6 +63,7 @@ impl PingType {
             tick_interval,
             due: Mutex::new(Vec::new()),
             ticks: tokio::sync::watch::channel(0).0,
+            tick_calls: AtomicU64::new(0),
         }
     }
 
@@ -76,6 +79,14 @@ impl PingType {
     /// Counts the ticks run so far, to wait for the next one.
     pub fn ticks(&self) -> tokio::sync::watch::Receiver<u64> {
         self.ticks.subscribe()
+    }
+
+    /// How often an engine called the periodic task, counted as the call is
+    /// made, before the tick does anything (its store write may still be
+    /// under way): on a paused tokio clock, a task that was due has been
+    /// called once the clock is past its time.
+    pub fn tick_calls(&self) -> u64 {
+        self.tick_calls.load(Ordering::SeqCst)
     }
 
     async fn tick(&self) -> Result<Vec<ItemId>, ExecError> {
@@ -107,6 +118,7 @@ impl ItemType for PingType {
     fn periodic(self: Arc<Self>) -> Vec<Periodic> {
         let interval = self.tick_interval;
         vec![Periodic::new(TICK_TASK, interval, move || {
+            self.tick_calls.fetch_add(1, Ordering::SeqCst);
             let ping = Arc::clone(&self);
             async move { ping.tick().await }
         })]
