@@ -536,7 +536,7 @@ async fn get_change_reads_checks_statuses_reviews_threads_and_draft_in_four_requ
 
     // Threads, a draft, approvals and a request for changes.
     sim.github_set_draft(REPO, n, true).expect("draft");
-    forge_sim::github::control::set_threads(sim.state(), "octo", "app", n, 2, 1).expect("threads");
+    sim.github_set_threads(REPO, n, 2, 1).expect("threads");
     let change = github.get_change(REPO, n).await.expect("get");
     assert!(change.draft);
     assert_eq!(change.merge_status, "draft");

@@ -48,6 +48,53 @@ async fn requests_without_valid_credentials_get_401() {
     assert_eq!(body["message"], "Not Found");
 }
 
+/// A request is checked in the order GitHub answers it: credentials, then the path's numbers,
+/// then the body, and only then whether the repository exists.
+#[tokio::test]
+async fn requests_are_checked_credentials_first_then_path_then_body_then_repository() {
+    let sim = start().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let gh = Gh::new(&sim);
+    let anonymous = gh.with_auth(None);
+
+    let (status, _) = anonymous.get("/repos/octo/missing/pulls/x").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    for path in [
+        "/repos/octo/app/pulls/x",
+        "/repos/octo/missing/pulls/x",
+        "/repos/octo/app/issues/comments/x",
+        "/repos/octo/app/check-runs/x",
+    ] {
+        let (status, body) = gh.get(path).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(body["message"], "Not Found", "{path}");
+    }
+    let malformed = |request: reqwest::RequestBuilder| {
+        request
+            .header("Content-Type", "application/json")
+            .body("{not json")
+    };
+    let (status, _) = gh
+        .send(malformed(
+            gh.client
+                .patch(format!("{}/repos/octo/app/pulls/x", gh.base)),
+        ))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "the number before the body");
+    let (status, body) = gh
+        .send(malformed(
+            gh.client
+                .patch(format!("{}/repos/octo/missing/pulls/1", gh.base)),
+        ))
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "the body before the repository"
+    );
+    assert_eq!(body["message"], "Problems parsing JSON");
+}
+
 #[tokio::test]
 async fn git_data_api_builds_branches_and_guards_refs() {
     let sim = start().await;
