@@ -8,6 +8,69 @@ use forge_sim::{JobOutcome, JobSpec};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+/// Grape checks the parameters (body first) before a numeric path segment, and both before the
+/// project is looked up; a segment that is not a number is named by its parameter.
+#[tokio::test]
+async fn numeric_path_segments_are_checked_after_the_parameters_and_before_the_project() {
+    let sim = start_sim().await;
+    let project = sim.gitlab_project("group/app").create().expect("project");
+    let api = Api::new(&sim.gitlab_url());
+    for (path, message) in [
+        (
+            format!("/projects/{project}/merge_requests/x"),
+            "merge_request_iid is invalid",
+        ),
+        (
+            "/projects/group%2Fmissing/merge_requests/x".to_string(),
+            "merge_request_iid is invalid",
+        ),
+        (
+            format!("/projects/{project}/merge_requests/x/pipelines"),
+            "merge_request_iid is invalid",
+        ),
+        (
+            format!("/projects/{project}/merge_requests/x/notes"),
+            "noteable_id is invalid",
+        ),
+        (
+            format!("/projects/{project}/merge_requests/1/notes/x"),
+            "note_id is invalid",
+        ),
+        (
+            format!("/projects/{project}/pipelines/x"),
+            "pipeline_id is invalid",
+        ),
+        (format!("/projects/{project}/jobs/x"), "job_id is invalid"),
+        (
+            format!("/projects/{project}/merge_trains/merge_requests/x"),
+            "merge_request_iid is invalid",
+        ),
+    ] {
+        let (status, body) = api.get(&path).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}");
+        assert_eq!(body, json!({ "error": message }), "{path}");
+    }
+    let response = api
+        .client
+        .put(format!("{}/projects/{project}/merge_requests/x", api.base))
+        .header("PRIVATE-TOKEN", TOKEN)
+        .header("Content-Type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(
+        body,
+        json!({ "error": "There was a problem with the JSON in your request" }),
+        "the body before the path"
+    );
+    let (status, body) = api.get("/projects/group%2Fmissing/merge_requests/1").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body, json!({ "message": "404 Project Not Found" }));
+}
+
 #[tokio::test]
 async fn auth_is_required_and_accepts_private_token_or_bearer() {
     let sim = start_sim().await;

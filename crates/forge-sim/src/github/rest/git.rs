@@ -267,7 +267,7 @@ fn tree_json(ctx: &Ctx, repo: &mut GhRepo, sha: &str, tree: &Tree, recursive: bo
     json!({
         "sha": sha,
         "url": format!("{}/repos/{full}/git/trees/{sha}", ctx.base_url),
-        "tree": entries.into_iter().map(|(_, e)| e).collect::<Vec<_>>(),
+        "tree": entries.into_iter().map(|(_, entry)| entry).collect::<Vec<_>>(),
         "truncated": false,
     })
 }
