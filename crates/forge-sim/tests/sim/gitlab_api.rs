@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::sim_common::{Api, Receiver, TOKEN, commit_body, start_sim};
+use forge_sim::testing::{ApiClient, Receiver, TOKEN, commit_body, start_sim};
 use forge_sim::{JobOutcome, JobSpec};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 async fn numeric_path_segments_are_checked_after_the_parameters_and_before_the_project() {
     let sim = start_sim().await;
     let project = sim.gitlab_project("group/app").create().expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     for (path, message) in [
         (
             format!("/projects/{project}/merge_requests/x"),
@@ -100,8 +100,7 @@ async fn auth_is_required_and_accepts_private_token_or_bearer() {
     assert_eq!(response.status(), StatusCode::OK);
 
     sim.add_user("alice", "alice-token");
-    let mut api = Api::new(&sim.gitlab_url());
-    api.token = "alice-token".to_string();
+    let api = ApiClient::gitlab(&sim).with_auth(Some("alice-token"));
     let (status, user) = api.get("/user").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(user["username"], "alice");
@@ -121,7 +120,7 @@ async fn auth_is_required_and_accepts_private_token_or_bearer() {
 async fn files_and_branches() {
     let sim = start_sim().await;
     let project = sim.gitlab_project("group/app").create().expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
 
     let (status, file) = api
@@ -235,7 +234,7 @@ async fn files_and_branches() {
 async fn commits_with_actions_and_gitlab_errors() {
     let sim = start_sim().await;
     let project = sim.gitlab_project("group/app").create().expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let commits = format!("/projects/{project}/repository/commits");
 
     // Missing params: Grape-style error naming each.
@@ -406,7 +405,7 @@ async fn commits_with_actions_and_gitlab_errors() {
 async fn compare_reports_commits_and_diffs() {
     let sim = start_sim().await;
     let project = sim.gitlab_project("group/app").create().expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
     api.post(
         &format!("{p}/repository/commits"),
@@ -469,7 +468,7 @@ async fn merge_request_lifecycle_notes_and_approvals() {
         .approvals_required(1)
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
     api.post(
         &format!("{p}/repository/commits"),
@@ -694,7 +693,7 @@ async fn merge_refuses_running_pipeline_conflicts_and_stale_sha() {
         .job(JobSpec::new("test", JobOutcome::Success).duration_secs(30))
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
     api.post(
         &format!("{p}/repository/commits"),
@@ -767,7 +766,7 @@ async fn merge_when_pipeline_succeeds() {
         .job(JobSpec::new("test", JobOutcome::Success).duration_secs(60))
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
     api.post(
         &format!("{p}/repository/commits"),
@@ -814,7 +813,7 @@ async fn pipelines_jobs_traces_and_retry() {
         .job(JobSpec::new("deploy", JobOutcome::Success).stage("deploy"))
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
     api.post(
         &format!("{p}/repository/commits"),
@@ -942,7 +941,7 @@ async fn scenario_flaky_retry_merge_with_webhooks() {
         .webhook(&receiver.url, "hook-secret")
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
 
     let (status, commit) = api
@@ -1109,7 +1108,7 @@ async fn push_to_mr_branch_updates_mr_and_starts_pipeline() {
         .webhook(&receiver.url, "s")
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
     api.post(
         &format!("{p}/repository/commits"),
@@ -1151,7 +1150,7 @@ async fn merge_train_merges_in_order_and_drops_failures() {
         .job(JobSpec::new("test", JobOutcome::Success).duration_secs(10))
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
     for (n, branch) in ["a", "b"].iter().enumerate() {
         api.post(
@@ -1265,7 +1264,7 @@ async fn fast_forward_projects_need_rebase_and_rebase_endpoint() {
         .merge_method("ff")
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
     api.post(
         &format!("{p}/repository/commits"),
@@ -1331,13 +1330,16 @@ async fn fast_forward_projects_need_rebase_and_rebase_endpoint() {
 }
 
 /// Sets up `group/app` with a `feature` branch (one new file) and a `develop` branch.
-async fn project_with_feature(sim: &forge_sim::SimHandle, job_secs: u64) -> (u64, Api, String) {
+async fn project_with_feature(
+    sim: &forge_sim::SimHandle,
+    job_secs: u64,
+) -> (u64, ApiClient, String) {
     let project = sim
         .gitlab_project("group/app")
         .job(JobSpec::new("test", JobOutcome::Success).duration_secs(job_secs))
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
     api.post(
         &format!("{p}/repository/commits"),
