@@ -1339,7 +1339,7 @@ async fn project_with_feature(
         .job(JobSpec::new("test", JobOutcome::Success).duration_secs(job_secs))
         .create()
         .expect("project");
-    let api = ApiClient::gitlab(&sim);
+    let api = ApiClient::gitlab(sim);
     let p = format!("/projects/{project}");
     api.post(
         &format!("{p}/repository/commits"),

@@ -206,7 +206,7 @@ async fn project_with_mr(sim: &forge_sim::SimHandle, receiver: &Receiver) -> (u6
         .webhook(&receiver.url, "s3cret")
         .create()
         .expect("project");
-    let api = ApiClient::gitlab(&sim);
+    let api = ApiClient::gitlab(sim);
     api.post(
         &format!("/projects/{project}/repository/commits"),
         commit_body("f", Some("main"), &[("create", "f", "f")]),
