@@ -334,9 +334,7 @@ pub async fn open_gitlab_mr(
         params.insert("labels".into(), json!(spec.labels.join(",")));
     }
     let response = crate::gitlab::rest::merge_requests::create(
-        State(state.clone()),
-        axum::Extension(user),
-        Path(key.to_string()),
+        crate::gitlab::rest::ProjectCall::new(state, key, user, ()),
         crate::gitlab::Params(params),
     )
     .await?;

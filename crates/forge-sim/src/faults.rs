@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -202,6 +202,8 @@ impl WebhookFaultRule {
 pub struct Faults {
     inner: Mutex<FaultRules>,
     hang_cancel: tokio::sync::watch::Sender<u64>,
+    /// How many requests hang in a `timeout` fault right now.
+    hanging: tokio::sync::watch::Sender<usize>,
 }
 
 #[derive(Default)]
@@ -216,6 +218,7 @@ impl Default for Faults {
         Faults {
             inner: Mutex::new(FaultRules::default()),
             hang_cancel: tokio::sync::watch::Sender::new(0),
+            hanging: tokio::sync::watch::Sender::new(0),
         }
     }
 }
@@ -297,12 +300,39 @@ impl Faults {
         None
     }
 
+    /// A receiver of how many requests hang in a `timeout` fault right now.
+    pub fn subscribe_hanging(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.hanging.subscribe()
+    }
+
     async fn hang(&self, duration: Duration) {
         let mut cancel = self.hang_cancel.subscribe();
+        // Counted once the cancel subscription exists: whoever sees the request hanging and then
+        // cancels the hangs is sure to release it.
+        let _hanging = HangingRequest::enter(&self.hanging);
         tokio::select! {
             _ = tokio::time::sleep(duration) => {}
             _ = cancel.changed() => {}
         }
+    }
+}
+
+/// One request counted as hanging until it is released or its client gives up (the request's
+/// future is then dropped, and this with it).
+struct HangingRequest<'a> {
+    hanging: &'a tokio::sync::watch::Sender<usize>,
+}
+
+impl<'a> HangingRequest<'a> {
+    fn enter(hanging: &'a tokio::sync::watch::Sender<usize>) -> HangingRequest<'a> {
+        hanging.send_modify(|count| *count += 1);
+        HangingRequest { hanging }
+    }
+}
+
+impl Drop for HangingRequest<'_> {
+    fn drop(&mut self) {
+        self.hanging.send_modify(|count| *count -= 1);
     }
 }
 
@@ -359,8 +389,15 @@ pub async fn middleware(
     let method = request.method().as_str().to_string();
     let path = request.uri().path().to_string();
     let query = request.uri().query().map(str::to_string);
+    // Any method but GET and HEAD may change state; those requests count as a change once
+    // handled (see `SimState::changed`).
+    let may_change = !matches!(request.method(), &Method::GET | &Method::HEAD);
     if path.starts_with("/_sim") {
-        return next.run(request).await;
+        let response = next.run(request).await;
+        if may_change {
+            state.changed();
+        }
+        return response;
     }
     let started = Instant::now();
     let time = state.clock.now();
@@ -379,10 +416,16 @@ pub async fn middleware(
     let Some(rule) = &rule else {
         let response = next.run(request).await;
         state.log.record(entry(response.status().as_u16()));
+        if may_change {
+            state.changed();
+        }
         return response;
     };
     if rule.after_handler {
         let _discarded = next.run(request).await;
+        if may_change {
+            state.changed();
+        }
     }
     let response = fault_response(&state, &rule.fault);
     if let HttpFault::Timeout { hang_secs } = rule.fault {

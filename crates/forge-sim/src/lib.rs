@@ -19,6 +19,8 @@ pub mod github;
 pub mod gitlab;
 pub mod repo;
 pub mod state;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod webhooks;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -426,6 +428,20 @@ impl SimHandle {
     /// Releases requests hanging in `timeout` faults (they answer 504).
     pub fn cancel_hangs(&self) {
         self.state.faults.cancel_hangs();
+    }
+
+    /// A receiver of how many requests hang in `timeout` faults right now (e.g.
+    /// `wait_for(|count| *count == 1)`): a counted request is held, [`SimHandle::cancel_hangs`]
+    /// releases it, and it stops counting once answered or once its client has gone.
+    pub fn hanging_requests(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.state.faults.subscribe_hanging()
+    }
+
+    /// A receiver of the simulator's change counter ([`SimState::changed`]): its `changed()`
+    /// returns after the next tick that moved something or the next request that may have
+    /// changed state.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.state.subscribe_changes()
     }
 
     /// The webhook delivery log.

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use time::OffsetDateTime;
+use tokio::sync::watch;
 
 use crate::faults::Faults;
 use crate::webhooks::WebhookDispatcher;
@@ -33,6 +34,8 @@ pub struct SimState {
     pub github: Mutex<crate::github::GithubState>,
     /// `http://127.0.0.1:PORT` once bound (used for `web_url` fields).
     base_url: Mutex<String>,
+    /// Counts changes, see [`SimState::changed`].
+    changes: watch::Sender<u64>,
 }
 
 impl SimState {
@@ -51,6 +54,7 @@ impl SimState {
             gitlab: Mutex::new(crate::gitlab::GitlabState::default()),
             github: Mutex::new(crate::github::GithubState::default()),
             base_url: Mutex::new("http://127.0.0.1".to_string()),
+            changes: watch::Sender::new(0),
         }
     }
 
@@ -70,8 +74,23 @@ impl SimState {
 
     /// Progresses every forge's asynchronous work (pipelines, trains, queues, checks).
     pub fn tick(&self) {
-        crate::gitlab::tick(self);
-        crate::github::tick(self);
+        let gitlab_moved = crate::gitlab::tick(self);
+        let github_moved = crate::github::tick(self);
+        if gitlab_moved || github_moved {
+            self.changed();
+        }
+    }
+
+    /// Records that the state may have changed: a tick moved something, or a request that can
+    /// change state (any method but GET and HEAD) was handled. Whoever waits for a state to
+    /// appear looks again exactly then, instead of polling on a timer.
+    pub fn changed(&self) {
+        self.changes.send_modify(|count| *count += 1);
+    }
+
+    /// A receiver of [`SimState::changed`]: `changed().await` returns after the next change.
+    pub fn subscribe_changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 }
 

@@ -8,16 +8,13 @@
 //! `pending` without uuid, an unknown status, a 409 for a moved head, 405,
 //! 422) come from a small scripted server, also over HTTP.
 
-mod support;
-
-use support::{header_refs, start_receiver};
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use forge_sim::github::{CheckScript, GithubRepoSpec, MergeAsyncScript};
+use forge_sim::testing::{Received, Receiver, header_refs, start_stepped_sim};
 use forge_sim::{FaultRule, HttpFault, JobOutcome, SimHandle};
 use serde_json::{Value, json};
 use wq_forge::{
@@ -30,15 +27,6 @@ use wq_forge::{
 const REPO: &str = "octo/app";
 const SECRET: &str = "hook-secret";
 const STALE_SHA: &str = "ffffffffffffffffffffffffffffffffffffffff";
-
-async fn start_sim() -> SimHandle {
-    forge_sim::ForgeSim::start(forge_sim::SimConfig {
-        tick_interval: Duration::from_secs(3600),
-        ..forge_sim::SimConfig::default()
-    })
-    .await
-    .expect("sim starts")
-}
 
 fn config(url: &str) -> ForgeConfig {
     ForgeConfig::literal(ForgeKind::Github, url, forge_sim::DEFAULT_TOKEN, SECRET)
@@ -167,7 +155,7 @@ fn requests(sim: &SimHandle) -> Vec<(String, String)> {
 /// here: GitHub's modes and error kinds.
 #[tokio::test]
 async fn commits_keep_modes_and_name_their_refusals() {
-    let sim = start_sim().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app"));
     let github = client(&sim);
 
@@ -245,7 +233,7 @@ async fn commits_keep_modes_and_name_their_refusals() {
 
 #[tokio::test]
 async fn deletes_and_moves_take_only_files_and_writes_never_replace_a_directory() {
-    let sim = start_sim().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app"));
     let github = client(&sim);
     let base = commit(
@@ -380,7 +368,7 @@ async fn deletes_and_moves_take_only_files_and_writes_never_replace_a_directory(
 /// request from one branch.
 #[tokio::test]
 async fn pull_requests_as_github_shows_them() {
-    let sim = start_sim().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app"));
     let github = client(&sim);
     commit(
@@ -459,7 +447,7 @@ async fn pull_requests_as_github_shows_them() {
 
 #[tokio::test]
 async fn every_page_of_commit_statuses_is_read() {
-    let sim = start_sim().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app"));
     let github = client(&sim);
     let (n, head) = open_change(&github, "wq/statuses").await;
@@ -486,7 +474,7 @@ async fn every_page_of_commit_statuses_is_read() {
 
 #[tokio::test]
 async fn get_change_reads_checks_statuses_reviews_threads_and_draft_in_four_requests() {
-    let sim = start_sim().await;
+    let sim = start_stepped_sim().await;
     create_repo(
         &sim,
         GithubRepoSpec::new("octo", "app").checks(&[
@@ -536,7 +524,7 @@ async fn get_change_reads_checks_statuses_reviews_threads_and_draft_in_four_requ
 
     // Threads, a draft, approvals and a request for changes.
     sim.github_set_draft(REPO, n, true).expect("draft");
-    forge_sim::github::control::set_threads(sim.state(), "octo", "app", n, 2, 1).expect("threads");
+    sim.github_set_threads(REPO, n, 2, 1).expect("threads");
     let change = github.get_change(REPO, n).await.expect("get");
     assert!(change.draft);
     assert_eq!(change.merge_status, "draft");
@@ -625,7 +613,7 @@ async fn enqueue(github: &GithubClient, n: u64, head: &str) {
 
 #[tokio::test]
 async fn queue_entries_are_one_graphql_request_and_normalized() {
-    let sim = start_sim().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app").merge_queue(true));
     sim.github_script_merge_async(
         REPO,
@@ -748,7 +736,7 @@ async fn queue_entries_are_one_graphql_request_and_normalized() {
 
 #[tokio::test]
 async fn a_failed_graphql_read_is_unobserved_never_absent() {
-    let sim = start_sim().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app").merge_queue(true));
     sim.github_script_merge_async(
         REPO,
@@ -797,7 +785,7 @@ async fn a_failed_graphql_read_is_unobserved_never_absent() {
 
 #[tokio::test]
 async fn merge_async_merged_already_merged_and_failures() {
-    let sim = start_sim().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app"));
     sim.github_script_merge_async(
         REPO,
@@ -908,7 +896,7 @@ fn merge_requests(sim: &SimHandle) -> Vec<(String, time::OffsetDateTime, String)
 
 #[tokio::test]
 async fn pending_merges_are_polled_at_least_a_second_apart() {
-    let sim = start_sim().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app"));
     let github = client(&sim);
     let (n, head) = open_change(&github, "wq/pending").await;
@@ -953,7 +941,7 @@ async fn pending_merges_are_polled_at_least_a_second_apart() {
 
 #[tokio::test]
 async fn a_conflict_resumes_the_existing_request_without_a_second_put() {
-    let sim = start_sim().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app").merge_queue(true));
     let github = client(&sim);
     let (n, head) = open_change(&github, "wq/resume").await;
@@ -1003,7 +991,7 @@ async fn a_conflict_resumes_the_existing_request_without_a_second_put() {
 
 #[tokio::test]
 async fn expired_requests_moved_heads_and_the_budget() {
-    let sim = start_sim().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app"));
     let github = client(&sim);
     let (n, head) = open_change(&github, "wq/expire").await;
@@ -1258,7 +1246,8 @@ async fn the_merge_budget_bounds_a_hanging_read() {
                 axum::Json(json!({ "status": "pending", "details": { "uuid": "u-slow" } })),
             )
         } else {
-            tokio::time::sleep(Duration::from_secs(60)).await;
+            // The read never gets an answer.
+            std::future::pending::<()>().await;
             (StatusCode::OK, axum::Json(json!({ "status": "merged" })))
         }
     });
@@ -1344,13 +1333,13 @@ fn githubs_documented_signature_example() {
 
 #[tokio::test]
 async fn the_simulators_webhook_deliveries_parse_into_events() {
-    let sim = start_sim().await;
-    let (url, deliveries) = start_receiver().await;
+    let sim = start_stepped_sim().await;
+    let receiver = Receiver::start().await;
     create_repo(
         &sim,
         GithubRepoSpec::new("octo", "app")
             .merge_queue(true)
-            .webhook(&url, SECRET)
+            .webhook(&receiver.url, SECRET)
             .checks(&[
                 CheckScript::new("ci", JobOutcome::Success),
                 CheckScript::new("lint", JobOutcome::Success).as_status(),
@@ -1426,7 +1415,7 @@ async fn the_simulators_webhook_deliveries_parse_into_events() {
     }
     assert!(sim.flush_webhooks(Duration::from_secs(10)).await);
 
-    let received = deliveries.lock().expect("receiver lock").clone();
+    let received: Vec<_> = receiver.all().iter().map(Received::parts).collect();
     assert!(!received.is_empty());
     let mut changes: Vec<(u64, ChangeAction, ChangeState)> = Vec::new();
     let mut queue: Vec<(u64, String)> = Vec::new();
@@ -1674,7 +1663,7 @@ fn deliveries_the_simulator_does_not_send() {
 
 #[tokio::test]
 async fn forges_are_built_from_config_with_github() {
-    let sim = start_sim().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app"));
     let forges = Forges::from_config(&ForgesConfig {
         instances: BTreeMap::from([("gh".to_owned(), config(&sim.github_url()))]),
@@ -1706,7 +1695,7 @@ async fn forges_are_built_from_config_with_github() {
 /// `project_path_is_the_forges_spelling`.
 #[tokio::test]
 async fn a_project_is_owner_slash_repo() {
-    let sim = start_sim().await;
+    let sim = start_stepped_sim().await;
     let github = client(&sim);
     let invalid = github
         .project_path("octo")
@@ -1717,7 +1706,7 @@ async fn a_project_is_owner_slash_repo() {
 
 #[tokio::test]
 async fn branch_protection_reads_classic_protection_and_rulesets() {
-    let sim = start_sim().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app"));
     let github = client(&sim);
     let protected = |branch: &'static str| {

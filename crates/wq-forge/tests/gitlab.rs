@@ -2,13 +2,10 @@
 //! merge and merge-train outcomes, error mapping under injected faults, and
 //! webhook deliveries captured from the simulator.
 
-mod support;
-
-use support::{header_refs, start_receiver};
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use forge_sim::testing::{Received, Receiver, header_refs, start_sim};
 use forge_sim::{FaultRule, HttpFault, JobOutcome, JobSpec, SimHandle};
 use wq_forge::{
     ChangeAction, ChangeState, ChangeUpdate, CiJobs, CiStatus, CommitMode, CommitRequest,
@@ -19,12 +16,6 @@ use wq_forge::{
 
 const SECRET: &str = "hook-secret";
 const STALE_SHA: &str = "ffffffffffffffffffffffffffffffffffffffff";
-
-async fn start_sim() -> SimHandle {
-    forge_sim::ForgeSim::start(forge_sim::SimConfig::default())
-        .await
-        .expect("sim starts")
-}
 
 fn config(url: &str) -> ForgeConfig {
     ForgeConfig::literal(ForgeKind::Gitlab, url, forge_sim::DEFAULT_TOKEN, SECRET)
@@ -565,10 +556,10 @@ fn with_header(
 #[tokio::test]
 async fn webhook_deliveries_parse_into_events() {
     let sim = start_sim().await;
-    let (url, deliveries) = start_receiver().await;
+    let receiver = Receiver::start().await;
     let pid = sim
         .gitlab_project("team/hooks")
-        .webhook(&url, SECRET)
+        .webhook(&receiver.url, SECRET)
         .create()
         .expect("project");
     let gitlab = client(&sim);
@@ -630,7 +621,7 @@ async fn webhook_deliveries_parse_into_events() {
         .expect("merge");
     assert!(sim.flush_webhooks(Duration::from_secs(10)).await);
 
-    let received = deliveries.lock().expect("receiver lock").clone();
+    let received: Vec<_> = receiver.all().iter().map(Received::parts).collect();
     let mut actions = Vec::new();
     let (mut pipelines, mut jobs, mut notes) = (Vec::new(), Vec::new(), Vec::new());
     for (headers, body) in &received {

@@ -1,21 +1,28 @@
 //! GitHub control API: `/_sim/github/...` routes and the matching `SimHandle` builder methods.
 //!
 //! Control routes are unauthenticated; errors are `{"error": "..."}` like the core control API.
+//! Every route and builder method on one repository goes through a [`ControlRepo`], which
+//! answers 404 `repository owner/name not found` when there is none.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{FromRequestParts, Path, State};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::model::{CheckScript, MergeAsyncScript, RepoSettings, ReviewThread, Webhook};
-use super::{Ctx, json as js, model, ops, repo_key, with_github};
+use super::model::{
+    CheckScript, GhRepo, MergeAsyncScript, RepoSettings, ReviewThread, Ruleset, Webhook,
+};
+use super::rest::BranchSegment;
+use super::{Ctx, Env, json as render, model, ops, repo_key, with_github};
 use crate::control::{ControlError, PushSpec};
 use crate::repo::FileEntry;
 use crate::state::{Shared, SimState, lock};
@@ -55,8 +62,10 @@ pub struct GithubRepoSpec {
     pub checks: Option<Vec<Value>>,
 }
 
-fn some_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
-    Ok(Some(Option::deserialize(d)?))
+fn some_null<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Option<u64>>, D::Error> {
+    Ok(Some(Option::deserialize(deserializer)?))
 }
 
 impl GithubRepoSpec {
@@ -80,13 +89,13 @@ impl GithubRepoSpec {
         self
     }
 
-    pub fn required_approvals(mut self, n: u32) -> GithubRepoSpec {
-        self.required_approvals = Some(n);
+    pub fn required_approvals(mut self, count: u32) -> GithubRepoSpec {
+        self.required_approvals = Some(count);
         self
     }
 
     pub fn required_checks(mut self, names: &[&str]) -> GithubRepoSpec {
-        self.required_checks = Some(names.iter().map(|s| s.to_string()).collect());
+        self.required_checks = Some(names.iter().map(|name| name.to_string()).collect());
         self
     }
 
@@ -103,39 +112,39 @@ impl GithubRepoSpec {
 
 fn parse_checks(list: &[Value]) -> Result<Vec<CheckScript>, ControlError> {
     list.iter()
-        .map(|v| {
-            CheckScript::from_json(v)
-                .map_err(|e| ControlError::Invalid(format!("invalid check: {e}")))
+        .map(|check| {
+            CheckScript::from_json(check)
+                .map_err(|error| ControlError::Invalid(format!("invalid check: {error}")))
         })
         .collect()
 }
 
 fn apply_spec(settings: &mut RepoSettings, spec: &GithubRepoSpec) -> Result<(), ControlError> {
-    if let Some(v) = spec.merge_queue {
-        settings.merge_queue = v;
+    if let Some(merge_queue) = spec.merge_queue {
+        settings.merge_queue = merge_queue;
     }
-    if let Some(v) = spec.dismiss_stale_reviews {
-        settings.dismiss_stale_reviews = v;
+    if let Some(dismiss) = spec.dismiss_stale_reviews {
+        settings.dismiss_stale_reviews = dismiss;
     }
-    if let Some(v) = spec.required_approvals {
-        settings.required_approvals = v;
+    if let Some(approvals) = spec.required_approvals {
+        settings.required_approvals = approvals;
     }
-    if let Some(v) = &spec.required_checks {
-        settings.required_checks = v.clone();
+    if let Some(checks) = &spec.required_checks {
+        settings.required_checks = checks.clone();
     }
-    if let Some(v) = spec.require_conversation_resolution {
-        settings.require_conversation_resolution = v;
+    if let Some(required) = spec.require_conversation_resolution {
+        settings.require_conversation_resolution = required;
     }
-    if let Some(v) = spec.queue_eta_seconds_per_entry {
-        settings.queue_eta_seconds_per_entry = v;
+    if let Some(eta) = spec.queue_eta_seconds_per_entry {
+        settings.queue_eta_seconds_per_entry = eta;
     }
-    if let Some(m) = &spec.queue_merge_method {
-        if ops::parse_merge_method(m).is_none() {
+    if let Some(method) = &spec.queue_merge_method {
+        if ops::parse_merge_method(method).is_none() {
             return Err(ControlError::Invalid(format!(
-                "queue_merge_method {m:?} (merge, squash, rebase)"
+                "queue_merge_method {method:?} (merge, squash, rebase)"
             )));
         }
-        settings.queue_merge_method = m.clone();
+        settings.queue_merge_method = method.clone();
     }
     match (&spec.webhook_url, &spec.webhook_secret) {
         (Some(url), secret) if !url.is_empty() => {
@@ -146,17 +155,13 @@ fn apply_spec(settings: &mut RepoSettings, spec: &GithubRepoSpec) -> Result<(), 
         }
         (Some(_), _) => settings.webhook = None,
         (None, Some(secret)) => {
-            if let Some(h) = &mut settings.webhook {
-                h.secret = secret.clone();
+            if let Some(hook) = &mut settings.webhook {
+                hook.secret = secret.clone();
             }
         }
         (None, None) => {}
     }
     Ok(())
-}
-
-fn not_found(owner: &str, name: &str) -> ControlError {
-    ControlError::NotFound(format!("repository {owner}/{name} not found"))
 }
 
 fn control_ctx(state: &SimState, user: &str) -> Ctx {
@@ -174,308 +179,433 @@ pub fn create_repo(state: &SimState, spec: &GithubRepoSpec) -> Result<(), Contro
     let checks = parse_checks(spec.checks.as_deref().unwrap_or_default())?;
     let ctx = control_ctx(state, &spec.owner);
     let branch = spec.default_branch.clone().unwrap_or_else(|| "main".into());
-    with_github(state, |gh| {
-        ops::create_repo(gh, &ctx, &spec.owner, &spec.name, &branch, settings)
+    with_github(state, |github| {
+        ops::create_repo(github, &ctx, &spec.owner, &spec.name, &branch, settings)
             .map_err(ControlError::Invalid)?;
-        if let Some(r) = gh.repos.get_mut(&repo_key(&spec.owner, &spec.name)) {
-            r.check_script = checks;
+        if let Some(repo) = github.repos.get_mut(&repo_key(&spec.owner, &spec.name)) {
+            repo.check_script = checks;
         }
         Ok(())
     })
 }
 
-/// Updates repository settings (fields left out are unchanged).
-pub fn update_repo(
-    state: &SimState,
-    owner: &str,
-    name: &str,
-    spec: &GithubRepoSpec,
-) -> Result<(), ControlError> {
-    let checks = spec.checks.as_deref().map(parse_checks).transpose()?;
-    with_github(state, |gh| {
-        let r = gh
-            .repos
-            .get_mut(&repo_key(owner, name))
-            .ok_or_else(|| not_found(owner, name))?;
-        apply_spec(&mut r.settings, spec)?;
-        if let Some(c) = checks {
-            r.check_script = c;
+/// The repository a control call names: `{owner}/{repo}` of a route, or the `owner/name` a
+/// `SimHandle` method takes. Each operation looks it up under the state lock.
+pub struct ControlRepo {
+    state: Shared,
+    owner: String,
+    name: String,
+}
+
+/// The `{owner}/{repo}` of a control route.
+#[derive(Deserialize)]
+struct RepoSegments {
+    owner: String,
+    repo: String,
+}
+
+impl FromRequestParts<Shared> for ControlRepo {
+    type Rejection = PathRejection;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Shared) -> Result<Self, PathRejection> {
+        let Path(segments) = Path::<RepoSegments>::from_request_parts(parts, state).await?;
+        Ok(ControlRepo::new(state, &segments.owner, &segments.repo))
+    }
+}
+
+impl ControlRepo {
+    pub fn new(state: &Shared, owner: &str, name: &str) -> ControlRepo {
+        ControlRepo {
+            state: state.clone(),
+            owner: owner.to_string(),
+            name: name.to_string(),
         }
-        Ok(())
-    })
+    }
+
+    /// The repository `owner/name` (one slash, neither part empty).
+    pub fn parse(state: &Shared, full_name: &str) -> anyhow::Result<ControlRepo> {
+        let (owner, name) = full_name
+            .split_once('/')
+            .filter(|(owner, name)| !owner.is_empty() && !name.is_empty() && !name.contains('/'))
+            .ok_or_else(|| anyhow::anyhow!("expected owner/name, got {full_name:?}"))?;
+        Ok(ControlRepo::new(state, owner, name))
+    }
+
+    fn not_found(&self) -> ControlError {
+        ControlError::NotFound(format!("repository {}/{} not found", self.owner, self.name))
+    }
+
+    /// Runs `f` on the repository (404 when there is none), sending queued webhooks afterwards.
+    fn with_repo<R>(
+        &self,
+        f: impl FnOnce(&mut GhRepo, &mut Env) -> Result<R, ControlError>,
+    ) -> Result<R, ControlError> {
+        with_github(&self.state, |github| {
+            let (repo, env) = github
+                .repo_env(&self.owner, &self.name)
+                .ok_or_else(|| self.not_found())?;
+            f(repo, env)
+        })
+    }
+
+    /// Reads the repository without sending anything; `None` when there is none.
+    fn read<R>(&self, f: impl FnOnce(&GhRepo) -> Option<R>) -> Option<R> {
+        let github = lock(&self.state.github);
+        f(github.repo(&self.owner, &self.name)?)
+    }
+
+    /// Updates repository settings (fields left out are unchanged).
+    pub fn update(&self, spec: &GithubRepoSpec) -> Result<(), ControlError> {
+        let checks = spec.checks.as_deref().map(parse_checks).transpose()?;
+        self.with_repo(|repo, _| {
+            apply_spec(&mut repo.settings, spec)?;
+            if let Some(checks) = checks {
+                repo.check_script = checks;
+            }
+            Ok(())
+        })
+    }
+
+    /// Replaces the scripted checks (started for every new head from now on).
+    pub fn set_checks(&self, checks: Vec<CheckScript>) -> Result<(), ControlError> {
+        self.with_repo(|repo, _| {
+            repo.check_script = checks;
+            Ok(())
+        })
+    }
+
+    /// Submits a review as `user` (`APPROVE`, `REQUEST_CHANGES`, `COMMENT`).
+    pub fn review(
+        &self,
+        number: u64,
+        user: &str,
+        event: &str,
+        body: Option<String>,
+    ) -> Result<u64, ControlError> {
+        let ctx = control_ctx(&self.state, user);
+        self.with_repo(|repo, env| {
+            let body = body.or_else(|| (event != "APPROVE").then(|| format!("{event} by {user}")));
+            super::rest::pulls::submit_review(repo, env, &ctx, number, Some(event), body, None)
+                .map_err(api_to_control)
+        })
+    }
+
+    /// Sets the pull request's review threads: `unresolved` open ones and `resolved` closed
+    /// ones.
+    pub fn set_threads(
+        &self,
+        number: u64,
+        unresolved: u32,
+        resolved: u32,
+    ) -> Result<(), ControlError> {
+        self.with_repo(|repo, env| {
+            let pr = repo
+                .pulls
+                .get_mut(&number)
+                .ok_or_else(|| pull_not_found(number))?;
+            pr.threads.clear();
+            for index in 0..(unresolved + resolved) {
+                let id = env.next_id();
+                pr.threads.push(ReviewThread {
+                    id: model::node_id("PRRT", &id.to_string()),
+                    path: format!("src/file{index}.rs"),
+                    line: index + 1,
+                    is_resolved: index >= unresolved,
+                });
+            }
+            Ok(())
+        })
+    }
+
+    /// Commits files onto a branch as a human would (creating the branch if needed); returns
+    /// the sha.
+    pub fn push(&self, spec: &PushSpec) -> Result<String, ControlError> {
+        let author = spec.author.clone().unwrap_or_else(|| "human".into());
+        let ctx = control_ctx(&self.state, &author);
+        self.with_repo(|repo, env| {
+            let start = match repo.git.branch_head(&spec.branch) {
+                Some(head) => head.to_string(),
+                None => {
+                    let from = spec
+                        .start_branch
+                        .clone()
+                        .unwrap_or_else(|| repo.git.default_branch().to_string());
+                    repo.git
+                        .branch_head(&from)
+                        .ok_or_else(|| ControlError::NotFound(format!("branch {from} not found")))?
+                        .to_string()
+                }
+            };
+            let parent = repo
+                .git
+                .commit(&start)
+                .ok_or_else(|| ControlError::NotFound("start commit".into()))?;
+            let mut tree = (*parent.tree).clone();
+            for (path, content) in &spec.files {
+                match content {
+                    Some(text) => {
+                        tree.insert(path.clone(), FileEntry::new(text.clone().into_bytes()));
+                    }
+                    None => {
+                        tree.remove(path);
+                    }
+                }
+            }
+            let message = spec
+                .message
+                .clone()
+                .unwrap_or_else(|| "Human commit".into());
+            let sha = repo.git.create_commit(
+                vec![start],
+                Arc::new(tree),
+                &message,
+                &author,
+                &format!("{author}@example.com"),
+                ctx.now,
+            );
+            ops::set_branch(repo, env, &ctx, &spec.branch, Some(&sha));
+            Ok(sha)
+        })
+    }
+
+    /// Moves a branch to any existing commit (force), e.g. to move the base under a queue.
+    pub fn move_branch(&self, branch: &str, sha: &str) -> Result<(), ControlError> {
+        let ctx = control_ctx(&self.state, "human");
+        self.with_repo(|repo, env| {
+            if repo.git.commit(sha).is_none() {
+                return Err(ControlError::NotFound(format!("commit {sha} not found")));
+            }
+            ops::set_branch(repo, env, &ctx, branch, Some(sha));
+            Ok(())
+        })
+    }
+
+    /// Scripts `merge-async`: pending ticks, a one-shot failure, result retention.
+    pub fn script_merge_async(&self, script: MergeAsyncScript) -> Result<(), ControlError> {
+        self.with_repo(|repo, _| {
+            repo.merge_async = script;
+            Ok(())
+        })
+    }
+
+    /// Makes the next `merge-async` request fail with `message` once it runs.
+    pub fn fail_next_merge_async(&self, message: &str) -> Result<(), ControlError> {
+        self.with_repo(|repo, _| {
+            repo.merge_async.fail_next = Some(message.to_string());
+            Ok(())
+        })
+    }
+
+    /// Makes the pull request's (current or next) queue entry fail with `message`.
+    pub fn script_queue_failure(&self, number: u64, message: &str) -> Result<(), ControlError> {
+        self.with_repo(|repo, _| {
+            match repo.queue.iter_mut().find(|entry| entry.pr == number) {
+                Some(entry) => entry.scripted_failure = Some(message.to_string()),
+                None => {
+                    repo.queue_failures.insert(number, message.to_string());
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Locks (pauses) or unlocks the merge queue.
+    pub fn lock_queue(&self, locked: bool) -> Result<(), ControlError> {
+        self.with_repo(|repo, _| {
+            repo.queue_locked = locked;
+            Ok(())
+        })
+    }
+
+    /// Marks a pull request as draft or ready for review.
+    pub fn set_draft(&self, number: u64, draft: bool) -> Result<(), ControlError> {
+        let ctx = control_ctx(&self.state, "human");
+        self.with_repo(|repo, env| {
+            let pr = repo
+                .pulls
+                .get_mut(&number)
+                .ok_or_else(|| pull_not_found(number))?;
+            if pr.draft == draft {
+                return Ok(());
+            }
+            pr.draft = draft;
+            pr.updated_at = ctx.now;
+            let action = if draft {
+                "converted_to_draft"
+            } else {
+                "ready_for_review"
+            };
+            if let Some(pr) = repo.pulls.get(&number) {
+                super::events::pull_request(env, &ctx, repo, pr, action, json!({}));
+            }
+            Ok(())
+        })
+    }
+
+    /// Puts a branch name or fnmatch pattern under classic branch protection (idempotent).
+    pub fn protect_branch(&self, pattern: &str) -> Result<(), ControlError> {
+        if pattern.is_empty() {
+            return Err(ControlError::Invalid("branch is required".into()));
+        }
+        self.with_repo(|repo, _| {
+            if !repo
+                .settings
+                .protected_branches
+                .iter()
+                .any(|existing| existing == pattern)
+            {
+                repo.settings.protected_branches.push(pattern.to_string());
+            }
+            Ok(())
+        })
+    }
+
+    /// Adds a branch ruleset; returns its id.
+    pub fn add_ruleset(&self, spec: &RulesetSpec) -> Result<u64, ControlError> {
+        let enforcement = spec.enforcement.clone().unwrap_or_else(|| "active".into());
+        if !matches!(enforcement.as_str(), "active" | "evaluate" | "disabled") {
+            return Err(ControlError::Invalid(format!(
+                "enforcement {enforcement:?} (active, evaluate, disabled)"
+            )));
+        }
+        if spec.include.is_empty() {
+            return Err(ControlError::Invalid("include is required".into()));
+        }
+        with_github(&self.state, |github| {
+            // The id counter sits beside the repositories: take an id before borrowing one.
+            let id = github.env.next_id();
+            let repo = github
+                .repos
+                .get_mut(&repo_key(&self.owner, &self.name))
+                .ok_or_else(|| self.not_found())?;
+            repo.settings.rulesets.push(Ruleset {
+                id,
+                name: spec.name.clone(),
+                enforcement,
+                include: spec.include.clone(),
+                exclude: spec.exclude.clone(),
+                rules: spec.rules.clone(),
+            });
+            Ok(id)
+        })
+    }
+
+    /// Opens a pull request as `spec.author` (REST validation, webhooks, checks); returns its
+    /// number.
+    pub fn open_pr(&self, spec: &OpenPrSpec) -> Result<u64, ControlError> {
+        let author = spec.author.clone().unwrap_or_else(|| "human".into());
+        let ctx = control_ctx(&self.state, &author);
+        self.with_repo(|repo, env| {
+            ops::open_pr(
+                repo,
+                env,
+                &ctx,
+                &spec.title,
+                &spec.head,
+                &spec.base,
+                spec.body.clone(),
+                spec.draft,
+            )
+            .map_err(|error| {
+                let message = error.body["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                if error.status == StatusCode::NOT_FOUND {
+                    ControlError::NotFound(message)
+                } else {
+                    ControlError::Invalid(format!("{message}: {}", error.body))
+                }
+            })
+        })
+    }
+
+    /// A pull request as `GET /repos/{owner}/{repo}/pulls/{number}` renders it.
+    fn pull(&self, number: u64) -> Result<Value, ControlError> {
+        let ctx = Ctx::new(&self.state, "control");
+        let github = lock(&self.state.github);
+        let repo = github
+            .repo(&self.owner, &self.name)
+            .ok_or_else(|| self.not_found())?;
+        let pr = repo
+            .pulls
+            .get(&number)
+            .ok_or_else(|| pull_not_found(number))?;
+        Ok(render::pull(&ctx, repo, pr))
+    }
+
+    /// A summary of the repository's state: branches, pull requests, queue, async merges.
+    pub fn summary(&self) -> Result<Value, ControlError> {
+        let ctx = Ctx::new(&self.state, "control");
+        let key = repo_key(&self.owner, &self.name);
+        with_github(&self.state, |github| {
+            let repo = github.repos.get(&key).ok_or_else(|| self.not_found())?;
+            let branches: BTreeMap<&String, &String> = repo.git.branches().collect();
+            let pulls: Vec<Value> = repo
+                .pulls
+                .values()
+                .map(|pr| render::pull(&ctx, repo, pr))
+                .collect();
+            let queue: Vec<Value> = repo
+                .queue
+                .iter()
+                .enumerate()
+                .map(|(index, entry)| {
+                    json!({
+                        "id": entry.id,
+                        "pull_number": entry.pr,
+                        "position": index + 1,
+                        "state": entry.state.as_graphql(),
+                        "base_ref": entry.base_ref,
+                        "head_sha": entry.head_sha,
+                        "merge_group": entry.group.as_ref().map(|group| json!({ "head_ref": group.head_ref, "head_sha": group.head_sha, "base_sha": group.base_sha })),
+                        "failure": entry.failure,
+                    })
+                })
+                .collect();
+            let merges: Vec<Value> = github
+                .async_merges
+                .values()
+                .filter(|merge| merge.repo == key)
+                .map(|merge| {
+                    let mut rendered = super::rest::pulls::async_body(merge);
+                    rendered["uuid"] = json!(merge.uuid);
+                    rendered["pull_number"] = json!(merge.pr);
+                    rendered
+                })
+                .collect();
+            let mut summary = render::repo(&ctx, repo);
+            summary["branches"] = json!(branches);
+            summary["settings"] = json!(repo.settings);
+            summary["checks"] =
+                Value::Array(repo.check_script.iter().map(CheckScript::to_json).collect());
+            summary["pulls"] = Value::Array(pulls);
+            summary["queue"] = Value::Array(queue);
+            summary["queue_locked"] = json!(repo.queue_locked);
+            summary["merge_async"] = json!(repo.merge_async);
+            summary["async_merges"] = Value::Array(merges);
+            Ok(summary)
+        })
+    }
 }
 
-/// Replaces the scripted checks (started for every new head from now on).
-pub fn set_checks(
-    state: &SimState,
-    owner: &str,
-    name: &str,
-    checks: Vec<CheckScript>,
-) -> Result<(), ControlError> {
-    with_github(state, |gh| {
-        let r = gh
-            .repos
-            .get_mut(&repo_key(owner, name))
-            .ok_or_else(|| not_found(owner, name))?;
-        r.check_script = checks;
-        Ok(())
-    })
+fn pull_not_found(number: u64) -> ControlError {
+    ControlError::NotFound(format!("pull request #{number} not found"))
 }
 
-/// Submits a review as `user` (`APPROVE`, `REQUEST_CHANGES`, `COMMENT`).
-pub fn review(
-    state: &SimState,
-    owner: &str,
-    name: &str,
-    number: u64,
-    user: &str,
-    event: &str,
-    body: Option<String>,
-) -> Result<u64, ControlError> {
-    let ctx = control_ctx(state, user);
-    with_github(state, |gh| {
-        let (r, env) = gh
-            .repo_env(owner, name)
-            .ok_or_else(|| not_found(owner, name))?;
-        let body = body.or_else(|| (event != "APPROVE").then(|| format!("{event} by {user}")));
-        super::rest::pulls::submit_review(r, env, &ctx, number, Some(event), body, None)
-            .map_err(api_to_control)
-    })
-}
-
-fn api_to_control(e: super::error::ApiError) -> ControlError {
-    let mut message = e.body["message"].as_str().unwrap_or_default().to_string();
-    if let Some(errors) = e.body.get("errors") {
+fn api_to_control(error: super::error::ApiError) -> ControlError {
+    let mut message = error.body["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if let Some(errors) = error.body.get("errors") {
         message = format!("{message}: {errors}");
     }
-    if e.status == StatusCode::NOT_FOUND {
+    if error.status == StatusCode::NOT_FOUND {
         ControlError::NotFound(message)
     } else {
         ControlError::Invalid(message)
     }
-}
-
-/// Sets the pull request's review threads: `unresolved` open ones and `resolved` closed ones.
-pub fn set_threads(
-    state: &SimState,
-    owner: &str,
-    name: &str,
-    number: u64,
-    unresolved: u32,
-    resolved: u32,
-) -> Result<(), ControlError> {
-    with_github(state, |gh| {
-        let (r, env) = gh
-            .repo_env(owner, name)
-            .ok_or_else(|| not_found(owner, name))?;
-        let pr = r
-            .pulls
-            .get_mut(&number)
-            .ok_or_else(|| ControlError::NotFound(format!("pull request #{number} not found")))?;
-        pr.threads.clear();
-        for i in 0..(unresolved + resolved) {
-            let id = env.next_id();
-            pr.threads.push(ReviewThread {
-                id: model::node_id("PRRT", &id.to_string()),
-                path: format!("src/file{i}.rs"),
-                line: i + 1,
-                is_resolved: i >= unresolved,
-            });
-        }
-        Ok(())
-    })
-}
-
-/// Commits files onto a branch as a human would (creating the branch if needed); returns the sha.
-pub fn push(
-    state: &SimState,
-    owner: &str,
-    name: &str,
-    spec: &PushSpec,
-) -> Result<String, ControlError> {
-    let author = spec.author.clone().unwrap_or_else(|| "human".into());
-    let ctx = control_ctx(state, &author);
-    with_github(state, |gh| {
-        let (r, env) = gh
-            .repo_env(owner, name)
-            .ok_or_else(|| not_found(owner, name))?;
-        let start = match r.git.branch_head(&spec.branch) {
-            Some(h) => h.to_string(),
-            None => {
-                let from = spec
-                    .start_branch
-                    .clone()
-                    .unwrap_or_else(|| r.git.default_branch().to_string());
-                r.git
-                    .branch_head(&from)
-                    .ok_or_else(|| ControlError::NotFound(format!("branch {from} not found")))?
-                    .to_string()
-            }
-        };
-        let parent = r
-            .git
-            .commit(&start)
-            .ok_or_else(|| ControlError::NotFound("start commit".into()))?;
-        let mut tree = (*parent.tree).clone();
-        for (path, content) in &spec.files {
-            match content {
-                Some(text) => {
-                    tree.insert(path.clone(), FileEntry::new(text.clone().into_bytes()));
-                }
-                None => {
-                    tree.remove(path);
-                }
-            }
-        }
-        let message = spec
-            .message
-            .clone()
-            .unwrap_or_else(|| "Human commit".into());
-        let sha = r.git.create_commit(
-            vec![start],
-            Arc::new(tree),
-            &message,
-            &author,
-            &format!("{author}@example.com"),
-            ctx.now,
-        );
-        ops::set_branch(r, env, &ctx, &spec.branch, Some(&sha));
-        Ok(sha)
-    })
-}
-
-/// Moves a branch to any existing commit (force), e.g. to move the base under a queue.
-pub fn move_branch(
-    state: &SimState,
-    owner: &str,
-    name: &str,
-    branch: &str,
-    sha: &str,
-) -> Result<(), ControlError> {
-    let ctx = control_ctx(state, "human");
-    with_github(state, |gh| {
-        let (r, env) = gh
-            .repo_env(owner, name)
-            .ok_or_else(|| not_found(owner, name))?;
-        if r.git.commit(sha).is_none() {
-            return Err(ControlError::NotFound(format!("commit {sha} not found")));
-        }
-        ops::set_branch(r, env, &ctx, branch, Some(sha));
-        Ok(())
-    })
-}
-
-/// Scripts `merge-async`: pending ticks, a one-shot failure, result retention.
-pub fn script_merge_async(
-    state: &SimState,
-    owner: &str,
-    name: &str,
-    script: MergeAsyncScript,
-) -> Result<(), ControlError> {
-    with_github(state, |gh| {
-        let r = gh
-            .repos
-            .get_mut(&repo_key(owner, name))
-            .ok_or_else(|| not_found(owner, name))?;
-        r.merge_async = script;
-        Ok(())
-    })
-}
-
-/// Makes the pull request's (current or next) queue entry fail with `message`.
-pub fn script_queue_failure(
-    state: &SimState,
-    owner: &str,
-    name: &str,
-    number: u64,
-    message: &str,
-) -> Result<(), ControlError> {
-    with_github(state, |gh| {
-        let r = gh
-            .repos
-            .get_mut(&repo_key(owner, name))
-            .ok_or_else(|| not_found(owner, name))?;
-        match r.queue.iter_mut().find(|e| e.pr == number) {
-            Some(e) => e.scripted_failure = Some(message.to_string()),
-            None => {
-                r.queue_failures.insert(number, message.to_string());
-            }
-        }
-        Ok(())
-    })
-}
-
-/// Locks (pauses) or unlocks the merge queue.
-pub fn lock_queue(
-    state: &SimState,
-    owner: &str,
-    name: &str,
-    locked: bool,
-) -> Result<(), ControlError> {
-    with_github(state, |gh| {
-        let r = gh
-            .repos
-            .get_mut(&repo_key(owner, name))
-            .ok_or_else(|| not_found(owner, name))?;
-        r.queue_locked = locked;
-        Ok(())
-    })
-}
-
-/// Marks a pull request as draft or ready for review.
-pub fn set_draft(
-    state: &SimState,
-    owner: &str,
-    name: &str,
-    number: u64,
-    draft: bool,
-) -> Result<(), ControlError> {
-    let ctx = control_ctx(state, "human");
-    with_github(state, |gh| {
-        let (r, env) = gh
-            .repo_env(owner, name)
-            .ok_or_else(|| not_found(owner, name))?;
-        let pr = r
-            .pulls
-            .get_mut(&number)
-            .ok_or_else(|| ControlError::NotFound(format!("pull request #{number} not found")))?;
-        if pr.draft == draft {
-            return Ok(());
-        }
-        pr.draft = draft;
-        pr.updated_at = ctx.now;
-        let action = if draft {
-            "converted_to_draft"
-        } else {
-            "ready_for_review"
-        };
-        if let Some(pr) = r.pulls.get(&number) {
-            super::events::pull_request(env, &ctx, r, pr, action, json!({}));
-        }
-        Ok(())
-    })
-}
-
-/// Puts a branch name or fnmatch pattern under classic branch protection (idempotent).
-pub fn protect_branch(
-    state: &SimState,
-    owner: &str,
-    name: &str,
-    pattern: &str,
-) -> Result<(), ControlError> {
-    if pattern.is_empty() {
-        return Err(ControlError::Invalid("branch is required".into()));
-    }
-    with_github(state, |gh| {
-        let r = gh
-            .repos
-            .get_mut(&repo_key(owner, name))
-            .ok_or_else(|| not_found(owner, name))?;
-        if !r.settings.protected_branches.iter().any(|p| p == pattern) {
-            r.settings.protected_branches.push(pattern.to_string());
-        }
-        Ok(())
-    })
 }
 
 /// A branch ruleset as the control API takes it (`enforcement` defaults to `active`).
@@ -492,40 +622,6 @@ pub struct RulesetSpec {
     pub rules: Vec<String>,
 }
 
-/// Adds a branch ruleset; returns its id.
-pub fn add_ruleset(
-    state: &SimState,
-    owner: &str,
-    name: &str,
-    spec: &RulesetSpec,
-) -> Result<u64, ControlError> {
-    let enforcement = spec.enforcement.clone().unwrap_or_else(|| "active".into());
-    if !matches!(enforcement.as_str(), "active" | "evaluate" | "disabled") {
-        return Err(ControlError::Invalid(format!(
-            "enforcement {enforcement:?} (active, evaluate, disabled)"
-        )));
-    }
-    if spec.include.is_empty() {
-        return Err(ControlError::Invalid("include is required".into()));
-    }
-    with_github(state, |gh| {
-        let id = gh.env.next_id();
-        let r = gh
-            .repos
-            .get_mut(&repo_key(owner, name))
-            .ok_or_else(|| not_found(owner, name))?;
-        r.settings.rulesets.push(super::model::Ruleset {
-            id,
-            name: spec.name.clone(),
-            enforcement,
-            include: spec.include.clone(),
-            exclude: spec.exclude.clone(),
-            rules: spec.rules.clone(),
-        });
-        Ok(id)
-    })
-}
-
 /// A pull request opened by a person (not the token's user).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct OpenPrSpec {
@@ -539,89 +635,6 @@ pub struct OpenPrSpec {
     /// Login of the author (created if unknown); default `human`.
     #[serde(default)]
     pub author: Option<String>,
-}
-
-/// Opens a pull request as `spec.author` (REST validation, webhooks, checks); returns its number.
-pub fn open_pr(
-    state: &SimState,
-    owner: &str,
-    name: &str,
-    spec: &OpenPrSpec,
-) -> Result<u64, ControlError> {
-    let author = spec.author.clone().unwrap_or_else(|| "human".into());
-    let ctx = control_ctx(state, &author);
-    with_github(state, |gh| {
-        let (r, env) = gh
-            .repo_env(owner, name)
-            .ok_or_else(|| not_found(owner, name))?;
-        ops::open_pr(
-            r,
-            env,
-            &ctx,
-            &spec.title,
-            &spec.head,
-            &spec.base,
-            spec.body.clone(),
-            spec.draft,
-        )
-        .map_err(|e| {
-            let message = e.body["message"].as_str().unwrap_or_default().to_string();
-            if e.status == StatusCode::NOT_FOUND {
-                ControlError::NotFound(message)
-            } else {
-                ControlError::Invalid(format!("{message}: {}", e.body))
-            }
-        })
-    })
-}
-
-/// A summary of a repository's state: branches, pull requests, queue, async merges.
-pub fn summary(state: &SimState, owner: &str, name: &str) -> Result<Value, ControlError> {
-    let ctx = Ctx::new(state, "control");
-    let key = repo_key(owner, name);
-    with_github(state, |gh| {
-        let r = gh.repos.get(&key).ok_or_else(|| not_found(owner, name))?;
-        let branches: BTreeMap<&String, &String> = r.git.branches().collect();
-        let pulls: Vec<Value> = r.pulls.values().map(|p| js::pull(&ctx, r, p)).collect();
-        let queue: Vec<Value> = r
-            .queue
-            .iter()
-            .enumerate()
-            .map(|(i, e)| {
-                json!({
-                    "id": e.id,
-                    "pull_number": e.pr,
-                    "position": i + 1,
-                    "state": e.state.as_graphql(),
-                    "base_ref": e.base_ref,
-                    "head_sha": e.head_sha,
-                    "merge_group": e.group.as_ref().map(|g| json!({ "head_ref": g.head_ref, "head_sha": g.head_sha, "base_sha": g.base_sha })),
-                    "failure": e.failure,
-                })
-            })
-            .collect();
-        let merges: Vec<Value> = gh
-            .async_merges
-            .values()
-            .filter(|m| m.repo == key)
-            .map(|m| {
-                let mut v = super::rest::pulls::async_body(m);
-                v["uuid"] = json!(m.uuid);
-                v["pull_number"] = json!(m.pr);
-                v
-            })
-            .collect();
-        let mut repo = js::repo(&ctx, r);
-        repo["branches"] = json!(branches);
-        repo["settings"] = json!(r.settings);
-        repo["checks"] = Value::Array(r.check_script.iter().map(CheckScript::to_json).collect());
-        repo["pulls"] = Value::Array(pulls);
-        repo["queue"] = Value::Array(queue);
-        repo["queue_locked"] = json!(r.queue_locked);
-        repo["merge_async"] = json!(r.merge_async);
-        repo["async_merges"] = Value::Array(merges);
-        Ok(repo)
-    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -678,120 +691,69 @@ pub fn router() -> Router<Shared> {
         )
 }
 
+/// `{number}` of a control route, parsed after the body so that a bad body is reported first.
 #[derive(Deserialize)]
-struct ProtectBody {
-    branch: String,
+struct PullSegment {
+    number: String,
 }
 
-async fn protect_route(
-    State(st): State<Shared>,
-    Path((o, r)): Path<(String, String)>,
-    b: Bytes,
-) -> ControlResult {
-    let p: ProtectBody = body(&b)?;
-    protect_branch(&st, &o, &r, &p.branch)?;
-    Ok((StatusCode::CREATED, Json(json!({ "branch": p.branch }))).into_response())
+impl PullSegment {
+    fn number(&self) -> Result<u64, ControlError> {
+        self.number.parse().map_err(|_| {
+            ControlError::Invalid(format!("invalid pull request number {:?}", self.number))
+        })
+    }
 }
 
-async fn ruleset_route(
-    State(st): State<Shared>,
-    Path((o, r)): Path<(String, String)>,
-    b: Bytes,
-) -> ControlResult {
-    let spec: RulesetSpec = body(&b)?;
-    let id = add_ruleset(&st, &o, &r, &spec)?;
-    Ok((StatusCode::CREATED, Json(json!({ "id": id }))).into_response())
-}
-
-async fn open_pr_route(
-    State(st): State<Shared>,
-    Path((o, r)): Path<(String, String)>,
-    b: Bytes,
-) -> ControlResult {
-    let spec: OpenPrSpec = body(&b)?;
-    let number = open_pr(&st, &o, &r, &spec)?;
-    let ctx = Ctx::new(&st, "control");
-    let gh = lock(&st.github);
-    let repo = gh.repo(&o, &r).ok_or_else(|| not_found(&o, &r))?;
-    let pr = repo
-        .pulls
-        .get(&number)
-        .ok_or_else(|| ControlError::NotFound(format!("pull request #{number} not found")))?;
-    Ok((StatusCode::CREATED, Json(js::pull(&ctx, repo, pr))).into_response())
-}
-
-fn body<T: serde::de::DeserializeOwned>(bytes: &Bytes) -> Result<T, ControlError> {
+fn parse_body<T: serde::de::DeserializeOwned>(bytes: &Bytes) -> Result<T, ControlError> {
     let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {
         bytes
     };
     serde_json::from_slice(bytes)
-        .map_err(|e| ControlError::Invalid(format!("invalid JSON body: {e}")))
-}
-
-fn number(s: &str) -> Result<u64, ControlError> {
-    s.parse()
-        .map_err(|_| ControlError::Invalid(format!("invalid pull request number {s:?}")))
+        .map_err(|error| ControlError::Invalid(format!("invalid JSON body: {error}")))
 }
 
 fn ok() -> Response {
     Json(json!({ "ok": true })).into_response()
 }
 
-async fn create_route(State(st): State<Shared>, b: Bytes) -> ControlResult {
-    let spec: GithubRepoSpec = body(&b)?;
-    create_repo(&st, &spec)?;
-    Ok((
-        StatusCode::CREATED,
-        Json(summary(&st, &spec.owner, &spec.name)?),
-    )
-        .into_response())
+async fn create_route(State(state): State<Shared>, body: Bytes) -> ControlResult {
+    let spec: GithubRepoSpec = parse_body(&body)?;
+    create_repo(&state, &spec)?;
+    let repo = ControlRepo::new(&state, &spec.owner, &spec.name);
+    Ok((StatusCode::CREATED, Json(repo.summary()?)).into_response())
 }
 
-async fn summary_route(
-    State(st): State<Shared>,
-    Path((o, r)): Path<(String, String)>,
-) -> ControlResult {
-    Ok(Json(summary(&st, &o, &r)?).into_response())
+async fn summary_route(repo: ControlRepo) -> ControlResult {
+    Ok(Json(repo.summary()?).into_response())
 }
 
-async fn update_route(
-    State(st): State<Shared>,
-    Path((o, r)): Path<(String, String)>,
-    b: Bytes,
-) -> ControlResult {
-    let spec: GithubRepoSpec = body(&b)?;
-    update_repo(&st, &o, &r, &spec)?;
-    Ok(Json(summary(&st, &o, &r)?).into_response())
+async fn update_route(repo: ControlRepo, body: Bytes) -> ControlResult {
+    let spec: GithubRepoSpec = parse_body(&body)?;
+    repo.update(&spec)?;
+    Ok(Json(repo.summary()?).into_response())
 }
 
-async fn checks_route(
-    State(st): State<Shared>,
-    Path((o, r)): Path<(String, String)>,
-    b: Bytes,
-) -> ControlResult {
-    let v: Value = body(&b)?;
-    let list = match &v {
-        Value::Array(a) => a.clone(),
-        Value::Object(m) => m
+async fn checks_route(repo: ControlRepo, body: Bytes) -> ControlResult {
+    let request: Value = parse_body(&body)?;
+    let list = match &request {
+        Value::Array(items) => items.clone(),
+        Value::Object(fields) => fields
             .get("checks")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default(),
         _ => return Err(ControlError::Invalid("expected a list of checks".into())),
     };
-    set_checks(&st, &o, &r, parse_checks(&list)?)?;
+    repo.set_checks(parse_checks(&list)?)?;
     Ok(ok())
 }
 
-async fn push_route(
-    State(st): State<Shared>,
-    Path((o, r)): Path<(String, String)>,
-    b: Bytes,
-) -> ControlResult {
-    let spec: PushSpec = body(&b)?;
-    let sha = push(&st, &o, &r, &spec)?;
+async fn push_route(repo: ControlRepo, body: Bytes) -> ControlResult {
+    let spec: PushSpec = parse_body(&body)?;
+    let sha = repo.push(&spec)?;
     Ok((
         StatusCode::CREATED,
         Json(json!({ "sha": sha, "branch": spec.branch })),
@@ -805,22 +767,18 @@ struct MoveBody {
 }
 
 async fn move_branch_route(
-    State(st): State<Shared>,
-    Path((o, r, branch)): Path<(String, String, String)>,
-    b: Bytes,
+    repo: ControlRepo,
+    Path(BranchSegment { branch }): Path<BranchSegment>,
+    body: Bytes,
 ) -> ControlResult {
-    let m: MoveBody = body(&b)?;
-    move_branch(&st, &o, &r, &branch, &m.sha)?;
+    let request: MoveBody = parse_body(&body)?;
+    repo.move_branch(&branch, &request.sha)?;
     Ok(ok())
 }
 
-async fn merge_async_route(
-    State(st): State<Shared>,
-    Path((o, r)): Path<(String, String)>,
-    b: Bytes,
-) -> ControlResult {
-    let script: MergeAsyncScript = body(&b)?;
-    script_merge_async(&st, &o, &r, script)?;
+async fn merge_async_route(repo: ControlRepo, body: Bytes) -> ControlResult {
+    let script: MergeAsyncScript = parse_body(&body)?;
+    repo.script_merge_async(script)?;
     Ok(ok())
 }
 
@@ -829,13 +787,9 @@ struct QueueBody {
     locked: bool,
 }
 
-async fn queue_route(
-    State(st): State<Shared>,
-    Path((o, r)): Path<(String, String)>,
-    b: Bytes,
-) -> ControlResult {
-    let q: QueueBody = body(&b)?;
-    lock_queue(&st, &o, &r, q.locked)?;
+async fn queue_route(repo: ControlRepo, body: Bytes) -> ControlResult {
+    let request: QueueBody = parse_body(&body)?;
+    repo.lock_queue(request.locked)?;
     Ok(ok())
 }
 
@@ -850,13 +804,13 @@ struct ReviewBody {
 }
 
 async fn review_route(
-    State(st): State<Shared>,
-    Path((o, r, n)): Path<(String, String, String)>,
-    b: Bytes,
+    repo: ControlRepo,
+    Path(pull): Path<PullSegment>,
+    body: Bytes,
 ) -> ControlResult {
-    let rb: ReviewBody = body(&b)?;
-    let event = rb.event.unwrap_or_else(|| "APPROVE".into());
-    let id = review(&st, &o, &r, number(&n)?, &rb.user, &event, rb.body)?;
+    let request: ReviewBody = parse_body(&body)?;
+    let event = request.event.unwrap_or_else(|| "APPROVE".into());
+    let id = repo.review(pull.number()?, &request.user, &event, request.body)?;
     Ok((StatusCode::CREATED, Json(json!({ "id": id }))).into_response())
 }
 
@@ -868,12 +822,12 @@ struct ThreadsBody {
 }
 
 async fn threads_route(
-    State(st): State<Shared>,
-    Path((o, r, n)): Path<(String, String, String)>,
-    b: Bytes,
+    repo: ControlRepo,
+    Path(pull): Path<PullSegment>,
+    body: Bytes,
 ) -> ControlResult {
-    let t: ThreadsBody = body(&b)?;
-    set_threads(&st, &o, &r, number(&n)?, t.unresolved, t.resolved)?;
+    let request: ThreadsBody = parse_body(&body)?;
+    repo.set_threads(pull.number()?, request.unresolved, request.resolved)?;
     Ok(ok())
 }
 
@@ -884,15 +838,15 @@ struct FailureBody {
 }
 
 async fn queue_failure_route(
-    State(st): State<Shared>,
-    Path((o, r, n)): Path<(String, String, String)>,
-    b: Bytes,
+    repo: ControlRepo,
+    Path(pull): Path<PullSegment>,
+    body: Bytes,
 ) -> ControlResult {
-    let f: FailureBody = body(&b)?;
-    let message = f
+    let request: FailureBody = parse_body(&body)?;
+    let message = request
         .message
         .unwrap_or_else(|| "Scripted merge queue failure".into());
-    script_queue_failure(&st, &o, &r, number(&n)?, &message)?;
+    repo.script_queue_failure(pull.number()?, &message)?;
     Ok(ok())
 }
 
@@ -902,26 +856,59 @@ struct DraftBody {
 }
 
 async fn draft_route(
-    State(st): State<Shared>,
-    Path((o, r, n)): Path<(String, String, String)>,
-    b: Bytes,
+    repo: ControlRepo,
+    Path(pull): Path<PullSegment>,
+    body: Bytes,
 ) -> ControlResult {
-    let d: DraftBody = body(&b)?;
-    set_draft(&st, &o, &r, number(&n)?, d.draft)?;
+    let request: DraftBody = parse_body(&body)?;
+    repo.set_draft(pull.number()?, request.draft)?;
     Ok(ok())
+}
+
+#[derive(Deserialize)]
+struct ProtectBody {
+    branch: String,
+}
+
+async fn protect_route(repo: ControlRepo, body: Bytes) -> ControlResult {
+    let request: ProtectBody = parse_body(&body)?;
+    repo.protect_branch(&request.branch)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "branch": request.branch })),
+    )
+        .into_response())
+}
+
+async fn ruleset_route(repo: ControlRepo, body: Bytes) -> ControlResult {
+    let spec: RulesetSpec = parse_body(&body)?;
+    let id = repo.add_ruleset(&spec)?;
+    Ok((StatusCode::CREATED, Json(json!({ "id": id }))).into_response())
+}
+
+async fn open_pr_route(repo: ControlRepo, body: Bytes) -> ControlResult {
+    let spec: OpenPrSpec = parse_body(&body)?;
+    let number = repo.open_pr(&spec)?;
+    Ok((StatusCode::CREATED, Json(repo.pull(number)?)).into_response())
 }
 
 // ---------------------------------------------------------------------------------------------
 // SimHandle builders
 
-fn split_repo(repo: &str) -> anyhow::Result<(&str, &str)> {
-    repo.split_once('/')
-        .filter(|(o, n)| !o.is_empty() && !n.is_empty() && !n.contains('/'))
-        .ok_or_else(|| anyhow::anyhow!("expected owner/name, got {repo:?}"))
+/// The files of a human push as [`PushSpec`] takes them.
+fn push_files(files: &[(&str, Option<&str>)]) -> BTreeMap<String, Option<String>> {
+    files
+        .iter()
+        .map(|(path, content)| (path.to_string(), content.map(str::to_string)))
+        .collect()
 }
 
 /// GitHub builder methods of the test handle; `repo` is always `owner/name`.
 impl crate::SimHandle {
+    fn github_repo(&self, repo: &str) -> anyhow::Result<ControlRepo> {
+        ControlRepo::parse(self.state(), repo)
+    }
+
     /// Creates a GitHub repository (default branch `main` holding a README unless the spec says otherwise).
     pub fn github_create_repo(&self, spec: GithubRepoSpec) -> anyhow::Result<()> {
         Ok(create_repo(self.state(), &spec)?)
@@ -929,8 +916,7 @@ impl crate::SimHandle {
 
     /// Updates repository settings (only the `Some` fields of `spec`; owner/name are ignored).
     pub fn github_update_repo(&self, repo: &str, spec: GithubRepoSpec) -> anyhow::Result<()> {
-        let (o, n) = split_repo(repo)?;
-        Ok(update_repo(self.state(), o, n, &spec)?)
+        Ok(self.github_repo(repo)?.update(&spec)?)
     }
 
     /// Turns the default branch's merge queue on or off.
@@ -951,14 +937,14 @@ impl crate::SimHandle {
 
     /// Replaces the scripted checks started for every new pull-request head and merge group.
     pub fn github_script_checks(&self, repo: &str, checks: Vec<CheckScript>) -> anyhow::Result<()> {
-        let (o, n) = split_repo(repo)?;
-        Ok(set_checks(self.state(), o, n, checks)?)
+        Ok(self.github_repo(repo)?.set_checks(checks)?)
     }
 
     /// Approves a pull request as `user` (created if unknown).
     pub fn github_approve(&self, repo: &str, number: u64, user: &str) -> anyhow::Result<u64> {
-        let (o, n) = split_repo(repo)?;
-        Ok(review(self.state(), o, n, number, user, "APPROVE", None)?)
+        Ok(self
+            .github_repo(repo)?
+            .review(number, user, "APPROVE", None)?)
     }
 
     /// Requests changes on a pull request as `user`.
@@ -969,11 +955,7 @@ impl crate::SimHandle {
         user: &str,
         body: &str,
     ) -> anyhow::Result<u64> {
-        let (o, n) = split_repo(repo)?;
-        Ok(review(
-            self.state(),
-            o,
-            n,
+        Ok(self.github_repo(repo)?.review(
             number,
             user,
             "REQUEST_CHANGES",
@@ -988,8 +970,21 @@ impl crate::SimHandle {
         number: u64,
         unresolved: u32,
     ) -> anyhow::Result<()> {
-        let (o, n) = split_repo(repo)?;
-        Ok(set_threads(self.state(), o, n, number, unresolved, 0)?)
+        self.github_set_threads(repo, number, unresolved, 0)
+    }
+
+    /// Replaces the pull request's review threads with `unresolved` open and `resolved`
+    /// closed ones.
+    pub fn github_set_threads(
+        &self,
+        repo: &str,
+        number: u64,
+        unresolved: u32,
+        resolved: u32,
+    ) -> anyhow::Result<()> {
+        Ok(self
+            .github_repo(repo)?
+            .set_threads(number, unresolved, resolved)?)
     }
 
     /// Pushes a human commit onto `branch` (`None` content deletes a file; a new branch starts
@@ -1002,18 +997,14 @@ impl crate::SimHandle {
         files: &[(&str, Option<&str>)],
         message: &str,
     ) -> anyhow::Result<String> {
-        let (o, n) = split_repo(repo)?;
         let spec = PushSpec {
             branch: branch.to_string(),
             start_branch: None,
-            files: files
-                .iter()
-                .map(|(p, c)| (p.to_string(), c.map(str::to_string)))
-                .collect(),
+            files: push_files(files),
             message: Some(message.to_string()),
             author: None,
         };
-        Ok(push(self.state(), o, n, &spec)?)
+        Ok(self.github_repo(repo)?.push(&spec)?)
     }
 
     /// Like [`crate::SimHandle::github_push_human_commit`], pushed by `author` (a person, not
@@ -1026,18 +1017,14 @@ impl crate::SimHandle {
         message: &str,
         author: &str,
     ) -> anyhow::Result<String> {
-        let (o, n) = split_repo(repo)?;
         let spec = PushSpec {
             branch: branch.to_string(),
             start_branch: None,
-            files: files
-                .iter()
-                .map(|(p, c)| (p.to_string(), c.map(str::to_string)))
-                .collect(),
+            files: push_files(files),
             message: Some(message.to_string()),
             author: Some(author.to_string()),
         };
-        Ok(push(self.state(), o, n, &spec)?)
+        Ok(self.github_repo(repo)?.push(&spec)?)
     }
 
     /// Opens a pull request from `head` into `base` as `author` (a person, not the token's
@@ -1050,7 +1037,6 @@ impl crate::SimHandle {
         title: &str,
         author: &str,
     ) -> anyhow::Result<u64> {
-        let (o, n) = split_repo(repo)?;
         let spec = OpenPrSpec {
             head: head.to_string(),
             base: base.to_string(),
@@ -1058,13 +1044,12 @@ impl crate::SimHandle {
             author: Some(author.to_string()),
             ..OpenPrSpec::default()
         };
-        Ok(open_pr(self.state(), o, n, &spec)?)
+        Ok(self.github_repo(repo)?.open_pr(&spec)?)
     }
 
     /// Puts a branch name or fnmatch pattern under classic branch protection.
     pub fn github_protect_branch(&self, repo: &str, branch: &str) -> anyhow::Result<()> {
-        let (o, n) = split_repo(repo)?;
-        Ok(protect_branch(self.state(), o, n, branch)?)
+        Ok(self.github_repo(repo)?.protect_branch(branch)?)
     }
 
     /// Adds an active branch ruleset with the given rule types for `include`
@@ -1075,21 +1060,19 @@ impl crate::SimHandle {
         include: &[&str],
         rules: &[&str],
     ) -> anyhow::Result<u64> {
-        let (o, n) = split_repo(repo)?;
         let spec = RulesetSpec {
             name: "ruleset".into(),
             enforcement: None,
-            include: include.iter().map(|s| s.to_string()).collect(),
+            include: include.iter().map(|pattern| pattern.to_string()).collect(),
             exclude: Vec::new(),
-            rules: rules.iter().map(|s| s.to_string()).collect(),
+            rules: rules.iter().map(|rule| rule.to_string()).collect(),
         };
-        Ok(add_ruleset(self.state(), o, n, &spec)?)
+        Ok(self.github_repo(repo)?.add_ruleset(&spec)?)
     }
 
     /// Force-moves a branch to an existing commit.
     pub fn github_move_branch(&self, repo: &str, branch: &str, sha: &str) -> anyhow::Result<()> {
-        let (o, n) = split_repo(repo)?;
-        Ok(move_branch(self.state(), o, n, branch, sha)?)
+        Ok(self.github_repo(repo)?.move_branch(branch, sha)?)
     }
 
     /// Scripts `merge-async` (pending ticks, one-shot failure, result TTL).
@@ -1098,20 +1081,12 @@ impl crate::SimHandle {
         repo: &str,
         script: MergeAsyncScript,
     ) -> anyhow::Result<()> {
-        let (o, n) = split_repo(repo)?;
-        Ok(script_merge_async(self.state(), o, n, script)?)
+        Ok(self.github_repo(repo)?.script_merge_async(script)?)
     }
 
     /// Makes the next `merge-async` request fail with `message` once it runs.
     pub fn github_fail_next_merge_async(&self, repo: &str, message: &str) -> anyhow::Result<()> {
-        let (o, n) = split_repo(repo)?;
-        let key = repo_key(o, n);
-        with_github(self.state(), |gh| {
-            let r = gh.repos.get_mut(&key).ok_or_else(|| not_found(o, n))?;
-            r.merge_async.fail_next = Some(message.to_string());
-            Ok::<(), ControlError>(())
-        })?;
-        Ok(())
+        Ok(self.github_repo(repo)?.fail_next_merge_async(message)?)
     }
 
     /// Makes the pull request's current or next merge-queue entry fail (UNMERGEABLE, then removed).
@@ -1121,56 +1096,42 @@ impl crate::SimHandle {
         number: u64,
         message: &str,
     ) -> anyhow::Result<()> {
-        let (o, n) = split_repo(repo)?;
-        Ok(script_queue_failure(self.state(), o, n, number, message)?)
+        Ok(self
+            .github_repo(repo)?
+            .script_queue_failure(number, message)?)
     }
 
     /// Locks (pauses) or unlocks the merge queue; locked entries report `LOCKED`.
     pub fn github_lock_queue(&self, repo: &str, locked: bool) -> anyhow::Result<()> {
-        let (o, n) = split_repo(repo)?;
-        Ok(lock_queue(self.state(), o, n, locked)?)
+        Ok(self.github_repo(repo)?.lock_queue(locked)?)
     }
 
     /// Marks a pull request as draft (or ready for review).
     pub fn github_set_draft(&self, repo: &str, number: u64, draft: bool) -> anyhow::Result<()> {
-        let (o, n) = split_repo(repo)?;
-        Ok(set_draft(self.state(), o, n, number, draft)?)
+        Ok(self.github_repo(repo)?.set_draft(number, draft)?)
     }
 
     /// The head sha of a branch.
     pub fn github_branch_head(&self, repo: &str, branch: &str) -> Option<String> {
-        let (o, n) = split_repo(repo).ok()?;
-        let gh = lock(&self.state().github);
-        gh.repo(o, n)?.git.branch_head(branch).map(str::to_string)
+        self.github_repo(repo)
+            .ok()?
+            .read(|repo| repo.git.branch_head(branch).map(str::to_string))
     }
 
     /// A file's content at a ref (branch or sha).
     pub fn github_file(&self, repo: &str, reference: &str, path: &str) -> Option<Vec<u8>> {
-        let (o, n) = split_repo(repo).ok()?;
-        let gh = lock(&self.state().github);
-        Some(
-            gh.repo(o, n)?
-                .git
-                .resolve(reference)?
-                .tree
-                .get(path)?
-                .content
-                .clone(),
-        )
+        self.github_repo(repo)
+            .ok()?
+            .read(|repo| Some(repo.git.resolve(reference)?.tree.get(path)?.content.clone()))
     }
 
-    /// The pull request as `GET /repos/{o}/{r}/pulls/{n}` returns it.
+    /// The pull request as `GET /repos/{owner}/{repo}/pulls/{number}` returns it.
     pub fn github_pr(&self, repo: &str, number: u64) -> Option<Value> {
-        let (o, n) = split_repo(repo).ok()?;
-        let ctx = Ctx::new(self.state(), "control");
-        let gh = lock(&self.state().github);
-        let r = gh.repo(o, n)?;
-        Some(js::pull(&ctx, r, r.pulls.get(&number)?))
+        self.github_repo(repo).ok()?.pull(number).ok()
     }
 
     /// The repository summary of `GET /_sim/github/repos/{owner}/{repo}`.
     pub fn github_summary(&self, repo: &str) -> anyhow::Result<Value> {
-        let (o, n) = split_repo(repo)?;
-        Ok(summary(self.state(), o, n)?)
+        Ok(self.github_repo(repo)?.summary()?)
     }
 }

@@ -143,8 +143,9 @@ pub fn router() -> axum::Router<crate::state::Shared> {
         .merge(control::router())
 }
 
-/// Advances asynchronous GitHub work (mergeability, checks, merge queues, async merges).
-pub fn tick(state: &SimState) {
+/// Advances asynchronous GitHub work (mergeability, checks, merge queues, async merges);
+/// whether anything moved.
+pub fn tick(state: &SimState) -> bool {
     let ctx = Ctx::new(state, "github-merge-queue[bot]");
-    with_github(state, |gh| ops::tick(gh, &ctx));
+    with_github(state, |github| ops::tick(github, &ctx))
 }

@@ -353,16 +353,19 @@ impl Params {
     }
 }
 
-/// Progresses pipelines, jobs, auto-merges and merge trains of every project.
-pub fn tick(state: &SimState) {
+/// Progresses pipelines, jobs, auto-merges and merge trains of every project; whether anything
+/// moved.
+pub fn tick(state: &SimState) -> bool {
     let now = state.clock.now();
     let base = state.base_url();
     let mut gitlab = lock(&state.gitlab);
     let ids: Vec<u64> = gitlab.projects.keys().copied().collect();
+    let mut moved = false;
     for id in ids {
         let mut ctx = Ctx::new(&mut gitlab, state, now, &base);
-        ops::progress(&mut ctx, id);
+        moved |= ops::progress(&mut ctx, id);
     }
+    moved
 }
 
 // ---------------------------------------------------------------------------------------------

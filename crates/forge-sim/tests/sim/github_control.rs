@@ -1,13 +1,13 @@
 //! The GitHub control API (`/_sim/github/...`) over HTTP.
 
-use crate::github_support::{Gh, start};
+use forge_sim::testing::{ApiClient, start_stepped_sim};
 use reqwest::StatusCode;
 use serde_json::json;
 
 #[tokio::test]
 async fn control_routes_script_a_repository() {
-    let sim = start().await;
-    let gh = Gh::new(&sim);
+    let sim = start_stepped_sim().await;
+    let gh = ApiClient::github(&sim);
     let ctl = gh.with_auth(None);
     let c = "/_sim/github/repos";
 

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-use crate::github_support::{Gh, REPO, create_repo, start};
+use crate::{REPO, create_repo};
 use forge_sim::JobOutcome;
 use forge_sim::github::{CheckScript, GithubRepoSpec, MergeAsyncScript};
+use forge_sim::testing::{ApiClient, start_stepped_sim};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -19,7 +20,7 @@ query($owner: String!, $name: String!, $n: Int!) {
   }
 }"#;
 
-async fn pr_gql(gh: &Gh, n: u64) -> Value {
+async fn pr_gql(gh: &ApiClient, n: u64) -> Value {
     let body = gh
         .graphql(PR_QUERY, json!({ "owner": "octo", "name": "app", "n": n }))
         .await;
@@ -28,7 +29,7 @@ async fn pr_gql(gh: &Gh, n: u64) -> Value {
 }
 
 /// Polls `GET .../merge-async/{uuid}` until the request leaves `pending`.
-async fn poll_async(gh: &Gh, n: u64, uuid: &str) -> Value {
+async fn poll_async(gh: &ApiClient, n: u64, uuid: &str) -> Value {
     gh.poll(
         &format!("/repos/octo/app/pulls/{n}/merge-async/{uuid}"),
         |b| b["status"] != "pending",
@@ -37,7 +38,12 @@ async fn poll_async(gh: &Gh, n: u64, uuid: &str) -> Value {
 }
 
 /// A repo with one passing check, a branch with a change and an open PR (mergeability known).
-async fn setup(gh: &Gh, sim: &forge_sim::SimHandle, queue: bool, branch: &str) -> (u64, String) {
+async fn setup(
+    gh: &ApiClient,
+    sim: &forge_sim::SimHandle,
+    queue: bool,
+    branch: &str,
+) -> (u64, String) {
     if sim.github_summary(REPO).is_err() {
         create_repo(
             sim,
@@ -61,8 +67,8 @@ async fn setup(gh: &Gh, sim: &forge_sim::SimHandle, queue: bool, branch: &str) -
 
 #[tokio::test]
 async fn full_scenario_through_the_merge_queue() {
-    let sim = start().await;
-    let gh = Gh::new(&sim);
+    let sim = start_stepped_sim().await;
+    let gh = ApiClient::github(&sim);
     let (n, head) = setup(&gh, &sim, true, "feature").await;
 
     // Checks pass on the PR head; a human approves.
@@ -165,8 +171,8 @@ async fn full_scenario_through_the_merge_queue() {
 
 #[tokio::test]
 async fn without_a_queue_merge_async_merges_directly() {
-    let sim = start().await;
-    let gh = Gh::new(&sim);
+    let sim = start_stepped_sim().await;
+    let gh = ApiClient::github(&sim);
     let (n, head) = setup(&gh, &sim, false, "feature").await;
     let (status, body) = gh
         .put(
@@ -212,8 +218,8 @@ async fn without_a_queue_merge_async_merges_directly() {
 
 #[tokio::test]
 async fn merge_async_errors_and_scripting() {
-    let sim = start().await;
-    let gh = Gh::new(&sim);
+    let sim = start_stepped_sim().await;
+    let gh = ApiClient::github(&sim);
     let (n, head) = setup(&gh, &sim, false, "feature").await;
 
     // Validation.
@@ -366,8 +372,8 @@ async fn merge_async_errors_and_scripting() {
 
 #[tokio::test]
 async fn queue_failures_positions_and_graphql_mutations() {
-    let sim = start().await;
-    let gh = Gh::new(&sim);
+    let sim = start_stepped_sim().await;
+    let gh = ApiClient::github(&sim);
     let (n1, head1) = setup(&gh, &sim, true, "one").await;
     let (n2, head2) = setup(&gh, &sim, true, "two").await;
     sim.github_lock_queue(REPO, true).unwrap();
@@ -491,8 +497,8 @@ async fn queue_failures_positions_and_graphql_mutations() {
 
 #[tokio::test]
 async fn graphql_reports_unknown_fields_and_missing_objects() {
-    let sim = start().await;
-    let gh = Gh::new(&sim);
+    let sim = start_stepped_sim().await;
+    let gh = ApiClient::github(&sim);
     setup(&gh, &sim, false, "feature").await;
 
     let body = gh

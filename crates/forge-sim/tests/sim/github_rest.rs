@@ -1,16 +1,17 @@
 //! GitHub REST over HTTP: auth, git data, contents, compare, pulls, merges, checks, reviews, comments.
 
-use crate::github_support::{Gh, REPO, create_repo, start};
+use crate::{REPO, create_repo};
 use forge_sim::JobOutcome;
 use forge_sim::github::{CheckScript, GithubRepoSpec};
+use forge_sim::testing::{ApiClient, start_stepped_sim};
 use reqwest::StatusCode;
 use serde_json::json;
 
 #[tokio::test]
 async fn requests_without_valid_credentials_get_401() {
-    let sim = start().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app"));
-    let gh = Gh::new(&sim);
+    let gh = ApiClient::github(&sim);
 
     let (status, body) = gh.with_auth(None).get("/repos/octo/app").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
@@ -39,7 +40,7 @@ async fn requests_without_valid_credentials_get_401() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(user["login"], forge_sim::DEFAULT_USERNAME);
     let (status, _) = gh
-        .with_auth(Some(&format!("token {}", crate::github_support::TOKEN)))
+        .with_auth(Some(&format!("token {}", forge_sim::testing::TOKEN)))
         .get("/repos/octo/app")
         .await;
     assert_eq!(status, StatusCode::OK);
@@ -48,11 +49,58 @@ async fn requests_without_valid_credentials_get_401() {
     assert_eq!(body["message"], "Not Found");
 }
 
+/// A request is checked in the order GitHub answers it: credentials, then the path's numbers,
+/// then the body, and only then whether the repository exists.
+#[tokio::test]
+async fn requests_are_checked_credentials_first_then_path_then_body_then_repository() {
+    let sim = start_stepped_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let gh = ApiClient::github(&sim);
+    let anonymous = gh.with_auth(None);
+
+    let (status, _) = anonymous.get("/repos/octo/missing/pulls/x").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    for path in [
+        "/repos/octo/app/pulls/x",
+        "/repos/octo/missing/pulls/x",
+        "/repos/octo/app/issues/comments/x",
+        "/repos/octo/app/check-runs/x",
+    ] {
+        let (status, body) = gh.get(path).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(body["message"], "Not Found", "{path}");
+    }
+    let malformed = |request: reqwest::RequestBuilder| {
+        request
+            .header("Content-Type", "application/json")
+            .body("{not json")
+    };
+    let (status, _) = gh
+        .send(malformed(
+            gh.client
+                .patch(format!("{}/repos/octo/app/pulls/x", gh.base)),
+        ))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "the number before the body");
+    let (status, body) = gh
+        .send(malformed(
+            gh.client
+                .patch(format!("{}/repos/octo/missing/pulls/1", gh.base)),
+        ))
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "the body before the repository"
+    );
+    assert_eq!(body["message"], "Problems parsing JSON");
+}
+
 #[tokio::test]
 async fn git_data_api_builds_branches_and_guards_refs() {
-    let sim = start().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app"));
-    let gh = Gh::new(&sim);
+    let gh = ApiClient::github(&sim);
 
     // Blobs in both encodings, a tree on the main tree with one deletion, a commit, a ref.
     let (_, main_ref) = gh.get("/repos/octo/app/git/ref/heads/main").await;
@@ -246,9 +294,9 @@ async fn git_data_api_builds_branches_and_guards_refs() {
 
 #[tokio::test]
 async fn pull_requests_open_update_list_label_and_comment() {
-    let sim = start().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app"));
-    let gh = Gh::new(&sim);
+    let gh = ApiClient::github(&sim);
     let head = gh
         .commit_files(REPO, "feature", &[("a.txt", "a\n")], "Add a")
         .await;
@@ -413,9 +461,9 @@ async fn pull_requests_open_update_list_label_and_comment() {
 
 #[tokio::test]
 async fn synchronous_merge_and_its_errors() {
-    let sim = start().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app"));
-    let gh = Gh::new(&sim);
+    let gh = ApiClient::github(&sim);
     let head1 = gh
         .commit_files(REPO, "one", &[("same.txt", "one\n")], "one")
         .await;
@@ -543,7 +591,7 @@ async fn synchronous_merge_and_its_errors() {
 
 #[tokio::test]
 async fn checks_statuses_reruns_and_reviews() {
-    let sim = start().await;
+    let sim = start_stepped_sim().await;
     create_repo(
         &sim,
         GithubRepoSpec::new("octo", "app").checks(&[
@@ -555,7 +603,7 @@ async fn checks_statuses_reruns_and_reviews() {
             CheckScript::new("legacy", JobOutcome::Success).as_status(),
         ]),
     );
-    let gh = Gh::new(&sim);
+    let gh = ApiClient::github(&sim);
     let head = gh
         .commit_files(REPO, "feature", &[("a.txt", "a\n")], "a")
         .await;
@@ -697,7 +745,7 @@ async fn checks_statuses_reruns_and_reviews() {
     assert_eq!(decision(&gh, n).await, "REVIEW_REQUIRED");
 }
 
-async fn decision(gh: &Gh, n: u64) -> serde_json::Value {
+async fn decision(gh: &ApiClient, n: u64) -> serde_json::Value {
     let q = format!(
         "query {{ repository(owner: \"octo\", name: \"app\") {{ pullRequest(number: {n}) {{ reviewDecision }} }} }}"
     );
@@ -705,7 +753,7 @@ async fn decision(gh: &Gh, n: u64) -> serde_json::Value {
 }
 
 /// Paths (with their type) of `GET git/trees/{sha}`, recursive or not.
-async fn listing(gh: &Gh, sha: &str, recursive: bool) -> Vec<(String, String)> {
+async fn listing(gh: &ApiClient, sha: &str, recursive: bool) -> Vec<(String, String)> {
     let query = if recursive { "?recursive=1" } else { "" };
     let (status, tree) = gh
         .get(&format!("/repos/octo/app/git/trees/{sha}{query}"))
@@ -725,7 +773,7 @@ async fn listing(gh: &Gh, sha: &str, recursive: bool) -> Vec<(String, String)> {
         .collect()
 }
 
-async fn new_tree(gh: &Gh, base: Option<&str>, entries: serde_json::Value) -> String {
+async fn new_tree(gh: &ApiClient, base: Option<&str>, entries: serde_json::Value) -> String {
     let mut body = json!({ "tree": entries });
     if let Some(base) = base {
         body["base_tree"] = json!(base);
@@ -744,9 +792,9 @@ fn owned(items: &[(&str, &str)]) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn trees_list_directories_and_follow_githubs_base_tree_rules() {
-    let sim = start().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app"));
-    let gh = Gh::new(&sim);
+    let gh = ApiClient::github(&sim);
     let blob =
         |path: &str| json!({ "path": path, "mode": "100644", "type": "blob", "content": path });
     let base = new_tree(

@@ -1,8 +1,9 @@
 //! GitHub webhooks over HTTP: headers, HMAC signatures and documented payload fields.
 
-use crate::github_support::{Gh, REPO, Received, Receiver, create_repo, start};
+use crate::{REPO, create_repo};
 use forge_sim::JobOutcome;
 use forge_sim::github::{CheckScript, GithubRepoSpec};
+use forge_sim::testing::{ApiClient, Received, Receiver, start_stepped_sim};
 use hmac::{Hmac, Mac};
 use serde_json::json;
 use sha2::Sha256;
@@ -38,7 +39,7 @@ fn signature_matches_githubs_documented_example() {
 
 #[tokio::test]
 async fn pull_request_check_review_and_queue_events_are_signed_and_shaped() {
-    let sim = start().await;
+    let sim = start_stepped_sim().await;
     let hook = Receiver::start().await;
     create_repo(
         &sim,
@@ -50,7 +51,7 @@ async fn pull_request_check_review_and_queue_events_are_signed_and_shaped() {
                 CheckScript::new("legacy", JobOutcome::Success).as_status(),
             ]),
     );
-    let gh = Gh::new(&sim);
+    let gh = ApiClient::github(&sim);
     let head = gh
         .commit_files(REPO, "feature", &[("a.txt", "a\n")], "a")
         .await;

@@ -3,10 +3,73 @@
 
 use std::time::Duration;
 
-use crate::sim_common::{Api, Receiver, TOKEN, commit_body, start_sim};
+use forge_sim::testing::{ApiClient, Receiver, TOKEN, commit_body, start_sim};
 use forge_sim::{JobOutcome, JobSpec};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+
+/// Grape checks the parameters (body first) before a numeric path segment, and both before the
+/// project is looked up; a segment that is not a number is named by its parameter.
+#[tokio::test]
+async fn numeric_path_segments_are_checked_after_the_parameters_and_before_the_project() {
+    let sim = start_sim().await;
+    let project = sim.gitlab_project("group/app").create().expect("project");
+    let api = ApiClient::gitlab(&sim);
+    for (path, message) in [
+        (
+            format!("/projects/{project}/merge_requests/x"),
+            "merge_request_iid is invalid",
+        ),
+        (
+            "/projects/group%2Fmissing/merge_requests/x".to_string(),
+            "merge_request_iid is invalid",
+        ),
+        (
+            format!("/projects/{project}/merge_requests/x/pipelines"),
+            "merge_request_iid is invalid",
+        ),
+        (
+            format!("/projects/{project}/merge_requests/x/notes"),
+            "noteable_id is invalid",
+        ),
+        (
+            format!("/projects/{project}/merge_requests/1/notes/x"),
+            "note_id is invalid",
+        ),
+        (
+            format!("/projects/{project}/pipelines/x"),
+            "pipeline_id is invalid",
+        ),
+        (format!("/projects/{project}/jobs/x"), "job_id is invalid"),
+        (
+            format!("/projects/{project}/merge_trains/merge_requests/x"),
+            "merge_request_iid is invalid",
+        ),
+    ] {
+        let (status, body) = api.get(&path).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}");
+        assert_eq!(body, json!({ "error": message }), "{path}");
+    }
+    let response = api
+        .client
+        .put(format!("{}/projects/{project}/merge_requests/x", api.base))
+        .header("PRIVATE-TOKEN", TOKEN)
+        .header("Content-Type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(
+        body,
+        json!({ "error": "There was a problem with the JSON in your request" }),
+        "the body before the path"
+    );
+    let (status, body) = api.get("/projects/group%2Fmissing/merge_requests/1").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body, json!({ "message": "404 Project Not Found" }));
+}
 
 #[tokio::test]
 async fn auth_is_required_and_accepts_private_token_or_bearer() {
@@ -37,8 +100,7 @@ async fn auth_is_required_and_accepts_private_token_or_bearer() {
     assert_eq!(response.status(), StatusCode::OK);
 
     sim.add_user("alice", "alice-token");
-    let mut api = Api::new(&sim.gitlab_url());
-    api.token = "alice-token".to_string();
+    let api = ApiClient::gitlab(&sim).with_auth(Some("alice-token"));
     let (status, user) = api.get("/user").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(user["username"], "alice");
@@ -58,7 +120,7 @@ async fn auth_is_required_and_accepts_private_token_or_bearer() {
 async fn files_and_branches() {
     let sim = start_sim().await;
     let project = sim.gitlab_project("group/app").create().expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
 
     let (status, file) = api
@@ -172,7 +234,7 @@ async fn files_and_branches() {
 async fn commits_with_actions_and_gitlab_errors() {
     let sim = start_sim().await;
     let project = sim.gitlab_project("group/app").create().expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let commits = format!("/projects/{project}/repository/commits");
 
     // Missing params: Grape-style error naming each.
@@ -343,7 +405,7 @@ async fn commits_with_actions_and_gitlab_errors() {
 async fn compare_reports_commits_and_diffs() {
     let sim = start_sim().await;
     let project = sim.gitlab_project("group/app").create().expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
     api.post(
         &format!("{p}/repository/commits"),
@@ -406,7 +468,7 @@ async fn merge_request_lifecycle_notes_and_approvals() {
         .approvals_required(1)
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
     api.post(
         &format!("{p}/repository/commits"),
@@ -631,7 +693,7 @@ async fn merge_refuses_running_pipeline_conflicts_and_stale_sha() {
         .job(JobSpec::new("test", JobOutcome::Success).duration_secs(30))
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
     api.post(
         &format!("{p}/repository/commits"),
@@ -704,7 +766,7 @@ async fn merge_when_pipeline_succeeds() {
         .job(JobSpec::new("test", JobOutcome::Success).duration_secs(60))
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
     api.post(
         &format!("{p}/repository/commits"),
@@ -751,7 +813,7 @@ async fn pipelines_jobs_traces_and_retry() {
         .job(JobSpec::new("deploy", JobOutcome::Success).stage("deploy"))
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
     api.post(
         &format!("{p}/repository/commits"),
@@ -879,7 +941,7 @@ async fn scenario_flaky_retry_merge_with_webhooks() {
         .webhook(&receiver.url, "hook-secret")
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
 
     let (status, commit) = api
@@ -1046,7 +1108,7 @@ async fn push_to_mr_branch_updates_mr_and_starts_pipeline() {
         .webhook(&receiver.url, "s")
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
     api.post(
         &format!("{p}/repository/commits"),
@@ -1088,7 +1150,7 @@ async fn merge_train_merges_in_order_and_drops_failures() {
         .job(JobSpec::new("test", JobOutcome::Success).duration_secs(10))
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
     for (n, branch) in ["a", "b"].iter().enumerate() {
         api.post(
@@ -1202,7 +1264,7 @@ async fn fast_forward_projects_need_rebase_and_rebase_endpoint() {
         .merge_method("ff")
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let p = format!("/projects/{project}");
     api.post(
         &format!("{p}/repository/commits"),
@@ -1268,13 +1330,16 @@ async fn fast_forward_projects_need_rebase_and_rebase_endpoint() {
 }
 
 /// Sets up `group/app` with a `feature` branch (one new file) and a `develop` branch.
-async fn project_with_feature(sim: &forge_sim::SimHandle, job_secs: u64) -> (u64, Api, String) {
+async fn project_with_feature(
+    sim: &forge_sim::SimHandle,
+    job_secs: u64,
+) -> (u64, ApiClient, String) {
     let project = sim
         .gitlab_project("group/app")
         .job(JobSpec::new("test", JobOutcome::Success).duration_secs(job_secs))
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(sim);
     let p = format!("/projects/{project}");
     api.post(
         &format!("{p}/repository/commits"),

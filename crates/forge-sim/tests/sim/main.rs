@@ -1,12 +1,22 @@
 //! forge-sim's integration tests, one binary: every GitLab and GitHub
 //! endpoint, the control API, fault injection and webhooks, over real HTTP.
+//! The client, the webhook receiver and the simulator set-ups are
+//! `forge_sim::testing`'s.
 #![allow(
     clippy::disallowed_methods,
     reason = "tests compare sim time with the wall clock"
 )]
 
-mod github_support;
-mod sim_common;
+use forge_sim::SimHandle;
+use forge_sim::github::GithubRepoSpec;
+
+/// The repository the GitHub cases work in.
+const REPO: &str = "octo/app";
+
+/// Creates a GitHub repository through the handle.
+fn create_repo(sim: &SimHandle, spec: GithubRepoSpec) {
+    sim.github_create_repo(spec).expect("repo created");
+}
 
 mod github_control;
 mod github_merge;

@@ -3,9 +3,9 @@
 //! resolved case-insensitively with their own spelling, protected branches (GitLab names and
 //! wildcards, paged) and GitHub classic protection and branch rules.
 
-use crate::github_support::{Gh, REPO, create_repo, start};
-use crate::sim_common::{Api, start_sim};
+use crate::{REPO, create_repo};
 use forge_sim::github::GithubRepoSpec;
+use forge_sim::testing::{ApiClient, start_sim, start_stepped_sim};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -16,7 +16,7 @@ async fn gitlab_users_authors_and_case_insensitive_paths() {
         .gitlab_project("Team/Service")
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let (status, me) = api.get("/user").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(me["username"], forge_sim::DEFAULT_USERNAME);
@@ -85,7 +85,7 @@ async fn gitlab_users_authors_and_case_insensitive_paths() {
 async fn gitlab_protected_branches_list_paged_with_wildcards() {
     let sim = start_sim().await;
     let pid = sim.gitlab_project("group/app").create().expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
 
     let (status, list) = api
         .get(&format!("/projects/{pid}/protected_branches"))
@@ -175,9 +175,9 @@ async fn gitlab_protected_branches_list_paged_with_wildcards() {
 
 #[tokio::test]
 async fn github_users_authors_protection_and_rules() {
-    let sim = start().await;
+    let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("Octo", "App"));
-    let gh = Gh::new(&sim);
+    let gh = ApiClient::github(&sim);
     let (status, me) = gh.get("/user").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(me["login"], forge_sim::DEFAULT_USERNAME);

@@ -3,7 +3,7 @@
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
-use crate::sim_common::{Api, Receiver, commit_body, start_sim};
+use forge_sim::testing::{ApiClient, Receiver, WAIT_LIMIT, commit_body, start_sim};
 use forge_sim::{FaultRule, HttpFault, WebhookFaultKind, WebhookFaultRule};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 async fn http_500_and_502_faults_fire_a_set_number_of_times() {
     let sim = start_sim().await;
     let project = sim.gitlab_project("g/p").create().expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(&sim);
     let path = format!("/projects/{project}/repository/branches");
     sim.add_fault(
         FaultRule::new(
@@ -85,7 +85,7 @@ async fn rate_limit_fault_sends_retry_after_and_ratelimit_headers() {
     let url = format!("{}/projects/{project}", sim.gitlab_url());
     let response = client
         .get(&url)
-        .header("PRIVATE-TOKEN", crate::sim_common::TOKEN)
+        .header("PRIVATE-TOKEN", forge_sim::testing::TOKEN)
         .send()
         .await
         .expect("answered");
@@ -103,7 +103,7 @@ async fn rate_limit_fault_sends_retry_after_and_ratelimit_headers() {
     assert_eq!(response.text().await.expect("body"), "Retry later\n");
     let response = client
         .get(&url)
-        .header("PRIVATE-TOKEN", crate::sim_common::TOKEN)
+        .header("PRIVATE-TOKEN", forge_sim::testing::TOKEN)
         .send()
         .await
         .expect("answered");
@@ -127,15 +127,19 @@ async fn timeout_fault_hangs_until_the_client_gives_up_and_is_cancellable() {
         .timeout(Duration::from_millis(300))
         .build()
         .expect("client");
-    let started = Instant::now();
+    let mut hanging = sim.hanging_requests();
     let error = impatient
         .get(&url)
-        .header("PRIVATE-TOKEN", crate::sim_common::TOKEN)
+        .header("PRIVATE-TOKEN", forge_sim::testing::TOKEN)
         .send()
         .await
         .expect_err("the sim never answers in time");
     assert!(error.is_timeout(), "{error}");
-    assert!(started.elapsed() >= Duration::from_millis(300));
+    // The client has gone: the sim lets go of its request.
+    tokio::time::timeout(WAIT_LIMIT, hanging.wait_for(|count| *count == 0))
+        .await
+        .expect("the abandoned request is let go")
+        .expect("the sim runs");
     let entry = sim
         .requests()
         .into_iter()
@@ -155,12 +159,15 @@ async fn timeout_fault_hangs_until_the_client_gives_up_and_is_cancellable() {
         async move {
             patient
                 .get(&url)
-                .header("PRIVATE-TOKEN", crate::sim_common::TOKEN)
+                .header("PRIVATE-TOKEN", forge_sim::testing::TOKEN)
                 .send()
                 .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::timeout(WAIT_LIMIT, hanging.wait_for(|count| *count == 1))
+        .await
+        .expect("the request is held")
+        .expect("the sim runs");
     assert!(!request.is_finished());
     sim.cancel_hangs();
     let response = tokio::time::timeout(Duration::from_secs(5), request)
@@ -171,7 +178,7 @@ async fn timeout_fault_hangs_until_the_client_gives_up_and_is_cancellable() {
     assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
     let response = impatient
         .get(&url)
-        .header("PRIVATE-TOKEN", crate::sim_common::TOKEN)
+        .header("PRIVATE-TOKEN", forge_sim::testing::TOKEN)
         .send()
         .await
         .expect("answered");
@@ -182,7 +189,7 @@ async fn timeout_fault_hangs_until_the_client_gives_up_and_is_cancellable() {
     );
 }
 
-async fn note(api: &Api, project: u64, body: &str) {
+async fn note(api: &ApiClient, project: u64, body: &str) {
     let (status, _) = api
         .post(
             &format!("/projects/{project}/merge_requests/1/notes"),
@@ -192,14 +199,14 @@ async fn note(api: &Api, project: u64, body: &str) {
     assert_eq!(status, StatusCode::CREATED);
 }
 
-async fn project_with_mr(sim: &forge_sim::SimHandle, receiver: &Receiver) -> (u64, Api) {
+async fn project_with_mr(sim: &forge_sim::SimHandle, receiver: &Receiver) -> (u64, ApiClient) {
     let project = sim
         .gitlab_project("g/hooks")
         .no_ci()
         .webhook(&receiver.url, "s3cret")
         .create()
         .expect("project");
-    let api = Api::new(&sim.gitlab_url());
+    let api = ApiClient::gitlab(sim);
     api.post(
         &format!("/projects/{project}/repository/commits"),
         commit_body("f", Some("main"), &[("create", "f", "f")]),
@@ -357,8 +364,7 @@ async fn control_api_over_http() {
     .expect("answered");
     assert!(response.status().is_client_error());
 
-    let mut api = Api::new(&sim.gitlab_url());
-    api.token = "carol-token".to_string();
+    let api = ApiClient::gitlab(&sim).with_auth(Some("carol-token"));
     api.post(
         &format!("/projects/{id}/repository/commits"),
         commit_body("feat", Some("trunk"), &[("create", "a", "a")]),
@@ -558,7 +564,7 @@ async fn starts_fast_and_serves_concurrent_requests() {
         .no_ci()
         .create()
         .expect("project");
-    let api = std::sync::Arc::new(Api::new(&sim.gitlab_url()));
+    let api = std::sync::Arc::new(ApiClient::gitlab(&sim));
     let mut tasks = Vec::new();
     for n in 0..20 {
         let api = api.clone();

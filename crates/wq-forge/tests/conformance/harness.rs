@@ -78,9 +78,7 @@ impl Harness for Gitlab {
     const CI_JOBS: bool = true;
 
     async fn start() -> Self {
-        let sim = forge_sim::ForgeSim::start(forge_sim::SimConfig::default())
-            .await
-            .expect("sim starts");
+        let sim = forge_sim::testing::start_sim().await;
         let project_id = sim.gitlab_project(Self::PROJECT).create().expect("project");
         let client = GitlabClient::new(&Self::config(&sim.base_url())).expect("client");
         Self {
@@ -225,12 +223,7 @@ impl Harness for Github {
     /// progresses the simulated GitHub by one tick; `merge-async` answers
     /// at once (no pending phase).
     async fn start() -> Self {
-        let sim = forge_sim::ForgeSim::start(forge_sim::SimConfig {
-            tick_interval: Duration::from_secs(3600),
-            ..forge_sim::SimConfig::default()
-        })
-        .await
-        .expect("sim starts");
+        let sim = forge_sim::testing::start_stepped_sim().await;
         sim.github_create_repo(GithubRepoSpec::new("octo", "app"))
             .expect("repo created");
         sim.github_script_merge_async(

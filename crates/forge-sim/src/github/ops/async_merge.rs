@@ -79,7 +79,14 @@ pub fn run_async(gh: &mut GithubState, ctx: &Ctx, rec: &AsyncMerge) -> AsyncStat
     }
 }
 
-pub(super) fn progress_async(gh: &mut GithubState, ctx: &Ctx) {
+/// One tick of every pending asynchronous merge; whether anything moved (a pending merge always
+/// does: it counts down its ticks).
+pub(super) fn progress_async(gh: &mut GithubState, ctx: &Ctx) -> bool {
+    let before = gh.async_merges.len();
+    let pending = gh
+        .async_merges
+        .values()
+        .any(|merge| merge.status == AsyncStatus::Pending);
     let due: Vec<String> = gh
         .async_merges
         .iter_mut()
@@ -100,6 +107,7 @@ pub(super) fn progress_async(gh: &mut GithubState, ctx: &Ctx) {
         }
     }
     gh.async_merges.retain(|_, m| !is_expired(m, ctx));
+    pending || gh.async_merges.len() != before
 }
 
 /// Whether an asynchronous merge result has passed its retention window.

@@ -110,13 +110,16 @@ pub fn rerequest(r: &mut GhRepo, env: &mut Env, ctx: &Ctx, run_id: u64) -> Optio
     Some(id)
 }
 
-pub(super) fn progress_checks(r: &mut GhRepo, env: &mut Env, ctx: &Ctx) {
+/// Moves check runs along (queued, in progress, completed when due); whether any moved.
+pub(super) fn progress_checks(r: &mut GhRepo, env: &mut Env, ctx: &Ctx) -> bool {
+    let mut moved = false;
     let mut completed = Vec::new();
     for run in r.check_runs.iter_mut().filter(|c| c.status != "completed") {
         // Each run is visible as queued, then in_progress for at least one tick each.
         if run.status == "queued" {
             run.status = "in_progress";
             run.started_at = ctx.now;
+            moved = true;
             continue;
         }
         let due = run.started_at + time::Duration::seconds(run.script.job.duration_secs as i64);
@@ -127,6 +130,7 @@ pub(super) fn progress_checks(r: &mut GhRepo, env: &mut Env, ctx: &Ctx) {
             completed.push(run.id);
         }
     }
+    moved |= !completed.is_empty();
     for id in completed {
         let Some(run) = r.check_runs.iter().find(|c| c.id == id).cloned() else {
             continue;
@@ -169,6 +173,7 @@ pub(super) fn progress_checks(r: &mut GhRepo, env: &mut Env, ctx: &Ctx) {
         .map(|s| s.id)
         .collect();
     for id in done {
+        moved = true;
         if let Some(s) = r.check_suites.iter_mut().find(|s| s.id == id) {
             s.completed_notified = true;
         }
@@ -180,4 +185,5 @@ pub(super) fn progress_checks(r: &mut GhRepo, env: &mut Env, ctx: &Ctx) {
             events::check_suite_completed(env, ctx, r, id);
         }
     }
+    moved
 }

@@ -41,18 +41,22 @@ fn group_checks(r: &GhRepo, sha: &str) -> GroupChecks {
     }
 }
 
-pub(super) fn progress_queue(r: &mut GhRepo, env: &mut Env, ctx: &Ctx) {
+/// One tick of every merge queue of the repository; whether anything moved (an unlocked queue
+/// always does: its entries count the ticks they spend in a state).
+pub(super) fn progress_queue(r: &mut GhRepo, env: &mut Env, ctx: &Ctx) -> bool {
     if r.queue.is_empty() {
-        return;
+        return false;
     }
     if r.queue_locked {
+        let mut moved = false;
         for idx in 0..r.queue.len() {
             if r.queue[idx].state != EntryState::Locked {
                 destroy_group(r, env, ctx, idx, "invalidated");
                 set_entry_state(r, idx, EntryState::Locked);
+                moved = true;
             }
         }
-        return;
+        return moved;
     }
     for e in r.queue.iter_mut() {
         if e.state == EntryState::Locked {
@@ -78,6 +82,7 @@ pub(super) fn progress_queue(r: &mut GhRepo, env: &mut Env, ctx: &Ctx) {
     for base in bases {
         step_head(r, env, ctx, &base);
     }
+    true
 }
 
 fn step_head(r: &mut GhRepo, env: &mut Env, ctx: &Ctx, base: &str) {

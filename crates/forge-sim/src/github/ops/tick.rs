@@ -6,30 +6,36 @@ use super::async_merge::progress_async;
 use super::checks::progress_checks;
 use super::merge_groups::progress_queue;
 
-/// One step of every asynchronous process.
-pub fn tick(gh: &mut GithubState, ctx: &Ctx) {
-    let keys: Vec<String> = gh.repos.keys().cloned().collect();
+/// One step of every asynchronous process; whether anything moved (a counter of ticks
+/// included: merge-queue entries and asynchronous merges wait a number of ticks).
+pub fn tick(github: &mut GithubState, ctx: &Ctx) -> bool {
+    let mut moved = false;
+    let keys: Vec<String> = github.repos.keys().cloned().collect();
     for key in keys {
-        let Some(r) = gh.repos.get_mut(&key) else {
+        let Some(repo) = github.repos.get_mut(&key) else {
             continue;
         };
-        let env = &mut gh.env;
+        let env = &mut github.env;
         // Mergeability is computed in the background after a push.
-        let numbers: Vec<u64> = r
+        let numbers: Vec<u64> = repo
             .pulls
             .values()
-            .filter(|p| p.open && p.mergeable.is_none())
-            .map(|p| p.number)
+            .filter(|pull| pull.open && pull.mergeable.is_none())
+            .map(|pull| pull.number)
             .collect();
-        for n in numbers {
-            let Some(pr) = r.pulls.get(&n) else { continue };
-            let ok = !r.git.has_conflicts(&pr.base_ref, &pr.head_sha);
-            if let Some(pr) = r.pulls.get_mut(&n) {
-                pr.mergeable = Some(ok);
+        for number in numbers {
+            let Some(pr) = repo.pulls.get(&number) else {
+                continue;
+            };
+            let mergeable = !repo.git.has_conflicts(&pr.base_ref, &pr.head_sha);
+            if let Some(pr) = repo.pulls.get_mut(&number) {
+                pr.mergeable = Some(mergeable);
+                moved = true;
             }
         }
-        progress_checks(r, env, ctx);
-        progress_queue(r, env, ctx);
+        moved |= progress_checks(repo, env, ctx);
+        moved |= progress_queue(repo, env, ctx);
     }
-    progress_async(gh, ctx);
+    moved |= progress_async(github, ctx);
+    moved
 }

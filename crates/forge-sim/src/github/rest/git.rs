@@ -4,18 +4,19 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::RawQuery;
+use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{auth, query_param, reply, with_repo};
+use super::{BranchSegment, Caller, ReferenceSegment, RepoCall, ShaSegment, query_param, reply};
 use crate::github::error::{ApiError, ApiResult, parse_body};
-use crate::github::json as js;
-use crate::github::{model, ops};
+use crate::github::json as render;
+use crate::github::model::GhRepo;
+use crate::github::{Ctx, model, ops};
 use crate::repo::{FileEntry, Tree};
 use crate::state::Shared;
 
@@ -51,46 +52,48 @@ pub fn router() -> Router<Shared> {
         .route("/repos/{owner}/{repo}/compare/{*basehead}", get(compare))
 }
 
-type P2 = Path<(String, String)>;
-type P3 = Path<(String, String, String)>;
-
-async fn get_user(State(st): State<Shared>, headers: HeaderMap) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    let mut u = js::user(&ctx, &ctx.sender);
-    u["name"] = json!(ctx.sender);
-    u["email"] = json!(format!("{}@example.com", ctx.sender));
-    Ok(reply(StatusCode::OK, u))
+/// `{path}`: a file or directory path in the repository.
+#[derive(Deserialize)]
+struct ContentSegment {
+    path: String,
 }
 
-async fn get_repo(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r)): P2,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    with_repo(&st, &o, &r, |repo, _| {
-        Ok(reply(StatusCode::OK, js::repo(&ctx, repo)))
-    })
+/// `{basehead}`: `base...head` of a comparison.
+#[derive(Deserialize)]
+struct CompareSegment {
+    basehead: String,
 }
 
-async fn get_branch(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, b)): P3,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    with_repo(&st, &o, &r, |repo, _| {
+async fn get_user(Caller(ctx): Caller) -> ApiResult<Response> {
+    let mut user = render::user(&ctx, &ctx.sender);
+    user["name"] = json!(ctx.sender);
+    user["email"] = json!(format!("{}@example.com", ctx.sender));
+    Ok(reply(StatusCode::OK, user))
+}
+
+async fn get_repo(call: RepoCall) -> ApiResult<Response> {
+    let RepoCall { ctx, target, .. } = call;
+    target.with_repo(|repo, _| Ok(reply(StatusCode::OK, render::repo(&ctx, repo))))
+}
+
+async fn get_branch(call: RepoCall<BranchSegment>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: BranchSegment { branch },
+        target,
+    } = call;
+    target.with_repo(|repo, _| {
         let sha = repo
             .git
-            .branch_head(&b)
+            .branch_head(&branch)
             .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "Branch not found"))?;
-        let commit = js::commit(&ctx, repo, sha).unwrap_or(Value::Null);
+        let commit = render::commit(&ctx, repo, sha).unwrap_or(Value::Null);
         Ok(reply(
             StatusCode::OK,
             json!({
-                "name": b,
+                "name": branch,
                 "commit": commit,
-                "protected": super::rules::classic_protected(repo, &b),
+                "protected": super::rules::classic_protected(repo, &branch),
             }),
         ))
     })
@@ -102,13 +105,8 @@ struct BlobBody {
     encoding: Option<String>,
 }
 
-async fn create_blob(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r)): P2,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
+async fn create_blob(call: RepoCall, body: Bytes) -> ApiResult<Response> {
+    let RepoCall { ctx, target, .. } = call;
     let body: BlobBody = parse_body(&body)?;
     let content = body
         .content
@@ -116,14 +114,17 @@ async fn create_blob(
     let bytes = match body.encoding.as_deref().unwrap_or("utf-8") {
         "utf-8" | "utf8" => content.into_bytes(),
         "base64" => {
-            let cleaned: String = content.chars().filter(|c| !c.is_whitespace()).collect();
+            let cleaned: String = content
+                .chars()
+                .filter(|character| !character.is_whitespace())
+                .collect();
             base64::engine::general_purpose::STANDARD
                 .decode(cleaned)
                 .map_err(|_| ApiError::invalid_field("Blob", "content"))?
         }
         _ => return Err(ApiError::invalid_field("Blob", "encoding")),
     };
-    with_repo(&st, &o, &r, |repo, _| {
+    target.with_repo(|repo, _| {
         let sha = FileEntry::new(bytes.clone()).blob_id();
         repo.blobs.insert(sha.clone(), bytes);
         Ok(reply(
@@ -134,33 +135,33 @@ async fn create_blob(
 }
 
 /// The content of a blob: stored blobs first, then any file in a reachable tree.
-fn blob_content(repo: &crate::github::model::GhRepo, sha: &str) -> Option<Vec<u8>> {
-    if let Some(b) = repo.blobs.get(sha) {
-        return Some(b.clone());
+fn blob_content(repo: &GhRepo, sha: &str) -> Option<Vec<u8>> {
+    if let Some(blob) = repo.blobs.get(sha) {
+        return Some(blob.clone());
     }
     for tree in repo.trees.values() {
-        if let Some(f) = tree.values().find(|f| f.blob_id() == sha) {
-            return Some(f.content.clone());
+        if let Some(file) = tree.values().find(|file| file.blob_id() == sha) {
+            return Some(file.content.clone());
         }
     }
-    let heads: Vec<String> = repo.git.branches().map(|(_, s)| s.clone()).collect();
+    let heads: Vec<String> = repo.git.branches().map(|(_, head)| head.clone()).collect();
     for head in heads {
-        if let Some(c) = repo.git.commit(&head)
-            && let Some(f) = c.tree.values().find(|f| f.blob_id() == sha)
+        if let Some(commit) = repo.git.commit(&head)
+            && let Some(file) = commit.tree.values().find(|file| file.blob_id() == sha)
         {
-            return Some(f.content.clone());
+            return Some(file.content.clone());
         }
     }
     None
 }
 
-async fn get_blob(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, sha)): P3,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    with_repo(&st, &o, &r, |repo, _| {
+async fn get_blob(call: RepoCall<ShaSegment>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: ShaSegment { sha },
+        target,
+    } = call;
+    target.with_repo(|repo, _| {
         let content = blob_content(repo, &sha).ok_or_else(ApiError::not_found)?;
         Ok(reply(
             StatusCode::OK,
@@ -189,9 +190,9 @@ struct TreeItem {
 
 /// Distinguishes `"sha": null` (delete) from an absent `sha`.
 fn explicit_null<'de, D: serde::Deserializer<'de>>(
-    d: D,
+    deserializer: D,
 ) -> Result<Option<Option<String>>, D::Error> {
-    Ok(Some(Option::deserialize(d)?))
+    Ok(Some(Option::deserialize(deserializer)?))
 }
 
 #[derive(Deserialize)]
@@ -204,7 +205,7 @@ struct TreeBody {
 fn subtree(tree: &Tree, dir: &str) -> Tree {
     let prefix = format!("{dir}/");
     tree.iter()
-        .filter_map(|(p, f)| Some((p.strip_prefix(&prefix)?.to_string(), f.clone())))
+        .filter_map(|(path, file)| Some((path.strip_prefix(&prefix)?.to_string(), file.clone())))
         .collect()
 }
 
@@ -224,13 +225,7 @@ fn directories(tree: &Tree) -> std::collections::BTreeSet<String> {
 
 /// A tree as GitHub lists it: its own entries, or with `recursive` every blob and subtree
 /// (`type: tree`, mode `040000`) below it. Subtrees are stored so they can be read by sha.
-fn tree_json(
-    ctx: &crate::github::Ctx,
-    repo: &mut crate::github::model::GhRepo,
-    sha: &str,
-    tree: &Tree,
-    recursive: bool,
-) -> Value {
+fn tree_json(ctx: &Ctx, repo: &mut GhRepo, sha: &str, tree: &Tree, recursive: bool) -> Value {
     let full = repo.full_name();
     let mut entries: Vec<(String, Value)> = Vec::new();
     for dir in directories(tree) {
@@ -251,28 +246,28 @@ fn tree_json(
         ));
         repo.trees.entry(sub_sha).or_insert_with(|| Arc::new(sub));
     }
-    for (path, f) in tree {
+    for (path, file) in tree {
         if !recursive && path.contains('/') {
             continue;
         }
-        let blob = f.blob_id();
+        let blob = file.blob_id();
         entries.push((
             path.clone(),
             json!({
                 "path": path,
-                "mode": f.mode(),
+                "mode": file.mode(),
                 "type": "blob",
                 "sha": blob,
-                "size": f.content.len(),
+                "size": file.content.len(),
                 "url": format!("{}/repos/{full}/git/blobs/{blob}", ctx.base_url),
             }),
         ));
     }
-    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    entries.sort_by(|left, right| left.0.cmp(&right.0));
     json!({
         "sha": sha,
         "url": format!("{}/repos/{full}/git/trees/{sha}", ctx.base_url),
-        "tree": entries.into_iter().map(|(_, e)| e).collect::<Vec<_>>(),
+        "tree": entries.into_iter().map(|(_, entry)| entry).collect::<Vec<_>>(),
         "truncated": false,
     })
 }
@@ -281,7 +276,7 @@ fn tree_json(
 /// everything in it) and turns a file at any parent path into a directory.
 fn put_blob(tree: &mut Tree, path: String, entry: FileEntry) {
     let prefix = format!("{path}/");
-    tree.retain(|p, _| !p.starts_with(&prefix));
+    tree.retain(|existing, _| !existing.starts_with(&prefix));
     let mut end = 0;
     while let Some(slash) = path[end..].find('/') {
         end += slash;
@@ -291,29 +286,24 @@ fn put_blob(tree: &mut Tree, path: String, entry: FileEntry) {
     tree.insert(path, entry);
 }
 
-async fn create_tree(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r)): P2,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
+async fn create_tree(call: RepoCall, body: Bytes) -> ApiResult<Response> {
+    let RepoCall { ctx, target, .. } = call;
     let body: TreeBody = parse_body(&body)?;
     let items = body
         .tree
         .ok_or_else(|| ApiError::missing_field("Tree", "tree"))?;
-    with_repo(&st, &o, &r, |repo, _| {
+    target.with_repo(|repo, _| {
         let mut tree: Tree = match &body.base_tree {
             Some(base) => repo
                 .find_tree(base)
-                .map(|t| (*t).clone())
+                .map(|found| (*found).clone())
                 .ok_or_else(|| ApiError::unprocessable("base_tree is not a valid tree oid"))?,
             None => Tree::new(),
         };
         for item in items {
             let path = item
                 .path
-                .filter(|p| !p.is_empty() && !p.starts_with('/') && !p.ends_with('/'))
+                .filter(|path| !path.is_empty() && !path.starts_with('/') && !path.ends_with('/'))
                 .ok_or_else(|| {
                     ApiError::unprocessable("tree.path contains a malformed path component")
                 })?;
@@ -337,7 +327,7 @@ async fn create_tree(
                 (Some(None), _) => {
                     // "sha": null deletes the path: a file, or a directory with everything in it.
                     let prefix = format!("{path}/");
-                    tree.retain(|p, _| p != &path && !p.starts_with(&prefix));
+                    tree.retain(|existing, _| existing != &path && !existing.starts_with(&prefix));
                 }
                 (Some(Some(sha)), None) => {
                     let content = blob_content(repo, &sha).ok_or_else(|| {
@@ -384,16 +374,15 @@ async fn create_tree(
     })
 }
 
-async fn get_tree(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, sha)): P3,
-    RawQuery(query): RawQuery,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
+async fn get_tree(call: RepoCall<ShaSegment>, RawQuery(query): RawQuery) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: ShaSegment { sha },
+        target,
+    } = call;
     // GitHub: any value of `recursive` lists the whole tree.
     let recursive = query_param(&query, "recursive").is_some();
-    with_repo(&st, &o, &r, |repo, _| {
+    target.with_repo(|repo, _| {
         let tree = repo.find_tree(&sha).ok_or_else(ApiError::not_found)?;
         let tree_sha = model::tree_sha(&tree);
         Ok(reply(
@@ -418,13 +407,8 @@ struct CommitBody {
     author: Option<Person>,
 }
 
-async fn create_commit(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r)): P2,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
+async fn create_commit(call: RepoCall, body: Bytes) -> ApiResult<Response> {
+    let RepoCall { ctx, target, .. } = call;
     let body: CommitBody = parse_body(&body)?;
     let message = body
         .message
@@ -432,12 +416,12 @@ async fn create_commit(
     let tree_sha = body
         .tree
         .ok_or_else(|| ApiError::missing_field("Commit", "tree"))?;
-    with_repo(&st, &o, &r, |repo, _| {
+    target.with_repo(|repo, _| {
         let tree = repo
             .find_tree(&tree_sha)
             .ok_or_else(|| ApiError::unprocessable("Tree SHA does not exist"))?;
-        for p in &body.parents {
-            if repo.git.commit(p).is_none() {
+        for parent in &body.parents {
+            if repo.git.commit(parent).is_none() {
                 return Err(ApiError::unprocessable(
                     "Parent SHA does not exist or is not a commit object",
                 ));
@@ -446,75 +430,76 @@ async fn create_commit(
         let name = body
             .author
             .as_ref()
-            .and_then(|a| a.name.clone())
+            .and_then(|author| author.name.clone())
             .unwrap_or_else(|| ctx.sender.clone());
         let email = body
             .author
             .as_ref()
-            .and_then(|a| a.email.clone())
+            .and_then(|author| author.email.clone())
             .unwrap_or_else(|| format!("{}@example.com", ctx.sender));
         let sha =
             repo.git
                 .create_commit(body.parents.clone(), tree, &message, &name, &email, ctx.now);
-        let json = js::git_commit(&ctx, repo, &sha).unwrap_or(Value::Null);
-        Ok(reply(StatusCode::CREATED, json))
+        let rendered = render::git_commit(&ctx, repo, &sha).unwrap_or(Value::Null);
+        Ok(reply(StatusCode::CREATED, rendered))
     })
 }
 
-async fn get_git_commit(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, sha)): P3,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    with_repo(&st, &o, &r, |repo, _| {
-        js::git_commit(&ctx, repo, &sha)
-            .map(|v| reply(StatusCode::OK, v))
+async fn get_git_commit(call: RepoCall<ShaSegment>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: ShaSegment { sha },
+        target,
+    } = call;
+    target.with_repo(|repo, _| {
+        render::git_commit(&ctx, repo, &sha)
+            .map(|rendered| reply(StatusCode::OK, rendered))
             .ok_or_else(ApiError::not_found)
     })
 }
 
 /// `heads/<branch>` (or `refs/heads/<branch>`) → branch name.
 fn branch_of(reference: &str) -> Option<&str> {
-    let r = reference.strip_prefix("refs/").unwrap_or(reference);
-    r.strip_prefix("heads/").filter(|b| !b.is_empty())
+    let reference = reference.strip_prefix("refs/").unwrap_or(reference);
+    reference
+        .strip_prefix("heads/")
+        .filter(|branch| !branch.is_empty())
 }
 
-async fn get_ref(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, reference)): P3,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    with_repo(&st, &o, &r, |repo, _| {
+async fn get_ref(call: RepoCall<ReferenceSegment>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: ReferenceSegment { reference },
+        target,
+    } = call;
+    target.with_repo(|repo, _| {
         let branch = branch_of(&reference).ok_or_else(ApiError::not_found)?;
         let sha = repo
             .git
             .branch_head(branch)
             .ok_or_else(ApiError::not_found)?;
-        Ok(reply(StatusCode::OK, js::git_ref(&ctx, repo, branch, sha)))
+        Ok(reply(
+            StatusCode::OK,
+            render::git_ref(&ctx, repo, branch, sha),
+        ))
     })
 }
 
-fn refs_with_prefix(
-    ctx: &crate::github::Ctx,
-    repo: &crate::github::model::GhRepo,
-    prefix: &str,
-) -> Vec<Value> {
+fn refs_with_prefix(ctx: &Ctx, repo: &GhRepo, prefix: &str) -> Vec<Value> {
     repo.git
         .branches()
         .filter(|(name, _)| format!("heads/{name}").starts_with(prefix))
-        .map(|(name, sha)| js::git_ref(ctx, repo, name, sha))
+        .map(|(name, sha)| render::git_ref(ctx, repo, name, sha))
         .collect()
 }
 
-async fn matching_refs(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, reference)): P3,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    with_repo(&st, &o, &r, |repo, _| {
+async fn matching_refs(call: RepoCall<ReferenceSegment>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: ReferenceSegment { reference },
+        target,
+    } = call;
+    target.with_repo(|repo, _| {
         let prefix = reference.strip_prefix("refs/").unwrap_or(&reference);
         Ok(reply(
             StatusCode::OK,
@@ -523,13 +508,9 @@ async fn matching_refs(
     })
 }
 
-async fn list_refs(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r)): P2,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    with_repo(&st, &o, &r, |repo, _| {
+async fn list_refs(call: RepoCall) -> ApiResult<Response> {
+    let RepoCall { ctx, target, .. } = call;
+    target.with_repo(|repo, _| {
         Ok(reply(
             StatusCode::OK,
             Value::Array(refs_with_prefix(&ctx, repo, "heads/")),
@@ -538,17 +519,20 @@ async fn list_refs(
 }
 
 /// Legacy `GET /git/refs/{ref}`: the exact ref, else every ref under the prefix.
-async fn get_refs_legacy(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, reference)): P3,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    with_repo(&st, &o, &r, |repo, _| {
+async fn get_refs_legacy(call: RepoCall<ReferenceSegment>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: ReferenceSegment { reference },
+        target,
+    } = call;
+    target.with_repo(|repo, _| {
         if let Some(branch) = branch_of(&reference)
             && let Some(sha) = repo.git.branch_head(branch)
         {
-            return Ok(reply(StatusCode::OK, js::git_ref(&ctx, repo, branch, sha)));
+            return Ok(reply(
+                StatusCode::OK,
+                render::git_ref(&ctx, repo, branch, sha),
+            ));
         }
         let prefix = reference.strip_prefix("refs/").unwrap_or(&reference);
         let refs = refs_with_prefix(&ctx, repo, prefix);
@@ -566,13 +550,8 @@ struct CreateRefBody {
     sha: Option<String>,
 }
 
-async fn create_ref(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r)): P2,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
+async fn create_ref(call: RepoCall, body: Bytes) -> ApiResult<Response> {
+    let RepoCall { ctx, target, .. } = call;
     let body: CreateRefBody = parse_body(&body)?;
     let reference = body
         .reference
@@ -593,7 +572,7 @@ async fn create_ref(
     if branch.is_empty() || branch.contains("..") || branch.ends_with('/') || branch.contains(' ') {
         return Err(ApiError::unprocessable("Reference name is invalid"));
     }
-    with_repo(&st, &o, &r, |repo, env| {
+    target.with_repo(|repo, env| {
         if repo.git.branch_head(&branch).is_some() {
             return Err(ApiError::unprocessable("Reference already exists"));
         }
@@ -603,7 +582,7 @@ async fn create_ref(
         ops::set_branch(repo, env, &ctx, &branch, Some(&sha));
         Ok(reply(
             StatusCode::CREATED,
-            js::git_ref(&ctx, repo, &branch, &sha),
+            render::git_ref(&ctx, repo, &branch, &sha),
         ))
     })
 }
@@ -615,18 +594,17 @@ struct UpdateRefBody {
     force: bool,
 }
 
-async fn update_ref(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, reference)): P3,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
+async fn update_ref(call: RepoCall<ReferenceSegment>, body: Bytes) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: ReferenceSegment { reference },
+        target,
+    } = call;
     let body: UpdateRefBody = parse_body(&body)?;
     let sha = body
         .sha
         .ok_or_else(|| ApiError::missing_field("Reference", "sha"))?;
-    with_repo(&st, &o, &r, |repo, env| {
+    target.with_repo(|repo, env| {
         let branch = branch_of(&reference)
             .map(str::to_string)
             .ok_or_else(|| ApiError::unprocessable("Reference does not exist"))?;
@@ -644,18 +622,18 @@ async fn update_ref(
         ops::set_branch(repo, env, &ctx, &branch, Some(&sha));
         Ok(reply(
             StatusCode::OK,
-            js::git_ref(&ctx, repo, &branch, &sha),
+            render::git_ref(&ctx, repo, &branch, &sha),
         ))
     })
 }
 
-async fn delete_ref(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, reference)): P3,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    with_repo(&st, &o, &r, |repo, env| {
+async fn delete_ref(call: RepoCall<ReferenceSegment>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: ReferenceSegment { reference },
+        target,
+    } = call;
+    target.with_repo(|repo, env| {
         let branch = branch_of(&reference)
             .map(str::to_string)
             .ok_or_else(|| ApiError::unprocessable("Reference does not exist"))?;
@@ -670,35 +648,37 @@ async fn delete_ref(
     })
 }
 
-async fn get_commit(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, reference)): P3,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    with_repo(&st, &o, &r, |repo, _| {
+async fn get_commit(call: RepoCall<ReferenceSegment>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: ReferenceSegment { reference },
+        target,
+    } = call;
+    target.with_repo(|repo, _| {
         let sha = repo
             .git
             .resolve(&reference)
-            .map(|c| c.sha.clone())
+            .map(|commit| commit.sha.clone())
             .ok_or_else(|| {
                 ApiError::unprocessable(format!("No commit found for SHA: {reference}"))
             })?;
         Ok(reply(
             StatusCode::OK,
-            js::commit(&ctx, repo, &sha).unwrap_or(Value::Null),
+            render::commit(&ctx, repo, &sha).unwrap_or(Value::Null),
         ))
     })
 }
 
 async fn get_contents(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, path)): P3,
+    call: RepoCall<ContentSegment>,
     RawQuery(query): RawQuery,
 ) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    with_repo(&st, &o, &r, |repo, _| {
+    let RepoCall {
+        ctx,
+        segments: ContentSegment { path },
+        target,
+    } = call;
+    target.with_repo(|repo, _| {
         let reference =
             query_param(&query, "ref").unwrap_or_else(|| repo.git.default_branch().to_string());
         let commit = repo.git.resolve(&reference).ok_or_else(|| {
@@ -709,35 +689,35 @@ async fn get_contents(
         })?;
         let full = repo.full_name();
         let path = path.trim_matches('/').to_string();
-        let file_json = |p: &str, f: &FileEntry, with_content: bool| {
-            let blob = f.blob_id();
-            let name = p.rsplit('/').next().unwrap_or(p);
-            let mut v = json!({
+        let file_json = |file_path: &str, file: &FileEntry, with_content: bool| {
+            let blob = file.blob_id();
+            let name = file_path.rsplit('/').next().unwrap_or(file_path);
+            let mut rendered = json!({
                 "type": "file",
                 "name": name,
-                "path": p,
+                "path": file_path,
                 "sha": blob,
-                "size": f.content.len(),
-                "url": format!("{}/repos/{full}/contents/{p}?ref={reference}", ctx.base_url),
-                "html_url": format!("{}/{full}/blob/{reference}/{p}", ctx.base_url),
+                "size": file.content.len(),
+                "url": format!("{}/repos/{full}/contents/{file_path}?ref={reference}", ctx.base_url),
+                "html_url": format!("{}/{full}/blob/{reference}/{file_path}", ctx.base_url),
                 "git_url": format!("{}/repos/{full}/git/blobs/{blob}", ctx.base_url),
-                "download_url": format!("{}/{full}/raw/{reference}/{p}", ctx.base_url),
+                "download_url": format!("{}/{full}/raw/{reference}/{file_path}", ctx.base_url),
             });
             if with_content {
-                let encoded = base64::engine::general_purpose::STANDARD.encode(&f.content);
+                let encoded = base64::engine::general_purpose::STANDARD.encode(&file.content);
                 // GitHub wraps the base64 content at 60 characters.
                 let wrapped: Vec<String> = encoded
                     .as_bytes()
                     .chunks(60)
-                    .map(|c| String::from_utf8_lossy(c).into_owned())
+                    .map(|chunk| String::from_utf8_lossy(chunk).into_owned())
                     .collect();
-                v["content"] = json!(format!("{}\n", wrapped.join("\n")));
-                v["encoding"] = json!("base64");
+                rendered["content"] = json!(format!("{}\n", wrapped.join("\n")));
+                rendered["encoding"] = json!("base64");
             }
-            v
+            rendered
         };
-        if let Some(f) = commit.tree.get(&path) {
-            return Ok(reply(StatusCode::OK, file_json(&path, f, true)));
+        if let Some(file) = commit.tree.get(&path) {
+            return Ok(reply(StatusCode::OK, file_json(&path, file, true)));
         }
         // A directory: list its direct children.
         let prefix = if path.is_empty() {
@@ -747,25 +727,29 @@ async fn get_contents(
         };
         let mut entries: Vec<Value> = Vec::new();
         let mut dirs: Vec<String> = Vec::new();
-        for (p, f) in commit.tree.iter().filter(|(p, _)| p.starts_with(&prefix)) {
-            let rest = &p[prefix.len()..];
+        for (file_path, file) in commit
+            .tree
+            .iter()
+            .filter(|(file_path, _)| file_path.starts_with(&prefix))
+        {
+            let rest = &file_path[prefix.len()..];
             match rest.split_once('/') {
-                None => entries.push(file_json(p, f, false)),
+                None => entries.push(file_json(file_path, file, false)),
                 Some((dir, _)) => {
-                    let d = format!("{prefix}{dir}");
-                    if !dirs.contains(&d) {
-                        dirs.push(d);
+                    let dir_path = format!("{prefix}{dir}");
+                    if !dirs.contains(&dir_path) {
+                        dirs.push(dir_path);
                     }
                 }
             }
         }
-        for d in dirs {
-            let name = d.rsplit('/').next().unwrap_or(&d).to_string();
+        for dir_path in dirs {
+            let name = dir_path.rsplit('/').next().unwrap_or(&dir_path).to_string();
             entries.push(json!({
                 "type": "dir",
                 "name": name,
-                "path": d,
-                "url": format!("{}/repos/{full}/contents/{d}?ref={reference}", ctx.base_url),
+                "path": dir_path,
+                "url": format!("{}/repos/{full}/contents/{dir_path}?ref={reference}", ctx.base_url),
             }));
         }
         if entries.is_empty() {
@@ -775,30 +759,30 @@ async fn get_contents(
     })
 }
 
-async fn compare(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, basehead)): P3,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
+async fn compare(call: RepoCall<CompareSegment>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: CompareSegment { basehead },
+        target,
+    } = call;
     let (base, head) = basehead.split_once("...").ok_or_else(ApiError::not_found)?;
     let (base, head) = (base.to_string(), head.to_string());
-    with_repo(&st, &o, &r, |repo, _| {
+    target.with_repo(|repo, _| {
         let base_sha = repo
             .git
             .resolve(&base)
-            .map(|c| c.sha.clone())
+            .map(|commit| commit.sha.clone())
             .ok_or_else(ApiError::not_found)?;
         let head_sha = repo
             .git
             .resolve(&head)
-            .map(|c| c.sha.clone())
+            .map(|commit| commit.sha.clone())
             .ok_or_else(ApiError::not_found)?;
         let ahead: Vec<String> = repo
             .git
             .commits_between(&base_sha, &head_sha)
             .iter()
-            .map(|c| c.sha.clone())
+            .map(|commit| commit.sha.clone())
             .collect();
         let behind_by = repo.git.commits_between(&head_sha, &base_sha).len();
         let status = if base_sha == head_sha {
@@ -814,17 +798,17 @@ async fn compare(
             .git
             .merge_base(&base_sha, &head_sha)
             .unwrap_or_default();
-        let files = js::files(&repo.git.diff(&merge_base, &head_sha));
+        let files = render::files(&repo.git.diff(&merge_base, &head_sha));
         let full = repo.full_name();
         let commits: Vec<Value> = ahead
             .iter()
-            .filter_map(|sha| js::commit(&ctx, repo, sha))
-            .map(|mut c| {
-                if let Some(o) = c.as_object_mut() {
-                    o.remove("files");
-                    o.remove("stats");
+            .filter_map(|sha| render::commit(&ctx, repo, sha))
+            .map(|mut commit| {
+                if let Some(fields) = commit.as_object_mut() {
+                    fields.remove("files");
+                    fields.remove("stats");
                 }
-                c
+                commit
             })
             .collect();
         Ok(reply(
@@ -835,8 +819,8 @@ async fn compare(
                 "permalink_url": format!("{}/{full}/compare/{base_sha}...{head_sha}", ctx.base_url),
                 "diff_url": format!("{}/{full}/compare/{basehead}.diff", ctx.base_url),
                 "patch_url": format!("{}/{full}/compare/{basehead}.patch", ctx.base_url),
-                "base_commit": js::commit(&ctx, repo, &base_sha),
-                "merge_base_commit": js::commit(&ctx, repo, &merge_base),
+                "base_commit": render::commit(&ctx, repo, &base_sha),
+                "merge_base_commit": render::commit(&ctx, repo, &merge_base),
                 "status": status,
                 "ahead_by": ahead.len(),
                 "behind_by": behind_by,

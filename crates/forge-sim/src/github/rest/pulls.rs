@@ -2,17 +2,19 @@
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::RawQuery;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post, put};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{auth, number, paginate, query_param, reply, with_repo};
+use super::{IdSegment, NumberSegment, RepoCall, paginate, query_param, reply};
 use crate::github::error::{ApiError, ApiResult, DOCS_URL, parse_body};
-use crate::github::model::{self, AsyncMerge, AsyncStatus, IssueComment, MergeAction, Review};
-use crate::github::{Ctx, events, json as js, ops, repo_key, with_github};
+use crate::github::model::{
+    self, AsyncMerge, AsyncStatus, GhRepo, IssueComment, MergeAction, Review,
+};
+use crate::github::{Ctx, Env, events, json as render, ops};
 use crate::state::Shared;
 
 pub fn router() -> Router<Shared> {
@@ -61,9 +63,19 @@ pub fn router() -> Router<Shared> {
         )
 }
 
-type P2 = Path<(String, String)>;
-type P3 = Path<(String, String, String)>;
-type P4 = Path<(String, String, String, String)>;
+/// `{number}/merge-async/{uuid}`: one asynchronous merge request of a pull request.
+#[derive(Deserialize)]
+struct AsyncMergeSegments {
+    number: u64,
+    uuid: String,
+}
+
+/// `{number}/labels/{name}`: one label of an issue.
+#[derive(Deserialize)]
+struct LabelSegments {
+    number: u64,
+    name: String,
+}
 
 #[derive(Deserialize)]
 struct CreatePull {
@@ -75,85 +87,83 @@ struct CreatePull {
     draft: bool,
 }
 
-async fn create_pull(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r)): P2,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    let b: CreatePull = parse_body(&body)?;
-    let title = b
+async fn create_pull(call: RepoCall, body: Bytes) -> ApiResult<Response> {
+    let RepoCall { ctx, target, .. } = call;
+    let request: CreatePull = parse_body(&body)?;
+    let title = request
         .title
-        .filter(|t| !t.trim().is_empty())
+        .filter(|title| !title.trim().is_empty())
         .ok_or_else(|| ApiError::missing_field("PullRequest", "title"))?;
-    let head = b
+    let head = request
         .head
         .ok_or_else(|| ApiError::missing_field("PullRequest", "head"))?;
-    let base = b
+    let base = request
         .base
         .ok_or_else(|| ApiError::missing_field("PullRequest", "base"))?;
-    with_repo(&st, &o, &r, |repo, env| {
-        let n = ops::open_pr(repo, env, &ctx, &title, &head, &base, b.body, b.draft)?;
-        let pr = repo.pulls.get(&n).ok_or_else(ApiError::not_found)?;
-        Ok(reply(StatusCode::CREATED, js::pull(&ctx, repo, pr)))
+    target.with_repo(|repo, env| {
+        let number = ops::open_pr(
+            repo,
+            env,
+            &ctx,
+            &title,
+            &head,
+            &base,
+            request.body,
+            request.draft,
+        )?;
+        let pr = repo.pulls.get(&number).ok_or_else(ApiError::not_found)?;
+        Ok(reply(StatusCode::CREATED, render::pull(&ctx, repo, pr)))
     })
 }
 
-async fn get_pull(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, n)): P3,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    let n = number(&n)?;
-    with_repo(&st, &o, &r, |repo, _| {
-        let pr = repo.pulls.get(&n).ok_or_else(ApiError::not_found)?;
-        Ok(reply(StatusCode::OK, js::pull(&ctx, repo, pr)))
+async fn get_pull(call: RepoCall<NumberSegment>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: NumberSegment { number },
+        target,
+    } = call;
+    target.with_repo(|repo, _| {
+        let pr = repo.pulls.get(&number).ok_or_else(ApiError::not_found)?;
+        Ok(reply(StatusCode::OK, render::pull(&ctx, repo, pr)))
     })
 }
 
-async fn list_pulls(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r)): P2,
-    RawQuery(query): RawQuery,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
+async fn list_pulls(call: RepoCall, RawQuery(query): RawQuery) -> ApiResult<Response> {
+    let RepoCall { ctx, target, .. } = call;
     let state_filter = query_param(&query, "state").unwrap_or_else(|| "open".into());
     if !matches!(state_filter.as_str(), "open" | "closed" | "all") {
         return Err(ApiError::invalid_field("PullRequest", "state"));
     }
     let head = query_param(&query, "head");
     let base = query_param(&query, "base");
-    let asc = query_param(&query, "direction").as_deref() == Some("asc");
-    with_repo(&st, &o, &r, |repo, _| {
-        let mut prs: Vec<_> = repo
+    let ascending = query_param(&query, "direction").as_deref() == Some("asc");
+    target.with_repo(|repo, _| {
+        let mut pulls: Vec<_> = repo
             .pulls
             .values()
-            .filter(|p| match state_filter.as_str() {
-                "open" => p.open,
-                "closed" => !p.open,
+            .filter(|pull| match state_filter.as_str() {
+                "open" => pull.open,
+                "closed" => !pull.open,
                 _ => true,
             })
-            .filter(|p| match &head {
+            .filter(|pull| match &head {
                 None => true,
-                Some(h) => match h.split_once(':') {
+                Some(head) => match head.split_once(':') {
                     Some((owner, branch)) => {
-                        owner.eq_ignore_ascii_case(&repo.owner) && p.head_ref == branch
+                        owner.eq_ignore_ascii_case(&repo.owner) && pull.head_ref == branch
                     }
-                    None => p.head_ref == *h,
+                    None => pull.head_ref == *head,
                 },
             })
-            .filter(|p| base.as_ref().is_none_or(|b| &p.base_ref == b))
+            .filter(|pull| base.as_ref().is_none_or(|base| &pull.base_ref == base))
             .collect();
-        prs.sort_by_key(|p| p.number);
-        if !asc {
-            prs.reverse();
+        pulls.sort_by_key(|pull| pull.number);
+        if !ascending {
+            pulls.reverse();
         }
-        let items: Vec<Value> = paginate(prs, &query)
+        let items: Vec<Value> = paginate(pulls, &query)
             .into_iter()
-            .map(|p| js::pull(&ctx, repo, p))
+            .map(|pull| render::pull(&ctx, repo, pull))
             .collect();
         Ok(reply(StatusCode::OK, Value::Array(items)))
     })
@@ -167,23 +177,25 @@ struct UpdatePull {
     base: Option<String>,
 }
 
-async fn update_pull(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, n)): P3,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    let n = number(&n)?;
-    let b: UpdatePull = parse_body(&body)?;
-    with_repo(&st, &o, &r, |repo, env| {
-        let pr = repo.pulls.get(&n).ok_or_else(ApiError::not_found)?.clone();
-        if let Some(state) = &b.state
+async fn update_pull(call: RepoCall<NumberSegment>, body: Bytes) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: NumberSegment { number },
+        target,
+    } = call;
+    let request: UpdatePull = parse_body(&body)?;
+    target.with_repo(|repo, env| {
+        let pr = repo
+            .pulls
+            .get(&number)
+            .ok_or_else(ApiError::not_found)?
+            .clone();
+        if let Some(state) = &request.state
             && !matches!(state.as_str(), "open" | "closed")
         {
             return Err(ApiError::invalid_field("PullRequest", "state"));
         }
-        if let Some(base) = &b.base {
+        if let Some(base) = &request.base {
             if repo.git.branch_head(base).is_none() {
                 return Err(ApiError::invalid_field("PullRequest", "base"));
             }
@@ -197,64 +209,67 @@ async fn update_pull(
             }
         }
         let mut changes = serde_json::Map::new();
-        if let Some(p) = repo.pulls.get_mut(&n) {
-            if let Some(t) = &b.title
-                && *t != p.title
+        if let Some(pull) = repo.pulls.get_mut(&number) {
+            if let Some(title) = &request.title
+                && *title != pull.title
             {
-                changes.insert("title".into(), json!({ "from": p.title }));
-                p.title = t.clone();
+                changes.insert("title".into(), json!({ "from": pull.title }));
+                pull.title = title.clone();
             }
-            if let Some(body) = &b.body
-                && Some(body) != p.body.as_ref()
+            if let Some(body) = &request.body
+                && Some(body) != pull.body.as_ref()
             {
-                changes.insert("body".into(), json!({ "from": p.body }));
-                p.body = Some(body.clone());
+                changes.insert("body".into(), json!({ "from": pull.body }));
+                pull.body = Some(body.clone());
             }
-            if let Some(base) = &b.base
-                && *base != p.base_ref
+            if let Some(base) = &request.base
+                && *base != pull.base_ref
             {
                 changes.insert(
                     "base".into(),
-                    json!({ "ref": { "from": p.base_ref }, "sha": { "from": Value::Null } }),
+                    json!({ "ref": { "from": pull.base_ref }, "sha": { "from": Value::Null } }),
                 );
-                p.base_ref = base.clone();
-                p.mergeable = None;
+                pull.base_ref = base.clone();
+                pull.mergeable = None;
             }
             if !changes.is_empty() {
-                p.updated_at = ctx.now;
+                pull.updated_at = ctx.now;
             }
         }
-        if changes.contains_key("base") && repo.queue.iter().any(|e| e.pr == n) {
-            ops::dequeue(repo, env, &ctx, n, "BASE_CHANGED");
+        if changes.contains_key("base") && repo.queue.iter().any(|entry| entry.pr == number) {
+            ops::dequeue(repo, env, &ctx, number, "BASE_CHANGED");
         }
         if !changes.is_empty()
-            && let Some(p) = repo.pulls.get(&n)
+            && let Some(pull) = repo.pulls.get(&number)
         {
-            events::pull_request(env, &ctx, repo, p, "edited", json!({ "changes": changes }));
+            events::pull_request(
+                env,
+                &ctx,
+                repo,
+                pull,
+                "edited",
+                json!({ "changes": changes }),
+            );
         }
-        match b.state.as_deref() {
+        match request.state.as_deref() {
             Some("closed") if pr.open => {
-                ops::close_pr(repo, env, &ctx, n);
+                ops::close_pr(repo, env, &ctx, number);
             }
-            Some("open") if !pr.open => ops::reopen_pr(repo, env, &ctx, n)?,
+            Some("open") if !pr.open => ops::reopen_pr(repo, env, &ctx, number)?,
             _ => {}
         }
-        let pr = repo.pulls.get(&n).ok_or_else(ApiError::not_found)?;
-        Ok(reply(StatusCode::OK, js::pull(&ctx, repo, pr)))
+        let pr = repo.pulls.get(&number).ok_or_else(ApiError::not_found)?;
+        Ok(reply(StatusCode::OK, render::pull(&ctx, repo, pr)))
     })
 }
 
-async fn is_merged(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, n)): P3,
-) -> ApiResult<Response> {
-    auth(&st, &headers)?;
-    let n = number(&n)?;
-    with_repo(&st, &o, &r, |repo, _| match repo.pulls.get(&n) {
-        Some(pr) if pr.merged => Ok(StatusCode::NO_CONTENT.into_response()),
-        _ => Err(ApiError::not_found()),
-    })
+async fn is_merged(call: RepoCall<NumberSegment>) -> ApiResult<Response> {
+    let NumberSegment { number } = call.segments;
+    call.target
+        .with_repo(|repo, _| match repo.pulls.get(&number) {
+            Some(pr) if pr.merged => Ok(StatusCode::NO_CONTENT.into_response()),
+            _ => Err(ApiError::not_found()),
+        })
 }
 
 #[derive(Deserialize)]
@@ -266,38 +281,39 @@ struct MergeBody {
     merge_action: Option<String>,
 }
 
-fn method_of(b: &MergeBody) -> ApiResult<(String, crate::repo::MergeMethod)> {
-    let name = b.merge_method.clone().unwrap_or_else(|| "merge".into());
+fn method_of(request: &MergeBody) -> ApiResult<(String, crate::repo::MergeMethod)> {
+    let name = request
+        .merge_method
+        .clone()
+        .unwrap_or_else(|| "merge".into());
     let method = ops::parse_merge_method(&name)
         .ok_or_else(|| ApiError::invalid_field("PullRequest", "merge_method"))?;
     Ok((name, method))
 }
 
-async fn merge(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, n)): P3,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    let n = number(&n)?;
-    let b: MergeBody = parse_body(&body)?;
-    let (_, method) = method_of(&b)?;
-    if let Some(sha) = &b.sha
-        && (sha.len() != 40 || !sha.chars().all(|c| c.is_ascii_hexdigit()))
+async fn merge(call: RepoCall<NumberSegment>, body: Bytes) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: NumberSegment { number },
+        target,
+    } = call;
+    let request: MergeBody = parse_body(&body)?;
+    let (_, method) = method_of(&request)?;
+    if let Some(sha) = &request.sha
+        && (sha.len() != 40 || !sha.chars().all(|digit| digit.is_ascii_hexdigit()))
     {
         return Err(ApiError::invalid_field("PullRequest", "sha"));
     }
-    with_repo(&st, &o, &r, |repo, env| {
+    target.with_repo(|repo, env| {
         let sha = ops::merge_pr(
             repo,
             env,
             &ctx,
-            n,
+            number,
             method,
-            b.sha.as_deref(),
-            b.commit_title.as_deref(),
-            b.commit_message.as_deref(),
+            request.sha.as_deref(),
+            request.commit_title.as_deref(),
+            request.commit_message.as_deref(),
         )?;
         Ok(reply(
             StatusCode::OK,
@@ -307,16 +323,16 @@ async fn merge(
 }
 
 /// The `{status, details}` body of an asynchronous merge request.
-pub fn async_body(m: &AsyncMerge) -> Value {
-    match &m.status {
+pub fn async_body(merge: &AsyncMerge) -> Value {
+    match &merge.status {
         AsyncStatus::Pending => json!({
             "status": "pending",
             "details": {
                 "message": "Merge request is in progress.",
-                "uuid": m.uuid,
-                "merge_method": m.merge_method,
-                "merge_action": m.merge_action.as_str(),
-                "expected_head_sha": m.expected_head_sha,
+                "uuid": merge.uuid,
+                "merge_method": merge.merge_method,
+                "merge_action": merge.merge_action.as_str(),
+                "expected_head_sha": merge.expected_head_sha,
             },
         }),
         AsyncStatus::Merged { sha } => json!({
@@ -347,26 +363,27 @@ fn async_failed(message: &str) -> Response {
     )
 }
 
-async fn merge_async(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, n)): P3,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    let n = number(&n)?;
-    let b: MergeBody = parse_body(&body)?;
-    let (method_name, _) = method_of(&b)?;
-    let action = match b.merge_action.as_deref().unwrap_or("default") {
+async fn merge_async(call: RepoCall<NumberSegment>, body: Bytes) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: NumberSegment { number },
+        target,
+    } = call;
+    let request: MergeBody = parse_body(&body)?;
+    let (method_name, _) = method_of(&request)?;
+    let action = match request.merge_action.as_deref().unwrap_or("default") {
         "default" => MergeAction::Default,
         "direct_merge" => MergeAction::DirectMerge,
         "merge_queue" => MergeAction::MergeQueue,
         _ => return Err(ApiError::invalid_field("PullRequest", "merge_action")),
     };
-    let key = repo_key(&o, &r);
-    with_github(&st, |gh| {
-        let repo = gh.repos.get_mut(&key).ok_or_else(ApiError::not_found)?;
-        let pr = repo.pulls.get(&n).ok_or_else(ApiError::not_found)?.clone();
+    target.with_github(|github, key| {
+        let repo = github.repos.get_mut(key).ok_or_else(ApiError::not_found)?;
+        let pr = repo
+            .pulls
+            .get(&number)
+            .ok_or_else(ApiError::not_found)?
+            .clone();
         if pr.merged {
             return Ok(reply(
                 StatusCode::OK,
@@ -385,11 +402,11 @@ async fn merge_async(
         if pr.draft {
             return Ok(async_failed("Pull request is in draft state."));
         }
-        if let Some(existing) = gh.async_merges.values().find(|m| {
-            m.repo == key
-                && m.pr == n
-                && m.status == AsyncStatus::Pending
-                && !ops::is_expired(m, &ctx)
+        if let Some(existing) = github.async_merges.values().find(|merge| {
+            merge.repo == key
+                && merge.pr == number
+                && merge.status == AsyncStatus::Pending
+                && !ops::is_expired(merge, &ctx)
         }) {
             let mut body = async_body(existing);
             body["details"]["message"] =
@@ -398,8 +415,8 @@ async fn merge_async(
             body["documentation_url"] = json!(DOCS_URL);
             return Ok(reply(StatusCode::CONFLICT, body));
         }
-        let repo = gh.repos.get_mut(&key).ok_or_else(ApiError::not_found)?;
-        if repo.queue.iter().any(|e| e.pr == n) {
+        let repo = github.repos.get_mut(key).ok_or_else(ApiError::not_found)?;
+        if repo.queue.iter().any(|entry| entry.pr == number) {
             return Ok(reply(
                 StatusCode::OK,
                 json!({
@@ -410,16 +427,16 @@ async fn merge_async(
         }
         let script = repo.merge_async.clone();
         let scripted_failure = repo.merge_async.fail_next.take();
-        let mut rec = AsyncMerge {
+        let mut record = AsyncMerge {
             uuid: uuid::Uuid::new_v4().to_string(),
-            repo: key.clone(),
-            pr: n,
+            repo: key.to_string(),
+            pr: number,
             merge_method: method_name,
             merge_action: action,
-            expected_head_sha: b.sha.clone().unwrap_or_else(|| pr.head_sha.clone()),
+            expected_head_sha: request.sha.clone().unwrap_or_else(|| pr.head_sha.clone()),
             requested_by: ctx.sender.clone(),
-            commit_title: b.commit_title.clone(),
-            commit_message: b.commit_message.clone(),
+            commit_title: request.commit_title.clone(),
+            commit_message: request.commit_message.clone(),
             status: AsyncStatus::Pending,
             remaining_ticks: script.pending_ticks,
             scripted_failure,
@@ -428,72 +445,71 @@ async fn merge_async(
         };
         if script.pending_ticks == 0 {
             // Resolved during the request: answer with the terminal result.
-            rec.status = ops::run_async(gh, &ctx, &rec);
-            let body = async_body(&rec);
-            let failed = matches!(rec.status, AsyncStatus::Failed { .. });
+            record.status = ops::run_async(github, &ctx, &record);
+            let body = async_body(&record);
+            let failed = matches!(record.status, AsyncStatus::Failed { .. });
             let message = body["details"]["message"]
                 .as_str()
                 .unwrap_or_default()
                 .to_string();
-            gh.async_merges.insert(rec.uuid.clone(), rec);
+            github.async_merges.insert(record.uuid.clone(), record);
             return Ok(if failed {
                 async_failed(&message)
             } else {
                 reply(StatusCode::OK, body)
             });
         }
-        let mut body = async_body(&rec);
+        let mut body = async_body(&record);
         body["details"]["message"] = json!("Merge request enqueued.");
-        gh.async_merges.insert(rec.uuid.clone(), rec);
+        github.async_merges.insert(record.uuid.clone(), record);
         Ok(reply(StatusCode::ACCEPTED, body))
     })
 }
 
-async fn merge_async_result(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, n, uuid)): P4,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    let n = number(&n)?;
-    let key = repo_key(&o, &r);
-    with_github(&st, |gh| {
-        if !gh.repos.contains_key(&key) {
+async fn merge_async_result(call: RepoCall<AsyncMergeSegments>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: AsyncMergeSegments { number, uuid },
+        target,
+    } = call;
+    target.with_github(|github, key| {
+        if !github.repos.contains_key(key) {
             return Err(ApiError::not_found());
         }
-        let Some(m) = gh.async_merges.get(&uuid) else {
+        let Some(merge) = github.async_merges.get(&uuid) else {
             return Err(ApiError::not_found());
         };
-        if m.repo != key || m.pr != n {
+        if merge.repo != key || merge.pr != number {
             return Err(ApiError::not_found());
         }
-        if ops::is_expired(m, &ctx) {
-            gh.async_merges.remove(&uuid);
+        if ops::is_expired(merge, &ctx) {
+            github.async_merges.remove(&uuid);
             return Err(ApiError::not_found());
         }
-        Ok(reply(StatusCode::OK, async_body(m)))
+        Ok(reply(StatusCode::OK, async_body(merge)))
     })
 }
 
 async fn list_reviews(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, n)): P3,
+    call: RepoCall<NumberSegment>,
     RawQuery(query): RawQuery,
 ) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    let n = number(&n)?;
-    with_repo(&st, &o, &r, |repo, _| {
-        let pr = repo.pulls.get(&n).ok_or_else(ApiError::not_found)?;
+    let RepoCall {
+        ctx,
+        segments: NumberSegment { number },
+        target,
+    } = call;
+    target.with_repo(|repo, _| {
+        let pr = repo.pulls.get(&number).ok_or_else(ApiError::not_found)?;
         let items: Vec<Value> = paginate(
             pr.reviews
                 .iter()
-                .filter(|rv| rv.state != "PENDING")
+                .filter(|review| review.state != "PENDING")
                 .collect(),
             &query,
         )
         .into_iter()
-        .map(|rv| js::review(&ctx, repo, pr, rv))
+        .map(|review| render::review(&ctx, repo, pr, review))
         .collect();
         Ok(reply(StatusCode::OK, Value::Array(items)))
     })
@@ -512,15 +528,19 @@ struct ReviewBody {
     reason = "the review request's fields, each used once"
 )]
 pub fn submit_review(
-    repo: &mut crate::github::model::GhRepo,
-    env: &mut crate::github::Env,
+    repo: &mut GhRepo,
+    env: &mut Env,
     ctx: &Ctx,
-    n: u64,
+    number: u64,
     event: Option<&str>,
     body: Option<String>,
     commit_id: Option<String>,
 ) -> ApiResult<u64> {
-    let pr = repo.pulls.get(&n).ok_or_else(ApiError::not_found)?.clone();
+    let pr = repo
+        .pulls
+        .get(&number)
+        .ok_or_else(ApiError::not_found)?
+        .clone();
     let state = match event {
         None | Some("") => "PENDING",
         Some("APPROVE") => "APPROVED",
@@ -530,8 +550,8 @@ pub fn submit_review(
     };
     let body_text = body.unwrap_or_default();
     if matches!(state, "CHANGES_REQUESTED" | "COMMENTED") && body_text.trim().is_empty() {
-        let mut e = ApiError::unprocessable("Unprocessable Entity");
-        e.body["errors"] = json!([format!(
+        let mut error = ApiError::unprocessable("Unprocessable Entity");
+        error.body["errors"] = json!([format!(
             "Review {} requires a body",
             if state == "COMMENTED" {
                 "comment"
@@ -539,24 +559,24 @@ pub fn submit_review(
                 "request changes"
             }
         )]);
-        return Err(e);
+        return Err(error);
     }
     if pr.user == ctx.sender && matches!(state, "APPROVED" | "CHANGES_REQUESTED") {
-        let mut e = ApiError::unprocessable("Unprocessable Entity");
+        let mut error = ApiError::unprocessable("Unprocessable Entity");
         let what = if state == "APPROVED" {
             "approve"
         } else {
             "request changes on"
         };
-        e.body["errors"] = json!([format!("Review Can not {what} your own pull request")]);
-        return Err(e);
+        error.body["errors"] = json!([format!("Review Can not {what} your own pull request")]);
+        return Err(error);
     }
     let commit_id = commit_id.unwrap_or_else(|| pr.head_sha.clone());
     if repo.git.commit(&commit_id).is_none() {
         return Err(ApiError::invalid_field("PullRequestReview", "commit_id"));
     }
     let id = env.next_id();
-    let rv = Review {
+    let review = Review {
         id,
         node_id: model::node_id("PRR", &id.to_string()),
         user: ctx.sender.clone(),
@@ -565,60 +585,70 @@ pub fn submit_review(
         commit_id,
         submitted_at: ctx.now,
     };
-    if let Some(p) = repo.pulls.get_mut(&n) {
-        p.reviews.push(rv.clone());
-        p.updated_at = ctx.now;
+    if let Some(pull) = repo.pulls.get_mut(&number) {
+        pull.reviews.push(review.clone());
+        pull.updated_at = ctx.now;
     }
     if state != "PENDING"
-        && let Some(p) = repo.pulls.get(&n)
+        && let Some(pull) = repo.pulls.get(&number)
     {
-        events::review_submitted(env, ctx, repo, p, &rv);
+        events::review_submitted(env, ctx, repo, pull, &review);
     }
     Ok(id)
 }
 
-async fn create_review(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, n)): P3,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    let n = number(&n)?;
-    let b: ReviewBody = parse_body(&body)?;
-    with_repo(&st, &o, &r, |repo, env| {
-        let id = submit_review(repo, env, &ctx, n, b.event.as_deref(), b.body, b.commit_id)?;
-        let pr = repo.pulls.get(&n).ok_or_else(ApiError::not_found)?;
-        let rv = pr
+async fn create_review(call: RepoCall<NumberSegment>, body: Bytes) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: NumberSegment { number },
+        target,
+    } = call;
+    let request: ReviewBody = parse_body(&body)?;
+    target.with_repo(|repo, env| {
+        let id = submit_review(
+            repo,
+            env,
+            &ctx,
+            number,
+            request.event.as_deref(),
+            request.body,
+            request.commit_id,
+        )?;
+        let pr = repo.pulls.get(&number).ok_or_else(ApiError::not_found)?;
+        let review = pr
             .reviews
             .iter()
-            .find(|rv| rv.id == id)
+            .find(|review| review.id == id)
             .ok_or_else(ApiError::not_found)?;
-        Ok(reply(StatusCode::OK, js::review(&ctx, repo, pr, rv)))
+        Ok(reply(
+            StatusCode::OK,
+            render::review(&ctx, repo, pr, review),
+        ))
     })
 }
 
-fn labels_json(ctx: &Ctx, repo: &crate::github::model::GhRepo, n: u64) -> ApiResult<Value> {
-    let pr = repo.pulls.get(&n).ok_or_else(ApiError::not_found)?;
+fn labels_json(ctx: &Ctx, repo: &GhRepo, number: u64) -> ApiResult<Value> {
+    let pr = repo.pulls.get(&number).ok_or_else(ApiError::not_found)?;
     Ok(Value::Array(
-        pr.labels.iter().map(|l| js::label(ctx, repo, l)).collect(),
+        pr.labels
+            .iter()
+            .map(|label| render::label(ctx, repo, label))
+            .collect(),
     ))
 }
 
-async fn add_labels(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, n)): P3,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    let n = number(&n)?;
-    let v: Value = parse_body(&body)?;
+async fn add_labels(call: RepoCall<NumberSegment>, body: Bytes) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: NumberSegment { number },
+        target,
+    } = call;
+    let request: Value = parse_body(&body)?;
     // Accepts {"labels": ["a"]}, {"labels": [{"name": "a"}]} or a bare array.
-    let list = match &v {
-        Value::Array(a) => a.clone(),
-        Value::Object(o) => match o.get("labels") {
-            Some(Value::Array(a)) => a.clone(),
+    let list = match &request {
+        Value::Array(items) => items.clone(),
+        Value::Object(fields) => match fields.get("labels") {
+            Some(Value::Array(items)) => items.clone(),
             _ => return Err(ApiError::missing_field("Label", "labels")),
         },
         _ => return Err(ApiError::missing_field("Label", "labels")),
@@ -626,8 +656,8 @@ async fn add_labels(
     let mut names = Vec::new();
     for item in list {
         let name = match item {
-            Value::String(s) => s,
-            Value::Object(o) => o
+            Value::String(name) => name,
+            Value::Object(fields) => fields
                 .get("name")
                 .and_then(Value::as_str)
                 .map(str::to_string)
@@ -639,8 +669,11 @@ async fn add_labels(
         }
         names.push(name);
     }
-    with_repo(&st, &o, &r, |repo, env| {
-        let pr = repo.pulls.get_mut(&n).ok_or_else(ApiError::not_found)?;
+    target.with_repo(|repo, env| {
+        let pr = repo
+            .pulls
+            .get_mut(&number)
+            .ok_or_else(ApiError::not_found)?;
         let mut added = Vec::new();
         for name in names {
             if !pr.labels.contains(&name) {
@@ -649,46 +682,52 @@ async fn add_labels(
             }
         }
         for name in added {
-            if let Some(p) = repo.pulls.get(&n) {
-                let label = js::label(&ctx, repo, &name);
-                events::pull_request(env, &ctx, repo, p, "labeled", json!({ "label": label }));
+            if let Some(pull) = repo.pulls.get(&number) {
+                let label = render::label(&ctx, repo, &name);
+                events::pull_request(env, &ctx, repo, pull, "labeled", json!({ "label": label }));
             }
         }
-        Ok(reply(StatusCode::OK, labels_json(&ctx, repo, n)?))
+        Ok(reply(StatusCode::OK, labels_json(&ctx, repo, number)?))
     })
 }
 
-async fn list_labels(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, n)): P3,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    let n = number(&n)?;
-    with_repo(&st, &o, &r, |repo, _| {
-        Ok(reply(StatusCode::OK, labels_json(&ctx, repo, n)?))
-    })
+async fn list_labels(call: RepoCall<NumberSegment>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: NumberSegment { number },
+        target,
+    } = call;
+    target.with_repo(|repo, _| Ok(reply(StatusCode::OK, labels_json(&ctx, repo, number)?)))
 }
 
-async fn remove_label(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, n, name)): P4,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    let n = number(&n)?;
-    with_repo(&st, &o, &r, |repo, env| {
-        let pr = repo.pulls.get_mut(&n).ok_or_else(ApiError::not_found)?;
+async fn remove_label(call: RepoCall<LabelSegments>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: LabelSegments { number, name },
+        target,
+    } = call;
+    target.with_repo(|repo, env| {
+        let pr = repo
+            .pulls
+            .get_mut(&number)
+            .ok_or_else(ApiError::not_found)?;
         let before = pr.labels.len();
-        pr.labels.retain(|l| *l != name);
+        pr.labels.retain(|label| *label != name);
         if pr.labels.len() == before {
             return Err(ApiError::new(StatusCode::NOT_FOUND, "Label does not exist"));
         }
-        if let Some(p) = repo.pulls.get(&n) {
-            let label = js::label(&ctx, repo, &name);
-            events::pull_request(env, &ctx, repo, p, "unlabeled", json!({ "label": label }));
+        if let Some(pull) = repo.pulls.get(&number) {
+            let label = render::label(&ctx, repo, &name);
+            events::pull_request(
+                env,
+                &ctx,
+                repo,
+                pull,
+                "unlabeled",
+                json!({ "label": label }),
+            );
         }
-        Ok(reply(StatusCode::OK, labels_json(&ctx, repo, n)?))
+        Ok(reply(StatusCode::OK, labels_json(&ctx, repo, number)?))
     })
 }
 
@@ -698,121 +737,108 @@ struct CommentBody {
 }
 
 async fn list_comments(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, n)): P3,
+    call: RepoCall<NumberSegment>,
     RawQuery(query): RawQuery,
 ) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    let n = number(&n)?;
-    with_repo(&st, &o, &r, |repo, _| {
-        if !repo.pulls.contains_key(&n) {
+    let RepoCall {
+        ctx,
+        segments: NumberSegment { number },
+        target,
+    } = call;
+    target.with_repo(|repo, _| {
+        if !repo.pulls.contains_key(&number) {
             return Err(ApiError::not_found());
         }
         let items: Vec<Value> = paginate(
             repo.comments
                 .iter()
-                .filter(|c| c.issue_number == n)
+                .filter(|comment| comment.issue_number == number)
                 .collect(),
             &query,
         )
         .into_iter()
-        .map(|c| js::comment(&ctx, repo, c))
+        .map(|comment| render::comment(&ctx, repo, comment))
         .collect();
         Ok(reply(StatusCode::OK, Value::Array(items)))
     })
 }
 
-async fn create_comment(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, n)): P3,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    let n = number(&n)?;
-    let b: CommentBody = parse_body(&body)?;
-    let text = b
+async fn create_comment(call: RepoCall<NumberSegment>, body: Bytes) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: NumberSegment { number },
+        target,
+    } = call;
+    let request: CommentBody = parse_body(&body)?;
+    let text = request
         .body
-        .filter(|t| !t.is_empty())
+        .filter(|text| !text.is_empty())
         .ok_or_else(|| ApiError::missing_field("IssueComment", "body"))?;
-    with_repo(&st, &o, &r, |repo, env| {
-        if !repo.pulls.contains_key(&n) {
+    target.with_repo(|repo, env| {
+        if !repo.pulls.contains_key(&number) {
             return Err(ApiError::not_found());
         }
         let id = env.next_id();
-        let c = IssueComment {
+        let comment = IssueComment {
             id,
             node_id: model::node_id("IC", &id.to_string()),
-            issue_number: n,
+            issue_number: number,
             user: ctx.sender.clone(),
             body: text,
             created_at: ctx.now,
             updated_at: ctx.now,
         };
-        let v = js::comment(&ctx, repo, &c);
-        repo.comments.push(c);
-        Ok(reply(StatusCode::CREATED, v))
+        let rendered = render::comment(&ctx, repo, &comment);
+        repo.comments.push(comment);
+        Ok(reply(StatusCode::CREATED, rendered))
     })
 }
 
-fn comment_id(s: &str) -> ApiResult<u64> {
-    s.parse().map_err(|_| ApiError::not_found())
-}
-
-async fn get_comment(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, id)): P3,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    let id = comment_id(&id)?;
-    with_repo(&st, &o, &r, |repo, _| {
-        let c = repo
+async fn get_comment(call: RepoCall<IdSegment>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: IdSegment { id },
+        target,
+    } = call;
+    target.with_repo(|repo, _| {
+        let comment = repo
             .comments
             .iter()
-            .find(|c| c.id == id)
+            .find(|comment| comment.id == id)
             .ok_or_else(ApiError::not_found)?;
-        Ok(reply(StatusCode::OK, js::comment(&ctx, repo, c)))
+        Ok(reply(StatusCode::OK, render::comment(&ctx, repo, comment)))
     })
 }
 
-async fn update_comment(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, id)): P3,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let ctx = auth(&st, &headers)?;
-    let id = comment_id(&id)?;
-    let b: CommentBody = parse_body(&body)?;
-    let text = b
+async fn update_comment(call: RepoCall<IdSegment>, body: Bytes) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: IdSegment { id },
+        target,
+    } = call;
+    let request: CommentBody = parse_body(&body)?;
+    let text = request
         .body
-        .filter(|t| !t.is_empty())
+        .filter(|text| !text.is_empty())
         .ok_or_else(|| ApiError::missing_field("IssueComment", "body"))?;
-    with_repo(&st, &o, &r, |repo, _| {
-        let c = repo
+    target.with_repo(|repo, _| {
+        let comment = repo
             .comments
             .iter_mut()
-            .find(|c| c.id == id)
+            .find(|comment| comment.id == id)
             .ok_or_else(ApiError::not_found)?;
-        c.body = text;
-        c.updated_at = ctx.now;
-        let c = c.clone();
-        Ok(reply(StatusCode::OK, js::comment(&ctx, repo, &c)))
+        comment.body = text;
+        comment.updated_at = ctx.now;
+        let comment = comment.clone();
+        Ok(reply(StatusCode::OK, render::comment(&ctx, repo, &comment)))
     })
 }
 
-async fn delete_comment(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, id)): P3,
-) -> ApiResult<Response> {
-    auth(&st, &headers)?;
-    let id = comment_id(&id)?;
-    with_repo(&st, &o, &r, |repo, _| {
+async fn delete_comment(call: RepoCall<IdSegment>) -> ApiResult<Response> {
+    let IdSegment { id } = call.segments;
+    call.target.with_repo(|repo, _| {
         let before = repo.comments.len();
-        repo.comments.retain(|c| c.id != id);
+        repo.comments.retain(|comment| comment.id != id);
         if repo.comments.len() == before {
             return Err(ApiError::not_found());
         }

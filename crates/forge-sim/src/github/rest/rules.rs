@@ -7,13 +7,13 @@
 //! segments, `?` one character other than `/`. Classic protection patterns use the same syntax.
 
 use axum::Router;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::RawQuery;
+use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
 use serde_json::{Value, json};
 
-use super::{auth, paginate, reply, with_repo};
+use super::{BranchSegment, RepoCall, paginate, reply};
 use crate::github::error::ApiResult;
 use crate::github::model::{GhRepo, Ruleset};
 use crate::state::Shared;
@@ -27,34 +27,33 @@ pub fn router() -> Router<Shared> {
 
 /// fnmatch as GitHub's branch patterns use it (see the module docs).
 pub fn fnmatch(pattern: &str, name: &str) -> bool {
-    let (p, n) = (pattern.as_bytes(), name.as_bytes());
     // Recursive matching; patterns are short.
-    fn go(p: &[u8], n: &[u8]) -> bool {
-        if p.is_empty() {
-            return n.is_empty();
+    fn matches(pattern: &[u8], name: &[u8]) -> bool {
+        if pattern.is_empty() {
+            return name.is_empty();
         }
-        if p.starts_with(b"**") {
-            let rest = &p[2..];
-            return (0..=n.len()).any(|i| go(rest, &n[i..]));
+        if pattern.starts_with(b"**") {
+            let rest = &pattern[2..];
+            return (0..=name.len()).any(|start| matches(rest, &name[start..]));
         }
-        match p[0] {
+        match pattern[0] {
             b'*' => {
-                let rest = &p[1..];
-                for i in 0..=n.len() {
-                    if go(rest, &n[i..]) {
+                let rest = &pattern[1..];
+                for start in 0..=name.len() {
+                    if matches(rest, &name[start..]) {
                         return true;
                     }
-                    if i < n.len() && n[i] == b'/' {
+                    if start < name.len() && name[start] == b'/' {
                         return false;
                     }
                 }
                 false
             }
-            b'?' => !n.is_empty() && n[0] != b'/' && go(&p[1..], &n[1..]),
-            c => !n.is_empty() && n[0] == c && go(&p[1..], &n[1..]),
+            b'?' => !name.is_empty() && name[0] != b'/' && matches(&pattern[1..], &name[1..]),
+            literal => !name.is_empty() && name[0] == literal && matches(&pattern[1..], &name[1..]),
         }
     }
-    go(p, n)
+    matches(pattern.as_bytes(), name.as_bytes())
 }
 
 /// Whether a `ref_name` condition entry selects `branch`.
@@ -72,11 +71,11 @@ pub fn ruleset_applies(repo: &GhRepo, ruleset: &Ruleset, branch: &str) -> bool {
         && ruleset
             .include
             .iter()
-            .any(|c| condition_matches(repo, c, branch))
+            .any(|condition| condition_matches(repo, condition, branch))
         && !ruleset
             .exclude
             .iter()
-            .any(|c| condition_matches(repo, c, branch))
+            .any(|condition| condition_matches(repo, condition, branch))
 }
 
 /// Classic branch protection: the default branch, or a configured name/pattern.
@@ -86,7 +85,7 @@ pub fn classic_protected(repo: &GhRepo, branch: &str) -> bool {
             .settings
             .protected_branches
             .iter()
-            .any(|p| fnmatch(p, branch))
+            .any(|pattern| fnmatch(pattern, branch))
 }
 
 /// The "get rules for a branch" items of `branch`.
@@ -94,14 +93,14 @@ pub fn rules_for(repo: &GhRepo, branch: &str) -> Vec<Value> {
     repo.settings
         .rulesets
         .iter()
-        .filter(|rs| ruleset_applies(repo, rs, branch))
-        .flat_map(|rs| {
-            rs.rules.iter().map(move |kind| {
+        .filter(|ruleset| ruleset_applies(repo, ruleset, branch))
+        .flat_map(|ruleset| {
+            ruleset.rules.iter().map(move |kind| {
                 json!({
                     "type": kind,
                     "ruleset_source_type": "Repository",
                     "ruleset_source": repo.full_name(),
-                    "ruleset_id": rs.id,
+                    "ruleset_id": ruleset.id,
                 })
             })
         })
@@ -110,13 +109,11 @@ pub fn rules_for(repo: &GhRepo, branch: &str) -> Vec<Value> {
 
 /// `GET /repos/{owner}/{repo}/rules/branches/{branch}` (paged: `per_page`, `page`).
 async fn branch_rules(
-    State(st): State<Shared>,
-    headers: HeaderMap,
-    Path((o, r, branch)): Path<(String, String, String)>,
+    call: RepoCall<BranchSegment>,
     RawQuery(query): RawQuery,
 ) -> ApiResult<Response> {
-    auth(&st, &headers)?;
-    with_repo(&st, &o, &r, |repo, _| {
+    let BranchSegment { branch } = call.segments;
+    call.target.with_repo(|repo, _| {
         let rules = paginate(rules_for(repo, &branch), &query);
         Ok(reply(StatusCode::OK, Value::Array(rules)))
     })

@@ -16,8 +16,10 @@ pub use auto_merge::{add_car, cancel_auto_merge, progress_auto_merge, progress_t
 pub use merge::{add_system_note, approve_mr, emit_mr_hook, finish_merge, unapprove_mr};
 pub use push::{do_merge, on_branch_updated};
 
-/// Progresses one project: jobs, pipelines, auto-merge, trains (until nothing changes).
-pub fn progress(ctx: &mut Ctx<'_>, project_id: u64) {
+/// Progresses one project: jobs, pipelines, auto-merge, trains (until nothing changes); whether
+/// anything changed.
+pub fn progress(ctx: &mut Ctx<'_>, project_id: u64) -> bool {
+    let mut moved = false;
     for _ in 0..8 {
         let mut changed = pipelines::progress_pipelines(ctx, project_id);
         changed |= progress_auto_merge(ctx, project_id);
@@ -25,5 +27,7 @@ pub fn progress(ctx: &mut Ctx<'_>, project_id: u64) {
         if !changed {
             break;
         }
+        moved = true;
     }
+    moved
 }

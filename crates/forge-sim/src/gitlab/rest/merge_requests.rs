@@ -5,12 +5,11 @@
 
 use std::sync::Arc;
 
-use axum::Extension;
-use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::{Map, Value, json};
 
+use super::{MergeRequestSegment, ProjectCall};
 use crate::gitlab::json::{approvals_json, mr_json};
 use crate::gitlab::model::{MergeRequest, detailed_merge_status, head_pipeline, is_draft_title};
 use crate::gitlab::ops::auto_merge::set_auto_merge;
@@ -18,14 +17,9 @@ use crate::gitlab::ops::merge::{mr_mut, mr_ref};
 use crate::gitlab::ops::pipelines::create_pipeline;
 use crate::gitlab::ops::{self, approve_mr, do_merge, emit_mr_hook, unapprove_mr};
 use crate::gitlab::{
-    ApiError, ApiResult, Ctx, Params, Project, created, ok, quick_actions, user_json, with_project,
+    ApiError, ApiResult, Ctx, Params, Project, created, ok, quick_actions, user_json,
 };
-use crate::state::{Shared, User};
-
-fn parse_iid(raw: &str) -> Result<u64, ApiError> {
-    raw.parse()
-        .map_err(|_| ApiError::param("merge_request_iid is invalid"))
-}
+use crate::state::User;
 
 fn duplicate_check(
     project: &Project,
@@ -33,11 +27,11 @@ fn duplicate_check(
     target: &str,
     except: Option<u64>,
 ) -> Result<(), ApiError> {
-    if let Some(other) = project.merge_requests.values().find(|m| {
-        m.is_open()
-            && m.source_branch == source
-            && m.target_branch == target
-            && Some(m.iid) != except
+    if let Some(other) = project.merge_requests.values().find(|mr| {
+        mr.is_open()
+            && mr.source_branch == source
+            && mr.target_branch == target
+            && Some(mr.iid) != except
     }) {
         return Err(ApiError::message(
             StatusCode::CONFLICT,
@@ -72,12 +66,7 @@ fn ensure_pipeline(ctx: &mut Ctx<'_>, pid: u64, iid: u64, user: &User) {
     );
 }
 
-pub async fn create(
-    State(state): State<Shared>,
-    Extension(user): Extension<User>,
-    Path(id): Path<String>,
-    params: Params,
-) -> ApiResult {
+pub async fn create(call: ProjectCall, params: Params) -> ApiResult {
     params.require(&["source_branch", "target_branch", "title"])?;
     let source = params.req_str("source_branch")?;
     let mut target = params.req_str("target_branch")?;
@@ -87,7 +76,7 @@ pub async fn create(
     let mut labels = params.labels("labels").unwrap_or_default();
     let remove_source = params.flag("remove_source_branch")?;
     let squash = params.flag("squash")?;
-    with_project(&state, &id, |ctx, pid| {
+    call.with_project(|ctx, pid| {
         let now = ctx.now;
         let project = ctx.project(pid);
         // The quick actions GitLab allows on a merge request being created.
@@ -104,7 +93,7 @@ pub async fn create(
                     labels: &labels,
                     approved_by_user: false,
                 },
-                &user,
+                &call.user,
                 |branch| project.repo.branch_head(branch).is_some(),
                 |name| users.by_username(name).cloned(),
             )
@@ -156,7 +145,7 @@ pub async fn create(
                 source_branch: source,
                 target_branch: target,
                 labels,
-                author: user.clone(),
+                author: call.user.clone(),
                 created_at: now,
                 updated_at: now,
                 merged_at: None,
@@ -176,18 +165,14 @@ pub async fn create(
                 notes: Vec::new(),
             },
         );
-        emit_mr_hook(ctx, pid, iid, "open", &user, json!({}), None);
-        ensure_pipeline(ctx, pid, iid, &user);
+        emit_mr_hook(ctx, pid, iid, "open", &call.user, json!({}), None);
+        ensure_pipeline(ctx, pid, iid, &call.user);
         let project = ctx.project(pid);
         created(mr_json(project, mr_ref(project, iid)?, ctx.base, true))
     })
 }
 
-pub async fn list(
-    State(state): State<Shared>,
-    Path(id): Path<String>,
-    params: Params,
-) -> ApiResult {
+pub async fn list(call: ProjectCall, params: Params) -> ApiResult {
     let state_filter = params.str("state").unwrap_or_else(|| "all".to_string());
     if !["opened", "closed", "locked", "merged", "all"].contains(&state_filter.as_str()) {
         return Err(ApiError::param("state does not have a valid value"));
@@ -197,47 +182,55 @@ pub async fn list(
     let labels = params.labels("labels").unwrap_or_default();
     let iids: Vec<u64> = ["iids", "iids[]"]
         .iter()
-        .filter_map(|k| params.0.get(*k))
-        .flat_map(|v| match v {
+        .filter_map(|key| params.0.get(*key))
+        .flat_map(|value| match value {
             Value::Array(items) => items
                 .iter()
-                .filter_map(|i| i.as_u64().or_else(|| i.as_str()?.parse().ok()))
+                .filter_map(|item| item.as_u64().or_else(|| item.as_str()?.parse().ok()))
                 .collect(),
-            Value::String(s) => s.split(',').filter_map(|i| i.trim().parse().ok()).collect(),
-            Value::Number(n) => n.as_u64().into_iter().collect(),
+            Value::String(text) => text
+                .split(',')
+                .filter_map(|item| item.trim().parse().ok())
+                .collect(),
+            Value::Number(number) => number.as_u64().into_iter().collect(),
             _ => Vec::new(),
         })
         .collect();
     let ascending = params.str("sort").as_deref() == Some("asc");
-    with_project(&state, &id, |ctx, pid| {
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let mut mrs: Vec<&MergeRequest> = project
             .merge_requests
             .values()
-            .filter(|m| state_filter == "all" || m.state == state_filter)
-            .filter(|m| source.as_ref().is_none_or(|s| &m.source_branch == s))
-            .filter(|m| target.as_ref().is_none_or(|t| &m.target_branch == t))
-            .filter(|m| labels.iter().all(|l| m.labels.contains(l)))
-            .filter(|m| iids.is_empty() || iids.contains(&m.iid))
+            .filter(|mr| state_filter == "all" || mr.state == state_filter)
+            .filter(|mr| {
+                source
+                    .as_ref()
+                    .is_none_or(|source| &mr.source_branch == source)
+            })
+            .filter(|mr| {
+                target
+                    .as_ref()
+                    .is_none_or(|target| &mr.target_branch == target)
+            })
+            .filter(|mr| labels.iter().all(|label| mr.labels.contains(label)))
+            .filter(|mr| iids.is_empty() || iids.contains(&mr.iid))
             .collect();
-        mrs.sort_by_key(|m| (m.created_at, m.iid));
+        mrs.sort_by_key(|mr| (mr.created_at, mr.iid));
         if !ascending {
             mrs.reverse();
         }
         ok(Value::Array(
             mrs.into_iter()
-                .map(|m| mr_json(project, m, ctx.base, false))
+                .map(|mr| mr_json(project, mr, ctx.base, false))
                 .collect(),
         ))
     })
 }
 
-pub async fn get_one(
-    State(state): State<Shared>,
-    Path((id, iid)): Path<(String, String)>,
-) -> ApiResult {
-    let iid = parse_iid(&iid)?;
-    with_project(&state, &id, |ctx, pid| {
+pub async fn get_one(call: ProjectCall<MergeRequestSegment>) -> ApiResult {
+    let iid = call.segments.iid()?;
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         ok(mr_json(project, mr_ref(project, iid)?, ctx.base, true))
     })
@@ -258,14 +251,9 @@ const UPDATE_KEYS: [&str; 12] = [
     "squash",
 ];
 
-pub async fn update(
-    State(state): State<Shared>,
-    Extension(user): Extension<User>,
-    Path((id, iid)): Path<(String, String)>,
-    params: Params,
-) -> ApiResult {
-    let iid = parse_iid(&iid)?;
-    if !UPDATE_KEYS.iter().any(|k| params.0.contains_key(*k)) {
+pub async fn update(call: ProjectCall<MergeRequestSegment>, params: Params) -> ApiResult {
+    let iid = call.segments.iid()?;
+    if !UPDATE_KEYS.iter().any(|key| params.0.contains_key(*key)) {
         return Err(ApiError::param(format!(
             "{} are missing, at least one parameter must be provided",
             UPDATE_KEYS.join(", ")
@@ -278,11 +266,17 @@ pub async fn update(
     {
         return Err(ApiError::param("state_event does not have a valid value"));
     }
-    if params.0.contains_key("title") && params.str("title").is_none_or(|t| t.trim().is_empty()) {
+    if params.0.contains_key("title")
+        && params
+            .str("title")
+            .is_none_or(|title| title.trim().is_empty())
+    {
         return Err(ApiError::param("title is empty"));
     }
     if params.0.contains_key("target_branch")
-        && params.str("target_branch").is_none_or(|t| t.is_empty())
+        && params
+            .str("target_branch")
+            .is_none_or(|branch| branch.is_empty())
     {
         return Err(ApiError::param("target_branch is empty"));
     }
@@ -303,17 +297,17 @@ pub async fn update(
         .description
         .take()
         .map(|text| quick_actions::extract(&text));
-    with_project(&state, &id, |ctx, pid| {
+    call.with_project(|ctx, pid| {
         let mut immediate = None;
         if let Some((text, actions)) = actions {
             request.description = Some(text);
-            let updates = interpret_for(ctx, pid, iid, &actions, &user)?;
+            let updates = interpret_for(ctx, pid, iid, &actions, &call.user)?;
             request.add_quick_actions(&updates);
             immediate = Some(updates);
         }
-        apply_update(ctx, pid, iid, &user, request)?;
+        apply_update(ctx, pid, iid, &call.user, request)?;
         if let Some(updates) = immediate {
-            run_immediate_actions(ctx, pid, iid, &user, &updates)?;
+            run_immediate_actions(ctx, pid, iid, &call.user, &updates)?;
         }
         let project = ctx.project(pid);
         ok(mr_json(project, mr_ref(project, iid)?, ctx.base, true))
@@ -350,13 +344,13 @@ impl MrUpdate {
             self.add_labels.clear();
         }
         for label in &updates.add_labels {
-            self.remove_labels.retain(|l| l != label);
+            self.remove_labels.retain(|removed| removed != label);
             if !self.add_labels.contains(label) {
                 self.add_labels.push(label.clone());
             }
         }
         for label in &updates.remove_labels {
-            self.add_labels.retain(|l| l != label);
+            self.add_labels.retain(|added| added != label);
             if !self.remove_labels.contains(label) {
                 self.remove_labels.push(label.clone());
             }
@@ -403,7 +397,7 @@ pub fn with_draft(title: &str, draft: bool) -> String {
             let lower = rest.to_ascii_lowercase();
             let Some(prefix) = ["draft:", "[draft]", "(draft)", "draft -", "wip:", "[wip]"]
                 .iter()
-                .find(|p| lower.starts_with(*p))
+                .find(|prefix| lower.starts_with(*prefix))
             else {
                 break;
             };
@@ -433,7 +427,7 @@ fn interpret_for(
             source_branch: &mr.source_branch,
             target_branch: &mr.target_branch,
             labels: &mr.labels,
-            approved_by_user: mr.approved_by.iter().any(|u| u.id == user.id),
+            approved_by_user: mr.approved_by.iter().any(|approver| approver.id == user.id),
         },
         user,
         |branch| project.repo.branch_head(branch).is_some(),
@@ -607,20 +601,20 @@ pub fn apply_update(
             labels.push(label);
         }
     }
-    labels.retain(|l| !request.remove_labels.contains(l));
+    labels.retain(|label| !request.remove_labels.contains(label));
     if labels != mr.labels {
         changes.insert(
             "labels".into(),
             json!({
-                "previous": mr.labels.iter().map(|l| json!({"title": l})).collect::<Vec<_>>(),
-                "current": labels.iter().map(|l| json!({"title": l})).collect::<Vec<_>>(),
+                "previous": mr.labels.iter().map(|label| json!({"title": label})).collect::<Vec<_>>(),
+                "current": labels.iter().map(|label| json!({"title": label})).collect::<Vec<_>>(),
             }),
         );
         mr.labels = labels;
     }
     let mut reviewers = mr.reviewers.clone();
     for reviewer in request.add_reviewers {
-        if !reviewers.iter().any(|r| r.id == reviewer.id) {
+        if !reviewers.iter().any(|existing| existing.id == reviewer.id) {
             reviewers.push(reviewer);
         }
     }
@@ -628,8 +622,8 @@ pub fn apply_update(
         changes.insert(
             "reviewers".into(),
             json!({
-                "previous": mr.reviewers.iter().map(|u| user_json(u, base)).collect::<Vec<_>>(),
-                "current": reviewers.iter().map(|u| user_json(u, base)).collect::<Vec<_>>(),
+                "previous": mr.reviewers.iter().map(|reviewer| user_json(reviewer, base)).collect::<Vec<_>>(),
+                "current": reviewers.iter().map(|reviewer| user_json(reviewer, base)).collect::<Vec<_>>(),
             }),
         );
         mr.reviewers = reviewers;
@@ -694,32 +688,23 @@ pub fn apply_update(
     Ok(())
 }
 
-pub async fn approvals(
-    State(state): State<Shared>,
-    Extension(user): Extension<User>,
-    Path((id, iid)): Path<(String, String)>,
-) -> ApiResult {
-    let iid = parse_iid(&iid)?;
-    with_project(&state, &id, |ctx, pid| {
+pub async fn approvals(call: ProjectCall<MergeRequestSegment>) -> ApiResult {
+    let iid = call.segments.iid()?;
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         ok(approvals_json(
             project,
             mr_ref(project, iid)?,
             ctx.base,
-            &user,
+            &call.user,
         ))
     })
 }
 
-pub async fn approve(
-    State(state): State<Shared>,
-    Extension(user): Extension<User>,
-    Path((id, iid)): Path<(String, String)>,
-    params: Params,
-) -> ApiResult {
-    let iid = parse_iid(&iid)?;
+pub async fn approve(call: ProjectCall<MergeRequestSegment>, params: Params) -> ApiResult {
+    let iid = call.segments.iid()?;
     let sha = params.str("sha");
-    with_project(&state, &id, |ctx, pid| {
+    call.with_project(|ctx, pid| {
         let mr = mr_ref(ctx.project(pid), iid)?;
         if let Some(sha) = &sha
             && sha != &mr.sha
@@ -729,7 +714,7 @@ pub async fn approve(
                 format!("SHA does not match HEAD of source branch: {}", mr.sha),
             ));
         }
-        if !approve_mr(ctx, pid, iid, &user)? {
+        if !approve_mr(ctx, pid, iid, &call.user)? {
             return Err(ApiError::unauthorized());
         }
         let project = ctx.project(pid);
@@ -737,19 +722,15 @@ pub async fn approve(
             project,
             mr_ref(project, iid)?,
             ctx.base,
-            &user,
+            &call.user,
         ))
     })
 }
 
-pub async fn unapprove(
-    State(state): State<Shared>,
-    Extension(user): Extension<User>,
-    Path((id, iid)): Path<(String, String)>,
-) -> ApiResult {
-    let iid = parse_iid(&iid)?;
-    with_project(&state, &id, |ctx, pid| {
-        if !unapprove_mr(ctx, pid, iid, &user)? {
+pub async fn unapprove(call: ProjectCall<MergeRequestSegment>) -> ApiResult {
+    let iid = call.segments.iid()?;
+    call.with_project(|ctx, pid| {
+        if !unapprove_mr(ctx, pid, iid, &call.user)? {
             return Err(ApiError::not_found(""));
         }
         let project = ctx.project(pid);
@@ -757,32 +738,27 @@ pub async fn unapprove(
             project,
             mr_ref(project, iid)?,
             ctx.base,
-            &user,
+            &call.user,
         ))
     })
 }
 
-pub async fn merge(
-    State(state): State<Shared>,
-    Extension(user): Extension<User>,
-    Path((id, iid)): Path<(String, String)>,
-    params: Params,
-) -> ApiResult {
-    let iid = parse_iid(&iid)?;
+pub async fn merge(call: ProjectCall<MergeRequestSegment>, params: Params) -> ApiResult {
+    let iid = call.segments.iid()?;
     let auto = params.flag("auto_merge")? || params.flag("merge_when_pipeline_succeeds")?;
     let sha = params.str("sha");
     let squash_param = params.bool("squash")?;
     let message = params
         .str("merge_commit_message")
         .or_else(|| params.str("squash_commit_message"))
-        .filter(|m| !m.is_empty());
+        .filter(|message| !message.is_empty());
     let remove_source = params.flag("should_remove_source_branch")?;
-    with_project(&state, &id, |ctx, pid| {
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let mr = mr_ref(project, iid)?.clone();
         let status = detailed_merge_status(project, &mr);
-        let pipeline_status =
-            head_pipeline(project, &mr.source_branch, &mr.sha).map(|p| p.status.clone());
+        let pipeline_status = head_pipeline(project, &mr.source_branch, &mr.sha)
+            .map(|pipeline| pipeline.status.clone());
         let pipeline_active = matches!(
             pipeline_status.as_deref(),
             Some("created" | "pending" | "running")
@@ -822,7 +798,7 @@ pub async fn merge(
                     pid,
                     iid,
                     "add_to_merge_train_when_pipeline_succeeds",
-                    &user,
+                    &call.user,
                     squash,
                     remove_source,
                     message,
@@ -833,12 +809,12 @@ pub async fn merge(
                     pid,
                     iid,
                     "merge_train",
-                    &user,
+                    &call.user,
                     squash,
                     remove_source,
                     message,
                 );
-                ops::add_car(ctx, pid, iid, &user, squash)?;
+                ops::add_car(ctx, pid, iid, &call.user, squash)?;
             }
         } else if auto && pipeline_active {
             set_auto_merge(
@@ -846,13 +822,13 @@ pub async fn merge(
                 pid,
                 iid,
                 "merge_when_pipeline_succeeds",
-                &user,
+                &call.user,
                 squash,
                 remove_source,
                 message,
             );
         } else {
-            do_merge(ctx, pid, iid, &user, squash, message, remove_source)?;
+            do_merge(ctx, pid, iid, &call.user, squash, message, remove_source)?;
         }
         let project = ctx.project(pid);
         ok(mr_json(project, mr_ref(project, iid)?, ctx.base, true))
@@ -860,13 +836,9 @@ pub async fn merge(
 }
 
 /// `PUT .../rebase`: replays the MR's changes on the target head (a push to the source branch).
-pub async fn rebase(
-    State(state): State<Shared>,
-    Extension(user): Extension<User>,
-    Path((id, iid)): Path<(String, String)>,
-) -> ApiResult {
-    let iid = parse_iid(&iid)?;
-    with_project(&state, &id, |ctx, pid| {
+pub async fn rebase(call: ProjectCall<MergeRequestSegment>) -> ApiResult {
+    let iid = call.segments.iid()?;
+    call.with_project(|ctx, pid| {
         let now = ctx.now;
         let project = ctx.project_mut(pid);
         let mr = mr_ref(project, iid)?.clone();
@@ -885,8 +857,14 @@ pub async fn rebase(
                 .map_err(|_| ApiError::forbidden("Rebase failed: conflicts"))?;
             let source_commit = project.repo.commit(&mr.sha).cloned();
             let (message, name, email) = source_commit
-                .map(|c| (c.message, c.author_name, c.author_email))
-                .unwrap_or_else(|| (mr.title.clone(), user.name.clone(), user.email.clone()));
+                .map(|commit| (commit.message, commit.author_name, commit.author_email))
+                .unwrap_or_else(|| {
+                    (
+                        mr.title.clone(),
+                        call.user.name.clone(),
+                        call.user.email.clone(),
+                    )
+                });
             let sha = project.repo.create_commit(
                 vec![target],
                 Arc::new((*tree).clone()),
@@ -896,7 +874,7 @@ pub async fn rebase(
                 now,
             );
             project.repo.set_branch(&mr.source_branch, &sha);
-            ops::on_branch_updated(ctx, pid, &mr.source_branch, Some(&mr.sha), &sha, &user);
+            ops::on_branch_updated(ctx, pid, &mr.source_branch, Some(&mr.sha), &sha, &call.user);
         }
         Ok((
             StatusCode::ACCEPTED,

@@ -7,14 +7,17 @@ pub mod protected_branches;
 pub mod repository;
 pub mod trains;
 
-use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{FromRequestParts, Path, Request, State};
 use axum::http::header;
+use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
+use axum::{Extension, Router};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
-use super::{ApiError, ApiResult, ok, user_json};
+use super::{ApiError, ApiResult, Ctx, ok, user_json, with_project};
 use crate::state::{Shared, User};
 
 /// `PRIVATE-TOKEN` or `Authorization: Bearer` → the user; 401 otherwise.
@@ -22,25 +25,108 @@ async fn auth(State(state): State<Shared>, mut request: Request, next: Next) -> 
     let headers = request.headers();
     let token = headers
         .get("private-token")
-        .and_then(|v| v.to_str().ok())
+        .and_then(|value| value.to_str().ok())
         .map(str::to_string)
         .or_else(|| {
             headers
                 .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| {
-                    v.strip_prefix("Bearer ")
-                        .or_else(|| v.strip_prefix("bearer "))
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| {
+                    value
+                        .strip_prefix("Bearer ")
+                        .or_else(|| value.strip_prefix("bearer "))
                 })
-                .map(|t| t.trim().to_string())
+                .map(|token| token.trim().to_string())
         });
-    let user = token.and_then(|t| state.user_for_token(&t));
+    let user = token.and_then(|token| state.user_for_token(&token));
     match user {
         Some(user) => {
             request.extensions_mut().insert(user);
             next.run(request).await
         }
         None => ApiError::unauthorized().into_response(),
+    }
+}
+
+/// The `{id}` of a project route: a numeric id or a URL-encoded `group/name` path.
+#[derive(Deserialize)]
+struct ProjectSegment {
+    id: String,
+}
+
+/// A call on one project (`/projects/{id}/...`) by the user the auth middleware found, with the
+/// route's further segments deserialized into `Segments` (a struct naming them, `()` for none).
+///
+/// Segments stay text: Grape checks a numeric one together with the parameters, so handlers
+/// parse it (with [`path_number`]) after the parameters and report it the way Grape does. Whether
+/// the project exists is only known under the state lock, in [`ProjectCall::with_project`].
+pub struct ProjectCall<Segments = ()> {
+    pub user: User,
+    pub segments: Segments,
+    state: Shared,
+    project: String,
+}
+
+impl<Segments: DeserializeOwned + Send> FromRequestParts<Shared> for ProjectCall<Segments> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Shared) -> Result<Self, Response> {
+        let Path(project) = Path::<ProjectSegment>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Path(segments) = Path::<Segments>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Extension(user) = Extension::<User>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(ProjectCall {
+            user,
+            segments,
+            state: state.clone(),
+            project: project.id,
+        })
+    }
+}
+
+impl<Segments> ProjectCall<Segments> {
+    /// A call made by the simulator itself (the control API opening a merge request as a
+    /// person), without an HTTP request.
+    pub fn new(state: &Shared, project: &str, user: User, segments: Segments) -> Self {
+        ProjectCall {
+            user,
+            segments,
+            state: state.clone(),
+            project: project.to_string(),
+        }
+    }
+
+    /// Runs `f` on the project (404 `Project Not Found` when there is none) with a mutation
+    /// context; `f` gets the project's numeric id.
+    pub fn with_project<T>(
+        &self,
+        f: impl FnOnce(&mut Ctx<'_>, u64) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        with_project(&self.state, &self.project, f)
+    }
+}
+
+/// A numeric path segment; Grape's 400 `"<param> is invalid"` when it is not a number.
+pub fn path_number(segment: &str, param: &str) -> Result<u64, ApiError> {
+    segment
+        .parse()
+        .map_err(|_| ApiError::param(format!("{param} is invalid")))
+}
+
+/// `{iid}` of a merge request route.
+#[derive(Deserialize)]
+pub struct MergeRequestSegment {
+    iid: String,
+}
+
+impl MergeRequestSegment {
+    pub fn iid(&self) -> Result<u64, ApiError> {
+        path_number(&self.iid, "merge_request_iid")
     }
 }
 

@@ -2,32 +2,44 @@
 //! A new note's quick actions run as its author and leave the note; a note made only of quick
 //! actions is not kept and the API answers 202 with `commands_changes` and `summary`.
 
-use axum::Extension;
-use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::merge_requests;
+use super::{ProjectCall, merge_requests, path_number};
 use crate::gitlab::json::note_json;
 use crate::gitlab::model::Note;
-use crate::gitlab::{
-    ApiError, ApiResult, Ctx, Params, created, hooks, ok, quick_actions, with_project,
-};
-use crate::state::{Shared, User};
+use crate::gitlab::{ApiError, ApiResult, Ctx, Params, created, hooks, ok, quick_actions};
+use crate::state::User;
 
-fn ids(iid: &str, note_id: Option<&str>) -> Result<(u64, Option<u64>), ApiError> {
-    let iid = iid
-        .parse()
-        .map_err(|_| ApiError::param("noteable_id is invalid"))?;
-    let note_id = match note_id {
-        Some(raw) => Some(
-            raw.parse()
-                .map_err(|_| ApiError::param("note_id is invalid"))?,
-        ),
-        None => None,
-    };
-    Ok((iid, note_id))
+/// `{iid}` of a notes route: the merge request is the note's `noteable`, as Grape names it.
+#[derive(Deserialize)]
+pub struct NotesSegment {
+    iid: String,
+}
+
+impl NotesSegment {
+    fn iid(&self) -> Result<u64, ApiError> {
+        path_number(&self.iid, "noteable_id")
+    }
+}
+
+/// `{iid}/notes/{note_id}`: one note of a merge request.
+#[derive(Deserialize)]
+pub struct NoteSegments {
+    iid: String,
+    note_id: String,
+}
+
+impl NoteSegments {
+    /// The merge request's and the note's numbers, checked in that order.
+    fn ids(&self) -> Result<(u64, u64), ApiError> {
+        Ok((
+            path_number(&self.iid, "noteable_id")?,
+            path_number(&self.note_id, "note_id")?,
+        ))
+    }
 }
 
 fn emit_note_hook(ctx: &Ctx<'_>, pid: u64, iid: u64, note_id: u64, action: &str) {
@@ -35,21 +47,17 @@ fn emit_note_hook(ctx: &Ctx<'_>, pid: u64, iid: u64, note_id: u64, action: &str)
     let Some(mr) = project.merge_requests.get(&iid) else {
         return;
     };
-    let Some(note) = mr.notes.iter().find(|n| n.id == note_id) else {
+    let Some(note) = mr.notes.iter().find(|note| note.id == note_id) else {
         return;
     };
     let payload = hooks::note_hook(project, mr, note, action, ctx.base);
     ctx.emit(pid, "Note Hook", payload);
 }
 
-pub async fn list(
-    State(state): State<Shared>,
-    Path((id, iid)): Path<(String, String)>,
-    params: Params,
-) -> ApiResult {
-    let (iid, _) = ids(&iid, None)?;
+pub async fn list(call: ProjectCall<NotesSegment>, params: Params) -> ApiResult {
+    let iid = call.segments.iid()?;
     let ascending = params.str("sort").as_deref() == Some("asc");
-    with_project(&state, &id, |ctx, pid| {
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let mr = project
             .merge_requests
@@ -58,7 +66,7 @@ pub async fn list(
         let mut notes: Vec<Value> = mr
             .notes
             .iter()
-            .map(|n| note_json(project, mr, n, ctx.base))
+            .map(|note| note_json(project, mr, note, ctx.base))
             .collect();
         if !ascending {
             notes.reverse();
@@ -67,12 +75,9 @@ pub async fn list(
     })
 }
 
-pub async fn get_one(
-    State(state): State<Shared>,
-    Path((id, iid, note_id)): Path<(String, String, String)>,
-) -> ApiResult {
-    let (iid, note_id) = ids(&iid, Some(&note_id))?;
-    with_project(&state, &id, |ctx, pid| {
+pub async fn get_one(call: ProjectCall<NoteSegments>) -> ApiResult {
+    let (iid, note_id) = call.segments.ids()?;
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let mr = project
             .merge_requests
@@ -81,7 +86,7 @@ pub async fn get_one(
         let note = mr
             .notes
             .iter()
-            .find(|n| Some(n.id) == note_id)
+            .find(|note| note.id == note_id)
             .ok_or_else(|| ApiError::not_found("Note"))?;
         ok(note_json(project, mr, note, ctx.base))
     })
@@ -117,23 +122,18 @@ pub fn add_note(
     Ok(note_id)
 }
 
-pub async fn create(
-    State(state): State<Shared>,
-    Extension(user): Extension<User>,
-    Path((id, iid)): Path<(String, String)>,
-    params: Params,
-) -> ApiResult {
-    let (iid, _) = ids(&iid, None)?;
+pub async fn create(call: ProjectCall<NotesSegment>, params: Params) -> ApiResult {
+    let iid = call.segments.iid()?;
     let (body, actions) = quick_actions::extract(&params.req_str("body")?);
     let diff_head_sha = params.str("merge_request_diff_head_sha");
-    with_project(&state, &id, |ctx, pid| {
+    call.with_project(|ctx, pid| {
         if !ctx.project(pid).merge_requests.contains_key(&iid) {
             return Err(ApiError::not_found(""));
         }
         let note_id = if body.is_empty() {
             None
         } else {
-            Some(add_note(ctx, pid, iid, &body, &user)?)
+            Some(add_note(ctx, pid, iid, &body, &call.user)?)
         };
         let mut updates = None;
         if !actions.is_empty() {
@@ -146,11 +146,11 @@ pub async fn create(
             });
             let actions: Vec<_> = actions
                 .iter()
-                .filter(|a| !(stale && a.name == "merge"))
+                .filter(|action| !(stale && action.name == "merge"))
                 .cloned()
                 .collect();
             updates = Some(merge_requests::execute_quick_actions(
-                ctx, pid, iid, &actions, &user,
+                ctx, pid, iid, &actions, &call.user,
             )?);
         }
         let Some(note_id) = note_id else {
@@ -178,21 +178,16 @@ pub async fn create(
         let note = mr
             .notes
             .iter()
-            .find(|n| n.id == note_id)
+            .find(|note| note.id == note_id)
             .ok_or_else(|| ApiError::not_found("Note"))?;
         created(note_json(project, mr, note, ctx.base))
     })
 }
 
-pub async fn update(
-    State(state): State<Shared>,
-    Extension(user): Extension<User>,
-    Path((id, iid, note_id)): Path<(String, String, String)>,
-    params: Params,
-) -> ApiResult {
-    let (iid, note_id) = ids(&iid, Some(&note_id))?;
+pub async fn update(call: ProjectCall<NoteSegments>, params: Params) -> ApiResult {
+    let (iid, note_id) = call.segments.ids()?;
     let body = params.req_str("body")?;
-    with_project(&state, &id, |ctx, pid| {
+    call.with_project(|ctx, pid| {
         let now = ctx.now;
         let mr = ctx
             .project_mut(pid)
@@ -202,9 +197,9 @@ pub async fn update(
         let note = mr
             .notes
             .iter_mut()
-            .find(|n| Some(n.id) == note_id)
+            .find(|note| note.id == note_id)
             .ok_or_else(|| ApiError::not_found("Note"))?;
-        if note.system || note.author.id != user.id {
+        if note.system || note.author.id != call.user.id {
             return Err(ApiError::forbidden("You are not allowed to edit this note"));
         }
         note.body = body;
@@ -219,7 +214,7 @@ pub async fn update(
         let note = mr
             .notes
             .iter()
-            .find(|n| n.id == note_id)
+            .find(|note| note.id == note_id)
             .ok_or_else(|| ApiError::not_found("Note"))?;
         ok(note_json(project, mr, note, ctx.base))
     })

@@ -1,53 +1,76 @@
 //! GitLab pipeline and job endpoints.
 
-use axum::Extension;
-use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
+use serde::Deserialize;
 use serde_json::Value;
 
+use super::{MergeRequestSegment, ProjectCall, path_number};
 use crate::gitlab::json::{job_json, pipeline_basic_json, pipeline_json};
 use crate::gitlab::model::train_ref;
 use crate::gitlab::ops::pipelines::retry;
-use crate::gitlab::{ApiError, ApiResult, Params, created, ok, with_project};
-use crate::state::{Shared, User};
+use crate::gitlab::{ApiError, ApiResult, Params, created, ok};
 
-pub async fn list(
-    State(state): State<Shared>,
-    Path(id): Path<String>,
-    params: Params,
-) -> ApiResult {
+/// `{pipeline_id}` of a pipeline route.
+#[derive(Deserialize)]
+pub struct PipelineSegment {
+    pipeline_id: String,
+}
+
+impl PipelineSegment {
+    fn pipeline_id(&self) -> Result<u64, ApiError> {
+        path_number(&self.pipeline_id, "pipeline_id")
+    }
+}
+
+/// `{job_id}` of a job route.
+#[derive(Deserialize)]
+pub struct JobSegment {
+    job_id: String,
+}
+
+impl JobSegment {
+    fn job_id(&self) -> Result<u64, ApiError> {
+        path_number(&self.job_id, "job_id")
+    }
+}
+
+pub async fn list(call: ProjectCall, params: Params) -> ApiResult {
     let ref_filter = params.str("ref");
     let sha_filter = params.str("sha");
     let status_filter = params.str("status");
     let source_filter = params.str("source");
-    with_project(&state, &id, |ctx, pid| {
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let pipelines: Vec<Value> = project
             .pipelines
             .values()
             .rev()
-            .filter(|p| ref_filter.as_ref().is_none_or(|r| &p.ref_name == r))
-            .filter(|p| sha_filter.as_ref().is_none_or(|s| &p.sha == s))
-            .filter(|p| status_filter.as_ref().is_none_or(|s| &p.status == s))
-            .filter(|p| source_filter.as_ref().is_none_or(|s| &p.source == s))
-            .map(|p| pipeline_basic_json(project, p, ctx.base))
+            .filter(|pipeline| {
+                ref_filter
+                    .as_ref()
+                    .is_none_or(|reference| &pipeline.ref_name == reference)
+            })
+            .filter(|pipeline| sha_filter.as_ref().is_none_or(|sha| &pipeline.sha == sha))
+            .filter(|pipeline| {
+                status_filter
+                    .as_ref()
+                    .is_none_or(|status| &pipeline.status == status)
+            })
+            .filter(|pipeline| {
+                source_filter
+                    .as_ref()
+                    .is_none_or(|source| &pipeline.source == source)
+            })
+            .map(|pipeline| pipeline_basic_json(project, pipeline, ctx.base))
             .collect();
         ok(Value::Array(pipelines))
     })
 }
 
-fn parse_id(raw: &str, what: &str) -> Result<u64, ApiError> {
-    raw.parse()
-        .map_err(|_| ApiError::param(format!("{what} is invalid")))
-}
-
-pub async fn get_one(
-    State(state): State<Shared>,
-    Path((id, pipeline_id)): Path<(String, String)>,
-) -> ApiResult {
-    let pipeline_id = parse_id(&pipeline_id, "pipeline_id")?;
-    with_project(&state, &id, |ctx, pid| {
+pub async fn get_one(call: ProjectCall<PipelineSegment>) -> ApiResult {
+    let pipeline_id = call.segments.pipeline_id()?;
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let pipeline = project
             .pipelines
@@ -61,25 +84,23 @@ fn scopes(params: &Params) -> Vec<String> {
     let mut scopes = Vec::new();
     for key in ["scope", "scope[]"] {
         match params.0.get(key) {
-            Some(Value::String(s)) => scopes.extend(s.split(',').map(str::to_string)),
-            Some(Value::Array(items)) => {
-                scopes.extend(items.iter().filter_map(|v| v.as_str().map(str::to_string)))
-            }
+            Some(Value::String(text)) => scopes.extend(text.split(',').map(str::to_string)),
+            Some(Value::Array(items)) => scopes.extend(
+                items
+                    .iter()
+                    .filter_map(|item| item.as_str().map(str::to_string)),
+            ),
             _ => {}
         }
     }
     scopes
 }
 
-pub async fn pipeline_jobs(
-    State(state): State<Shared>,
-    Path((id, pipeline_id)): Path<(String, String)>,
-    params: Params,
-) -> ApiResult {
-    let pipeline_id = parse_id(&pipeline_id, "pipeline_id")?;
+pub async fn pipeline_jobs(call: ProjectCall<PipelineSegment>, params: Params) -> ApiResult {
+    let pipeline_id = call.segments.pipeline_id()?;
     let include_retried = params.flag("include_retried")?;
     let scopes = scopes(&params);
-    with_project(&state, &id, |ctx, pid| {
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let pipeline = project
             .pipelines
@@ -89,7 +110,7 @@ pub async fn pipeline_jobs(
             .job_ids
             .iter()
             .rev()
-            .filter_map(|id| project.jobs.get(id))
+            .filter_map(|job_id| project.jobs.get(job_id))
             .filter(|job| include_retried || !job.retried)
             .filter(|job| scopes.is_empty() || scopes.contains(&job.status))
             .map(|job| job_json(project, job, ctx.base))
@@ -98,12 +119,9 @@ pub async fn pipeline_jobs(
     })
 }
 
-pub async fn get_job(
-    State(state): State<Shared>,
-    Path((id, job_id)): Path<(String, String)>,
-) -> ApiResult {
-    let job_id = parse_id(&job_id, "job_id")?;
-    with_project(&state, &id, |ctx, pid| {
+pub async fn get_job(call: ProjectCall<JobSegment>) -> ApiResult {
+    let job_id = call.segments.job_id()?;
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let job = project
             .jobs
@@ -113,12 +131,9 @@ pub async fn get_job(
     })
 }
 
-pub async fn job_trace(
-    State(state): State<Shared>,
-    Path((id, job_id)): Path<(String, String)>,
-) -> ApiResult {
-    let job_id = parse_id(&job_id, "job_id")?;
-    let trace = with_project(&state, &id, |ctx, pid| {
+pub async fn job_trace(call: ProjectCall<JobSegment>) -> ApiResult {
+    let job_id = call.segments.job_id()?;
+    let trace = call.with_project(|ctx, pid| {
         let job = ctx
             .project(pid)
             .jobs
@@ -134,14 +149,10 @@ pub async fn job_trace(
         .into_response())
 }
 
-pub async fn retry_job(
-    State(state): State<Shared>,
-    Extension(user): Extension<User>,
-    Path((id, job_id)): Path<(String, String)>,
-) -> ApiResult {
-    let job_id = parse_id(&job_id, "job_id")?;
-    with_project(&state, &id, |ctx, pid| {
-        let new_id = retry(ctx, pid, job_id, &user)?;
+pub async fn retry_job(call: ProjectCall<JobSegment>) -> ApiResult {
+    let job_id = call.segments.job_id()?;
+    call.with_project(|ctx, pid| {
+        let new_id = retry(ctx, pid, job_id, &call.user)?;
         let project = ctx.project(pid);
         let job = project
             .jobs
@@ -151,12 +162,9 @@ pub async fn retry_job(
     })
 }
 
-pub async fn mr_pipelines(
-    State(state): State<Shared>,
-    Path((id, iid)): Path<(String, String)>,
-) -> ApiResult {
-    let iid = parse_id(&iid, "merge_request_iid")?;
-    with_project(&state, &id, |ctx, pid| {
+pub async fn mr_pipelines(call: ProjectCall<MergeRequestSegment>) -> ApiResult {
+    let iid = call.segments.iid()?;
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let mr = project
             .merge_requests
@@ -167,8 +175,10 @@ pub async fn mr_pipelines(
             .pipelines
             .values()
             .rev()
-            .filter(|p| p.ref_name == mr.source_branch || p.ref_name == train_ref)
-            .map(|p| pipeline_basic_json(project, p, ctx.base))
+            .filter(|pipeline| {
+                pipeline.ref_name == mr.source_branch || pipeline.ref_name == train_ref
+            })
+            .map(|pipeline| pipeline_basic_json(project, pipeline, ctx.base))
             .collect();
         ok(Value::Array(pipelines))
     })

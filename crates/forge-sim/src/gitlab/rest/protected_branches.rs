@@ -5,15 +5,21 @@
 //! as in GitLab, `*` matches any characters, `/` included, and the rest matches literally. A new
 //! project protects its default branch (GitLab's default branch protection).
 
-use axum::extract::{Path, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 use serde_json::Value;
 
+use super::ProjectCall;
 use crate::gitlab::json::protected_branch_json;
 use crate::gitlab::model::ProtectedBranch;
-use crate::gitlab::{ApiError, ApiResult, Params, Project, with_project};
-use crate::state::Shared;
+use crate::gitlab::{ApiError, ApiResult, Params, Project};
+
+/// `{name}`: a protected branch entry's exact name (a wildcard entry by its wildcard).
+#[derive(Deserialize)]
+pub struct ProtectedBranchSegment {
+    name: String,
+}
 
 /// GitLab's default and largest `per_page`.
 const DEFAULT_PER_PAGE: u64 = 20;
@@ -45,15 +51,22 @@ impl Project {
     pub fn is_protected(&self, branch: &str) -> bool {
         self.protected_branches
             .iter()
-            .any(|p| wildcard_matches(&p.name, branch))
+            .any(|entry| wildcard_matches(&entry.name, branch))
     }
 
     /// Protects a branch name or wildcard (idempotent); returns the entry's id.
     pub fn protect(&mut self, name: &str) -> u64 {
-        if let Some(existing) = self.protected_branches.iter().find(|p| p.name == name) {
+        if let Some(existing) = self
+            .protected_branches
+            .iter()
+            .find(|entry| entry.name == name)
+        {
             return existing.id;
         }
-        let id = self.protected_branches.last().map_or(1, |p| p.id + 1);
+        let id = self
+            .protected_branches
+            .last()
+            .map_or(1, |entry| entry.id + 1);
         self.protected_branches.push(ProtectedBranch {
             id,
             name: name.to_string(),
@@ -64,30 +77,30 @@ impl Project {
     /// Removes a protected branch entry by its exact name; false when there is none.
     pub fn unprotect(&mut self, name: &str) -> bool {
         let before = self.protected_branches.len();
-        self.protected_branches.retain(|p| p.name != name);
+        self.protected_branches.retain(|entry| entry.name != name);
         self.protected_branches.len() != before
     }
 }
 
 /// `GET /projects/:id/protected_branches?search=&page=&per_page=`, with GitLab's pagination
 /// headers (`X-Page`, `X-Per-Page`, `X-Next-Page`, `X-Prev-Page`, `X-Total`, `X-Total-Pages`).
-pub async fn list(
-    State(state): State<Shared>,
-    Path(id): Path<String>,
-    params: Params,
-) -> ApiResult {
+pub async fn list(call: ProjectCall, params: Params) -> ApiResult {
     let search = params.str("search");
     let per_page = params
         .u64("per_page")?
         .unwrap_or(DEFAULT_PER_PAGE)
         .clamp(1, MAX_PER_PAGE);
     let page = params.u64("page")?.unwrap_or(1).max(1);
-    let entries: Vec<Value> = with_project(&state, &id, |ctx, pid| {
+    let entries: Vec<Value> = call.with_project(|ctx, pid| {
         Ok(ctx
             .project(pid)
             .protected_branches
             .iter()
-            .filter(|p| search.as_ref().is_none_or(|s| p.name.contains(s.as_str())))
+            .filter(|entry| {
+                search
+                    .as_ref()
+                    .is_none_or(|search| entry.name.contains(search.as_str()))
+            })
             .map(protected_branch_json)
             .collect())
     })?;
@@ -133,16 +146,14 @@ pub fn paged(items: Vec<Value>, page: u64, per_page: u64) -> Response {
 
 /// `GET /projects/:id/protected_branches/:name`: the entry with exactly this name (a wildcard
 /// entry is asked for by its wildcard name); 404 otherwise.
-pub async fn get_one(
-    State(state): State<Shared>,
-    Path((id, name)): Path<(String, String)>,
-) -> ApiResult {
-    with_project(&state, &id, |ctx, pid| {
+pub async fn get_one(call: ProjectCall<ProtectedBranchSegment>) -> ApiResult {
+    let name = &call.segments.name;
+    call.with_project(|ctx, pid| {
         let entry = ctx
             .project(pid)
             .protected_branches
             .iter()
-            .find(|p| p.name == name)
+            .find(|entry| entry.name == *name)
             .ok_or_else(|| ApiError::not_found(""))?;
         Ok((StatusCode::OK, axum::Json(protected_branch_json(entry))).into_response())
     })

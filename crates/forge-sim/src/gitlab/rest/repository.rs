@@ -2,20 +2,36 @@
 
 use std::sync::Arc;
 
-use axum::Extension;
-use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::ProjectCall;
 use crate::gitlab::json::{commit_detail_json, commit_json};
-use crate::gitlab::{
-    ApiError, ApiResult, Ctx, Params, Project, created, ok, ops, project_json, with_project,
-};
+use crate::gitlab::{ApiError, ApiResult, Ctx, Params, Project, created, ok, ops, project_json};
 use crate::repo::{FileEntry, Repo};
-use crate::state::{Shared, User};
+use crate::state::User;
+
+/// `{file_path}`: a URL-encoded file path.
+#[derive(Deserialize)]
+pub struct FileSegment {
+    file_path: String,
+}
+
+/// `{branch}`: a URL-encoded branch name.
+#[derive(Deserialize)]
+pub struct BranchSegment {
+    branch: String,
+}
+
+/// `{sha}`: a commit sha or any ref.
+#[derive(Deserialize)]
+pub struct CommitSegment {
+    sha: String,
+}
 
 fn branch_json(project: &Project, name: &str, base: &str) -> Value {
     let repo = &project.repo;
@@ -23,7 +39,7 @@ fn branch_json(project: &Project, name: &str, base: &str) -> Value {
     let default_head = repo.branch_head(repo.default_branch()).unwrap_or_default();
     let commit = repo
         .commit(head)
-        .map(|c| commit_json(project, c, base))
+        .map(|commit| commit_json(project, commit, base))
         .unwrap_or(Value::Null);
     json!({
         "name": name,
@@ -38,10 +54,8 @@ fn branch_json(project: &Project, name: &str, base: &str) -> Value {
     })
 }
 
-pub async fn get_project(State(state): State<Shared>, Path(id): Path<String>) -> ApiResult {
-    with_project(&state, &id, |ctx, pid| {
-        ok(project_json(ctx.project(pid), ctx.base))
-    })
+pub async fn get_project(call: ProjectCall) -> ApiResult {
+    call.with_project(|ctx, pid| ok(project_json(ctx.project(pid), ctx.base)))
 }
 
 fn last_commit_touching(repo: &Repo, start: &str, path: &str) -> String {
@@ -55,19 +69,18 @@ fn last_commit_touching(repo: &Repo, start: &str, path: &str) -> String {
             return current;
         };
         match repo.commit(parent) {
-            Some(p) if p.tree.get(path) == entry => current = parent.clone(),
+            Some(parent_commit) if parent_commit.tree.get(path) == entry => {
+                current = parent.clone()
+            }
             _ => return current,
         }
     }
 }
 
-pub async fn get_file(
-    State(state): State<Shared>,
-    Path((id, file_path)): Path<(String, String)>,
-    params: Params,
-) -> ApiResult {
+pub async fn get_file(call: ProjectCall<FileSegment>, params: Params) -> ApiResult {
+    let file_path = &call.segments.file_path;
     let reference = params.req_str("ref")?;
-    with_project(&state, &id, |ctx, pid| {
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let commit = project
             .repo
@@ -75,12 +88,12 @@ pub async fn get_file(
             .ok_or_else(|| ApiError::not_found("Commit"))?;
         let entry = commit
             .tree
-            .get(&file_path)
+            .get(file_path)
             .ok_or_else(|| ApiError::not_found("File"))?;
         use sha2::Digest;
         let sha256 = hex::encode(sha2::Sha256::digest(&entry.content));
         ok(json!({
-            "file_name": file_path.rsplit('/').next().unwrap_or(&file_path),
+            "file_name": file_path.rsplit('/').next().unwrap_or(file_path),
             "file_path": file_path,
             "size": entry.content.len(),
             "encoding": "base64",
@@ -89,18 +102,15 @@ pub async fn get_file(
             "ref": reference,
             "blob_id": entry.blob_id(),
             "commit_id": commit.sha,
-            "last_commit_id": last_commit_touching(&project.repo, &commit.sha, &file_path),
+            "last_commit_id": last_commit_touching(&project.repo, &commit.sha, file_path),
             "execute_filemode": entry.executable,
         }))
     })
 }
 
-pub async fn get_file_raw(
-    State(state): State<Shared>,
-    Path((id, file_path)): Path<(String, String)>,
-    params: Params,
-) -> ApiResult {
-    let content = with_project(&state, &id, |ctx, pid| {
+pub async fn get_file_raw(call: ProjectCall<FileSegment>, params: Params) -> ApiResult {
+    let file_path = &call.segments.file_path;
+    let content = call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let reference = params
             .str("ref")
@@ -111,7 +121,7 @@ pub async fn get_file_raw(
             .ok_or_else(|| ApiError::not_found("Commit"))?;
         let entry = commit
             .tree
-            .get(&file_path)
+            .get(file_path)
             .ok_or_else(|| ApiError::not_found("File"))?;
         Ok(entry.content.clone())
     })?;
@@ -123,34 +133,32 @@ pub async fn get_file_raw(
         .into_response())
 }
 
-pub async fn list_branches(
-    State(state): State<Shared>,
-    Path(id): Path<String>,
-    params: Params,
-) -> ApiResult {
+pub async fn list_branches(call: ProjectCall, params: Params) -> ApiResult {
     let search = params.str("search");
-    with_project(&state, &id, |ctx, pid| {
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let branches: Vec<Value> = project
             .repo
             .branches()
-            .filter(|(name, _)| search.as_ref().is_none_or(|s| name.contains(s.as_str())))
+            .filter(|(name, _)| {
+                search
+                    .as_ref()
+                    .is_none_or(|search| name.contains(search.as_str()))
+            })
             .map(|(name, _)| branch_json(project, name, ctx.base))
             .collect();
         ok(Value::Array(branches))
     })
 }
 
-pub async fn get_branch(
-    State(state): State<Shared>,
-    Path((id, branch)): Path<(String, String)>,
-) -> ApiResult {
-    with_project(&state, &id, |ctx, pid| {
+pub async fn get_branch(call: ProjectCall<BranchSegment>) -> ApiResult {
+    let branch = &call.segments.branch;
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
-        if project.repo.branch_head(&branch).is_none() {
+        if project.repo.branch_head(branch).is_none() {
             return Err(ApiError::not_found("Branch"));
         }
-        ok(branch_json(project, &branch, ctx.base))
+        ok(branch_json(project, branch, ctx.base))
     })
 }
 
@@ -165,21 +173,17 @@ pub fn valid_branch_name(name: &str) -> bool {
         && !name.contains("//")
         && !name.contains("@{")
         && name != "HEAD"
-        && !name.chars().any(|c| {
-            c.is_ascii_control() || matches!(c, ' ' | '~' | '^' | ':' | '?' | '*' | '[' | '\\')
+        && !name.chars().any(|character| {
+            character.is_ascii_control()
+                || matches!(character, ' ' | '~' | '^' | ':' | '?' | '*' | '[' | '\\')
         })
 }
 
-pub async fn create_branch(
-    State(state): State<Shared>,
-    Extension(user): Extension<User>,
-    Path(id): Path<String>,
-    params: Params,
-) -> ApiResult {
+pub async fn create_branch(call: ProjectCall, params: Params) -> ApiResult {
     params.require(&["branch", "ref"])?;
     let branch = params.req_str("branch")?;
     let reference = params.req_str("ref")?;
-    with_project(&state, &id, |ctx, pid| {
+    call.with_project(|ctx, pid| {
         let project = ctx.project_mut(pid);
         if !valid_branch_name(&branch) {
             return Err(ApiError::bad_request("Branch name is invalid"));
@@ -190,21 +194,19 @@ pub async fn create_branch(
         let sha = project
             .repo
             .resolve(&reference)
-            .map(|c| c.sha.clone())
+            .map(|commit| commit.sha.clone())
             .ok_or_else(|| ApiError::bad_request(format!("Invalid reference name: {reference}")))?;
         project.repo.set_branch(&branch, &sha);
-        ops::on_branch_updated(ctx, pid, &branch, None, &sha, &user);
+        ops::on_branch_updated(ctx, pid, &branch, None, &sha, &call.user);
         created(branch_json(ctx.project(pid), &branch, ctx.base))
     })
 }
 
-pub async fn delete_branch(
-    State(state): State<Shared>,
-    Path((id, branch)): Path<(String, String)>,
-) -> ApiResult {
-    with_project(&state, &id, |ctx, pid| {
+pub async fn delete_branch(call: ProjectCall<BranchSegment>) -> ApiResult {
+    let branch = &call.segments.branch;
+    call.with_project(|ctx, pid| {
         let project = ctx.project_mut(pid);
-        if project.repo.branch_head(&branch).is_none() {
+        if project.repo.branch_head(branch).is_none() {
             return Err(ApiError::not_found("Branch"));
         }
         if branch == project.repo.default_branch() {
@@ -212,20 +214,17 @@ pub async fn delete_branch(
                 "The default branch of a project cannot be deleted.",
             ));
         }
-        project.repo.delete_branch(&branch);
+        project.repo.delete_branch(branch);
         Ok(StatusCode::NO_CONTENT.into_response())
     })
 }
 
-pub async fn get_commit(
-    State(state): State<Shared>,
-    Path((id, sha)): Path<(String, String)>,
-) -> ApiResult {
-    with_project(&state, &id, |ctx, pid| {
+pub async fn get_commit(call: ProjectCall<CommitSegment>) -> ApiResult {
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let commit = project
             .repo
-            .resolve(&sha)
+            .resolve(&call.segments.sha)
             .ok_or_else(|| ApiError::not_found("Commit"))?;
         ok(commit_detail_json(project, commit, ctx.base))
     })
@@ -286,7 +285,7 @@ fn parse_actions(value: &Value) -> Result<Vec<FileAction>, ApiError> {
         let action = field("action")
             .ok_or_else(|| ApiError::param(format!("actions[{index}][action] is missing")))?;
         let path = field("file_path")
-            .filter(|p| !p.is_empty())
+            .filter(|path| !path.is_empty())
             .ok_or_else(|| ApiError::param(format!("actions[{index}][file_path] is missing")))?;
         let path = path.trim_start_matches('/').to_string();
         let encoding = field("encoding").unwrap_or_else(|| "text".to_string());
@@ -334,7 +333,7 @@ fn parse_actions(value: &Value) -> Result<Vec<FileAction>, ApiError> {
             "move" => FileAction::Move {
                 path,
                 previous_path: field("previous_path")
-                    .filter(|p| !p.is_empty())
+                    .filter(|path| !path.is_empty())
                     .ok_or_else(|| ApiError::bad_request("You must supply a previous path"))?,
                 content,
             },
@@ -365,14 +364,16 @@ impl CommitRequest {
         }
         let start_sha = params.str("start_sha");
         if let Some(sha) = &start_sha
-            && (sha.len() != 40 || !sha.chars().all(|c| c.is_ascii_hexdigit()))
+            && (sha.len() != 40 || !sha.chars().all(|digit| digit.is_ascii_hexdigit()))
         {
             return Err(ApiError::param("start_sha is invalid"));
         }
         let actions = parse_actions(params.0.get("actions").unwrap_or(&Value::Null))?;
         Ok(CommitRequest {
             branch: params.req_str("branch")?,
-            start_branch: params.str("start_branch").filter(|s| !s.is_empty()),
+            start_branch: params
+                .str("start_branch")
+                .filter(|branch| !branch.is_empty()),
             start_sha,
             force: params.flag("force")?,
             message: params.req_str("commit_message")?,
@@ -502,31 +503,22 @@ pub fn apply_commit(
     Ok(sha)
 }
 
-pub async fn create_commit(
-    State(state): State<Shared>,
-    Extension(user): Extension<User>,
-    Path(id): Path<String>,
-    params: Params,
-) -> ApiResult {
+pub async fn create_commit(call: ProjectCall, params: Params) -> ApiResult {
     let request = CommitRequest::from_params(&params)?;
-    with_project(&state, &id, |ctx, pid| {
-        let sha = apply_commit(ctx, pid, &request, &user)?;
+    call.with_project(|ctx, pid| {
+        let sha = apply_commit(ctx, pid, &request, &call.user)?;
         let project = ctx.project(pid);
         let commit = project.repo.commit(&sha).expect("commit just created");
         created(commit_detail_json(project, commit, ctx.base))
     })
 }
 
-pub async fn compare(
-    State(state): State<Shared>,
-    Path(id): Path<String>,
-    params: Params,
-) -> ApiResult {
+pub async fn compare(call: ProjectCall, params: Params) -> ApiResult {
     params.require(&["from", "to"])?;
     let from = params.req_str("from")?;
     let to = params.req_str("to")?;
     let straight = params.flag("straight")?;
-    with_project(&state, &id, |ctx, pid| {
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let repo = &project.repo;
         let from_commit = repo
@@ -544,21 +536,21 @@ pub async fn compare(
         let commits: Vec<Value> = repo
             .commits_between(&from_commit.sha, &to_commit.sha)
             .into_iter()
-            .map(|c| commit_json(project, c, ctx.base))
+            .map(|commit| commit_json(project, commit, ctx.base))
             .collect();
         let diffs: Vec<Value> = repo
             .diff(&base_sha, &to_commit.sha)
             .into_iter()
-            .map(|d| {
+            .map(|diff| {
                 json!({
-                    "old_path": d.old_path,
-                    "new_path": d.new_path,
-                    "a_mode": d.a_mode,
-                    "b_mode": d.b_mode,
-                    "diff": d.diff,
-                    "new_file": d.new_file,
-                    "renamed_file": d.renamed_file,
-                    "deleted_file": d.deleted_file,
+                    "old_path": diff.old_path,
+                    "new_path": diff.new_path,
+                    "a_mode": diff.a_mode,
+                    "b_mode": diff.b_mode,
+                    "diff": diff.diff,
+                    "new_file": diff.new_file,
+                    "renamed_file": diff.renamed_file,
+                    "deleted_file": diff.deleted_file,
                     "generated_file": Value::Null,
                 })
             })

@@ -1,20 +1,13 @@
 //! GitLab merge train endpoints.
 
-use axum::Extension;
-use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde_json::Value;
 
+use super::{MergeRequestSegment, ProjectCall};
 use crate::gitlab::json::car_json;
 use crate::gitlab::model::{AutoMerge, TrainCar, detailed_merge_status, head_pipeline};
 use crate::gitlab::ops::add_car;
-use crate::gitlab::{ApiError, ApiResult, Params, Project, created, ok, with_project};
-use crate::state::{Shared, User};
-
-fn parse_iid(raw: &str) -> Result<u64, ApiError> {
-    raw.parse()
-        .map_err(|_| ApiError::param("merge_request_iid is invalid"))
-}
+use crate::gitlab::{ApiError, ApiResult, Params, Project, created, ok};
 
 fn require_trains(project: &Project) -> Result<(), ApiError> {
     if project.settings.merge_trains_enabled {
@@ -24,14 +17,10 @@ fn require_trains(project: &Project) -> Result<(), ApiError> {
     }
 }
 
-pub async fn list(
-    State(state): State<Shared>,
-    Path(id): Path<String>,
-    params: Params,
-) -> ApiResult {
+pub async fn list(call: ProjectCall, params: Params) -> ApiResult {
     let scope = params.str("scope");
     let ascending = params.str("sort").as_deref() == Some("asc");
-    with_project(&state, &id, |ctx, pid| {
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         require_trains(project)?;
         let mut cars: Vec<&TrainCar> = Vec::new();
@@ -41,48 +30,40 @@ pub async fn list(
         if scope.as_deref() != Some("active") {
             cars.extend(project.train_history.iter());
         }
-        cars.sort_by_key(|c| c.id);
+        cars.sort_by_key(|car| car.id);
         if !ascending {
             cars.reverse();
         }
         ok(Value::Array(
             cars.into_iter()
-                .map(|c| car_json(project, c, ctx.base))
+                .map(|car| car_json(project, car, ctx.base))
                 .collect(),
         ))
     })
 }
 
-pub async fn get_car(
-    State(state): State<Shared>,
-    Path((id, iid)): Path<(String, String)>,
-) -> ApiResult {
-    let iid = parse_iid(&iid)?;
-    with_project(&state, &id, |ctx, pid| {
+pub async fn get_car(call: ProjectCall<MergeRequestSegment>) -> ApiResult {
+    let iid = call.segments.iid()?;
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         require_trains(project)?;
         let car = project
             .train
             .iter()
             .chain(project.train_history.iter().rev())
-            .find(|c| c.mr_iid == iid)
+            .find(|car| car.mr_iid == iid)
             .ok_or_else(|| ApiError::not_found("Merge Train Merge Request"))?;
         ok(car_json(project, car, ctx.base))
     })
 }
 
 /// `POST /merge_trains/merge_requests/:iid` (`when_pipeline_succeeds`, `sha`, `squash`).
-pub async fn add_car_endpoint(
-    State(state): State<Shared>,
-    Extension(user): Extension<User>,
-    Path((id, iid)): Path<(String, String)>,
-    params: Params,
-) -> ApiResult {
-    let iid = parse_iid(&iid)?;
+pub async fn add_car_endpoint(call: ProjectCall<MergeRequestSegment>, params: Params) -> ApiResult {
+    let iid = call.segments.iid()?;
     let when_pipeline_succeeds = params.flag("when_pipeline_succeeds")?;
     let sha = params.str("sha");
     let squash = params.bool("squash")?;
-    with_project(&state, &id, |ctx, pid| {
+    call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         require_trains(project)?;
         let mr = project
@@ -91,7 +72,8 @@ pub async fn add_car_endpoint(
             .ok_or_else(|| ApiError::not_found(""))?;
         let status = detailed_merge_status(project, mr);
         let running = matches!(
-            head_pipeline(project, &mr.source_branch, &mr.sha).map(|p| p.status.as_str()),
+            head_pipeline(project, &mr.source_branch, &mr.sha)
+                .map(|pipeline| pipeline.status.as_str()),
             Some("created" | "pending" | "running")
         );
         let allowed =
@@ -116,26 +98,26 @@ pub async fn add_car_endpoint(
         if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(&iid) {
             mr.auto_merge = Some(AutoMerge {
                 strategy: strategy.to_string(),
-                user: user.clone(),
+                user: call.user.clone(),
                 squash,
                 remove_source_branch: false,
                 commit_message: None,
             });
         }
         if !running {
-            add_car(ctx, pid, iid, &user, squash)?;
+            add_car(ctx, pid, iid, &call.user, squash)?;
         }
         let project = ctx.project(pid);
         let target = project
             .merge_requests
             .get(&iid)
-            .map(|m| m.target_branch.clone())
+            .map(|mr| mr.target_branch.clone())
             .unwrap_or_default();
         let cars: Vec<Value> = project
             .train
             .iter()
-            .filter(|c| c.target_branch == target)
-            .map(|c| car_json(project, c, ctx.base))
+            .filter(|car| car.target_branch == target)
+            .map(|car| car_json(project, car, ctx.base))
             .collect();
         created(Value::Array(cars))
     })
