@@ -1,7 +1,7 @@
 //! forge-sim's control API, request log, fault injection (HTTP and webhook) and binary, over HTTP.
 
 use std::io::BufRead;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use forge_sim::testing::{ApiClient, Receiver, WAIT_LIMIT, commit_body, start_sim};
 use forge_sim::{FaultRule, HttpFault, WebhookFaultKind, WebhookFaultRule};
@@ -505,7 +505,6 @@ async fn control_api_over_http() {
 
 #[test]
 fn binary_prints_its_urls_and_serves() {
-    let started = Instant::now();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_forge-sim"))
         .args(["--port", "0"])
         .stdout(std::process::Stdio::piped())
@@ -522,7 +521,6 @@ fn binary_prints_its_urls_and_serves() {
             break;
         }
     }
-    let elapsed = started.elapsed();
     let url_of = |label: &str| {
         printed
             .iter()
@@ -547,18 +545,11 @@ fn binary_prints_its_urls_and_serves() {
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(health["ok"], true);
-    assert!(elapsed < Duration::from_secs(5), "started in {elapsed:?}");
 }
 
 #[tokio::test]
-async fn starts_fast_and_serves_concurrent_requests() {
-    let started = Instant::now();
+async fn serves_concurrent_requests() {
     let sim = start_sim().await;
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "started in {:?}",
-        started.elapsed()
-    );
     let project = sim
         .gitlab_project("g/busy")
         .no_ci()
