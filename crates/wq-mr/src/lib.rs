@@ -228,7 +228,7 @@ use wq_forge::Forges;
 use wq_store::Store;
 
 use crate::errors::{request_store_error, store_error};
-use crate::spec::SubmissionRules;
+use crate::spec::{ProjectPath, SubmissionRules};
 use crate::store::{MrStore, UpsertInput, UpsertOutcome};
 
 /// The `item_type` of merge request items.
@@ -416,9 +416,20 @@ impl ItemType for MrType {
                 ),
             )]));
         };
-        spec.project = self
+        let canonical = self
             .canonical_project(&spec.forge, forge.as_ref(), &spec.project)
             .await?;
+        // Another spelling of a valid path, but the forge's answer is not
+        // trusted to follow the rules the submitted one passed.
+        spec.project = ProjectPath::try_from(canonical).map_err(|error| {
+            RequestError::Invalid(vec![FieldError::new(
+                "project",
+                format!(
+                    "forge {:?} spells the project as a path that is refused: {error}",
+                    spec.forge
+                ),
+            )])
+        })?;
         let content_hash = spec.content_hash();
         let metadata_hash = spec.metadata_hash();
         let upserted = self
@@ -491,7 +502,7 @@ impl ItemType for MrType {
 
     async fn scope(&self, id: ItemId) -> Result<Option<(String, String)>, RequestError> {
         let details = self.store.get(id).await.map_err(request_store_error)?;
-        Ok(details.map(|d| (d.spec.forge, d.spec.project)))
+        Ok(details.map(|d| (d.spec.forge, d.spec.project.into_string())))
     }
 
     fn scoped_by_project(&self) -> bool {
