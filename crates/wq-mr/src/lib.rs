@@ -211,6 +211,7 @@ pub mod webhook;
 
 pub use commands::MANUAL_MERGE_EVENT;
 pub use config::MrConfig;
+pub use spec::ConfigErrors;
 pub use dims::MrAction;
 pub use queue_sync::{QUEUE_OBSERVED_EVENT, QUEUE_SYNC_TASK, QueueSync};
 
@@ -258,7 +259,7 @@ impl MrType {
         forges: Forges,
         config: MrConfig,
         clock: Arc<dyn Clock>,
-    ) -> Result<Self, Vec<String>> {
+    ) -> Result<Self, ConfigErrors> {
         let rules = config.compile()?;
         Ok(Self {
             store: MrStore::new(items.as_ref()),

@@ -893,7 +893,7 @@ fn config_compile_errors_name_the_field() {
         max_file_bytes: 0,
         ..SubmissionConfig::default()
     };
-    let errors = config.compile().unwrap_err();
+    let errors = config.compile().unwrap_err().lines();
     let expected_prefixes = [
         "mr.submission.max_file_bytes: must be at least 1",
         "mr.submission.max_actions: must be at least 1",
@@ -915,7 +915,7 @@ fn config_compile_errors_name_the_field() {
         ..SubmissionConfig::default()
     };
     assert_eq!(
-        empty.compile().unwrap_err(),
+        empty.compile().unwrap_err().lines(),
         [
             "mr.submission.blocked_paths[0]: must not be empty",
             "mr.submission.blocked_content[0]: must not be empty",
@@ -1090,7 +1090,8 @@ fn a_slash_inside_brackets_or_braces_is_refused_in_blocked_paths() {
         ..SubmissionConfig::default()
     }
     .compile()
-    .unwrap_err();
+    .unwrap_err()
+    .lines();
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
         errors[0].starts_with("mr.submission.blocked_paths[1]: a '/' inside"),
@@ -1181,7 +1182,7 @@ fn per_project_entries_refuse_typos_and_name_the_key() {
     }))
     .unwrap();
     assert_eq!(
-        config.compile().unwrap_err(),
+        config.compile().unwrap_err().lines(),
         [
             "mr.submission.projects[\"team/[\"]: invalid glob \"team/[\": unclosed character class; missing ']'",
             "mr.submission.projects[\"team/bad\"].blocked_paths[1]: invalid glob \"c[\": unclosed character class; missing ']'",

@@ -43,8 +43,8 @@ use wq_forge::FileAction;
 pub use config::{
     DEFAULT_ALLOW_BINARY, DEFAULT_BLOCKED_CONTENT, DEFAULT_BLOCKED_PATHS, DEFAULT_MAX_ACTIONS,
     DEFAULT_MAX_DESCRIPTION_BYTES, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_TITLE_CHARS,
-    DEFAULT_MAX_TOTAL_BYTES, DEFAULT_PROTECTED_BRANCHES, ProjectSubmissionConfig, SubmissionConfig,
-    SubmissionRules,
+    DEFAULT_MAX_TOTAL_BYTES, DEFAULT_PROTECTED_BRANCHES, ConfigErrors, ProjectSubmissionConfig,
+    SubmissionConfig, SubmissionRules,
 };
 pub use names::{
     BranchName, MAX_BRANCH_BYTES, MAX_FORGE_BYTES, MAX_PATH_BYTES, MAX_PROJECT_BYTES, NameError,
