@@ -211,9 +211,9 @@ pub mod webhook;
 
 pub use commands::MANUAL_MERGE_EVENT;
 pub use config::MrConfig;
-pub use spec::ConfigErrors;
 pub use dims::MrAction;
 pub use queue_sync::{QUEUE_OBSERVED_EVENT, QUEUE_SYNC_TASK, QueueSync};
+pub use spec::ConfigErrors;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -164,11 +164,13 @@ fn refusals() -> Vec<Refusal> {
         refusal("file_actions empty", |b| set(b, "/file_actions", json!([])), "file_actions", "at least one"),
         refusal("title not a string", |b| set(b, "/title", json!(7)), "title", "expected a string, got a number"),
         refusal("project not a string", |b| set(b, "/project", json!(["g", "n"])), "project", "expected a string, got an array"),
-        refusal("labels not an array", |b| set(b, "/labels", json!("bot")), "labels", "expected an array"),
+        refusal("labels not an array", |b| set(b, "/labels", json!("bot")), "labels", "expected an array of strings, got a string"),
         refusal("label not a string", |b| set(b, "/labels/1", json!(1)), "labels[1]", "expected a string"),
+        refusal("label null", |b| set(b, "/labels/0", Value::Null), "labels[0]", "expected a string, got null"),
+        refusal("content not a string", |b| set(b, "/file_actions/1/content", json!({"text": "x"})), "file_actions[1].content", "expected a string, got an object"),
         refusal("automation not an object", |b| set(b, "/automation", json!(true)), "automation", "expected an object"),
         refusal("auto_merge not a boolean", |b| set(b, "/automation/auto_merge", json!("yes")), "automation.auto_merge", "expected a boolean"),
-        refusal("file_actions not an array", |b| set(b, "/file_actions", json!({})), "file_actions", "expected an array"),
+        refusal("file_actions not an array", |b| set(b, "/file_actions", json!({})), "file_actions", "expected an array, got an object"),
         refusal("file action not an object", |b| set(b, "/file_actions/2", json!("delete")), "file_actions[2]", "expected an object"),
         refusal("execute_filemode not a boolean", |b| set(b, "/file_actions/4/execute_filemode", json!("755")), "file_actions[4].execute_filemode", "expected a boolean"),
         // Project.
@@ -734,6 +736,39 @@ fn every_error_is_reported_not_only_the_first() {
     );
 }
 
+/// Unknown fields do not stop the reading: each is named by its path,
+/// beside every rule the known fields break.
+#[test]
+fn every_unknown_field_is_named_by_its_path() {
+    let mut body = base();
+    insert(&mut body, "", "idempotency_key", json!({"nested": [1]}));
+    insert(&mut body, "/automation", "merge_now", json!(true));
+    insert(&mut body, "/file_actions/1", "mode", json!("100755"));
+    insert(&mut body, "/file_actions/3", "last_commit_id", Value::Null);
+    set(&mut body, "/title", json!(" "));
+    let errors = parse(&body, Rules::Default).unwrap_err();
+    let mut fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+    fields.sort_unstable();
+    assert_eq!(
+        fields,
+        [
+            "automation.merge_now",
+            "file_actions[1].mode",
+            "file_actions[3].last_commit_id",
+            "idempotency_key",
+            "title",
+        ],
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .filter(|e| e.field != "title")
+            .all(|e| e.message == "unknown field"),
+        "{errors:?}"
+    );
+}
+
 #[test]
 fn errors_are_capped() {
     let mut body = base();
@@ -869,12 +904,17 @@ fn spec_serializes_as_plain_json_and_its_file_actions_round_trip() {
     );
     let spec = spec_of(&body);
     let stored = serde_json::to_value(&spec).unwrap();
-    for key in ["forge", "project", "source_branch", "target_branch", "title"] {
+    for key in [
+        "forge",
+        "project",
+        "source_branch",
+        "target_branch",
+        "title",
+    ] {
         assert_eq!(stored[key], body[key], "{key}");
     }
     assert_eq!(stored["labels"], body["labels"]);
-    let actions: Vec<FileAction> =
-        serde_json::from_value(stored["file_actions"].clone()).unwrap();
+    let actions: Vec<FileAction> = serde_json::from_value(stored["file_actions"].clone()).unwrap();
     assert_eq!(actions, spec.file_actions);
     let loaded = MrSpec {
         file_actions: actions,

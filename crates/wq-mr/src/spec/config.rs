@@ -398,7 +398,11 @@ fn build_glob(pattern: &str, literal_separator: bool) -> Result<Glob, String> {
         .map_err(|error| format!("invalid glob {pattern:?}: {}", error.kind()))
 }
 
-fn compile_regexes(field: &str, patterns: &[String], errors: &mut Vec<FieldError>) -> Option<RegexSet> {
+fn compile_regexes(
+    field: &str,
+    patterns: &[String],
+    errors: &mut Vec<FieldError>,
+) -> Option<RegexSet> {
     let mut ok = true;
     for (index, pattern) in patterns.iter().enumerate() {
         if pattern.is_empty() {

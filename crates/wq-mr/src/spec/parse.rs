@@ -75,7 +75,7 @@ impl WireSubmission<'_> {
         };
         let file_actions = self
             .file_actions
-            .map(|actions| actions.0.0)
+            .map(|actions| actions.0)
             .unwrap_or_default()
             .into_iter()
             .enumerate()
@@ -102,7 +102,7 @@ impl WireSubmission<'_> {
             title,
             labels: self
                 .labels
-                .map(|labels| labels.0.0.into_iter().map(|label| label.0.into_owned()))
+                .map(|labels| labels.0.into_iter().map(|label| label.0.into_owned()))
                 .into_iter()
                 .flatten()
                 .collect(),
@@ -117,7 +117,9 @@ fn file_action(index: usize, mut action: WireFileAction<'_>) -> Result<FileActio
     let path = |value: Option<&str>, key: &str| {
         named(value, &field(key), RepoPath::try_from).map(RepoPath::into_string)
     };
-    let op = action.op().ok_or_else(|| FieldError::new(field("action"), "required"))?;
+    let op = action
+        .op()
+        .ok_or_else(|| FieldError::new(field("action"), "required"))?;
     let content = action
         .take_decoded()
         .transpose()

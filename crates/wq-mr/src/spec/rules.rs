@@ -178,7 +178,7 @@ impl<'a> Validate for Labels<'a> {
         mut parent: &mut dyn FnMut() -> garde::Path,
         report: &mut garde::Report,
     ) {
-        let labels = &self.0.0;
+        let labels = &self.0;
         if labels.len() > MAX_LABELS {
             let message = format!(
                 "at most {MAX_LABELS} labels are allowed, got {}",
@@ -237,7 +237,7 @@ impl<'a> Validate for FileActions<'a> {
         mut parent: &mut dyn FnMut() -> garde::Path,
         report: &mut garde::Report,
     ) {
-        let actions = &self.0.0;
+        let actions = &self.0;
         let limits = scope.rules.config();
         if actions.is_empty() {
             report.append(parent(), refuse("must contain at least one action"));
@@ -301,11 +301,7 @@ pub(super) fn file_path(value: &Member<'_>, scope: &Scope<'_>) -> garde::Result 
 pub(super) fn previous_path<'v>(
     action: &'v WireFileAction<'_>,
 ) -> impl FnOnce(&Member<'_>, &Scope<'_>) -> garde::Result + 'v {
-    move |_value, scope| {
-        previous_path_rules(action, scope)
-            .map(drop)
-            .map_err(refuse)
-    }
+    move |_value, scope| previous_path_rules(action, scope).map(drop).map_err(refuse)
 }
 
 /// `previous_path`: only on a move, where it is required; another path

@@ -68,10 +68,9 @@ pub(super) struct WireSubmission<'a> {
     pub file_actions: Option<FileActions<'a>>,
 }
 
-/// `labels`; their rules ([`rules`]) look at all of them at once.
-#[derive(Deserialize)]
-#[serde(transparent)]
-pub(super) struct Labels<'a>(#[serde(borrow)] pub List<Text<'a>>);
+/// `labels`, an array of strings; their rules ([`rules`]) look at all of
+/// them at once.
+pub(super) struct Labels<'a>(pub Vec<Text<'a>>);
 
 /// `automation`; a member left out keeps its default.
 #[derive(Deserialize)]
@@ -80,10 +79,9 @@ pub(super) struct WireAutomation {
     pub ci_retry: Option<Flag>,
 }
 
-/// `file_actions`; their rules ([`rules`]) look at all of them at once.
-#[derive(Deserialize)]
-#[serde(transparent)]
-pub(super) struct FileActions<'a>(#[serde(borrow)] pub List<Object<WireFileAction<'a>>>);
+/// `file_actions`, an array of objects; their rules ([`rules`]) look at all
+/// of them at once.
+pub(super) struct FileActions<'a>(pub Vec<Object<WireFileAction<'a>>>);
 
 /// One member of `file_actions`.
 #[derive(Deserialize, garde::Validate)]
@@ -188,10 +186,8 @@ pub(super) fn read<'a>(
     let mut unknown = |path: serde_ignored::Path<'_>| {
         errors.push(FieldError::new(path_text(&path), "unknown field"));
     };
-    let result = serde_path_to_error::deserialize(serde_ignored::Deserializer::new(
-        body,
-        &mut unknown,
-    ));
+    let result =
+        serde_path_to_error::deserialize(serde_ignored::Deserializer::new(body, &mut unknown));
     match result {
         Ok(wire) => Some(wire),
         Err(error) => {
@@ -233,10 +229,6 @@ impl Deref for Text<'_> {
 /// A JSON boolean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Flag(pub bool);
-
-/// A JSON array.
-#[derive(Debug)]
-pub(super) struct List<T>(pub Vec<T>);
 
 /// A JSON object, read into the derived `T`.
 #[derive(Debug)]
@@ -285,17 +277,29 @@ impl JsonKind<'_> for Flag {
     }
 }
 
-impl<'de, T: Deserialize<'de>> JsonKind<'de> for List<T> {
+impl<'de: 'a, 'a> JsonKind<'de> for Labels<'a> {
+    const EXPECTED: &'static str = "an array of strings";
+
+    fn from_array<A: SeqAccess<'de>>(items: A) -> Result<Self, A::Error> {
+        collect(items).map(Labels)
+    }
+}
+
+impl<'de: 'a, 'a> JsonKind<'de> for FileActions<'a> {
     const EXPECTED: &'static str = "an array";
 
-    fn from_array<A: SeqAccess<'de>>(mut items: A) -> Result<Self, A::Error> {
-        // The hint comes from the caller's body: trust it only so far.
-        let mut list = Vec::with_capacity(items.size_hint().unwrap_or(0).min(1024));
-        while let Some(item) = items.next_element()? {
-            list.push(item);
-        }
-        Ok(List(list))
+    fn from_array<A: SeqAccess<'de>>(items: A) -> Result<Self, A::Error> {
+        collect(items).map(FileActions)
     }
+}
+
+fn collect<'de, T: Deserialize<'de>, A: SeqAccess<'de>>(mut items: A) -> Result<Vec<T>, A::Error> {
+    // The hint comes from the caller's body: trust it only so far.
+    let mut list = Vec::with_capacity(items.size_hint().unwrap_or(0).min(1024));
+    while let Some(item) = items.next_element()? {
+        list.push(item);
+    }
+    Ok(list)
 }
 
 impl<'de, T: Deserialize<'de>> JsonKind<'de> for Object<T> {
@@ -373,7 +377,13 @@ impl<'de> Deserialize<'de> for Flag {
     }
 }
 
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for List<T> {
+impl<'de: 'a, 'a> Deserialize<'de> for Labels<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(KindVisitor(PhantomData))
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for FileActions<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_any(KindVisitor(PhantomData))
     }
