@@ -15,7 +15,7 @@ use wq_forge::FileOp;
 
 use super::config::SubmissionRules;
 use super::names::{BranchName, NameError, ProjectPath, RepoPath, check_forge};
-use super::wire::{FileActions, Flag, Labels, Object, Text, WireFileAction, WireSubmission};
+use super::wire::{self, FileActions, Flag, Labels, Object, Text, WireFileAction, WireSubmission};
 
 /// Most labels on one submission.
 pub const MAX_LABELS: usize = 50;
@@ -70,10 +70,12 @@ fn optional_and(
     value.as_deref().map_or(Ok(()), check).map_err(refuse)
 }
 
+/// A name type's check, its refusal as the message.
 fn name_check(check: fn(&str) -> Result<(), NameError>) -> impl Fn(&str) -> Result<(), String> {
     move |value| check(value).map_err(|error| error.to_string())
 }
 
+/// A member that is not a string (an array, an object) and is required.
 pub(super) fn required<T>(value: &Option<T>, _scope: &Scope<'_>) -> garde::Result {
     value.as_ref().map(drop).ok_or_else(|| refuse("required"))
 }
@@ -97,8 +99,9 @@ fn valid_branch<'v>(value: &'v Member<'_>) -> Option<&'v str> {
         .filter(|name| BranchName::check(name).is_ok())
 }
 
-/// `source_branch` names another branch than `target`, whatever the case
-/// (the forges' branch names are case-insensitive on some file systems).
+/// `source_branch` names another branch than `target`, whatever the ASCII
+/// case (refs that differ only in case collide on case-insensitive file
+/// systems).
 pub(super) fn differs_from<'t>(
     target: &'t Member<'_>,
 ) -> impl FnOnce(&Member<'_>, &Scope<'_>) -> garde::Result + 't {
@@ -285,11 +288,11 @@ impl<'a> Validate for FileActions<'a> {
 }
 
 pub(super) fn action(value: &Member<'_>, _scope: &Scope<'_>) -> garde::Result {
-    required_and(value, |action| match action {
-        "create" | "update" | "delete" | "move" | "chmod" => Ok(()),
-        other => Err(format!(
+    required_and(value, |action| match wire::file_op(action) {
+        Some(_) => Ok(()),
+        None => Err(format!(
             "unknown action {}; expected one of create, update, delete, move, chmod",
-            quote(other)
+            quote(action)
         )),
     })
 }
@@ -356,11 +359,11 @@ fn touchable<'v>(path: &'v str, scope: &Scope<'_>) -> Result<&'v str, String> {
 }
 
 pub(super) fn encoding(value: &Member<'_>, _scope: &Scope<'_>) -> garde::Result {
-    optional_and(value, |encoding| match encoding {
-        "text" | "base64" => Ok(()),
-        other => Err(format!(
+    optional_and(value, |name| match wire::encoding(name) {
+        Some(_) => Ok(()),
+        None => Err(format!(
             "unknown encoding {}; expected \"text\" or \"base64\"",
-            quote(other)
+            quote(name)
         )),
     })
 }

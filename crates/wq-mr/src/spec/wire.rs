@@ -3,6 +3,11 @@
 //! (`expected a string, got a number`, at the path of the value) and every
 //! unknown field, each with its path (`file_actions[0].last_commit_id`). The
 //! garde rules on these types ([`super::rules`]) then check the values.
+//!
+//! Unknown members are collected through `serde_ignored` rather than
+//! refused by `#[serde(deny_unknown_fields)]`, which stops at the first one:
+//! a submission's answer names every unknown member beside every other
+//! refusal.
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
@@ -120,23 +125,14 @@ pub(super) enum Encoding {
 impl WireFileAction<'_> {
     /// `action` as an operation; `None` when it is missing or unknown.
     pub fn op(&self) -> Option<FileOp> {
-        Some(match self.action.as_deref()? {
-            "create" => FileOp::Create,
-            "update" => FileOp::Update,
-            "delete" => FileOp::Delete,
-            "move" => FileOp::Move,
-            "chmod" => FileOp::Chmod,
-            _ => return None,
-        })
+        file_op(self.action.as_deref()?)
     }
 
     /// `encoding` (text when left out); `None` when it is unknown.
     pub fn encoding(&self) -> Option<Encoding> {
-        match self.encoding.as_deref() {
-            None | Some("text") => Some(Encoding::Text),
-            Some("base64") => Some(Encoding::Base64),
-            Some(_) => None,
-        }
+        self.encoding
+            .as_deref()
+            .map_or(Some(Encoding::Text), encoding)
     }
 
     /// The decoded `content`, or why it does not decode. `None` when there
@@ -157,6 +153,27 @@ impl WireFileAction<'_> {
     pub fn take_decoded(&mut self) -> Option<Result<Vec<u8>, String>> {
         self.decoded();
         self.decoded.take().flatten()
+    }
+}
+
+/// An `action` value as an operation.
+pub(super) fn file_op(action: &str) -> Option<FileOp> {
+    Some(match action {
+        "create" => FileOp::Create,
+        "update" => FileOp::Update,
+        "delete" => FileOp::Delete,
+        "move" => FileOp::Move,
+        "chmod" => FileOp::Chmod,
+        _ => return None,
+    })
+}
+
+/// An `encoding` value.
+pub(super) fn encoding(name: &str) -> Option<Encoding> {
+    match name {
+        "text" => Some(Encoding::Text),
+        "base64" => Some(Encoding::Base64),
+        _ => None,
     }
 }
 
