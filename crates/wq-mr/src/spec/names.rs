@@ -26,18 +26,6 @@ pub const MAX_FORGE_BYTES: usize = 128;
 #[error("{0}")]
 pub struct NameError(String);
 
-impl From<String> for NameError {
-    fn from(reason: String) -> Self {
-        Self(reason)
-    }
-}
-
-impl From<&str> for NameError {
-    fn from(reason: &str) -> Self {
-        Self(reason.to_owned())
-    }
-}
-
 /// The parts the three name types share: a `String` that passed `rules`,
 /// built by `TryFrom<String>`, `TryFrom<&str>` or `FromStr`, read as a
 /// `&str`, serialized as a plain string.
