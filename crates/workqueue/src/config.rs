@@ -338,9 +338,7 @@ impl Config {
                 );
             }
         }
-        if let Err(errors) = self.mr.compile() {
-            anyhow::bail!("{}", errors.join("\n"));
-        }
+        self.mr.compile()?;
         if let Err(errors) = self.herder() {
             anyhow::bail!("{}", errors.join("\n"));
         }

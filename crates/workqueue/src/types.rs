@@ -26,7 +26,7 @@ pub fn build(
         .herder()
         .map_err(|errors| anyhow::anyhow!("invalid ci_retry config: {}", errors.join("; ")))?;
     let mr = MrType::new(store, forges, config.mr.clone(), clock)
-        .map_err(|errors| anyhow::anyhow!("invalid mr config: {}", errors.join("; ")))?
+        .map_err(|errors| anyhow::Error::new(errors).context("invalid mr config"))?
         .with_herder(herder);
     Ok(TypeRegistry::builder().register(Arc::new(mr)).build()?)
 }

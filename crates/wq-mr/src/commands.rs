@@ -7,7 +7,8 @@ use crate::MrType;
 use crate::store::{MergeResult, MrDetails};
 
 /// The body of `POST /api/v1/work-items/{id}/merge`; both fields optional.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ManualMerge {
     /// `merge`, `squash` or `rebase`; else `mr.merge_method`, else the
     /// forge's project setting.
@@ -17,40 +18,35 @@ struct ManualMerge {
 }
 
 impl ManualMerge {
-    /// The body, or 422 naming the field that is wrong.
+    /// The body (`null` or none: every default), or 422 naming the field
+    /// that is wrong.
     fn parse(body: serde_json::Value) -> Result<Self, RequestError> {
-        let invalid = |field: &str, message: String| {
+        let invalid = |field: &str, message: &str| {
             RequestError::Invalid(vec![FieldError::new(field, message)])
         };
-        let fields = match body {
-            serde_json::Value::Null => return Ok(Self::default()),
-            serde_json::Value::Object(fields) => fields,
-            _ => return Err(invalid("body", "must be a JSON object".into())),
-        };
-        let mut request = Self::default();
-        for (name, value) in fields {
-            match name.as_str() {
-                "merge_method" => {
-                    request.merge_method = serde_json::from_value(value).map_err(|_| {
-                        invalid(
-                            "merge_method",
-                            "must be one of merge, squash, rebase".into(),
-                        )
-                    })?;
-                }
-                "expected_head_sha" => {
-                    request.expected_head_sha = serde_json::from_value(value)
-                        .map_err(|_| invalid("expected_head_sha", "must be a string".into()))?;
-                }
-                other => {
-                    return Err(invalid(
-                        other,
-                        "unknown field (known: merge_method, expected_head_sha)".into(),
-                    ));
-                }
-            }
+        if body.is_null() {
+            return Ok(Self::default());
         }
-        Ok(request)
+        // A derived struct would also take an array, by position.
+        if !body.is_object() {
+            return Err(invalid("body", "must be a JSON object"));
+        }
+        serde_path_to_error::deserialize(body).map_err(|error| {
+            // The path starts with the member that is wrong: a known one
+            // of the wrong type, or an unknown one.
+            let member = match error.path().iter().next() {
+                Some(serde_path_to_error::Segment::Map { key }) => key.clone(),
+                _ => String::new(),
+            };
+            match member.as_str() {
+                "merge_method" => invalid(&member, "must be one of merge, squash, rebase"),
+                "expected_head_sha" => invalid(&member, "must be a string"),
+                _ => invalid(
+                    &member,
+                    "unknown field (known: merge_method, expected_head_sha)",
+                ),
+            }
+        })
     }
 }
 
@@ -209,5 +205,66 @@ impl MrType {
             }),
             wake: true,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The one refused field of `body`: (field, message).
+    fn refusal(body: serde_json::Value) -> (String, String) {
+        match ManualMerge::parse(body) {
+            Err(RequestError::Invalid(errors)) => {
+                assert_eq!(errors.len(), 1, "{errors:?}");
+                (errors[0].field.clone(), errors[0].message.clone())
+            }
+            other => panic!("expected one refused field, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_manual_merge_body_takes_its_defaults_and_values() {
+        for body in [json!(null), json!({}), json!({"merge_method": null})] {
+            let request = ManualMerge::parse(body).unwrap();
+            assert_eq!(request.merge_method, None);
+            assert_eq!(request.expected_head_sha, None);
+        }
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let request =
+            ManualMerge::parse(json!({"merge_method": "squash", "expected_head_sha": sha}))
+                .unwrap();
+        assert_eq!(request.merge_method, Some(wq_forge::MergeMethod::Squash));
+        assert_eq!(request.expected_head_sha.as_deref(), Some(sha));
+    }
+
+    #[test]
+    fn a_bad_manual_merge_body_names_its_field() {
+        for (body, field, message) in [
+            (json!([]), "body", "must be a JSON object"),
+            (json!("squash"), "body", "must be a JSON object"),
+            (
+                json!({"merge_method": "fast-forward"}),
+                "merge_method",
+                "must be one of merge, squash, rebase",
+            ),
+            (json!({"merge_method": 1}), "merge_method", "must be one of"),
+            (
+                json!({"expected_head_sha": 7}),
+                "expected_head_sha",
+                "must be a string",
+            ),
+            (
+                json!({"merge_method": "merge", "method": "merge"}),
+                "method",
+                "unknown field (known: merge_method, expected_head_sha)",
+            ),
+        ] {
+            let (got_field, got_message) = refusal(body.clone());
+            assert_eq!(got_field, field, "{body}");
+            assert!(got_message.contains(message), "{body}: {got_message}");
+        }
     }
 }

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use wq_forge::MergeMethod;
 
-use crate::spec::{SubmissionConfig, SubmissionRules};
+use crate::spec::{ConfigErrors, FieldError, SubmissionConfig, SubmissionRules};
 
 /// Settings of the `mr` type. Every field has a default.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -59,7 +59,7 @@ impl Default for MrConfig {
 impl MrConfig {
     /// Checks what serde cannot and compiles the submission rules. Every
     /// problem is reported, each naming its field (`mr.…`).
-    pub fn compile(&self) -> Result<SubmissionRules, Vec<String>> {
+    pub fn compile(&self) -> Result<SubmissionRules, ConfigErrors> {
         let mut errors = Vec::new();
         // A zero interval would re-arm a timer that is already due: the item
         // would re-read the forge in a loop until its deadline.
@@ -86,31 +86,35 @@ impl MrConfig {
             ),
         ] {
             if !(1..=MAX_INTERVAL_SECONDS).contains(&value) {
-                errors.push(format!(
-                    "mr.{field}: must be between 1 and {MAX_INTERVAL_SECONDS}, got {value}"
+                errors.push(FieldError::new(
+                    format!("mr.{field}"),
+                    format!("must be between 1 and {MAX_INTERVAL_SECONDS}, got {value}"),
                 ));
             }
         }
         let url_ok = url::Url::parse(&self.public_url)
             .is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.has_host());
         if !url_ok {
-            errors.push(format!(
-                "mr.public_url: expected an http(s) URL, got {:?}",
-                self.public_url
+            errors.push(FieldError::new(
+                "mr.public_url",
+                format!("expected an http(s) URL, got {:?}", self.public_url),
             ));
         }
         if self.managed_label.contains(',') || self.managed_label.chars().any(char::is_control) {
-            errors.push(format!(
-                "mr.managed_label: must not contain commas or control characters, got {:?}",
-                self.managed_label
+            errors.push(FieldError::new(
+                "mr.managed_label",
+                format!(
+                    "must not contain commas or control characters, got {:?}",
+                    self.managed_label
+                ),
             ));
         }
         match self.submission.compile() {
             Ok(rules) if errors.is_empty() => Ok(rules),
-            Ok(_) => Err(errors),
+            Ok(_) => Err(ConfigErrors(errors)),
             Err(more) => {
-                errors.extend(more);
-                Err(errors)
+                errors.extend(more.0);
+                Err(ConfigErrors(errors))
             }
         }
     }
@@ -137,7 +141,7 @@ mod tests {
             panic!("a bad config was accepted");
         };
         assert_eq!(
-            errors,
+            errors.lines(),
             vec![
                 "mr.reconcile_interval_seconds: must be between 1 and 604800, got 0".to_owned(),
                 "mr.merge_attempt_deadline_seconds: must be between 1 and 604800, got 0".to_owned(),
@@ -146,5 +150,6 @@ mod tests {
                     .to_owned(),
             ]
         );
+        assert_eq!(errors.0[2].field, "mr.public_url");
     }
 }

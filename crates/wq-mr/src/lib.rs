@@ -213,6 +213,7 @@ pub use commands::MANUAL_MERGE_EVENT;
 pub use config::MrConfig;
 pub use dims::MrAction;
 pub use queue_sync::{QUEUE_OBSERVED_EVENT, QUEUE_SYNC_TASK, QueueSync};
+pub use spec::ConfigErrors;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -228,7 +229,7 @@ use wq_forge::Forges;
 use wq_store::Store;
 
 use crate::errors::store_error;
-use crate::spec::SubmissionRules;
+use crate::spec::{ProjectPath, SubmissionRules};
 use crate::store::{MrStore, UpsertInput, UpsertOutcome};
 
 /// The `item_type` of merge request items.
@@ -258,7 +259,7 @@ impl MrType {
         forges: Forges,
         config: MrConfig,
         clock: Arc<dyn Clock>,
-    ) -> Result<Self, Vec<String>> {
+    ) -> Result<Self, ConfigErrors> {
         let rules = config.compile()?;
         Ok(Self {
             store: MrStore::new(items.as_ref()),
@@ -416,9 +417,20 @@ impl ItemType for MrType {
                 ),
             )]));
         };
-        spec.project = self
+        let canonical = self
             .canonical_project(&spec.forge, forge.as_ref(), &spec.project)
             .await?;
+        // Another spelling of a valid path, but the forge's answer is not
+        // trusted to follow the rules the submitted one passed.
+        spec.project = ProjectPath::try_from(canonical).map_err(|error| {
+            RequestError::Invalid(vec![FieldError::new(
+                "project",
+                format!(
+                    "forge {:?} spells the project as a path that is refused: {error}",
+                    spec.forge
+                ),
+            )])
+        })?;
         let content_hash = spec.content_hash();
         let metadata_hash = spec.metadata_hash();
         let upserted = self
@@ -491,7 +503,7 @@ impl ItemType for MrType {
 
     async fn scope(&self, id: ItemId) -> Result<Option<(String, String)>, RequestError> {
         let details = self.store.get(id).await.map_err(RequestError::from)?;
-        Ok(details.map(|d| (d.spec.forge, d.spec.project)))
+        Ok(details.map(|d| (d.spec.forge, d.spec.project.into_string())))
     }
 
     fn scoped_by_project(&self) -> bool {

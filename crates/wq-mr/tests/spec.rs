@@ -164,11 +164,13 @@ fn refusals() -> Vec<Refusal> {
         refusal("file_actions empty", |b| set(b, "/file_actions", json!([])), "file_actions", "at least one"),
         refusal("title not a string", |b| set(b, "/title", json!(7)), "title", "expected a string, got a number"),
         refusal("project not a string", |b| set(b, "/project", json!(["g", "n"])), "project", "expected a string, got an array"),
-        refusal("labels not an array", |b| set(b, "/labels", json!("bot")), "labels", "expected an array"),
+        refusal("labels not an array", |b| set(b, "/labels", json!("bot")), "labels", "expected an array of strings, got a string"),
         refusal("label not a string", |b| set(b, "/labels/1", json!(1)), "labels[1]", "expected a string"),
+        refusal("label null", |b| set(b, "/labels/0", Value::Null), "labels[0]", "expected a string, got null"),
+        refusal("content not a string", |b| set(b, "/file_actions/1/content", json!({"text": "x"})), "file_actions[1].content", "expected a string, got an object"),
         refusal("automation not an object", |b| set(b, "/automation", json!(true)), "automation", "expected an object"),
         refusal("auto_merge not a boolean", |b| set(b, "/automation/auto_merge", json!("yes")), "automation.auto_merge", "expected a boolean"),
-        refusal("file_actions not an array", |b| set(b, "/file_actions", json!({})), "file_actions", "expected an array"),
+        refusal("file_actions not an array", |b| set(b, "/file_actions", json!({})), "file_actions", "expected an array, got an object"),
         refusal("file action not an object", |b| set(b, "/file_actions/2", json!("delete")), "file_actions[2]", "expected an object"),
         refusal("execute_filemode not a boolean", |b| set(b, "/file_actions/4/execute_filemode", json!("755")), "file_actions[4].execute_filemode", "expected a boolean"),
         // Project.
@@ -734,6 +736,39 @@ fn every_error_is_reported_not_only_the_first() {
     );
 }
 
+/// Unknown fields do not stop the reading: each is named by its path,
+/// beside every rule the known fields break.
+#[test]
+fn every_unknown_field_is_named_by_its_path() {
+    let mut body = base();
+    insert(&mut body, "", "idempotency_key", json!({"nested": [1]}));
+    insert(&mut body, "/automation", "merge_now", json!(true));
+    insert(&mut body, "/file_actions/1", "mode", json!("100755"));
+    insert(&mut body, "/file_actions/3", "last_commit_id", Value::Null);
+    set(&mut body, "/title", json!(" "));
+    let errors = parse(&body, Rules::Default).unwrap_err();
+    let mut fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+    fields.sort_unstable();
+    assert_eq!(
+        fields,
+        [
+            "automation.merge_now",
+            "file_actions[1].mode",
+            "file_actions[3].last_commit_id",
+            "idempotency_key",
+            "title",
+        ],
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .filter(|e| e.field != "title")
+            .all(|e| e.message == "unknown field"),
+        "{errors:?}"
+    );
+}
+
 #[test]
 fn errors_are_capped() {
     let mut body = base();
@@ -857,8 +892,10 @@ fn metadata_hash_follows_what_the_merge_request_shows() {
     assert_ne!(reordered.content_hash(), original.content_hash());
 }
 
+/// The names serialize as the plain strings they were before they had
+/// types, and the file actions (kept as JSON by the store) round-trip.
 #[test]
-fn spec_round_trips_through_json() {
+fn spec_serializes_as_plain_json_and_its_file_actions_round_trip() {
     let mut body = base();
     set(
         &mut body,
@@ -867,8 +904,22 @@ fn spec_round_trips_through_json() {
     );
     let spec = spec_of(&body);
     let stored = serde_json::to_value(&spec).unwrap();
-    let loaded: MrSpec = serde_json::from_value(stored).unwrap();
-    assert_eq!(loaded, spec);
+    for key in [
+        "forge",
+        "project",
+        "source_branch",
+        "target_branch",
+        "title",
+    ] {
+        assert_eq!(stored[key], body[key], "{key}");
+    }
+    assert_eq!(stored["labels"], body["labels"]);
+    let actions: Vec<FileAction> = serde_json::from_value(stored["file_actions"].clone()).unwrap();
+    assert_eq!(actions, spec.file_actions);
+    let loaded = MrSpec {
+        file_actions: actions,
+        ..spec.clone()
+    };
     assert_eq!(loaded.content_hash(), spec.content_hash());
 }
 
@@ -882,7 +933,7 @@ fn config_compile_errors_name_the_field() {
         max_file_bytes: 0,
         ..SubmissionConfig::default()
     };
-    let errors = config.compile().unwrap_err();
+    let errors = config.compile().unwrap_err().lines();
     let expected_prefixes = [
         "mr.submission.max_file_bytes: must be at least 1",
         "mr.submission.max_actions: must be at least 1",
@@ -904,7 +955,7 @@ fn config_compile_errors_name_the_field() {
         ..SubmissionConfig::default()
     };
     assert_eq!(
-        empty.compile().unwrap_err(),
+        empty.compile().unwrap_err().lines(),
         [
             "mr.submission.blocked_paths[0]: must not be empty",
             "mr.submission.blocked_content[0]: must not be empty",
@@ -1079,7 +1130,8 @@ fn a_slash_inside_brackets_or_braces_is_refused_in_blocked_paths() {
         ..SubmissionConfig::default()
     }
     .compile()
-    .unwrap_err();
+    .unwrap_err()
+    .lines();
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
         errors[0].starts_with("mr.submission.blocked_paths[1]: a '/' inside"),
@@ -1170,7 +1222,7 @@ fn per_project_entries_refuse_typos_and_name_the_key() {
     }))
     .unwrap();
     assert_eq!(
-        config.compile().unwrap_err(),
+        config.compile().unwrap_err().lines(),
         [
             "mr.submission.projects[\"team/[\"]: invalid glob \"team/[\": unclosed character class; missing ']'",
             "mr.submission.projects[\"team/bad\"].blocked_paths[1]: invalid glob \"c[\": unclosed character class; missing ']'",

@@ -19,9 +19,9 @@ const NOW: OffsetDateTime = datetime!(2026-11-30 12:00 UTC);
 fn spec(content: &str) -> MrSpec {
     MrSpec {
         forge: "gitlab".into(),
-        project: "team/app".into(),
-        source_branch: "wq/x".into(),
-        target_branch: "main".into(),
+        project: "team/app".parse().unwrap(),
+        source_branch: "wq/x".parse().unwrap(),
+        target_branch: "main".parse().unwrap(),
         title: "T".into(),
         description: "D".into(),
         commit_message: "T".into(),
@@ -247,7 +247,7 @@ async fn pushed_heads_belong_to_the_branch_line(backend: Backend) {
     assert!(mr.branch_ownership(second, "aaa").await.unwrap().pushed);
     // Another branch does not.
     let mut other = spec("1");
-    other.source_branch = "wq/other".into();
+    other.source_branch = "wq/other".parse().unwrap();
     let (third, _) = upsert(&mr, &other, NOW).await;
     assert!(!mr.branch_ownership(third, "aaa").await.unwrap().pushed);
 }
@@ -286,7 +286,7 @@ async fn created_change_requests_are_recorded(backend: Backend) {
 async fn lookups_ignore_the_project_case(backend: Backend) {
     let (_store, mr) = setup(backend).await;
     let mut canonical = spec("1");
-    canonical.project = "Team/App".into();
+    canonical.project = "Team/App".parse().unwrap();
     let (id, _) = upsert(&mr, &canonical, NOW).await;
     // A stored spelling other than the submission's is still the live item.
     let (again, outcome) = upsert(&mr, &spec("2"), NOW).await;
@@ -344,7 +344,7 @@ async fn upsert_outcomes_and_generations(backend: Backend) {
         (id, UpsertOutcome::Updated { content: false })
     );
     let mut retargeted = retitled.clone();
-    retargeted.target_branch = "develop".into();
+    retargeted.target_branch = "develop".parse().unwrap();
     assert_eq!(
         upsert(&mr, &retargeted, NOW).await,
         (id, UpsertOutcome::Updated { content: true }),

@@ -45,75 +45,116 @@ struct ListQuery {
     before: Option<ItemId>,
 }
 
+/// The query as written: each parameter at most once, no other (the
+/// derive refuses both); the values are read by [`ListQuery::parse`].
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawListQuery {
+    #[serde(default, deserialize_with = "given")]
+    phase: Option<String>,
+    #[serde(default, deserialize_with = "given")]
+    item_type: Option<String>,
+    #[serde(default, deserialize_with = "given")]
+    limit: Option<String>,
+    #[serde(default, deserialize_with = "given")]
+    before: Option<String>,
+}
+
+/// A parameter that is present (a query has no `null`).
+fn given<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    <String as serde::Deserialize>::deserialize(deserializer).map(Some)
+}
+
+/// Why the parameters do not fit [`RawListQuery`], as the derive reports
+/// it: the parameter's name, not a message to take apart.
+#[derive(Debug, thiserror::Error)]
+enum QueryShapeError {
+    #[error("unknown query parameter {0:?}")]
+    Unknown(String),
+    #[error("query parameter {0:?} is given more than once")]
+    Repeated(&'static str),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl serde::de::Error for QueryShapeError {
+    fn custom<T: std::fmt::Display>(message: T) -> Self {
+        Self::Other(message.to_string())
+    }
+
+    fn unknown_field(field: &str, _expected: &'static [&'static str]) -> Self {
+        Self::Unknown(field.to_owned())
+    }
+
+    fn duplicate_field(field: &'static str) -> Self {
+        Self::Repeated(field)
+    }
+}
+
 impl ListQuery {
     /// Parses the raw pairs; unknown, repeated and malformed parameters are
     /// refused with an error naming them.
     fn parse(pairs: Vec<(String, String)>) -> Result<Self, ApiError> {
-        let mut query = ListQuery {
-            phase: None,
-            item_type: None,
-            limit: DEFAULT_PAGE_LIMIT,
-            before: None,
-        };
-        let mut seen: Vec<String> = Vec::new();
-        for (name, value) in pairs {
-            if seen.contains(&name) {
-                return Err(ApiError::invalid_parameter(
+        let pairs = serde::de::value::MapDeserializer::<_, QueryShapeError>::new(pairs.into_iter());
+        let raw = <RawListQuery as serde::Deserialize>::deserialize(pairs).map_err(|error| {
+            match error {
+                QueryShapeError::Unknown(name) => ApiError::invalid_parameter(
                     name.clone(),
-                    format!("query parameter {name:?} is given more than once"),
-                ));
+                    format!(
+                        "unknown query parameter {name:?}: expected phase, item_type, limit or before"
+                    ),
+                ),
+                QueryShapeError::Repeated(name) => {
+                    ApiError::invalid_parameter(name, error.to_string())
+                }
+                QueryShapeError::Other(message) => ApiError::bad_request(message),
             }
-            match name.as_str() {
-                "phase" => {
-                    let phase = value
-                        .parse::<Phase>()
-                        .map_err(|error| ApiError::invalid_parameter("phase", error.to_string()))?;
-                    query.phase = Some(phase);
-                }
-                "item_type" => {
-                    if value.is_empty() || value.len() > MAX_ITEM_TYPE_LEN {
-                        return Err(ApiError::invalid_parameter(
-                            "item_type",
-                            format!("item_type must be 1 to {MAX_ITEM_TYPE_LEN} characters"),
-                        ));
-                    }
-                    query.item_type = Some(value);
-                }
-                "limit" => {
-                    query.limit = value
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|limit| (1..=MAX_PAGE_LIMIT).contains(limit))
-                        .ok_or_else(|| {
-                            ApiError::invalid_parameter(
-                                "limit",
-                                format!(
-                                    "limit must be an integer between 1 and {MAX_PAGE_LIMIT}, got {value:?}"
-                                ),
-                            )
-                        })?;
-                }
-                "before" => {
-                    let before = value.parse::<ItemId>().map_err(|_| {
-                        ApiError::invalid_parameter(
-                            "before",
-                            format!("before must be a work item id (a UUID), got {value:?}"),
-                        )
-                    })?;
-                    query.before = Some(before);
-                }
-                _ => {
-                    return Err(ApiError::invalid_parameter(
-                        name.clone(),
-                        format!(
-                            "unknown query parameter {name:?}: expected phase, item_type, limit or before"
-                        ),
-                    ));
-                }
-            }
-            seen.push(name);
+        })?;
+        let phase = raw
+            .phase
+            .map(|phase| phase.parse::<Phase>())
+            .transpose()
+            .map_err(|error| ApiError::invalid_parameter("phase", error.to_string()))?;
+        if let Some(item_type) = &raw.item_type
+            && (item_type.is_empty() || item_type.len() > MAX_ITEM_TYPE_LEN)
+        {
+            return Err(ApiError::invalid_parameter(
+                "item_type",
+                format!("item_type must be 1 to {MAX_ITEM_TYPE_LEN} characters"),
+            ));
         }
-        Ok(query)
+        let limit = match raw.limit {
+            None => DEFAULT_PAGE_LIMIT,
+            Some(value) => value
+                .parse::<u32>()
+                .ok()
+                .filter(|limit| (1..=MAX_PAGE_LIMIT).contains(limit))
+                .ok_or_else(|| {
+                    ApiError::invalid_parameter(
+                        "limit",
+                        format!(
+                            "limit must be an integer between 1 and {MAX_PAGE_LIMIT}, got {value:?}"
+                        ),
+                    )
+                })?,
+        };
+        let before = raw
+            .before
+            .map(|value| {
+                value.parse::<ItemId>().map_err(|_| {
+                    ApiError::invalid_parameter(
+                        "before",
+                        format!("before must be a work item id (a UUID), got {value:?}"),
+                    )
+                })
+            })
+            .transpose()?;
+        Ok(ListQuery {
+            phase,
+            item_type: raw.item_type,
+            limit,
+            before,
+        })
     }
 }
 
@@ -627,6 +668,23 @@ mod tests {
         assert_eq!(
             field_of(&[("limit", "5"), ("limit", "6")]).as_deref(),
             Some("limit")
+        );
+    }
+
+    #[test]
+    fn unknown_and_repeated_parameters_are_refused_by_name() {
+        let message_of = |raw: &[(&str, &str)]| {
+            let error = ListQuery::parse(pairs(raw)).unwrap_err();
+            assert_eq!(error.status(), StatusCode::BAD_REQUEST);
+            error.message().to_owned()
+        };
+        assert_eq!(
+            message_of(&[("limit", "5"), ("phse", "active")]),
+            r#"unknown query parameter "phse": expected phase, item_type, limit or before"#
+        );
+        assert_eq!(
+            message_of(&[("phase", "active"), ("phase", "failed")]),
+            r#"query parameter "phase" is given more than once"#
         );
     }
 }

@@ -42,6 +42,8 @@ use globset::{Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use regex::bytes::{RegexBuilder, RegexSet, RegexSetBuilder};
 use serde::{Deserialize, Serialize};
 
+use super::FieldError;
+
 /// Paths an untrusted caller never changes, creates, deletes or moves (glob
 /// patterns, matched case-insensitively; `*` stays within one directory,
 /// `**` crosses directories):
@@ -134,6 +136,32 @@ pub const DEFAULT_MAX_DESCRIPTION_BYTES: usize = 64 * 1024;
 /// Where this section sits in the configuration file, for error messages.
 const SECTION: &str = "mr.submission";
 
+/// Every problem found in a configuration section, each naming its field
+/// (`mr.submission.blocked_paths[2]`); shown one `field: message` per line.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConfigErrors(pub Vec<FieldError>);
+
+impl std::fmt::Display for ConfigErrors {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (index, error) in self.0.iter().enumerate() {
+            if index > 0 {
+                formatter.write_str("\n")?;
+            }
+            write!(formatter, "{error}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+impl ConfigErrors {
+    /// Each problem as `field: message`.
+    pub fn lines(&self) -> Vec<String> {
+        self.0.iter().map(ToString::to_string).collect()
+    }
+}
+
 /// `mr.submission:` as written in the configuration file. Every field is
 /// optional; its default is the named constant above.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -206,7 +234,7 @@ impl SubmissionConfig {
     /// Compiles the patterns. Every bad pattern or limit is reported, each
     /// naming its field (`mr.submission.blocked_paths[2]: ...`,
     /// `mr.submission.projects["team/*"].extra_blocked_paths[0]: ...`).
-    pub fn compile(&self) -> Result<SubmissionRules, Vec<String>> {
+    pub fn compile(&self) -> Result<SubmissionRules, ConfigErrors> {
         let mut errors = Vec::new();
 
         for (field, value) in [
@@ -217,7 +245,10 @@ impl SubmissionConfig {
             ("max_description_bytes", self.max_description_bytes as u64),
         ] {
             if value == 0 {
-                errors.push(format!("{SECTION}.{field}: must be at least 1"));
+                errors.push(FieldError::new(
+                    format!("{SECTION}.{field}"),
+                    "must be at least 1",
+                ));
             }
         }
 
@@ -249,26 +280,31 @@ impl SubmissionConfig {
                     blocked_content,
                 })
             }
-            _ => Err(errors),
+            _ => Err(ConfigErrors(errors)),
         }
     }
 
     /// `section_ok`: the section's own `blocked_paths` compiled (its errors
     /// are reported once, not again for every entry that extends it).
-    fn compile_projects(&self, section_ok: bool, errors: &mut Vec<String>) -> Vec<ProjectRules> {
+    fn compile_projects(
+        &self,
+        section_ok: bool,
+        errors: &mut Vec<FieldError>,
+    ) -> Vec<ProjectRules> {
         let mut projects = Vec::new();
         for (key, entry) in &self.projects {
             let prefix = format!("{SECTION}.projects[{key:?}]");
             let matcher = match build_glob(key, true) {
                 Ok(glob) => Some(glob.compile_matcher()),
                 Err(message) => {
-                    errors.push(format!("{prefix}: {message}"));
+                    errors.push(FieldError::new(prefix.clone(), message));
                     None
                 }
             };
             if entry.blocked_paths.is_none() && entry.extra_blocked_paths.is_empty() {
-                errors.push(format!(
-                    "{prefix}: sets neither blocked_paths nor extra_blocked_paths"
+                errors.push(FieldError::new(
+                    prefix,
+                    "sets neither blocked_paths nor extra_blocked_paths",
                 ));
                 continue;
             }
@@ -308,7 +344,7 @@ fn compile_globs(
     field: &str,
     patterns: &[String],
     literal_separator: bool,
-    errors: &mut Vec<String>,
+    errors: &mut Vec<FieldError>,
 ) -> Option<GlobSet> {
     compile_glob_set(
         &format!("{SECTION}.{field}"),
@@ -323,7 +359,7 @@ fn compile_glob_set(
     field: &str,
     patterns: &[String],
     literal_separator: bool,
-    errors: &mut Vec<String>,
+    errors: &mut Vec<FieldError>,
 ) -> Option<GlobSet> {
     let mut builder = GlobSetBuilder::new();
     let mut ok = true;
@@ -333,7 +369,7 @@ fn compile_glob_set(
                 builder.add(glob);
             }
             Err(message) => {
-                errors.push(format!("{field}[{index}]: {message}"));
+                errors.push(FieldError::new(format!("{field}[{index}]"), message));
                 ok = false;
             }
         }
@@ -344,7 +380,7 @@ fn compile_glob_set(
     match builder.build() {
         Ok(set) => Some(set),
         Err(error) => {
-            errors.push(format!("{field}: {error}"));
+            errors.push(FieldError::new(field, error.to_string()));
             None
         }
     }
@@ -362,15 +398,23 @@ fn build_glob(pattern: &str, literal_separator: bool) -> Result<Glob, String> {
         .map_err(|error| format!("invalid glob {pattern:?}: {}", error.kind()))
 }
 
-fn compile_regexes(field: &str, patterns: &[String], errors: &mut Vec<String>) -> Option<RegexSet> {
+fn compile_regexes(
+    field: &str,
+    patterns: &[String],
+    errors: &mut Vec<FieldError>,
+) -> Option<RegexSet> {
     let mut ok = true;
     for (index, pattern) in patterns.iter().enumerate() {
         if pattern.is_empty() {
-            errors.push(format!("{SECTION}.{field}[{index}]: must not be empty"));
+            errors.push(FieldError::new(
+                format!("{SECTION}.{field}[{index}]"),
+                "must not be empty",
+            ));
             ok = false;
         } else if let Err(error) = RegexBuilder::new(pattern).build() {
-            errors.push(format!(
-                "{SECTION}.{field}[{index}]: invalid regular expression: {error}"
+            errors.push(FieldError::new(
+                format!("{SECTION}.{field}[{index}]"),
+                format!("invalid regular expression: {error}"),
             ));
             ok = false;
         }
@@ -381,7 +425,10 @@ fn compile_regexes(field: &str, patterns: &[String], errors: &mut Vec<String>) -
     match RegexSetBuilder::new(patterns).build() {
         Ok(set) => Some(set),
         Err(error) => {
-            errors.push(format!("{SECTION}.{field}: {error}"));
+            errors.push(FieldError::new(
+                format!("{SECTION}.{field}"),
+                error.to_string(),
+            ));
             None
         }
     }
@@ -424,7 +471,7 @@ struct PathRules {
 
 impl PathRules {
     /// `field` is the full name of the list, for error messages.
-    fn compile(field: &str, patterns: &[String], errors: &mut Vec<String>) -> Option<Self> {
+    fn compile(field: &str, patterns: &[String], errors: &mut Vec<FieldError>) -> Option<Self> {
         // `*` stops at `/`, as in .gitignore; `**` crosses directories.
         let before = errors.len();
         let set = compile_glob_set(field, patterns, true, errors);
@@ -433,7 +480,9 @@ impl PathRules {
             for (index, pattern) in patterns.iter().enumerate() {
                 match split_segments(pattern) {
                     Ok(parts) => segments.push(parts),
-                    Err(message) => errors.push(format!("{field}[{index}]: {message}")),
+                    Err(message) => {
+                        errors.push(FieldError::new(format!("{field}[{index}]"), message));
+                    }
                 }
             }
         }

@@ -24,28 +24,34 @@
 //! }
 //! ```
 //!
-//! [`parse_submission`] checks the syntax of every field and the
-//! [`SubmissionRules`]; it does not know which forges are configured, so
-//! the caller checks that `forge` names one.
+//! [`parse_submission`] reads it through serde wire types (`wire`), checks
+//! every field against the [`SubmissionRules`] with garde (`rules`) and
+//! builds the domain values ([`BranchName`], [`ProjectPath`], [`RepoPath`]);
+//! it does not know which forges are configured, so the caller checks that
+//! `forge` names one.
 
 mod config;
 mod names;
 mod parse;
+mod rules;
+mod wire;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use wq_forge::FileAction;
 
 pub use config::{
-    DEFAULT_ALLOW_BINARY, DEFAULT_BLOCKED_CONTENT, DEFAULT_BLOCKED_PATHS, DEFAULT_MAX_ACTIONS,
-    DEFAULT_MAX_DESCRIPTION_BYTES, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_TITLE_CHARS,
-    DEFAULT_MAX_TOTAL_BYTES, DEFAULT_PROTECTED_BRANCHES, ProjectSubmissionConfig, SubmissionConfig,
-    SubmissionRules,
+    ConfigErrors, DEFAULT_ALLOW_BINARY, DEFAULT_BLOCKED_CONTENT, DEFAULT_BLOCKED_PATHS,
+    DEFAULT_MAX_ACTIONS, DEFAULT_MAX_DESCRIPTION_BYTES, DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_MAX_TITLE_CHARS, DEFAULT_MAX_TOTAL_BYTES, DEFAULT_PROTECTED_BRANCHES,
+    ProjectSubmissionConfig, SubmissionConfig, SubmissionRules,
 };
 pub use names::{
-    MAX_BRANCH_BYTES, MAX_FORGE_BYTES, MAX_PATH_BYTES, MAX_PROJECT_BYTES, check_format_characters,
+    BranchName, MAX_BRANCH_BYTES, MAX_FORGE_BYTES, MAX_PATH_BYTES, MAX_PROJECT_BYTES, NameError,
+    ProjectPath, RepoPath, check_format_characters,
 };
-pub use parse::{MAX_ERRORS, MAX_LABEL_CHARS, MAX_LABELS, parse_submission};
+pub use parse::{MAX_ERRORS, parse_submission};
+pub use rules::{MAX_LABEL_CHARS, MAX_LABELS};
 
 /// What the service does on its own once the merge request exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,21 +73,22 @@ impl Default for Automation {
 }
 
 /// A validated submission: the desired state of one merge request. Its
-/// identity is `(forge, project, source_branch)`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// identity is `(forge, project, source_branch)`. It is built by
+/// [`parse_submission`] or read back by the store, never deserialized: the
+/// store keeps its own columns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MrSpec {
     pub forge: String,
-    pub project: String,
-    pub source_branch: String,
-    pub target_branch: String,
+    pub project: ProjectPath,
+    pub source_branch: BranchName,
+    pub target_branch: BranchName,
     pub title: String,
     pub description: String,
     pub commit_message: String,
-    #[serde(default)]
     pub labels: Vec<String>,
-    /// In submission order; content decoded.
+    /// In submission order; content decoded; each path a valid
+    /// [`RepoPath`].
     pub file_actions: Vec<FileAction>,
-    #[serde(default)]
     pub automation: Automation,
 }
 

@@ -1,8 +1,15 @@
-//! Syntax of the names a submission carries: branch names (git's
-//! `check-ref-format --branch` rules plus the forges' own), project paths,
-//! forge instance names and file paths. Each check returns the reason a
-//! name is refused, without the field name.
+//! The names a submission carries, as types: [`BranchName`] (git's
+//! `check-ref-format --branch` rules plus the forges' own), [`ProjectPath`]
+//! and [`RepoPath`] (a file path inside the repository), each built only
+//! through a fallible constructor that holds its rules, and the syntax of a
+//! forge instance name. A refusal is a [`NameError`]: the reason, without the
+//! field name.
 
+use std::fmt;
+use std::ops::Deref;
+use std::str::FromStr;
+
+use serde::Serialize;
 use unicode_properties::{GeneralCategory, UnicodeGeneralCategory as _};
 
 /// Longest branch name in bytes (git allows more; the forges do not).
@@ -14,10 +21,142 @@ pub const MAX_PROJECT_BYTES: usize = 1024;
 /// Longest forge instance name in bytes.
 pub const MAX_FORGE_BYTES: usize = 128;
 
-/// Refuses what `git check-ref-format --branch` refuses, and what GitLab
-/// refuses on top of it (`HEAD`, a `refs/` prefix), and names that read as
-/// a full commit id.
-pub fn check_branch(name: &str) -> Result<(), String> {
+/// Why a name is refused (`must not be empty`), without the field name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NameError(String);
+
+/// The parts the three name types share: a `String` that passed `rules`,
+/// built by `TryFrom<String>`, `TryFrom<&str>` or `FromStr`, read as a
+/// `&str`, serialized as a plain string.
+macro_rules! name_type {
+    ($(#[$doc:meta])* $name:ident, $rules:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Why `value` is refused, if it is.
+            pub fn check(value: &str) -> Result<(), NameError> {
+                $rules(value).map_err(NameError)
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = NameError;
+
+            fn try_from(value: String) -> Result<Self, NameError> {
+                Self::check(&value)?;
+                Ok(Self(value))
+            }
+        }
+
+        impl TryFrom<&str> for $name {
+            type Error = NameError;
+
+            fn try_from(value: &str) -> Result<Self, NameError> {
+                Self::check(value)?;
+                Ok(Self(value.to_owned()))
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = NameError;
+
+            fn from_str(value: &str) -> Result<Self, NameError> {
+                Self::try_from(value)
+            }
+        }
+
+        impl Deref for $name {
+            type Target = str;
+
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                formatter.write_str(&self.0)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(name: $name) -> String {
+                name.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+    };
+}
+
+name_type!(
+    /// A branch name: what `git check-ref-format --branch` accepts, less
+    /// what GitLab refuses on top of it (`HEAD`, a `refs/` prefix) and names
+    /// that read as a full commit id, at most [`MAX_BRANCH_BYTES`] bytes.
+    BranchName,
+    branch_rules
+);
+
+name_type!(
+    /// A GitLab or GitHub project path: `owner/repo`, `group/sub/name`.
+    ProjectPath,
+    project_rules
+);
+
+name_type!(
+    /// A file path inside the repository: relative, `/`-separated, no empty,
+    /// `.` or `..` segment, no `.git` component in any spelling git itself
+    /// refuses (case, NTFS trailing dots and spaces and short name, HFS+
+    /// ignorable characters), no control or format characters.
+    RepoPath,
+    repo_path_rules
+);
+
+/// `from_store` for the names the store reads back.
+macro_rules! from_store {
+    ($($name:ident),*) => {$(
+        impl $name {
+            /// A value the store holds. It passed the rules when it was
+            /// submitted; it is not checked again, so that an item accepted
+            /// once stays readable when a rule tightens later.
+            pub(crate) fn from_store(value: String) -> Self {
+                Self(value)
+            }
+        }
+    )*};
+}
+
+from_store!(BranchName, ProjectPath);
+
+fn branch_rules(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("must not be empty".to_owned());
     }
@@ -78,8 +217,7 @@ pub fn check_branch(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A GitLab or GitHub project path: `owner/repo`, `group/sub/name`.
-pub fn check_project(path: &str) -> Result<(), String> {
+fn project_rules(path: &str) -> Result<(), String> {
     if path.is_empty() {
         return Err("must not be empty".to_owned());
     }
@@ -111,7 +249,7 @@ pub fn check_project(path: &str) -> Result<(), String> {
 }
 
 /// A forge instance name; whether it is configured is the caller's check.
-pub fn check_forge(name: &str) -> Result<(), String> {
+pub(super) fn check_forge(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("must not be empty".to_owned());
     }
@@ -124,11 +262,7 @@ pub fn check_forge(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A file path inside the repository: relative, `/`-separated, no empty,
-/// `.` or `..` segment, no `.git` component in any spelling git itself
-/// refuses (case, NTFS trailing dots and spaces and short name, HFS+
-/// ignorable characters), no control characters.
-pub fn check_file_path(path: &str) -> Result<(), String> {
+fn repo_path_rules(path: &str) -> Result<(), String> {
     if path.is_empty() {
         return Err("must not be empty".to_owned());
     }
@@ -201,6 +335,48 @@ fn is_hfs_ignorable(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn check_branch(name: &str) -> Result<(), String> {
+        BranchName::check(name).map_err(|error| error.to_string())
+    }
+
+    fn check_project(path: &str) -> Result<(), String> {
+        ProjectPath::check(path).map_err(|error| error.to_string())
+    }
+
+    fn check_file_path(path: &str) -> Result<(), String> {
+        RepoPath::check(path).map_err(|error| error.to_string())
+    }
+
+    #[test]
+    fn the_types_are_built_only_from_names_their_rules_accept() {
+        let branch: BranchName = "bot/bump-foo".parse().expect("valid branch");
+        assert_eq!(branch, "bot/bump-foo");
+        assert_eq!(branch.as_str(), "bot/bump-foo");
+        assert_eq!(branch.to_string(), "bot/bump-foo");
+        assert_eq!(
+            BranchName::try_from("a..b".to_owned()),
+            Err(NameError("must not contain '..'".to_owned()))
+        );
+        assert_eq!(
+            ProjectPath::try_from("group/name").map(String::from),
+            Ok("group/name".to_owned())
+        );
+        assert!(ProjectPath::try_from("name").is_err());
+        assert_eq!(
+            "src/lib.rs".parse::<RepoPath>().map(RepoPath::into_string),
+            Ok("src/lib.rs".to_owned())
+        );
+        assert_eq!(
+            "/etc/passwd".parse::<RepoPath>().unwrap_err().to_string(),
+            "must be relative (no leading '/')"
+        );
+        // Serialized as the plain string, as stored before the types.
+        assert_eq!(
+            serde_json::to_value(&branch).unwrap(),
+            serde_json::json!("bot/bump-foo")
+        );
+    }
 
     #[test]
     fn branch_names_git_accepts() {

@@ -136,7 +136,7 @@ macro_rules! mr_backend {
             use $($blocks)::+ as blocks;
 
             use super::$backend;
-            use crate::spec::{Automation, MrSpec};
+            use crate::spec::{Automation, BranchName, MrSpec, ProjectPath};
             use crate::store::backend::{MrBackend, OwnedInput};
             use crate::store::{
                 BranchOwnership, Lookup, MergeJournal, MergeResult, MrDetails, Observation,
@@ -216,7 +216,7 @@ macro_rules! mr_backend {
                     let spec = &input.spec;
                     sqlx::query(sql)
                         .bind(Self::id(id))
-                        .bind(&spec.target_branch)
+                        .bind(spec.target_branch.as_str())
                         .bind(&spec.title)
                         .bind(&spec.description)
                         .bind(&spec.commit_message)
@@ -239,8 +239,8 @@ macro_rules! mr_backend {
                         let generation: i64 =
                             sqlx::query_scalar(include_str!("sql/next_generation.sql"))
                                 .bind(&spec.forge)
-                                .bind(&spec.project)
-                                .bind(&spec.source_branch)
+                                .bind(spec.project.as_str())
+                                .bind(spec.source_branch.as_str())
                                 .fetch_one(&mut *conn)
                                 .await?;
                         let id = ItemId::new_v7();
@@ -251,7 +251,7 @@ macro_rules! mr_backend {
                                 item_type: crate::TYPE_NAME.to_owned(),
                                 idempotency_key: Some(idempotency_key(spec, generation)),
                                 caller_identity: Some(input.caller_identity.clone()),
-                                place: Some((spec.forge.clone(), spec.project.clone())),
+                                place: Some((spec.forge.clone(), spec.project.to_string())),
                                 now,
                                 dimensions: Vec::new(),
                             },
@@ -259,8 +259,8 @@ macro_rules! mr_backend {
                         .await?;
                         Self::bind_spec(include_str!("sql/insert.sql"), id, input)
                             .bind(&spec.forge)
-                            .bind(&spec.project)
-                            .bind(&spec.source_branch)
+                            .bind(spec.project.as_str())
+                            .bind(spec.source_branch.as_str())
                             .bind(generation)
                             .execute(&mut *conn)
                             .await?;
@@ -317,9 +317,9 @@ macro_rules! mr_backend {
                         id: Self::read_id(row, "work_item_id")?,
                         spec: MrSpec {
                             forge: row.try_get("forge")?,
-                            project: row.try_get("project")?,
-                            source_branch: row.try_get("source_branch")?,
-                            target_branch: row.try_get("target_branch")?,
+                            project: ProjectPath::from_store(row.try_get("project")?),
+                            source_branch: BranchName::from_store(row.try_get("source_branch")?),
+                            target_branch: BranchName::from_store(row.try_get("target_branch")?),
                             title: row.try_get("title")?,
                             description: row.try_get("description")?,
                             commit_message: row.try_get("commit_message")?,

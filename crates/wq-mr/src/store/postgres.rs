@@ -116,8 +116,8 @@ impl PgBackend {
     ) -> StoreResult<Option<PgRow>> {
         Ok(sqlx::query(sql)
             .bind(&spec.forge)
-            .bind(&spec.project)
-            .bind(&spec.source_branch)
+            .bind(spec.project.as_str())
+            .bind(spec.source_branch.as_str())
             .fetch_optional(&mut *conn)
             .await?)
     }

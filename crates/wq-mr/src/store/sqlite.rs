@@ -73,8 +73,8 @@ impl SqliteBackend {
     async fn live(conn: &mut SqliteConnection, spec: &MrSpec) -> StoreResult<Option<SqliteRow>> {
         Ok(sqlx::query(include_str!("sql/live_by_branch.sql"))
             .bind(&spec.forge)
-            .bind(&spec.project)
-            .bind(&spec.source_branch)
+            .bind(spec.project.as_str())
+            .bind(spec.source_branch.as_str())
             .fetch_optional(conn)
             .await?)
     }
