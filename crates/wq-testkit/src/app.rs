@@ -1,8 +1,8 @@
 //! `TestApp`: the real engine and API on 127.0.0.1:0 over a fresh database,
 //! wired from the registry as the service is (the types' migrations,
 //! webhook receivers and periodic tasks), with `drain()` to run the engine to quiescence and `finish()` to prove no
-//! work was left behind. The API accepts one static token granted `admin`,
-//! which `client` sends.
+//! work was left behind. The API accepts the static [`Tokens`]; `client`
+//! sends the `admin` one.
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use wq_engine::{EngineConfig, ProcessingManager};
 use wq_store::{ItemListParams, Store, SweepParams};
 
 use crate::Backend;
-use crate::auth::AdminAuth;
+use crate::tokens::{Tokens, bearer_client};
 
 /// A running app: store, engine, HTTP API.
 pub struct TestApp {
@@ -21,11 +21,10 @@ pub struct TestApp {
     pub engine: Arc<ProcessingManager>,
     pub clock: Arc<dyn Clock>,
     pub base_url: String,
-    /// Sends [`TestApp::token`] with every request.
+    /// Sends the `admin` token with every request.
     pub client: reqwest::Client,
-    /// The static token the API accepts, granted `admin`
-    /// (caller identity `tester (token tester, rule admins)`).
-    pub token: String,
+    /// The static tokens the API accepts.
+    pub tokens: Tokens,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     finished: bool,
@@ -75,8 +74,9 @@ impl TestApp {
         )
         .expect("engine configuration is valid");
         engine.start();
-        let auth = AdminAuth::new(clock.clone());
-        let state = wq_api::AppState::new(store.clone(), clock.clone(), auth.authenticator.clone())
+        let tokens = Tokens::new();
+        let authenticator = tokens.authenticator(wq_auth::AuthConfig::default(), clock.clone());
+        let state = wq_api::AppState::new(store.clone(), clock.clone(), authenticator)
             .with_engine(engine.clone())
             .with_types(registry);
         let router = wq_api::router(state, &wq_api::ApiConfig::default());
@@ -95,8 +95,8 @@ impl TestApp {
             engine,
             clock,
             base_url: format!("http://{address}"),
-            client: auth.client(),
-            token: auth.token,
+            client: bearer_client(&tokens.admin),
+            tokens,
             stop: Some(stop),
             server: Some(server),
             finished: false,

@@ -2,7 +2,7 @@
 //! database of either backend, talking over HTTP to a forge-sim GitLab
 //! project whose webhooks point back at it. Time of the service is a
 //! `ManualClock` the tests move; the sim runs pipelines in its own time.
-//! The API takes the static [`Tokens`]; `api` sends the admin one.
+//! The API takes wq-testkit's static [`Tokens`]; `api` sends the admin one.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,11 +15,11 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 use workqueue::app::{self, App};
 use workqueue::config::Config;
-use wq_auth::config::{RuleConfig, StaticTokenConfig};
 use wq_core::{Clock, ManualClock};
 use wq_forge::{Forge, ForgeConfig, ForgeKind, Forges, ForgesConfig};
 use wq_store::SweepParams;
-use wq_testkit::Backend;
+pub use wq_testkit::bearer_client;
+use wq_testkit::{Backend, Tokens};
 
 pub const SECRET: &str = "hook-secret";
 pub const PROJECT: &str = "team/app";
@@ -74,83 +74,6 @@ impl Default for Options {
             ci_retry: None,
             github: None,
             adopt_existing_branches: false,
-        }
-    }
-}
-
-/// Static tokens the service accepts, made per harness.
-pub struct Tokens {
-    /// Group `admins`, rule `admins`: `admin`
-    /// (caller identity `tester (token tester, rule admins)`).
-    pub admin: String,
-    /// Group `readers`, rule `readers`: `read`.
-    pub reader: String,
-    /// Group `elsewhere`, rule `elsewhere`: `read`, `submit`, `retry` on
-    /// projects `other/*` only.
-    pub elsewhere: String,
-    /// Group `alice`, rule `alice`: `read`, `submit`, `retry` everywhere
-    /// (caller identity `alice (token alice, rule alice)`).
-    pub alice: String,
-    /// Group `bob`, rule `bob`: the same permissions as `alice`.
-    pub bob: String,
-}
-
-impl Tokens {
-    fn new() -> Self {
-        let token = |name: &str| wq_auth::new_static_token(name).0;
-        Self {
-            admin: token("tester"),
-            reader: token("reader"),
-            elsewhere: token("elsewhere"),
-            alice: token("alice"),
-            bob: token("bob"),
-        }
-    }
-
-    fn configure(&self, auth: &mut wq_auth::AuthConfig) {
-        let entries = [
-            ("tester", &self.admin, "admins", &["admin"][..], None),
-            ("reader", &self.reader, "readers", &["read"][..], None),
-            (
-                "elsewhere",
-                &self.elsewhere,
-                "elsewhere",
-                &["read", "submit", "retry"][..],
-                Some(vec!["other/*".to_owned()]),
-            ),
-            (
-                "alice",
-                &self.alice,
-                "alice",
-                &["read", "submit", "retry"][..],
-                None,
-            ),
-            (
-                "bob",
-                &self.bob,
-                "bob",
-                &["read", "submit", "retry"][..],
-                None,
-            ),
-        ];
-        for (name, token, group, permissions, projects) in entries {
-            auth.static_tokens.push(StaticTokenConfig::for_token(
-                name,
-                token,
-                vec![group.to_owned()],
-            ));
-            auth.rules.push(RuleConfig {
-                name: group.to_owned(),
-                groups: Some(vec![group.to_owned()]),
-                issuer: None,
-                claims: None,
-                allow_any_subject: false,
-                claims_case_insensitive: false,
-                permissions: permissions.iter().map(|p| (*p).to_owned()).collect(),
-                item_types: None,
-                forges: None,
-                projects,
-            });
         }
     }
 }
@@ -721,19 +644,6 @@ pub fn dimension(item: &Value, name: &str) -> Value {
         .and_then(|rows| rows.iter().find(|d| d["dimension"] == name))
         .cloned()
         .unwrap_or(Value::Null)
-}
-
-/// A client that sends `token` as `Authorization: Bearer`.
-pub fn bearer_client(token: &str) -> reqwest::Client {
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
-    );
-    reqwest::Client::builder()
-        .default_headers(headers)
-        .build()
-        .unwrap()
 }
 
 /// A submission body for `branch` with `files` as (path, content) creates.

@@ -12,10 +12,11 @@ use wq_api::models::{ItemList, MeBody, MeRule, SubmitResponse};
 use wq_auth::AuthConfig;
 use wq_auth::config::RuleConfig;
 use wq_core::{Phase, WorkItem};
+use wq_testkit::backend_tests;
 
 use crate::helpers::{
-    AppOptions, Backend, PROBE_COMMAND, PROBE_TYPE, TestApp, bearer, error_of, json_of,
-    on_both_backends, spawn_app, spawn_app_with,
+    AppOptions, Backend, PROBE_COMMAND, PROBE_TYPE, TestApp, bearer, error_of, json_of, spawn_app,
+    spawn_app_with,
 };
 use crate::jwt_helpers::{FakeIssuer, ec_key, sign};
 
@@ -108,7 +109,7 @@ async fn every_route_refuses_anonymous_callers_and_bad_tokens(backend: Backend) 
     assert_eq!(app.engine.in_flight(), 0);
     app.stop().await;
 }
-on_both_backends!(every_route_refuses_anonymous_callers_and_bad_tokens);
+backend_tests!(every_route_refuses_anonymous_callers_and_bad_tokens);
 
 #[tokio::test]
 async fn a_reader_may_read_but_not_write() {
@@ -258,7 +259,7 @@ async fn a_caller_granted_nothing_cannot_probe_items_or_commands(backend: Backen
     assert_eq!(app.engine.in_flight(), 0);
     app.stop().await;
 }
-on_both_backends!(a_caller_granted_nothing_cannot_probe_items_or_commands);
+backend_tests!(a_caller_granted_nothing_cannot_probe_items_or_commands);
 
 async fn submissions_and_items_are_scoped_by_project(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -356,7 +357,7 @@ async fn submissions_and_items_are_scoped_by_project(backend: Backend) {
     assert_eq!(list.items.len(), 3);
     app.stop().await;
 }
-on_both_backends!(submissions_and_items_are_scoped_by_project);
+backend_tests!(submissions_and_items_are_scoped_by_project);
 
 /// An item whose type reports no forge and project for it (here: inserted
 /// without one) is not in the team's projects: a rule restricted to
@@ -417,7 +418,7 @@ async fn an_item_in_an_unknown_project_is_only_for_unrestricted_rules(backend: B
     assert_eq!(app.post(&retry).await.status().as_u16(), 200);
     app.stop().await;
 }
-on_both_backends!(an_item_in_an_unknown_project_is_only_for_unrestricted_rules);
+backend_tests!(an_item_in_an_unknown_project_is_only_for_unrestricted_rules);
 
 async fn the_caller_identity_comes_from_the_credentials(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -461,7 +462,7 @@ async fn the_caller_identity_comes_from_the_credentials(backend: Backend) {
     );
     app.stop().await;
 }
-on_both_backends!(the_caller_identity_comes_from_the_credentials);
+backend_tests!(the_caller_identity_comes_from_the_credentials);
 
 fn all_permissions() -> Vec<String> {
     wq_auth::Permission::NAMES

@@ -1,10 +1,9 @@
 //! `/healthz` and `/readyz`.
 
 use serde_json::{Value, json};
+use wq_testkit::backend_tests;
 
-use crate::helpers::{
-    AppOptions, Backend, Faults, error_of, json_of, on_both_backends, spawn_app, spawn_app_with,
-};
+use crate::helpers::{AppOptions, Backend, Faults, error_of, json_of, spawn_app, spawn_app_with};
 
 async fn healthz_and_readyz_answer_ok(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -14,7 +13,7 @@ async fn healthz_and_readyz_answer_ok(backend: Backend) {
     assert_eq!(body, json!({"status": "ok"}));
     app.stop().await;
 }
-on_both_backends!(healthz_and_readyz_answer_ok);
+backend_tests!(healthz_and_readyz_answer_ok);
 
 async fn readyz_is_503_when_the_database_does_not_answer(backend: Backend) {
     let options = AppOptions {
@@ -39,4 +38,4 @@ async fn readyz_is_503_when_the_database_does_not_answer(backend: Backend) {
     assert_eq!(body, json!({"status": "ok"}));
     app.stop().await;
 }
-on_both_backends!(readyz_is_503_when_the_database_does_not_answer);
+backend_tests!(readyz_is_503_when_the_database_does_not_answer);

@@ -10,10 +10,11 @@ use tokio::net::TcpStream;
 use wq_api::ApiConfig;
 use wq_api::error::MAX_FIELD_ERRORS;
 use wq_core::ItemId;
+use wq_testkit::backend_tests;
 
 use crate::helpers::{
     AppOptions, BARE_TYPE, Backend, PROBE_COMMAND, PROBE_TYPE, TestApp, bearer, error_of,
-    on_both_backends, spawn_app, spawn_app_with,
+    spawn_app, spawn_app_with,
 };
 
 /// A response read off a raw connection.
@@ -176,7 +177,7 @@ async fn ids_that_are_not_uuids_are_400(backend: Backend) {
     still_serving(&app).await;
     app.stop().await;
 }
-on_both_backends!(ids_that_are_not_uuids_are_400);
+backend_tests!(ids_that_are_not_uuids_are_400);
 
 async fn dot_segments_and_encoded_slashes_reach_nothing_else(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -226,7 +227,7 @@ async fn dot_segments_and_encoded_slashes_reach_nothing_else(backend: Backend) {
     still_serving(&app).await;
     app.stop().await;
 }
-on_both_backends!(dot_segments_and_encoded_slashes_reach_nothing_else);
+backend_tests!(dot_segments_and_encoded_slashes_reach_nothing_else);
 
 #[tokio::test]
 async fn huge_headers_are_refused_and_the_server_keeps_serving() {
@@ -330,7 +331,7 @@ async fn bodies_that_are_not_json_or_too_deep_are_400(backend: Backend) {
     still_serving(&app).await;
     app.stop().await;
 }
-on_both_backends!(bodies_that_are_not_json_or_too_deep_are_400);
+backend_tests!(bodies_that_are_not_json_or_too_deep_are_400);
 
 async fn duplicate_keys_are_refused(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -379,7 +380,7 @@ async fn duplicate_keys_are_refused(backend: Backend) {
     assert_eq!(list["items"].as_array().unwrap().len(), 1, "{list}");
     app.stop().await;
 }
-on_both_backends!(duplicate_keys_are_refused);
+backend_tests!(duplicate_keys_are_refused);
 
 async fn unknown_commands_are_404(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -433,7 +434,7 @@ async fn unknown_commands_are_404(backend: Backend) {
     assert_eq!(envelope.error.code, "not_found");
     app.stop().await;
 }
-on_both_backends!(unknown_commands_are_404);
+backend_tests!(unknown_commands_are_404);
 
 async fn wrong_content_types_are_415(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -472,7 +473,7 @@ async fn wrong_content_types_are_415(backend: Backend) {
     assert_eq!(response.status().as_u16(), 201);
     app.stop().await;
 }
-on_both_backends!(wrong_content_types_are_415);
+backend_tests!(wrong_content_types_are_415);
 
 async fn chunked_bodies_over_the_limit_are_413(backend: Backend) {
     const LIMIT: usize = 4096;
@@ -525,7 +526,7 @@ async fn chunked_bodies_over_the_limit_are_413(backend: Backend) {
     still_serving(&app).await;
     app.stop().await;
 }
-on_both_backends!(chunked_bodies_over_the_limit_are_413);
+backend_tests!(chunked_bodies_over_the_limit_are_413);
 
 async fn a_huge_number_of_invalid_fields_is_listed_up_to_the_cap(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -553,4 +554,4 @@ async fn a_huge_number_of_invalid_fields_is_listed_up_to_the_cap(backend: Backen
     assert!(envelope.error.message.len() < 10_000);
     app.stop().await;
 }
-on_both_backends!(a_huge_number_of_invalid_fields_is_listed_up_to_the_cap);
+backend_tests!(a_huge_number_of_invalid_fields_is_listed_up_to_the_cap);

@@ -5,10 +5,9 @@
 use serde_json::{Value, json};
 use wq_api::models::{ItemBody, ItemDetail, ItemList};
 use wq_core::{DimensionStatus, DimensionUpdate, ItemId, Phase};
+use wq_testkit::backend_tests;
 
-use crate::helpers::{
-    BARE_TYPE, Backend, PROBE_TYPE, error_of, json_of, on_both_backends, spawn_app,
-};
+use crate::helpers::{BARE_TYPE, Backend, PROBE_TYPE, error_of, json_of, spawn_app};
 
 fn ids(list: &ItemList) -> Vec<ItemId> {
     list.items.iter().map(|item| item.id).collect()
@@ -52,7 +51,7 @@ async fn list_filters_by_phase_and_type(backend: Backend) {
     );
     app.stop().await;
 }
-on_both_backends!(list_filters_by_phase_and_type);
+backend_tests!(list_filters_by_phase_and_type);
 
 async fn list_pages_with_a_keyset_cursor(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -91,7 +90,7 @@ async fn list_pages_with_a_keyset_cursor(backend: Backend) {
     assert_eq!(page.next_before, None);
     app.stop().await;
 }
-on_both_backends!(list_pages_with_a_keyset_cursor);
+backend_tests!(list_pages_with_a_keyset_cursor);
 
 async fn list_rejects_bad_parameters_by_name(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -117,7 +116,7 @@ async fn list_rejects_bad_parameters_by_name(backend: Backend) {
     );
     app.stop().await;
 }
-on_both_backends!(list_rejects_bad_parameters_by_name);
+backend_tests!(list_rejects_bad_parameters_by_name);
 
 async fn show_returns_the_item_with_its_dimensions(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -193,7 +192,7 @@ async fn show_returns_the_item_with_its_dimensions(backend: Backend) {
     );
     app.stop().await;
 }
-on_both_backends!(show_returns_the_item_with_its_dimensions);
+backend_tests!(show_returns_the_item_with_its_dimensions);
 
 async fn show_answers_404_and_400(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -219,7 +218,7 @@ async fn show_answers_404_and_400(backend: Backend) {
     );
     app.stop().await;
 }
-on_both_backends!(show_answers_404_and_400);
+backend_tests!(show_answers_404_and_400);
 
 /// A type registered without submissions refuses the body's `item_type`:
 /// 422 naming the field, like an unknown type; nothing is stored.
@@ -363,7 +362,7 @@ async fn a_scoped_reader_pages_only_visible_items_and_gets_404_for_hidden_ones(b
     assert_eq!(detail.item.id, visible[0]);
     app.stop().await;
 }
-on_both_backends!(a_scoped_reader_pages_only_visible_items_and_gets_404_for_hidden_ones);
+backend_tests!(a_scoped_reader_pages_only_visible_items_and_gets_404_for_hidden_ones);
 
 /// A 200 KB unknown field name is not echoed back: every quoted name in
 /// the 422 is cut to 64 characters.
@@ -406,4 +405,4 @@ async fn a_huge_field_name_is_cut_in_the_error(backend: Backend) {
     );
     app.stop().await;
 }
-on_both_backends!(a_huge_field_name_is_cut_in_the_error);
+backend_tests!(a_huge_field_name_is_cut_in_the_error);

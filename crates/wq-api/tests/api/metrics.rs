@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use wq_core::Phase;
+use wq_testkit::backend_tests;
 
-use crate::helpers::{Backend, PROBE_TYPE, on_both_backends, spawn_app};
+use crate::helpers::{Backend, PROBE_TYPE, spawn_app};
 
 async fn metrics_show_the_item_gauge_and_engine_metrics(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -47,4 +48,4 @@ async fn metrics_show_the_item_gauge_and_engine_metrics(backend: Backend) {
     );
     app.stop().await;
 }
-on_both_backends!(metrics_show_the_item_gauge_and_engine_metrics);
+backend_tests!(metrics_show_the_item_gauge_and_engine_metrics);

@@ -6,8 +6,9 @@ use std::time::Duration;
 use serde_json::json;
 use wq_api::models::ItemBody;
 use wq_core::{ItemId, Phase};
+use wq_testkit::backend_tests;
 
-use crate::helpers::{Backend, PROBE_TYPE, error_of, json_of, on_both_backends, spawn_app};
+use crate::helpers::{Backend, PROBE_TYPE, error_of, json_of, spawn_app};
 
 async fn retry_reactivates_a_failed_item_and_notifies_the_engine(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -41,7 +42,7 @@ async fn retry_reactivates_a_failed_item_and_notifies_the_engine(backend: Backen
     assert!(!stored.actionable, "the engine ran and parked the item");
     app.stop().await;
 }
-on_both_backends!(retry_reactivates_a_failed_item_and_notifies_the_engine);
+backend_tests!(retry_reactivates_a_failed_item_and_notifies_the_engine);
 
 async fn retry_reactivates_a_cancelled_item(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -58,7 +59,7 @@ async fn retry_reactivates_a_cancelled_item(backend: Backend) {
     assert_eq!(body, ItemBody::from(stored));
     app.stop().await;
 }
-on_both_backends!(retry_reactivates_a_cancelled_item);
+backend_tests!(retry_reactivates_a_cancelled_item);
 
 async fn retry_of_an_active_or_completed_item_is_409(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -96,7 +97,7 @@ async fn retry_of_an_active_or_completed_item_is_409(backend: Backend) {
     );
     app.stop().await;
 }
-on_both_backends!(retry_of_an_active_or_completed_item_is_409);
+backend_tests!(retry_of_an_active_or_completed_item_is_409);
 
 async fn retry_of_an_unknown_or_malformed_id(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -118,7 +119,7 @@ async fn retry_of_an_unknown_or_malformed_id(backend: Backend) {
     assert_eq!(app.engine.in_flight(), 0);
     app.stop().await;
 }
-on_both_backends!(retry_of_an_unknown_or_malformed_id);
+backend_tests!(retry_of_an_unknown_or_malformed_id);
 
 /// Retries the item as the caller of `token`; answers the status and the
 /// body.
@@ -176,7 +177,7 @@ async fn retry_by_another_caller_is_refused_unless_admin(backend: Backend) {
     assert_eq!(body.phase, Phase::Active);
     app.stop().await;
 }
-on_both_backends!(retry_by_another_caller_is_refused_unless_admin);
+backend_tests!(retry_by_another_caller_is_refused_unless_admin);
 
 /// An item whose type says its retry needs `admin`: its own submitter with
 /// only `retry` gets 403; an admin of the scope retries it.
@@ -198,7 +199,7 @@ async fn retry_that_needs_admin_is_refused_without_it(backend: Backend) {
     assert_eq!(body.phase, Phase::Active);
     app.stop().await;
 }
-on_both_backends!(retry_that_needs_admin_is_refused_without_it);
+backend_tests!(retry_that_needs_admin_is_refused_without_it);
 
 /// A caller who may read the item but not retry it gets 403; one who may
 /// not even read it gets 404, as for an unknown id.
@@ -219,4 +220,4 @@ async fn retry_outside_the_read_scope_is_404(backend: Backend) {
     assert_eq!(envelope.error.code, "forbidden");
     app.stop().await;
 }
-on_both_backends!(retry_outside_the_read_scope_is_404);
+backend_tests!(retry_outside_the_read_scope_is_404);
