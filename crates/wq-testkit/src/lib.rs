@@ -7,11 +7,12 @@
 
 pub mod app;
 pub mod faults;
+pub mod http;
 pub mod ping;
 pub mod tokens;
 pub mod types;
 
-pub use app::TestApp;
+pub use app::{Assembled, Assembling, Assembly, Halted, TestApp, TestAppBuilder};
 pub use faults::{Faults, FaultyStore};
 pub use tokens::{Tokens, bearer, bearer_client};
 
