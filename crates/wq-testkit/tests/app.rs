@@ -1,7 +1,8 @@
 //! The app as a whole, over HTTP: an item failed by its executor is visible
 //! through the API, a retry through the API recovers it, and the app ends
 //! quiescent. And the `TestApp` itself: dropped unfinished it panics,
-//! `finish` refuses work left behind, a halted app is resumed.
+//! `finish` refuses work left behind, a halted app is resumed; the engine
+//! signals every finished run.
 
 use std::sync::Arc;
 
@@ -163,7 +164,29 @@ async fn a_halted_app_is_resumed_over_its_database_address_and_tokens(backend: B
     second.finish().await;
 }
 
+/// `runs_finished` moves once a run has ended, with what it wrote stored.
+async fn a_finished_run_is_signalled(backend: Backend) {
+    let chain = ChainType::new();
+    let app = chain_app(backend, &chain).start().await;
+    let mut runs = app.engine.runs_finished();
+    let before = *runs.borrow_and_update();
+    let item = app.insert(CHAIN).await;
+    app.engine.notify(item.id);
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        runs.wait_for(|finished| *finished > before),
+    )
+    .await
+    .expect("a run ends")
+    .expect("the engine is there");
+    assert_eq!(chain.executions.order(item.id), CHAIN_STEPS.to_vec());
+    let stored = app.store.item_get(item.id).await.unwrap().unwrap();
+    assert!(!stored.actionable, "parked by the run: {stored:?}");
+    app.finish().await;
+}
+
 backend_tests!(
+    a_finished_run_is_signalled,
     an_app_dropped_without_finish_panics,
     finish_refuses_an_item_left_actionable,
     a_halted_app_is_resumed_over_its_database_address_and_tokens,
