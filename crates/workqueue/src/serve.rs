@@ -340,22 +340,8 @@ mod tests {
         running.gate.open.add_permits(100);
     }
 
-    macro_rules! on_both_backends {
-        ($name:ident) => {
-            mod $name {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() {
-                    super::$name(super::Backend::Sqlite).await;
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() {
-                    super::$name(super::Backend::Postgres).await;
-                }
-            }
-        };
-    }
-
-    on_both_backends!(a_step_that_ends_in_the_grace_releases_its_lease);
-    on_both_backends!(a_stuck_step_is_abandoned_and_its_lease_expires);
+    wq_testkit::backend_tests!(
+        a_step_that_ends_in_the_grace_releases_its_lease,
+        a_stuck_step_is_abandoned_and_its_lease_expires,
+    );
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -117,6 +117,8 @@ pub struct ProcessingManager {
     intake_rx: Mutex<Option<mpsc::UnboundedReceiver<ItemId>>>,
     tracked: Mutex<HashMap<ItemId, Track>>,
     idle: Notify,
+    /// How many pool runs have finished; see [`ProcessingManager::runs_finished`].
+    runs_finished: watch::Sender<u64>,
     workers: Arc<Semaphore>,
     shutdown: CancellationToken,
     /// Cancelled when a bounded shutdown gives up on the loops still
@@ -168,6 +170,7 @@ impl ProcessingManager {
             intake_rx: Mutex::new(Some(intake_rx)),
             tracked: Mutex::new(HashMap::new()),
             idle: Notify::new(),
+            runs_finished: watch::Sender::new(0),
             workers,
             shutdown: CancellationToken::new(),
             abandoned: CancellationToken::new(),
@@ -275,6 +278,13 @@ impl ProcessingManager {
             }
             notified.await;
         }
+    }
+
+    /// The number of item runs of the pool that have finished, bumped after
+    /// each (its outcome stored, its tracking updated). A watcher re-checks
+    /// what it waits for after every run instead of polling.
+    pub fn runs_finished(&self) -> watch::Receiver<u64> {
+        self.runs_finished.subscribe()
     }
 
     /// Runs one sweep now and notifies what it found; returns how many.
@@ -403,6 +413,8 @@ impl ProcessingManager {
         if tracked.is_empty() {
             self.idle.notify_waiters();
         }
+        drop(tracked);
+        self.runs_finished.send_modify(|runs| *runs += 1);
     }
 
     async fn sweep_forever(self: Arc<Self>) {

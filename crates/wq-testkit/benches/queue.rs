@@ -131,8 +131,9 @@ async fn api_reads(backend: Backend) {
         .map(|item| item.id)
         .collect();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let auth = wq_testkit::AdminAuth::new(clock.clone());
-    let state = wq_api::AppState::new(store, clock, auth.authenticator.clone());
+    let tokens = wq_testkit::Tokens::new();
+    let authenticator = tokens.authenticator(wq_auth::AuthConfig::default(), clock.clone());
+    let state = wq_api::AppState::new(store, clock, authenticator);
     let router = wq_api::router(state, &wq_api::ApiConfig::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -144,7 +145,7 @@ async fn api_reads(backend: Backend) {
     }));
     let base = format!("http://{address}");
     for (name, detail) in [("item detail", true), ("list page of 50", false)] {
-        let client = auth.client();
+        let client = wq_testkit::bearer_client(&tokens.admin);
         let done = Arc::new(AtomicU64::new(0));
         let until = Instant::now() + Duration::from_secs(5);
         let mut tasks = Vec::new();

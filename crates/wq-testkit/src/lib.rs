@@ -1,22 +1,27 @@
-//! Test support for workqueue: fresh databases per test on either backend,
-//! test item types (`chain`, `noop`, and [`ping`], which has its own table,
-//! webhook and periodic task), and helpers that drive the engine to
-//! quiescence.
+//! The one test-support layer of workqueue: the backend matrix
+//! ([`Backend`], [`backend_tests!`]) with a fresh database per test, the
+//! test item types ([`types`], and [`ping`], which has its own table,
+//! webhook and periodic task), static tokens of several standings
+//! ([`Tokens`]), database faults ([`FaultyStore`]) and [`TestApp`], the
+//! real engine and API on port 0 that proves quiescence before it goes.
 
 pub mod app;
-pub mod auth;
+pub mod faults;
+pub mod http;
 pub mod oidc;
 pub mod ping;
+pub mod tokens;
 pub mod types;
 
-pub use app::TestApp;
-pub use auth::AdminAuth;
+pub use app::{Assembled, Assembling, Assembly, Halted, TestApp, TestAppBuilder};
+pub use faults::{Faults, FaultyStore};
+pub use tokens::{Tokens, bearer, bearer_client};
 
 use std::sync::Arc;
 
 use wq_store::{BackendKind, Store};
 
-/// Which backend a test runs on.
+/// Which backend a test runs on: the one backend matrix of the tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,

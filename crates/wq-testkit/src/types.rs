@@ -1,15 +1,22 @@
 //! Item types for tests and benchmarks. `chain` runs `step1` → `step2` →
 //! `step3` in order and reacts to events; `noop` runs one no-op action.
-//! Both count executions so tests can prove exactly-once behaviour.
+//! Both count executions so tests can prove exactly-once behaviour. For
+//! the API's tests, `probe` takes submissions and commands and never has
+//! work, `bare` keeps every default of [`ItemType`], and [`ProbeWebhook`]
+//! is a webhook source that ignores every delivery.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use time::OffsetDateTime;
 use wq_core::{
-    Action, DimensionUpdate, EventResult, ExecError, ExecOutcome, ItemId, ItemType, ItemView,
-    PendingEvent, Phase,
+    Action, CommandReply, CommandSpec, CommandStatus, DimensionUpdate, EventResult, ExecError,
+    ExecOutcome, Headers, ItemId, ItemType, ItemView, PendingEvent, Permission, Phase,
+    RequestError, Submission, SubmitOutcome, Submitted, TypeRegistry, WebhookError, WebhookReceipt,
+    WebhookReceiver, WorkItem,
 };
+use wq_store::{NewItem, Store};
 
 /// Name of the chained test type.
 pub const CHAIN: &str = "chain";
@@ -221,4 +228,219 @@ impl ItemType for NoopType {
     ) -> Result<EventResult, ExecError> {
         Ok(EventResult::ignored())
     }
+}
+
+/// Name of the probe type, for API tests: it never has anything to do, so
+/// a run claims the item and parks it (`actionable = false`). It takes
+/// submissions (`forge` and `project` optional, other keys refused), reports
+/// their forge and project as its items' scope, and offers `retry-merge`
+/// (permission `retry`), which answers with the caller identity it got.
+/// Its items belong to a project ([`ItemType::scoped_by_project`]): one
+/// inserted or submitted without a forge and project is in an unknown
+/// place, which only rules without a project restriction grant. A
+/// submission with `"retry_needs_admin": true` makes its item one whose
+/// retry needs `admin` ([`ItemType::retry_needs_admin`]).
+pub const PROBE_TYPE: &str = "probe";
+/// The probe's command.
+pub const PROBE_COMMAND: &str = "retry-merge";
+/// A probe command whose handler panics.
+pub const PANIC_COMMAND: &str = "explode";
+
+/// The keys a probe submission may hold; any other is an unknown field
+/// (named in `field` and quoted in the message).
+const PROBE_KEYS: [&str; 4] = ["item_type", "forge", "project", "retry_needs_admin"];
+
+/// The [`PROBE_TYPE`] item type; its items live in the generic tables only.
+pub struct ProbeType {
+    store: Arc<dyn Store>,
+    /// Forge and project of submitted items.
+    places: Mutex<HashMap<ItemId, (String, String)>>,
+    /// Items whose retry needs `admin`.
+    admin_retry: Mutex<HashSet<ItemId>>,
+}
+
+impl ProbeType {
+    /// A probe whose submissions are stored in `store`.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self {
+            store,
+            places: Mutex::new(HashMap::new()),
+            admin_retry: Mutex::new(HashSet::new()),
+        }
+    }
+}
+
+#[async_trait]
+impl ItemType for ProbeType {
+    fn name(&self) -> &'static str {
+        PROBE_TYPE
+    }
+
+    async fn submit(&self, submission: Submission) -> Result<Submitted, RequestError> {
+        let text = |key: &str| submission.body[key].as_str().map(str::to_owned);
+        let unknown: Vec<wq_core::FieldError> = submission
+            .body
+            .as_object()
+            .into_iter()
+            .flat_map(|object| object.keys())
+            .filter(|key| !PROBE_KEYS.contains(&key.as_str()))
+            .map(|key| wq_core::FieldError::new(key.clone(), format!("unknown field {key:?}")))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(RequestError::Invalid(unknown));
+        }
+        let id = ItemId::new_v7();
+        if submission.body["retry_needs_admin"] == serde_json::Value::Bool(true) {
+            self.admin_retry.lock().expect("probe lock").insert(id);
+        }
+        self.store
+            .item_insert(NewItem {
+                id,
+                item_type: PROBE_TYPE.to_owned(),
+                idempotency_key: None,
+                caller_identity: Some(submission.caller_identity.clone()),
+                place: text("forge").zip(text("project")),
+                now: submission.now,
+                dimensions: Vec::new(),
+            })
+            .await
+            .map_err(|error| RequestError::Unavailable(error.to_string()))?;
+        if let (Some(forge), Some(project)) = (text("forge"), text("project")) {
+            self.places
+                .lock()
+                .expect("probe lock")
+                .insert(id, (forge, project));
+        }
+        Ok(Submitted {
+            id,
+            outcome: SubmitOutcome::Created,
+            wake: false,
+        })
+    }
+
+    async fn scope(&self, id: ItemId) -> Result<Option<(String, String)>, RequestError> {
+        Ok(self.places.lock().expect("probe lock").get(&id).cloned())
+    }
+
+    fn scoped_by_project(&self) -> bool {
+        true
+    }
+
+    async fn retry_needs_admin(&self, item: &WorkItem) -> Result<bool, RequestError> {
+        Ok(self
+            .admin_retry
+            .lock()
+            .expect("probe lock")
+            .contains(&item.id))
+    }
+
+    fn commands(&self) -> &'static [CommandSpec] {
+        &[
+            CommandSpec {
+                name: PROBE_COMMAND,
+                permission: Permission::Retry,
+            },
+            CommandSpec {
+                name: PANIC_COMMAND,
+                permission: Permission::Retry,
+            },
+        ]
+    }
+
+    async fn run_command(
+        &self,
+        _id: ItemId,
+        command: &str,
+        _body: serde_json::Value,
+        caller_identity: &str,
+    ) -> Result<CommandReply, RequestError> {
+        if command == PANIC_COMMAND {
+            panic!("the probe's handler fails in a way nobody planned");
+        }
+        Ok(CommandReply {
+            status: CommandStatus::Accepted,
+            body: serde_json::json!({"caller_identity": caller_identity}),
+            wake: false,
+        })
+    }
+
+    fn actions(&self) -> &'static [&'static str] {
+        &["noop"]
+    }
+    fn decide(&self, _view: &ItemView) -> Option<Action> {
+        None
+    }
+    async fn execute(&self, _action: Action, _view: &ItemView) -> Result<ExecOutcome, ExecError> {
+        Ok(ExecOutcome::done())
+    }
+    async fn handle_event(
+        &self,
+        _view: &ItemView,
+        _event: &PendingEvent,
+    ) -> Result<EventResult, ExecError> {
+        Ok(EventResult::ignored())
+    }
+}
+
+/// A registered item type that takes no submissions and offers no
+/// commands: every default of [`ItemType`].
+pub const BARE_TYPE: &str = "bare";
+
+/// The [`BARE_TYPE`] item type.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BareType;
+
+#[async_trait]
+impl ItemType for BareType {
+    fn name(&self) -> &'static str {
+        BARE_TYPE
+    }
+    fn actions(&self) -> &'static [&'static str] {
+        &["noop"]
+    }
+    fn decide(&self, _view: &ItemView) -> Option<Action> {
+        None
+    }
+    async fn execute(&self, _action: Action, _view: &ItemView) -> Result<ExecOutcome, ExecError> {
+        Ok(ExecOutcome::done())
+    }
+    async fn handle_event(
+        &self,
+        _view: &ItemView,
+        _event: &PendingEvent,
+    ) -> Result<EventResult, ExecError> {
+        Ok(EventResult::ignored())
+    }
+}
+
+/// A webhook source (`/webhooks/probe`) that takes any delivery and
+/// ignores it.
+pub struct ProbeWebhook;
+
+#[async_trait]
+impl WebhookReceiver for ProbeWebhook {
+    fn source(&self) -> &'static str {
+        "probe"
+    }
+
+    async fn receive(
+        &self,
+        _headers: &Headers,
+        _body: &[u8],
+        _now: OffsetDateTime,
+    ) -> Result<WebhookReceipt, WebhookError> {
+        Ok(WebhookReceipt {
+            items: Vec::new(),
+            ignored: Some("the probe tracks nothing".to_owned()),
+        })
+    }
+}
+
+/// A registry of [`ProbeType`] over `store` and [`BareType`].
+pub fn probe_registry(store: Arc<dyn Store>) -> TypeRegistry {
+    TypeRegistry::builder()
+        .register(Arc::new(ProbeType::new(store)))
+        .register(Arc::new(BareType))
+        .build()
+        .expect("the probe registry")
 }

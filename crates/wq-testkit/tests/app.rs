@@ -1,13 +1,15 @@
 //! The app as a whole, over HTTP: an item failed by its executor is visible
 //! through the API, a retry through the API recovers it, and the app ends
-//! quiescent.
+//! quiescent. And the `TestApp` itself: dropped unfinished it panics,
+//! `finish` refuses work left behind, a halted app is resumed; the engine
+//! signals every finished run.
 
 use std::sync::Arc;
 
 use wq_core::{Clock, ItemId, SystemClock, TypeRegistry};
-use wq_store::NewItem;
-use wq_testkit::types::{CHAIN, ChainType};
-use wq_testkit::{Backend, TestApp, backend_tests};
+use wq_store::{ClaimParams, NewItem};
+use wq_testkit::types::{CHAIN, CHAIN_STEPS, ChainType};
+use wq_testkit::{Backend, TestApp, TestAppBuilder, backend_tests};
 
 async fn failed_item_is_visible_and_retry_recovers_it(backend: Backend) {
     let chain = ChainType::new();
@@ -16,7 +18,11 @@ async fn failed_item_is_visible_and_retry_recovers_it(backend: Backend) {
         .build()
         .unwrap();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let app = TestApp::start(backend, registry, clock.clone()).await;
+    let app = TestApp::builder(backend)
+        .registry(registry)
+        .clock(clock.clone())
+        .start()
+        .await;
     let id = ItemId::new_v7();
     chain.fail_next(id, 1, true);
     app.store
@@ -75,3 +81,113 @@ async fn failed_item_is_visible_and_retry_recovers_it(backend: Backend) {
 }
 
 backend_tests!(failed_item_is_visible_and_retry_recovers_it);
+
+/// An app of the chain type over a fresh database of `backend`.
+fn chain_app<'a>(backend: Backend, chain: &ChainType) -> TestAppBuilder<'a> {
+    let registry = TypeRegistry::builder()
+        .register(Arc::new(chain.clone()))
+        .build()
+        .unwrap();
+    TestApp::builder(backend).registry(registry)
+}
+
+/// The panic message of a task that panicked.
+async fn panic_of(task: tokio::task::JoinHandle<()>) -> String {
+    let panic = task.await.expect_err("the task panics").into_panic();
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|text| (*text).to_owned()))
+        .unwrap_or_default()
+}
+
+async fn an_app_dropped_without_finish_panics(backend: Backend) {
+    let app = chain_app(backend, &ChainType::new()).start().await;
+    let dropped = tokio::spawn(async move { drop(app) });
+    let message = panic_of(dropped).await;
+    assert!(message.contains("without finish()"), "{message}");
+}
+
+async fn finish_refuses_an_item_left_actionable(backend: Backend) {
+    // Stopped, so no run claims the item before the test does.
+    let app = chain_app(backend, &ChainType::new())
+        .engine_started(false)
+        .start()
+        .await;
+    let item = app.insert(CHAIN).await;
+    // A lease nobody releases: the sweep passes the item over, but it is
+    // still actionable.
+    let now = app.clock.now();
+    app.store
+        .item_claim(ClaimParams {
+            id: item.id,
+            now,
+            lease_until: now + time::Duration::hours(1),
+            handled_types: vec![CHAIN.to_owned()],
+        })
+        .await
+        .unwrap()
+        .expect("claimed");
+    let finished = tokio::spawn(app.finish());
+    let message = panic_of(finished).await;
+    assert!(
+        message.contains(&format!("item {} is still actionable", item.id)),
+        "{message}"
+    );
+}
+
+async fn a_halted_app_is_resumed_over_its_database_address_and_tokens(backend: Backend) {
+    let chain = ChainType::new();
+    let first = chain_app(backend, &chain)
+        .engine_started(false)
+        .start()
+        .await;
+    let item = first.insert(CHAIN).await;
+    let (address, admin) = (first.address, first.tokens.admin.clone());
+    let halted = first.halt().await;
+    assert_eq!(
+        chain.executions.total(),
+        0,
+        "the stopped engine ran nothing"
+    );
+
+    let second = chain_app(backend, &chain).resume(halted).start().await;
+    assert_eq!(second.address, address);
+    let shown = wq_testkit::bearer_client(&admin)
+        .get(second.url(&format!("/api/v1/work-items/{}", item.id)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(shown.status(), 200, "the same item, the same token");
+    second.drain().await;
+    assert_eq!(chain.executions.order(item.id), CHAIN_STEPS.to_vec());
+    second.finish().await;
+}
+
+/// `runs_finished` moves once a run has ended, with what it wrote stored.
+async fn a_finished_run_is_signalled(backend: Backend) {
+    let chain = ChainType::new();
+    let app = chain_app(backend, &chain).start().await;
+    let mut runs = app.engine.runs_finished();
+    let before = *runs.borrow_and_update();
+    let item = app.insert(CHAIN).await;
+    app.engine.notify(item.id);
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        runs.wait_for(|finished| *finished > before),
+    )
+    .await
+    .expect("a run ends")
+    .expect("the engine is there");
+    assert_eq!(chain.executions.order(item.id), CHAIN_STEPS.to_vec());
+    let stored = app.store.item_get(item.id).await.unwrap().unwrap();
+    assert!(!stored.actionable, "parked by the run: {stored:?}");
+    app.finish().await;
+}
+
+backend_tests!(
+    a_finished_run_is_signalled,
+    an_app_dropped_without_finish_panics,
+    finish_refuses_an_item_left_actionable,
+    a_halted_app_is_resumed_over_its_database_address_and_tokens,
+);

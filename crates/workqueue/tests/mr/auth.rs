@@ -44,10 +44,7 @@ async fn mr_items_are_authorized_by_their_project_and_the_token(backend: Backend
     let id = h.submit_ok(&body, StatusCode::CREATED, "created").await;
     h.wait_mr(&id).await;
     let item = h.item(&id).await;
-    assert_eq!(
-        item["caller_identity"],
-        "tester (token tester, rule admins)"
-    );
+    assert_eq!(item["caller_identity"], "admin (token admin, rule admins)");
     assert_eq!(item["detail"]["project"], PROJECT, "{item:#}");
 
     // The item is in team/app: readers see it; for the elsewhere rule it

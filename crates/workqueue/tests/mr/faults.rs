@@ -264,13 +264,19 @@ async fn rate_limits_honour_retry_after(backend: Backend) {
 async fn retry_merge_is_refused_while_in_flight(backend: Backend) {
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let held = gate.clone();
+    // Told when the merge call reaches the gate, the attempt reserved.
+    let at_gate = Arc::new(tokio::sync::Notify::new());
+    let reached = at_gate.clone();
     let h = Harness::start_with(
         backend,
         Options {
             wrap: Some(Box::new(move |inner, _sim, _project| {
                 Arc::new(Intercept {
                     inner,
-                    before_merge: Box::new(|| Box::pin(async {})),
+                    before_merge: Box::new(move || {
+                        let reached = reached.clone();
+                        Box::pin(async move { reached.notify_one() })
+                    }),
                     gate: Some(held),
                     crash: None,
                 })
@@ -286,10 +292,16 @@ async fn retry_merge_is_refused_while_in_flight(backend: Backend) {
             "created",
         )
         .await;
-    h.wait_for(&id, "an in-flight attempt", |item| {
-        item["detail"]["merge"]["last_result"] == "in_flight"
-    })
-    .await;
+    // The run holding the merge call does not end, so no finished run
+    // would tell `wait_for`: the call reaching the gate does.
+    tokio::time::timeout(Duration::from_secs(30), at_gate.notified())
+        .await
+        .expect("the merge call reaches the gate");
+    let item = h.item(&id).await;
+    assert_eq!(
+        item["detail"]["merge"]["last_result"], "in_flight",
+        "{item:#}"
+    );
     let (status, reply) = h
         .post(&format!("/api/v1/work-items/{id}/retry-merge"), None)
         .await;

@@ -32,10 +32,7 @@ async fn submit_creates_one_branch_and_mr_and_merges_the_checked_head(backend: B
         item["detail"]["merge"]["last_result"], "accepted",
         "{item:#}"
     );
-    assert_eq!(
-        item["caller_identity"],
-        "tester (token tester, rule admins)"
-    );
+    assert_eq!(item["caller_identity"], "admin (token admin, rule admins)");
     assert_eq!(
         item["idempotency_key"],
         format!("mr:gitlab:{PROJECT}:wq/feature:1")

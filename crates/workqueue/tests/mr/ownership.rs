@@ -478,7 +478,7 @@ async fn another_callers_update_is_refused_and_the_history_names_both(backend: B
             ),
             (
                 "updated".to_owned(),
-                "tester (token tester, rule admins)".to_owned()
+                "admin (token admin, rule admins)".to_owned()
             ),
         ]
     );

@@ -2,24 +2,27 @@
 //! database of either backend, talking over HTTP to a forge-sim GitLab
 //! project whose webhooks point back at it. Time of the service is a
 //! `ManualClock` the tests move; the sim runs pipelines in its own time.
-//! The API takes the static [`Tokens`]; `api` sends the admin one.
+//! The app part is wq-testkit's `TestApp`, built with the service's own
+//! assembly: it takes the static [`Tokens`] (`api` sends the admin one) and
+//! proves quiescence in [`Harness::finish`] (dropped unfinished, it
+//! panics).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use forge_sim::github::{CheckKind, CheckScript, GithubRepoSpec};
 use forge_sim::{ForgeSim, JobOutcome, JobSpec, SimConfig, SimHandle};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
-use workqueue::app::{self, App};
+use tokio::net::TcpListener;
+use workqueue::app;
 use workqueue::config::Config;
-use wq_auth::config::{RuleConfig, StaticTokenConfig};
-use wq_core::{Clock, ManualClock};
+use wq_core::ManualClock;
 use wq_forge::{Forge, ForgeConfig, ForgeKind, Forges, ForgesConfig};
-use wq_store::SweepParams;
-use wq_testkit::Backend;
+pub use wq_testkit::bearer_client;
+use wq_testkit::{Assembled, Backend, TestApp, TestAppBuilder, Tokens};
 
 pub const SECRET: &str = "hook-secret";
 pub const PROJECT: &str = "team/app";
@@ -78,83 +81,6 @@ impl Default for Options {
     }
 }
 
-/// Static tokens the service accepts, made per harness.
-pub struct Tokens {
-    /// Group `admins`, rule `admins`: `admin`
-    /// (caller identity `tester (token tester, rule admins)`).
-    pub admin: String,
-    /// Group `readers`, rule `readers`: `read`.
-    pub reader: String,
-    /// Group `elsewhere`, rule `elsewhere`: `read`, `submit`, `retry` on
-    /// projects `other/*` only.
-    pub elsewhere: String,
-    /// Group `alice`, rule `alice`: `read`, `submit`, `retry` everywhere
-    /// (caller identity `alice (token alice, rule alice)`).
-    pub alice: String,
-    /// Group `bob`, rule `bob`: the same permissions as `alice`.
-    pub bob: String,
-}
-
-impl Tokens {
-    fn new() -> Self {
-        let token = |name: &str| wq_auth::new_static_token(name).0;
-        Self {
-            admin: token("tester"),
-            reader: token("reader"),
-            elsewhere: token("elsewhere"),
-            alice: token("alice"),
-            bob: token("bob"),
-        }
-    }
-
-    fn configure(&self, auth: &mut wq_auth::AuthConfig) {
-        let entries = [
-            ("tester", &self.admin, "admins", &["admin"][..], None),
-            ("reader", &self.reader, "readers", &["read"][..], None),
-            (
-                "elsewhere",
-                &self.elsewhere,
-                "elsewhere",
-                &["read", "submit", "retry"][..],
-                Some(vec!["other/*".to_owned()]),
-            ),
-            (
-                "alice",
-                &self.alice,
-                "alice",
-                &["read", "submit", "retry"][..],
-                None,
-            ),
-            (
-                "bob",
-                &self.bob,
-                "bob",
-                &["read", "submit", "retry"][..],
-                None,
-            ),
-        ];
-        for (name, token, group, permissions, projects) in entries {
-            auth.static_tokens.push(StaticTokenConfig::for_token(
-                name,
-                token,
-                vec![group.to_owned()],
-            ));
-            auth.rules.push(RuleConfig {
-                name: group.to_owned(),
-                groups: Some(vec![group.to_owned()]),
-                issuer: None,
-                claims: None,
-                allow_any_subject: false,
-                claims_case_insensitive: false,
-                permissions: permissions.iter().map(|p| (*p).to_owned()).collect(),
-                item_types: None,
-                forges: None,
-                projects,
-            });
-        }
-    }
-}
-
 pub struct Harness {
     pub sim: SimHandle,
     /// The GitLab project's id (0 on GitHub).
@@ -168,12 +94,11 @@ pub struct Harness {
     pub tokens: Tokens,
     /// The forge the harness configured ([`FORGE`] or [`GITHUB`]).
     pub forge: &'static str,
-    pub app: Option<App>,
+    /// The running service; `None` only inside [`Harness::crash_and_restart`].
+    app: Option<TestApp>,
+    backend: Backend,
     config: Config,
     forges: Forges,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
-    listener_addr: std::net::SocketAddr,
 }
 
 impl Harness {
@@ -183,9 +108,10 @@ impl Harness {
 
     pub async fn start_with(backend: Backend, options: Options) -> Self {
         let sim = ForgeSim::start(SimConfig::default()).await.expect("sim");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let listener_addr = listener.local_addr().unwrap();
-        let url = format!("http://{listener_addr}");
+        // Bound first: the sim's webhooks and the service's public URL name
+        // the address.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
         let (project, forge) = match options.github {
             None => {
                 let mut builder = sim
@@ -225,9 +151,7 @@ impl Harness {
                 (0, GITHUB)
             }
         };
-        let database_url = backend.fresh_url().await;
         let mut config = Config::default();
-        config.database.url = database_url.clone();
         config.engine.handled_types = vec!["mr".into()];
         config.engine.sweep_interval_seconds = 3600;
         // Tests run the merge queue sync themselves (`Engine::run_periodic`).
@@ -238,8 +162,6 @@ impl Harness {
         if let Some(yaml) = options.ci_retry {
             config.ci_retry = wq_herder::HerderConfig::from_yaml(yaml).expect("ci_retry yaml");
         }
-        let tokens = Tokens::new();
-        tokens.configure(&mut config.auth);
         let (kind, forge_url) = if forge == GITHUB {
             (ForgeKind::Github, sim.github_url())
         } else {
@@ -256,73 +178,67 @@ impl Harness {
             let inner = forges.get(forge).unwrap().clone();
             forges = Forges::new().with(forge, wrap(inner, &sim, project));
         }
-        let clock = Arc::new(ManualClock::new(OffsetDateTime::now_utc()));
+        let tokens = Tokens::new();
         let mut harness = Self {
             sim,
             project,
-            clock,
+            clock: Arc::new(ManualClock::new(OffsetDateTime::now_utc())),
             url,
             client: reqwest::Client::new(),
             api: bearer_client(&tokens.admin),
             tokens,
             forge,
             app: None,
+            backend,
             config,
             forges,
-            stop: None,
-            server: None,
-            listener_addr,
         };
-        harness.boot(Some(listener)).await;
+        let app = harness
+            .boot(TestApp::builder(backend).listener(listener))
+            .await;
+        harness.app = Some(app);
         harness
     }
 
-    /// Builds and starts the service (again, after [`Harness::crash`]) on
-    /// the same database and address.
-    async fn boot(&mut self, listener: Option<tokio::net::TcpListener>) {
-        let clock: Arc<dyn Clock> = self.clock.clone();
-        let app = app::assemble(&self.config, self.forges.clone(), clock, None)
+    /// Builds and starts the service from `builder` with the harness's
+    /// clock, tokens and configuration, as `workqueue::app::assemble` does
+    /// (the database, fresh or resumed, is the builder's).
+    async fn boot(&self, builder: TestAppBuilder<'_>) -> TestApp {
+        let mut config = self.config.clone();
+        let forges = self.forges.clone();
+        builder
+            .clock(self.clock.clone())
+            .tokens(self.tokens.clone())
+            .assemble(move |assembly| {
+                Box::pin(async move {
+                    config.database.url = assembly.database_url;
+                    config.auth = assembly.auth;
+                    let app = app::assemble(&config, forges, assembly.clock, None)
+                        .await
+                        .expect("assemble");
+                    Assembled {
+                        store: app.store,
+                        engine: app.engine,
+                        router: app.router,
+                    }
+                })
+            })
+            .start()
             .await
-            .expect("assemble");
-        app.engine.start();
-        let listener = match listener {
-            Some(listener) => listener,
-            None => tokio::net::TcpListener::bind(self.listener_addr)
-                .await
-                .expect("rebind"),
-        };
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        self.server = Some(tokio::spawn(wq_api::serve(
-            listener,
-            app.router.clone(),
-            async move {
-                let _ = stopped.await;
-            },
-        )));
-        self.stop = Some(stop);
-        self.app = Some(app);
     }
 
     /// Stops the service abruptly (in-memory state lost) and starts a new
-    /// one over the same database.
+    /// one over the same database and address.
     pub async fn crash_and_restart(&mut self) {
-        self.halt().await;
-        self.boot(None).await;
+        let halted = self.app.take().expect("running").halt().await;
+        let app = self
+            .boot(TestApp::builder(self.backend).resume(halted))
+            .await;
+        self.app = Some(app);
     }
 
-    async fn halt(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(server) = self.server.take() {
-            let _ = server.await;
-        }
-        if let Some(app) = self.app.take() {
-            app.engine.shutdown().await;
-        }
-    }
-
-    pub fn app(&self) -> &App {
+    /// The running service: store, engine, clients.
+    pub fn app(&self) -> &TestApp {
         self.app.as_ref().expect("running")
     }
 
@@ -395,24 +311,24 @@ impl Harness {
         }
     }
 
-    /// Polls the item until `done` holds (webhooks flushed and the engine
-    /// idle between reads).
+    /// Reads the item until `done` holds: again after every run the engine
+    /// finishes (webhooks flushed first), failing after [`WAIT`].
     pub async fn wait_for(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + WAIT;
+        let mut runs = self.app().engine.runs_finished();
+        let deadline = tokio::time::Instant::now() + WAIT;
         loop {
+            // Seen before the read: a run that ends after it wakes the wait.
+            runs.borrow_and_update();
             self.sim.flush_webhooks(Duration::from_secs(5)).await;
-            // Not forever: a test may hold the engine busy on purpose.
-            let _ = tokio::time::timeout(Duration::from_millis(200), self.app().engine.wait_idle())
-                .await;
             let item = self.item(id).await;
             if done(&item) {
                 return item;
             }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}: {item:#}"
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            match tokio::time::timeout_at(deadline, runs.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => panic!("the engine went away while waiting for {what}: {item:#}"),
+                Err(_) => panic!("no run in {WAIT:?} brought {what}: {item:#}"),
+            }
         }
     }
 
@@ -484,22 +400,11 @@ impl Harness {
             .status()
     }
 
-    /// Settles and asserts nothing is left to do: no actionable item
-    /// without a future timer, no pending event; then stops.
+    /// Settles (webhooks included), then the app proves nothing is left
+    /// to do: no item due for the sweep or actionable, no pending event.
     pub async fn finish(mut self) {
         self.settle().await;
-        let app = self.app();
-        let left = app
-            .store
-            .sweep_candidates(SweepParams {
-                handled_types: vec!["mr".into()],
-                now: self.clock.now(),
-                limit: 100,
-            })
-            .await
-            .expect("sweep");
-        assert!(left.is_empty(), "work left unprocessed: {left:?}");
-        self.halt().await;
+        self.app.take().expect("running").finish().await;
     }
 }
 
@@ -721,19 +626,6 @@ pub fn dimension(item: &Value, name: &str) -> Value {
         .and_then(|rows| rows.iter().find(|d| d["dimension"] == name))
         .cloned()
         .unwrap_or(Value::Null)
-}
-
-/// A client that sends `token` as `Authorization: Bearer`.
-pub fn bearer_client(token: &str) -> reqwest::Client {
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
-    );
-    reqwest::Client::builder()
-        .default_headers(headers)
-        .build()
-        .unwrap()
 }
 
 /// A submission body for `branch` with `files` as (path, content) creates.

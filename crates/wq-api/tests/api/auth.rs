@@ -12,12 +12,12 @@ use wq_api::models::{ItemList, MeBody, MeRule, SubmitResponse};
 use wq_auth::AuthConfig;
 use wq_auth::config::RuleConfig;
 use wq_core::{Phase, WorkItem};
+use wq_testkit::http::{error_of, json_of};
 use wq_testkit::oidc::{FakeIssuer, ec_key, sign};
+use wq_testkit::types::{PROBE_COMMAND, PROBE_TYPE};
+use wq_testkit::{Backend, TestApp, backend_tests, bearer};
 
-use crate::helpers::{
-    AppOptions, Backend, PROBE_COMMAND, PROBE_TYPE, TestApp, bearer, error_of, json_of,
-    on_both_backends, spawn_app, spawn_app_with,
-};
+use crate::api_app;
 
 const BARE_CHALLENGE: &str = "Bearer realm=\"workqueue\"";
 const INVALID_TOKEN_CHALLENGE: &str = "Bearer realm=\"workqueue\", error=\"invalid_token\"";
@@ -78,7 +78,7 @@ async fn assert_unauthenticated(response: reqwest::Response, challenge: &str, wh
 }
 
 async fn every_route_refuses_anonymous_callers_and_bad_tokens(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let item = app.insert(PROBE_TYPE).await;
     let item = app.set_phase(&item, Phase::Failed).await;
     let (forged, _) = wq_auth::new_static_token("admin");
@@ -106,13 +106,13 @@ async fn every_route_refuses_anonymous_callers_and_bad_tokens(backend: Backend) 
     let list: ItemList = json_of(app.get("/api/v1/work-items").await).await;
     assert_eq!(list.items.len(), 1);
     assert_eq!(app.engine.in_flight(), 0);
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(every_route_refuses_anonymous_callers_and_bad_tokens);
+backend_tests!(every_route_refuses_anonymous_callers_and_bad_tokens);
 
 #[tokio::test]
 async fn a_reader_may_read_but_not_write() {
-    let app = spawn_app(Backend::Sqlite).await;
+    let app = api_app(Backend::Sqlite).start().await;
     let item = app.insert(PROBE_TYPE).await;
     let item = app.set_phase(&item, Phase::Failed).await;
     let reader = app.tokens.reader.clone();
@@ -212,13 +212,13 @@ async fn a_reader_may_read_but_not_write() {
     let me: MeBody = json_of(me).await;
     assert_eq!(me.rules, Vec::new());
     assert_eq!(me.permissions, Vec::<String>::new());
-    app.stop().await;
+    app.finish().await;
 }
 
 /// A caller granted nothing learns nothing from a command route: existing
 /// and unknown items, known and unknown commands are all the same 403.
 async fn a_caller_granted_nothing_cannot_probe_items_or_commands(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let item = app.insert(PROBE_TYPE).await;
     let stranger = app.tokens.stranger.clone();
     let existing = item.id;
@@ -256,12 +256,12 @@ async fn a_caller_granted_nothing_cannot_probe_items_or_commands(backend: Backen
         }})
     );
     assert_eq!(app.engine.in_flight(), 0);
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(a_caller_granted_nothing_cannot_probe_items_or_commands);
+backend_tests!(a_caller_granted_nothing_cannot_probe_items_or_commands);
 
 async fn submissions_and_items_are_scoped_by_project(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let team = app.tokens.team.clone();
 
     let refused = submit_as(&app, &team, &probe("other/x")).await;
@@ -354,16 +354,16 @@ async fn submissions_and_items_are_scoped_by_project(backend: Backend) {
     assert_eq!(seen, expected, "other/x is not listed for the team");
     let list: ItemList = json_of(app.get("/api/v1/work-items").await).await;
     assert_eq!(list.items.len(), 3);
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(submissions_and_items_are_scoped_by_project);
+backend_tests!(submissions_and_items_are_scoped_by_project);
 
 /// An item whose type reports no forge and project for it (here: inserted
 /// without one) is not in the team's projects: a rule restricted to
 /// projects neither lists, shows, retries nor commands it; unrestricted
 /// rules do.
 async fn an_item_in_an_unknown_project_is_only_for_unrestricted_rules(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let item = app.insert(PROBE_TYPE).await;
     let item = app.set_phase(&item, Phase::Failed).await;
     let team = app.tokens.team.clone();
@@ -415,12 +415,12 @@ async fn an_item_in_an_unknown_project_is_only_for_unrestricted_rules(backend: B
     let list: ItemList = json_of(list).await;
     assert_eq!(list.items.len(), 1);
     assert_eq!(app.post(&retry).await.status().as_u16(), 200);
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(an_item_in_an_unknown_project_is_only_for_unrestricted_rules);
+backend_tests!(an_item_in_an_unknown_project_is_only_for_unrestricted_rules);
 
 async fn the_caller_identity_comes_from_the_credentials(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let mut body = probe("team/x");
     body["caller_identity"] = json!("mallory");
     let response = submit_as(&app, &app.tokens.team, &body).await;
@@ -459,9 +459,9 @@ async fn the_caller_identity_comes_from_the_credentials(backend: Backend) {
         reply,
         json!({"caller_identity": "team (token team, rule team)"})
     );
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(the_caller_identity_comes_from_the_credentials);
+backend_tests!(the_caller_identity_comes_from_the_credentials);
 
 fn all_permissions() -> Vec<String> {
     wq_auth::Permission::NAMES
@@ -472,7 +472,7 @@ fn all_permissions() -> Vec<String> {
 
 #[tokio::test]
 async fn me_shows_the_caller_and_ignores_the_proxy_header_when_disabled() {
-    let app = spawn_app(Backend::Sqlite).await;
+    let app = api_app(Backend::Sqlite).start().await;
     let me: MeBody = json_of(app.get("/api/v1/me").await).await;
     assert_eq!(
         me,
@@ -518,21 +518,14 @@ async fn me_shows_the_caller_and_ignores_the_proxy_header_when_disabled() {
         .await
         .unwrap();
     assert_unauthenticated(response, BARE_CHALLENGE, "forwarded, proxy off").await;
-    app.stop().await;
+    app.finish().await;
 }
 
 #[tokio::test]
 async fn me_bridges_the_oauth_proxy_session_when_enabled() {
     let mut auth = AuthConfig::default();
     auth.oauth_proxy.enabled = true;
-    let app = spawn_app_with(
-        Backend::Sqlite,
-        AppOptions {
-            auth,
-            ..AppOptions::default()
-        },
-    )
-    .await;
+    let app = api_app(Backend::Sqlite).auth(auth).start().await;
     let response = app
         .request(Method::GET, "/api/v1/me", None)
         .header("x-forwarded-access-token", &app.tokens.reader)
@@ -584,12 +577,12 @@ async fn me_bridges_the_oauth_proxy_session_when_enabled() {
         .await
         .unwrap();
     assert_unauthenticated(response, BARE_CHALLENGE, "forwarded on a work-item route").await;
-    app.stop().await;
+    app.finish().await;
 }
 
 #[tokio::test]
 async fn health_metrics_and_webhooks_need_no_token() {
-    let app = spawn_app(Backend::Sqlite).await;
+    let app = api_app(Backend::Sqlite).start().await;
     for path in ["/healthz", "/readyz", "/metrics"] {
         let response = app.request(Method::GET, path, None).send().await.unwrap();
         assert_eq!(response.status().as_u16(), 200, "{path}");
@@ -619,7 +612,7 @@ async fn health_metrics_and_webhooks_need_no_token() {
         .await
         .unwrap();
     assert_eq!(error_of(response, 404).await.error.code, "not_found");
-    app.stop().await;
+    app.finish().await;
 }
 
 /// A JWT rule for `issuer`: `read` and `submit` on `team/*`.
@@ -653,14 +646,7 @@ async fn a_jwt_from_a_trusted_issuer_is_authorized_by_its_rule() {
     let mut auth = AuthConfig::default();
     auth.rules.push(jwt_rule("ci", &issuer.url));
     auth.rules.push(jwt_rule("ci-elsewhere", down));
-    let app = spawn_app_with(
-        Backend::Sqlite,
-        AppOptions {
-            auth,
-            ..AppOptions::default()
-        },
-    )
-    .await;
+    let app = api_app(Backend::Sqlite).auth(auth).start().await;
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
     let claims = |iss: &str, aud: &str| {
         json!({
@@ -708,5 +694,5 @@ async fn a_jwt_from_a_trusted_issuer_is_authorized_by_its_rule() {
     assert_eq!(envelope.error.code, "unavailable");
     let list: ItemList = json_of(app.get("/api/v1/work-items").await).await;
     assert_eq!(list.items.len(), 1);
-    app.stop().await;
+    app.finish().await;
 }

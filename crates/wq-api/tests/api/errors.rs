@@ -5,14 +5,15 @@ use std::time::Duration;
 use serde_json::json;
 use wq_api::ApiConfig;
 use wq_core::ItemId;
+use wq_testkit::http::error_of;
+use wq_testkit::types::{PANIC_COMMAND, PROBE_TYPE};
+use wq_testkit::{Backend, Faults};
 
-use crate::helpers::{
-    AppOptions, Backend, Faults, PANIC_COMMAND, PROBE_TYPE, error_of, spawn_app, spawn_app_with,
-};
+use crate::api_app;
 
 #[tokio::test]
 async fn unknown_routes_and_methods_answer_with_the_envelope() {
-    let app = spawn_app(Backend::Sqlite).await;
+    let app = api_app(Backend::Sqlite).start().await;
     let envelope = error_of(app.get("/api/v1/nothing-here").await, 404).await;
     assert_eq!(
         serde_json::to_value(envelope).unwrap(),
@@ -26,19 +27,18 @@ async fn unknown_routes_and_methods_answer_with_the_envelope() {
         .unwrap();
     let envelope = error_of(response, 405).await;
     assert_eq!(envelope.error.code, "method_not_allowed");
-    app.stop().await;
+    app.finish().await;
 }
 
 #[tokio::test]
 async fn a_body_over_the_limit_is_413() {
-    let options = AppOptions {
-        config: ApiConfig {
+    let app = api_app(Backend::Sqlite)
+        .api_config(ApiConfig {
             body_limit_bytes: 1024,
             ..ApiConfig::default()
-        },
-        ..AppOptions::default()
-    };
-    let app = spawn_app_with(Backend::Sqlite, options).await;
+        })
+        .start()
+        .await;
     let path = format!("/api/v1/work-items/{}/retry", ItemId::new_v7());
 
     let response = app
@@ -67,35 +67,34 @@ async fn a_body_over_the_limit_is_413() {
         .await
         .unwrap();
     assert_eq!(error_of(response, 404).await.error.code, "not_found");
-    app.stop().await;
+    app.finish().await;
 }
 
 #[tokio::test]
 async fn a_request_over_the_timeout_is_503() {
-    let options = AppOptions {
-        config: ApiConfig {
+    let app = api_app(Backend::Sqlite)
+        .api_config(ApiConfig {
             request_timeout: Duration::from_millis(100),
             ..ApiConfig::default()
-        },
-        faults: Faults {
+        })
+        .faults(Faults {
             list_delay: Some(Duration::from_secs(5)),
             ..Faults::default()
-        },
-        ..AppOptions::default()
-    };
-    let app = spawn_app_with(Backend::Sqlite, options).await;
+        })
+        .start()
+        .await;
     let envelope = error_of(app.get("/api/v1/work-items").await, 503).await;
     assert_eq!(envelope.error.code, "timeout");
     assert_eq!(
         envelope.error.message,
         "request did not complete within 100 ms"
     );
-    app.stop().await;
+    app.finish().await;
 }
 
 #[tokio::test]
 async fn responses_carry_a_request_id() {
-    let app = spawn_app(Backend::Sqlite).await;
+    let app = api_app(Backend::Sqlite).start().await;
     let response = app.get("/healthz").await;
     assert!(response.headers().contains_key("x-request-id"));
     let response = app
@@ -106,12 +105,12 @@ async fn responses_carry_a_request_id() {
         .await
         .unwrap();
     assert_eq!(response.headers()["x-request-id"], "given-id");
-    app.stop().await;
+    app.finish().await;
 }
 
 #[tokio::test]
 async fn a_panicking_handler_answers_the_500_envelope_and_the_server_keeps_serving() {
-    let app = spawn_app(Backend::Sqlite).await;
+    let app = api_app(Backend::Sqlite).start().await;
     let item = app.insert(PROBE_TYPE).await;
     let envelope = error_of(
         app.post(&format!("/api/v1/work-items/{}/{PANIC_COMMAND}", item.id))
@@ -126,5 +125,5 @@ async fn a_panicking_handler_answers_the_500_envelope_and_the_server_keeps_servi
         envelope.error.message
     );
     assert_eq!(app.get("/healthz").await.status().as_u16(), 200);
-    app.stop().await;
+    app.finish().await;
 }

@@ -1,30 +1,29 @@
 //! `/healthz` and `/readyz`.
 
 use serde_json::{Value, json};
+use wq_testkit::http::{error_of, json_of};
+use wq_testkit::{Backend, Faults, backend_tests};
 
-use crate::helpers::{
-    AppOptions, Backend, Faults, error_of, json_of, on_both_backends, spawn_app, spawn_app_with,
-};
+use crate::api_app;
 
 async fn healthz_and_readyz_answer_ok(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let body: Value = json_of(app.get("/healthz").await).await;
     assert_eq!(body, json!({"status": "ok"}));
     let body: Value = json_of(app.get("/readyz").await).await;
     assert_eq!(body, json!({"status": "ok"}));
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(healthz_and_readyz_answer_ok);
+backend_tests!(healthz_and_readyz_answer_ok);
 
 async fn readyz_is_503_when_the_database_does_not_answer(backend: Backend) {
-    let options = AppOptions {
-        faults: Faults {
+    let app = api_app(backend)
+        .faults(Faults {
             ping_fails: true,
             ..Faults::default()
-        },
-        ..AppOptions::default()
-    };
-    let app = spawn_app_with(backend, options).await;
+        })
+        .start()
+        .await;
     let envelope = error_of(app.get("/readyz").await, 503).await;
     assert_eq!(
         serde_json::to_value(envelope).unwrap(),
@@ -37,6 +36,6 @@ async fn readyz_is_503_when_the_database_does_not_answer(backend: Backend) {
     // Liveness does not depend on the database.
     let body: Value = json_of(app.get("/healthz").await).await;
     assert_eq!(body, json!({"status": "ok"}));
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(readyz_is_503_when_the_database_does_not_answer);
+backend_tests!(readyz_is_503_when_the_database_does_not_answer);

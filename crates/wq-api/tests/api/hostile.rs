@@ -10,11 +10,11 @@ use tokio::net::TcpStream;
 use wq_api::ApiConfig;
 use wq_api::error::MAX_FIELD_ERRORS;
 use wq_core::ItemId;
+use wq_testkit::http::error_of;
+use wq_testkit::types::{BARE_TYPE, PROBE_COMMAND, PROBE_TYPE};
+use wq_testkit::{Backend, TestApp, backend_tests, bearer};
 
-use crate::helpers::{
-    AppOptions, BARE_TYPE, Backend, PROBE_COMMAND, PROBE_TYPE, TestApp, bearer, error_of,
-    on_both_backends, spawn_app, spawn_app_with,
-};
+use crate::api_app;
 
 /// A response read off a raw connection.
 struct RawResponse {
@@ -44,7 +44,7 @@ impl RawResponse {
 /// server closes. Write errors are ignored: a server that answers early may
 /// close before the whole body is sent.
 async fn raw(app: &TestApp, head: &str, body: &[u8]) -> RawResponse {
-    let address = app.address.trim_start_matches("http://");
+    let address = app.address;
     let mut stream = TcpStream::connect(address).await.expect("connect");
     let mut request =
         format!("{head}\r\nHost: {address}\r\nConnection: close\r\n\r\n").into_bytes();
@@ -126,7 +126,7 @@ async fn still_serving(app: &TestApp) {
 }
 
 async fn ids_that_are_not_uuids_are_400(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     for id in ["not-a-uuid", "1", "00000000-0000-0000-0000", "%20", "%00"] {
         let envelope = error_of(app.get(&format!("/api/v1/work-items/{id}")).await, 400).await;
         assert_eq!(envelope.error.code, "invalid_parameter", "{id}");
@@ -174,12 +174,12 @@ async fn ids_that_are_not_uuids_are_400(backend: Backend) {
         assert_eq!(envelope.error.code, "invalid_parameter", "{query}");
     }
     still_serving(&app).await;
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(ids_that_are_not_uuids_are_400);
+backend_tests!(ids_that_are_not_uuids_are_400);
 
 async fn dot_segments_and_encoded_slashes_reach_nothing_else(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let token = bearer(&app.tokens.admin);
     // Raw `..` segments are not resolved: no route has that shape.
     let response = raw(
@@ -224,13 +224,13 @@ async fn dot_segments_and_encoded_slashes_reach_nothing_else(backend: Backend) {
     .await;
     assert_eq!(response.envelope(404).error.code, "not_found");
     still_serving(&app).await;
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(dot_segments_and_encoded_slashes_reach_nothing_else);
+backend_tests!(dot_segments_and_encoded_slashes_reach_nothing_else);
 
 #[tokio::test]
 async fn huge_headers_are_refused_and_the_server_keeps_serving() {
-    let app = spawn_app(Backend::Sqlite).await;
+    let app = api_app(Backend::Sqlite).start().await;
     // A huge bearer token is a 401 that does not repeat it.
     let token = "t".repeat(64 * 1024);
     let response = app
@@ -263,11 +263,11 @@ async fn huge_headers_are_refused_and_the_server_keeps_serving() {
     let response = raw(&app, &format!("GET /healthz HTTP/1.1{many}"), b"").await;
     assert_eq!(response.status, 431, "{}", response.head);
     still_serving(&app).await;
-    app.stop().await;
+    app.finish().await;
 }
 
 async fn bodies_that_are_not_json_or_too_deep_are_400(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     for body in [
         "{not json".to_owned(),
         String::new(),
@@ -328,12 +328,12 @@ async fn bodies_that_are_not_json_or_too_deep_are_400(backend: Backend) {
         assert_eq!(error_of(response, 400).await.error.code, "invalid_body");
     }
     still_serving(&app).await;
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(bodies_that_are_not_json_or_too_deep_are_400);
+backend_tests!(bodies_that_are_not_json_or_too_deep_are_400);
 
 async fn duplicate_keys_are_refused(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     // Read as last-wins, the first `project` could pass a check the stored
     // one would not: refused whole.
     let body = r#"{"item_type": "probe", "forge": "gitlab", "project": "group/app", "project": "other/app"}"#;
@@ -377,12 +377,12 @@ async fn duplicate_keys_are_refused(backend: Backend) {
     // Nothing was stored by the refused submissions.
     let list: Value = app.get("/api/v1/work-items").await.json().await.unwrap();
     assert_eq!(list["items"].as_array().unwrap().len(), 1, "{list}");
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(duplicate_keys_are_refused);
+backend_tests!(duplicate_keys_are_refused);
 
 async fn unknown_commands_are_404(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let id = app
         .submit_probe(&app.tokens.admin, "gitlab", "group/app", json!({}))
         .await;
@@ -431,12 +431,12 @@ async fn unknown_commands_are_404(backend: Backend) {
     )
     .await;
     assert_eq!(envelope.error.code, "not_found");
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(unknown_commands_are_404);
+backend_tests!(unknown_commands_are_404);
 
 async fn wrong_content_types_are_415(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let body = json!({"item_type": PROBE_TYPE}).to_string();
     for content_type in [
         Some("text/plain"),
@@ -470,20 +470,19 @@ async fn wrong_content_types_are_415(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(response.status().as_u16(), 201);
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(wrong_content_types_are_415);
+backend_tests!(wrong_content_types_are_415);
 
 async fn chunked_bodies_over_the_limit_are_413(backend: Backend) {
     const LIMIT: usize = 4096;
-    let options = AppOptions {
-        config: ApiConfig {
+    let app = api_app(backend)
+        .api_config(ApiConfig {
             body_limit_bytes: LIMIT,
             ..ApiConfig::default()
-        },
-        ..AppOptions::default()
-    };
-    let app = spawn_app_with(backend, options).await;
+        })
+        .start()
+        .await;
     let token = bearer(&app.tokens.admin);
     let id = app
         .submit_probe(&app.tokens.admin, "gitlab", "group/app", json!({}))
@@ -523,12 +522,12 @@ async fn chunked_bodies_over_the_limit_are_413(backend: Backend) {
         );
     }
     still_serving(&app).await;
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(chunked_bodies_over_the_limit_are_413);
+backend_tests!(chunked_bodies_over_the_limit_are_413);
 
 async fn a_huge_number_of_invalid_fields_is_listed_up_to_the_cap(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let mut body = serde_json::Map::new();
     body.insert("item_type".into(), json!(PROBE_TYPE));
     for index in 0..20_000 {
@@ -551,6 +550,6 @@ async fn a_huge_number_of_invalid_fields_is_listed_up_to_the_cap(backend: Backen
         envelope.error.message
     );
     assert!(envelope.error.message.len() < 10_000);
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(a_huge_number_of_invalid_fields_is_listed_up_to_the_cap);
+backend_tests!(a_huge_number_of_invalid_fields_is_listed_up_to_the_cap);

@@ -5,17 +5,18 @@
 use serde_json::{Value, json};
 use wq_api::models::{ItemBody, ItemDetail, ItemList};
 use wq_core::{DimensionStatus, DimensionUpdate, ItemId, Phase};
+use wq_testkit::http::{error_of, json_of};
+use wq_testkit::types::{BARE_TYPE, PROBE_TYPE};
+use wq_testkit::{Backend, backend_tests};
 
-use crate::helpers::{
-    BARE_TYPE, Backend, PROBE_TYPE, error_of, json_of, on_both_backends, spawn_app,
-};
+use crate::api_app;
 
 fn ids(list: &ItemList) -> Vec<ItemId> {
     list.items.iter().map(|item| item.id).collect()
 }
 
 async fn list_filters_by_phase_and_type(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let mut alphas = Vec::new();
     for _ in 0..3 {
         alphas.push(app.insert("alpha").await);
@@ -50,12 +51,12 @@ async fn list_filters_by_phase_and_type(backend: Backend) {
             next_before: None
         }
     );
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(list_filters_by_phase_and_type);
+backend_tests!(list_filters_by_phase_and_type);
 
 async fn list_pages_with_a_keyset_cursor(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let mut expected = Vec::new();
     for _ in 0..5 {
         expected.push(app.insert("alpha").await.id);
@@ -89,12 +90,12 @@ async fn list_pages_with_a_keyset_cursor(backend: Backend) {
     let page: ItemList = json_of(app.get("/api/v1/work-items?limit=5").await).await;
     assert_eq!(page.items.len(), 5);
     assert_eq!(page.next_before, None);
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(list_pages_with_a_keyset_cursor);
+backend_tests!(list_pages_with_a_keyset_cursor);
 
 async fn list_rejects_bad_parameters_by_name(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let cases = [
         ("phase=pending", "phase"),
         ("limit=0", "limit"),
@@ -115,12 +116,12 @@ async fn list_rejects_bad_parameters_by_name(backend: Backend) {
         envelope.error.message,
         "unknown phase \"pending\": expected one of active, completed, failed, cancelled"
     );
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(list_rejects_bad_parameters_by_name);
+backend_tests!(list_rejects_bad_parameters_by_name);
 
 async fn show_returns_the_item_with_its_dimensions(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let item = app
         .insert_with(
             "alpha",
@@ -191,12 +192,12 @@ async fn show_returns_the_item_with_its_dimensions(backend: Backend) {
             ("needs_review", "alice", DimensionStatus::False, &json!({})),
         ]
     );
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(show_returns_the_item_with_its_dimensions);
+backend_tests!(show_returns_the_item_with_its_dimensions);
 
 async fn show_answers_404_and_400(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let unknown = ItemId::new_v7();
     let envelope = error_of(app.get(&format!("/api/v1/work-items/{unknown}")).await, 404).await;
     assert_eq!(
@@ -217,15 +218,15 @@ async fn show_answers_404_and_400(backend: Backend) {
             "field": "id",
         }})
     );
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(show_answers_404_and_400);
+backend_tests!(show_answers_404_and_400);
 
 /// A type registered without submissions refuses the body's `item_type`:
 /// 422 naming the field, like an unknown type; nothing is stored.
 #[tokio::test]
 async fn a_type_that_takes_no_submissions_is_an_invalid_item_type() {
-    let app = spawn_app(Backend::Sqlite).await;
+    let app = api_app(Backend::Sqlite).start().await;
     let response = app
         .client
         .post(app.url("/api/v1/work-items"))
@@ -249,13 +250,13 @@ async fn a_type_that_takes_no_submissions_is_an_invalid_item_type() {
     );
     let list: ItemList = json_of(app.get("/api/v1/work-items").await).await;
     assert!(list.items.is_empty(), "nothing stored: {list:?}");
-    app.stop().await;
+    app.finish().await;
 }
 
 /// A submission that is JSON but not an object names the body.
 #[tokio::test]
 async fn a_submission_that_is_not_an_object_names_the_body() {
-    let app = spawn_app(Backend::Sqlite).await;
+    let app = api_app(Backend::Sqlite).start().await;
     for body in [json!([BARE_TYPE]), json!("probe"), json!(42), Value::Null] {
         let response = app
             .client
@@ -276,14 +277,14 @@ async fn a_submission_that_is_not_an_object_names_the_body() {
             "{body}"
         );
     }
-    app.stop().await;
+    app.finish().await;
 }
 
 /// A reader scoped to `team/*`: pages are full of items it may read, the
 /// cursor never names a hidden item, and a hidden item is a 404 like an
 /// unknown one (not a 403), while a readable one shows.
 async fn a_scoped_reader_pages_only_visible_items_and_gets_404_for_hidden_ones(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let admin = app.tokens.admin.clone();
     let team = app.tokens.team.clone();
     // Newest first: hidden items sit between and around the visible ones.
@@ -361,14 +362,14 @@ async fn a_scoped_reader_pages_only_visible_items_and_gets_404_for_hidden_ones(b
         .unwrap();
     let detail: ItemDetail = json_of(response).await;
     assert_eq!(detail.item.id, visible[0]);
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(a_scoped_reader_pages_only_visible_items_and_gets_404_for_hidden_ones);
+backend_tests!(a_scoped_reader_pages_only_visible_items_and_gets_404_for_hidden_ones);
 
 /// A 200 KB unknown field name is not echoed back: every quoted name in
 /// the 422 is cut to 64 characters.
 async fn a_huge_field_name_is_cut_in_the_error(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let name = "n".repeat(200 * 1024);
     let response = app
         .client
@@ -404,6 +405,6 @@ async fn a_huge_field_name_is_cut_in_the_error(backend: Backend) {
         "{}",
         envelope.error.message
     );
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(a_huge_field_name_is_cut_in_the_error);
+backend_tests!(a_huge_field_name_is_cut_in_the_error);

@@ -3,11 +3,13 @@
 use std::time::Duration;
 
 use wq_core::Phase;
+use wq_testkit::types::PROBE_TYPE;
+use wq_testkit::{Backend, backend_tests};
 
-use crate::helpers::{Backend, PROBE_TYPE, on_both_backends, spawn_app};
+use crate::api_app;
 
 async fn metrics_show_the_item_gauge_and_engine_metrics(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     app.insert("alpha").await;
     app.insert("alpha").await;
     let failed = app.insert("alpha").await;
@@ -45,6 +47,6 @@ async fn metrics_show_the_item_gauge_and_engine_metrics(backend: Backend) {
         text.contains("workqueue_loop_duration_seconds_bucket"),
         "missing the loop histogram in:\n{text}"
     );
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(metrics_show_the_item_gauge_and_engine_metrics);
+backend_tests!(metrics_show_the_item_gauge_and_engine_metrics);

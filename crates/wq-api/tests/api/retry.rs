@@ -6,11 +6,14 @@ use std::time::Duration;
 use serde_json::json;
 use wq_api::models::ItemBody;
 use wq_core::{ItemId, Phase};
+use wq_testkit::http::{error_of, json_of};
+use wq_testkit::types::PROBE_TYPE;
+use wq_testkit::{Backend, TestApp, backend_tests};
 
-use crate::helpers::{Backend, PROBE_TYPE, error_of, json_of, on_both_backends, spawn_app};
+use crate::api_app;
 
 async fn retry_reactivates_a_failed_item_and_notifies_the_engine(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let item = app.insert(PROBE_TYPE).await;
     let failed = app.set_phase(&item, Phase::Failed).await;
     assert_eq!(failed.error.as_deref(), Some("boom"));
@@ -39,12 +42,12 @@ async fn retry_reactivates_a_failed_item_and_notifies_the_engine(backend: Backen
     assert_eq!(stored.phase, Phase::Active);
     assert_eq!(stored.attempts, 0);
     assert!(!stored.actionable, "the engine ran and parked the item");
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(retry_reactivates_a_failed_item_and_notifies_the_engine);
+backend_tests!(retry_reactivates_a_failed_item_and_notifies_the_engine);
 
 async fn retry_reactivates_a_cancelled_item(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let item = app.insert("alpha").await;
     app.set_phase(&item, Phase::Cancelled).await;
 
@@ -56,12 +59,12 @@ async fn retry_reactivates_a_cancelled_item(backend: Backend) {
     assert!(body.actionable);
     let stored = app.store.item_get(item.id).await.unwrap().unwrap();
     assert_eq!(body, ItemBody::from(stored));
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(retry_reactivates_a_cancelled_item);
+backend_tests!(retry_reactivates_a_cancelled_item);
 
 async fn retry_of_an_active_or_completed_item_is_409(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let active = app.insert("alpha").await;
     let completed = app.insert("alpha").await;
     app.set_phase(&completed, Phase::Completed).await;
@@ -94,12 +97,12 @@ async fn retry_of_an_active_or_completed_item_is_409(backend: Backend) {
         0,
         "a refused retry notifies nothing"
     );
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(retry_of_an_active_or_completed_item_is_409);
+backend_tests!(retry_of_an_active_or_completed_item_is_409);
 
 async fn retry_of_an_unknown_or_malformed_id(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let unknown = ItemId::new_v7();
     let envelope = error_of(
         app.post(&format!("/api/v1/work-items/{unknown}/retry"))
@@ -116,13 +119,13 @@ async fn retry_of_an_unknown_or_malformed_id(backend: Backend) {
     let envelope = error_of(app.post("/api/v1/work-items/nope/retry").await, 400).await;
     assert_eq!(envelope.error.field.as_deref(), Some("id"));
     assert_eq!(app.engine.in_flight(), 0);
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(retry_of_an_unknown_or_malformed_id);
+backend_tests!(retry_of_an_unknown_or_malformed_id);
 
 /// Retries the item as the caller of `token`; answers the status and the
 /// body.
-async fn retry_as(app: &crate::helpers::TestApp, token: &str, id: ItemId) -> reqwest::Response {
+async fn retry_as(app: &TestApp, token: &str, id: ItemId) -> reqwest::Response {
     app.request_as(
         reqwest::Method::POST,
         &format!("/api/v1/work-items/{id}/retry"),
@@ -133,11 +136,7 @@ async fn retry_as(app: &crate::helpers::TestApp, token: &str, id: ItemId) -> req
     .unwrap()
 }
 
-async fn failed_probe(
-    app: &crate::helpers::TestApp,
-    token: &str,
-    extra: serde_json::Value,
-) -> ItemId {
+async fn failed_probe(app: &TestApp, token: &str, extra: serde_json::Value) -> ItemId {
     let id = app.submit_probe(token, "gitlab", "team/app", extra).await;
     let item = app.store.item_get(id).await.unwrap().unwrap();
     app.set_phase(&item, Phase::Failed).await;
@@ -148,7 +147,7 @@ async fn failed_probe(
 /// `owned_by_another_caller` (without the owner's identity in the message)
 /// and nothing changes; the submitter and an admin of the scope may retry.
 async fn retry_by_another_caller_is_refused_unless_admin(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let id = failed_probe(&app, &app.tokens.team, json!({})).await;
 
     let envelope = error_of(retry_as(&app, &app.tokens.teammate, id).await, 409).await;
@@ -174,14 +173,14 @@ async fn retry_by_another_caller_is_refused_unless_admin(backend: Backend) {
     let own = failed_probe(&app, &app.tokens.team, json!({})).await;
     let body: ItemBody = json_of(retry_as(&app, &app.tokens.team, own).await).await;
     assert_eq!(body.phase, Phase::Active);
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(retry_by_another_caller_is_refused_unless_admin);
+backend_tests!(retry_by_another_caller_is_refused_unless_admin);
 
 /// An item whose type says its retry needs `admin`: its own submitter with
 /// only `retry` gets 403; an admin of the scope retries it.
 async fn retry_that_needs_admin_is_refused_without_it(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let id = failed_probe(&app, &app.tokens.team, json!({"retry_needs_admin": true})).await;
 
     let envelope = error_of(retry_as(&app, &app.tokens.team, id).await, 403).await;
@@ -196,14 +195,14 @@ async fn retry_that_needs_admin_is_refused_without_it(backend: Backend) {
 
     let body: ItemBody = json_of(retry_as(&app, &app.tokens.team_admin, id).await).await;
     assert_eq!(body.phase, Phase::Active);
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(retry_that_needs_admin_is_refused_without_it);
+backend_tests!(retry_that_needs_admin_is_refused_without_it);
 
 /// A caller who may read the item but not retry it gets 403; one who may
 /// not even read it gets 404, as for an unknown id.
 async fn retry_outside_the_read_scope_is_404(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = api_app(backend).start().await;
     let hidden = app
         .submit_probe(&app.tokens.admin, "gitlab", "other/app", json!({}))
         .await;
@@ -217,6 +216,6 @@ async fn retry_outside_the_read_scope_is_404(backend: Backend) {
     );
     let envelope = error_of(retry_as(&app, &app.tokens.reader, hidden).await, 403).await;
     assert_eq!(envelope.error.code, "forbidden");
-    app.stop().await;
+    app.finish().await;
 }
-on_both_backends!(retry_outside_the_read_scope_is_404);
+backend_tests!(retry_outside_the_read_scope_is_404);

@@ -396,7 +396,7 @@ async fn postgres_item_type_extends_the_schema_in_one_transaction() {
     use sqlx::migrate::{Migration, MigrationType, Migrator};
 
     let db = TestDb::postgres().await;
-    let Backend::Postgres { store, .. } = &db.backend else {
+    let Backend::Postgres(store) = &db.backend else {
         unreachable!()
     };
     let mut type_migrator = Migrator::with_migrations(vec![Migration::new(
@@ -515,7 +515,7 @@ async fn sqlite_sweep_plan_never_walks_idle_items() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_sweep_plan_never_walks_idle_items() {
     let db = TestDb::postgres().await;
-    let Backend::Postgres { store, .. } = &db.backend else {
+    let Backend::Postgres(store) = &db.backend else {
         unreachable!()
     };
     let mut conn = store.pool().acquire().await.unwrap();

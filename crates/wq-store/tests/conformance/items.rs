@@ -7,7 +7,7 @@ pub async fn insert_get_view_and_health(db: &TestDb) {
     let store = store.as_ref();
     let expected_backend = match db.backend {
         Backend::Sqlite(_) => BackendKind::Sqlite,
-        Backend::Postgres { .. } => BackendKind::Postgres,
+        Backend::Postgres(_) => BackendKind::Postgres,
     };
     assert_eq!(store.backend(), expected_backend);
     store.ping().await.unwrap();

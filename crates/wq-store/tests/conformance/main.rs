@@ -8,51 +8,47 @@ use std::sync::Arc;
 use time::{Duration, OffsetDateTime};
 use tokio::sync::Barrier;
 use wq_core::{DimensionStatus, DimensionUpdate, EventResult, ItemId, Phase, WorkItem};
-use wq_store::postgres::PgStore;
 use wq_store::sqlite::SqliteStore;
 use wq_store::testing::{drop_postgres_database, fresh_postgres_url, fresh_sqlite_url};
 use wq_store::{
-    ApplyEvent, ApplyOutcome, BackendKind, ClaimParams, EventApplied, ItemListParams, Lease,
-    NewEvent, NewItem, OutcomeChanges, Park, ParkParams, PhaseCount, RecordFailure, Store,
+    ApplyEvent, ApplyOutcome, Backend, BackendKind, ClaimParams, EventApplied, ItemListParams,
+    Lease, NewEvent, NewItem, OutcomeChanges, Park, ParkParams, PhaseCount, RecordFailure, Store,
     StoreError, SweepParams, Visibility, VisibleScope, to_micros,
 };
 
 // --- harness -----------------------------------------------------------------
 
-enum Backend {
-    Sqlite(SqliteStore),
-    Postgres { store: PgStore, url: String },
-}
-
-/// A migrated store on a fresh database, and the concrete backend behind it.
+/// A migrated store on a fresh database of one [`wq_testkit::Backend`],
+/// and the concrete store behind it ([`Backend`], `wq_store`'s handle).
 struct TestDb {
     store: Arc<dyn Store>,
     backend: Backend,
+    url: String,
 }
 
 impl TestDb {
-    async fn sqlite() -> Self {
-        let url = fresh_sqlite_url();
-        let store = SqliteStore::connect(&url, 4)
+    async fn open(backend: wq_testkit::Backend) -> Self {
+        let url = backend.fresh_url().await;
+        let store = wq_store::connect(&url, 4)
             .await
             .unwrap_or_else(|error| panic!("cannot open {url}: {error}"));
-        store.migrate().await.expect("migrate sqlite");
+        store
+            .migrate()
+            .await
+            .unwrap_or_else(|error| panic!("cannot migrate {url}: {error}"));
         Self {
-            store: Arc::new(store.clone()),
-            backend: Backend::Sqlite(store),
+            backend: store.handle(),
+            store,
+            url,
         }
     }
 
+    async fn sqlite() -> Self {
+        Self::open(wq_testkit::Backend::Sqlite).await
+    }
+
     async fn postgres() -> Self {
-        let url = fresh_postgres_url().await;
-        let store = PgStore::connect(&url, 4)
-            .await
-            .unwrap_or_else(|error| panic!("cannot open {url}: {error}"));
-        store.migrate().await.expect("migrate postgres");
-        Self {
-            store: Arc::new(store.clone()),
-            backend: Backend::Postgres { store, url },
-        }
+        Self::open(wq_testkit::Backend::Postgres).await
     }
 
     fn store(&self) -> Arc<dyn Store> {
@@ -62,9 +58,9 @@ impl TestDb {
     /// Drops the PostgreSQL database of a passed test (a failed one keeps
     /// it for inspection).
     async fn finish(self) {
-        if let Backend::Postgres { store, url } = self.backend {
+        if let Backend::Postgres(store) = self.backend {
             store.pool().close().await;
-            drop_postgres_database(&url).await;
+            drop_postgres_database(&self.url).await;
         }
     }
 
@@ -80,7 +76,7 @@ impl TestDb {
                     .await
                     .expect("force actionable = 0");
             }
-            Backend::Postgres { store, .. } => {
+            Backend::Postgres(store) => {
                 sqlx::query("UPDATE work_items SET actionable = false WHERE id = $1")
                     .bind(id.0)
                     .execute(store.pool())
@@ -92,24 +88,18 @@ impl TestDb {
 }
 
 /// Defines `sqlite::NAME` and `postgres::NAME` tests that run
-/// `cases::NAME(&TestDb)` on a fresh database.
+/// `cases::NAME(&TestDb)` on a fresh database of that [`wq_testkit::Backend`].
 macro_rules! conformance_suite {
     ($($case:ident),* $(,)?) => {
-        mod sqlite {
+        conformance_suite!(@backend sqlite, Sqlite, $($case),*);
+        conformance_suite!(@backend postgres, Postgres, $($case),*);
+    };
+    (@backend $module:ident, $backend:ident, $($case:ident),*) => {
+        mod $module {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
-                    let db = super::TestDb::sqlite().await;
-                    super::cases::$case(&db).await;
-                    db.finish().await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let db = super::TestDb::postgres().await;
+                    let db = super::TestDb::open(wq_testkit::Backend::$backend).await;
                     super::cases::$case(&db).await;
                     db.finish().await;
                 }
