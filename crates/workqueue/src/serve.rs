@@ -292,8 +292,11 @@ mod tests {
     async fn a_step_that_ends_in_the_grace_releases_its_lease(backend: Backend) {
         let mut running = start(backend, Duration::from_secs(60)).await;
         let gate = Arc::clone(&running.gate);
+        let engine = Arc::clone(&running.engine);
+        // The step ends only once the shutdown has begun: it is the step
+        // running at the signal.
         let opener = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            engine.shutdown_requested().await;
             gate.open.add_permits(100);
         });
         assert!(stop(&mut running).await, "every item loop ended");
@@ -317,7 +320,9 @@ mod tests {
             "an abandoned lease is not released"
         );
         // The heartbeat (every lease/3) stopped: within a few lease lengths
-        // the item is claimable. A renewed lease never would be.
+        // the item is claimable. A renewed lease never would be. The lease
+        // runs out on the wall clock the store compares with, so this waits
+        // for that condition, bounded, rather than for a signal.
         let mut claimed = None;
         for _ in 0..100 {
             let now = SystemClock.now();

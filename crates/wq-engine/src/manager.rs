@@ -306,6 +306,12 @@ impl ProcessingManager {
         Ok(ids.len())
     }
 
+    /// Resolves once a shutdown has been asked for (at once if it already
+    /// was): for code that must act while the engine drains.
+    pub async fn shutdown_requested(&self) {
+        self.shutdown.cancelled().await;
+    }
+
     /// Stops intake, lets running items finish their current step (they then
     /// release their leases) and waits for them, however long a step takes.
     /// [`ProcessingManager::shutdown_within`] bounds the wait.
