@@ -80,6 +80,9 @@ pub struct GitlabProjectSpec {
     pub only_allow_merge_if_pipeline_succeeds: Option<bool>,
     #[serde(default)]
     pub only_allow_merge_if_all_discussions_are_resolved: Option<bool>,
+    /// The project runs merge request pipelines (`refs/merge-requests/<iid>/head`).
+    #[serde(default)]
+    pub merge_request_pipelines: Option<bool>,
     #[serde(default)]
     pub jobs: Option<Vec<JobSpec>>,
     #[serde(default)]
@@ -114,6 +117,9 @@ fn apply_settings(
     }
     if let Some(value) = spec.only_allow_merge_if_all_discussions_are_resolved {
         settings.only_allow_merge_if_all_discussions_are_resolved = value;
+    }
+    if let Some(value) = spec.merge_request_pipelines {
+        settings.merge_request_pipelines = value;
     }
     Ok(())
 }

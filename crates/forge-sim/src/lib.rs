@@ -488,6 +488,13 @@ impl GitlabProjectBuilder<'_> {
         self
     }
 
+    /// The project runs merge request pipelines: a push to a branch with an open MR starts a
+    /// pipeline on `refs/merge-requests/<iid>/head`, as GitLab does.
+    pub fn merge_request_pipelines(mut self, enabled: bool) -> Self {
+        self.spec.merge_request_pipelines = Some(enabled);
+        self
+    }
+
     pub fn require_pipeline_success(mut self, required: bool) -> Self {
         self.spec.only_allow_merge_if_pipeline_succeeds = Some(required);
         self

@@ -95,7 +95,7 @@ fn labels_json(mr: &MergeRequest) -> Value {
 
 /// `object_attributes` of a Merge Request Hook (also the `merge_request` of Note/Pipeline hooks).
 pub fn hook_mr_attributes(project: &Project, mr: &MergeRequest, base: &str) -> Value {
-    let head = head_pipeline(project, &mr.source_branch, &mr.sha);
+    let head = head_pipeline(project, mr);
     json!({
         "id": mr.id,
         "iid": mr.iid,
@@ -185,18 +185,17 @@ fn hook_build(job: &super::model::Job, base: &str) -> Value {
     })
 }
 
-/// The MR a pipeline belongs to (its `mr_iid`, or an open MR from its branch).
+/// The MR of a merge request pipeline (source `merge_request_event`: MR and merge train
+/// pipelines). GitLab's Pipeline Hook carries `merge_request` for those only; a branch pipeline's
+/// is null even when the branch has an open MR.
 fn pipeline_mr<'a>(
     project: &'a Project,
     pipeline: &super::model::Pipeline,
 ) -> Option<&'a MergeRequest> {
-    if let Some(iid) = pipeline.mr_iid {
-        return project.merge_requests.get(&iid);
+    if pipeline.source != "merge_request_event" {
+        return None;
     }
-    project
-        .merge_requests
-        .values()
-        .find(|m| m.is_open() && m.source_branch == pipeline.ref_name)
+    project.merge_requests.get(&pipeline.mr_iid?)
 }
 
 pub fn pipeline_hook(project: &Project, pipeline_id: u64, base: &str) -> Value {

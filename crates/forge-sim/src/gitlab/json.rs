@@ -136,7 +136,7 @@ pub fn mr_json(project: &Project, mr: &MergeRequest, base: &str, full: bool) -> 
         "approvals_before_merge": Value::Null,
     });
     if full {
-        let head = head_pipeline(project, &mr.source_branch, &mr.sha);
+        let head = head_pipeline(project, mr);
         let head_json = head.map(|p| {
             let mut pipeline = pipeline_json(project, p, base);
             pipeline["project_id"] = json!(project.id);

@@ -19,6 +19,10 @@ pub struct ProjectSettings {
     pub approvals_required: u32,
     pub only_allow_merge_if_pipeline_succeeds: bool,
     pub only_allow_merge_if_all_discussions_are_resolved: bool,
+    /// The project's CI runs merge request pipelines (`rules: - if: $CI_PIPELINE_SOURCE ==
+    /// "merge_request_event"`): a push to a branch with an open MR starts a pipeline on
+    /// `refs/merge-requests/<iid>/head` instead of the branch.
+    pub merge_request_pipelines: bool,
 }
 
 impl Default for ProjectSettings {
@@ -29,6 +33,7 @@ impl Default for ProjectSettings {
             approvals_required: 0,
             only_allow_merge_if_pipeline_succeeds: true,
             only_allow_merge_if_all_discussions_are_resolved: true,
+            merge_request_pipelines: false,
         }
     }
 }
@@ -222,7 +227,7 @@ pub fn detailed_merge_status(project: &Project, mr: &MergeRequest) -> &'static s
         return "discussions_not_resolved";
     }
     if project.settings.only_allow_merge_if_pipeline_succeeds {
-        match head_pipeline(project, &mr.source_branch, &mr.sha).map(|p| p.status.as_str()) {
+        match head_pipeline(project, mr).map(|p| p.status.as_str()) {
             None => return "ci_must_pass",
             Some("success") => {}
             Some("created" | "pending" | "running") => return "ci_still_running",
@@ -330,16 +335,20 @@ pub fn latest_jobs<'a>(project: &'a Project, pipeline: &Pipeline) -> Vec<&'a Job
 }
 
 /// The MR's head pipeline: the newest branch pipeline for its source branch at its head sha.
-pub fn head_pipeline<'a>(
-    project: &'a Project,
-    source_branch: &str,
-    sha: &str,
-) -> Option<&'a Pipeline> {
+/// The MR's head pipeline: the newest pipeline for its head commit, on its source branch or
+/// (a merge request pipeline) on `refs/merge-requests/<iid>/head`.
+pub fn head_pipeline<'a>(project: &'a Project, mr: &MergeRequest) -> Option<&'a Pipeline> {
+    let mr_ref = mr_head_ref(mr.iid);
     project
         .pipelines
         .values()
         .rev()
-        .find(|p| p.ref_name == source_branch && p.sha == sha)
+        .find(|p| p.sha == mr.sha && (p.ref_name == mr.source_branch || p.ref_name == mr_ref))
+}
+
+/// The ref GitLab gives a merge request pipeline.
+pub fn mr_head_ref(iid: u64) -> String {
+    format!("refs/merge-requests/{iid}/head")
 }
 
 #[derive(Debug, Clone)]

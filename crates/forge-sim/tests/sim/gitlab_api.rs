@@ -797,6 +797,91 @@ async fn merge_when_pipeline_succeeds() {
     assert!(mr["merge_commit_sha"].is_string());
 }
 
+/// A project running merge request pipelines: the MR's pipelines run on
+/// `refs/merge-requests/<iid>/head` with source `merge_request_event`, the
+/// Pipeline Hook carries the merge request and the Job Hook the ref; a
+/// branch pipeline's hook carries no merge request.
+#[tokio::test]
+async fn merge_request_pipelines_run_on_the_merge_request_ref() {
+    let sim = start_sim().await;
+    let receiver = Receiver::start().await;
+    let project = sim
+        .gitlab_project("g/mrp")
+        .merge_request_pipelines(true)
+        .webhook(&receiver.url, "s")
+        .create()
+        .expect("project");
+    let api = ApiClient::gitlab(&sim);
+    let p = format!("/projects/{project}");
+    api.post(
+        &format!("{p}/repository/commits"),
+        commit_body("feature", Some("main"), &[("create", "x", "1")]),
+    )
+    .await;
+    let (_, mr) = api
+        .post(
+            &format!("{p}/merge_requests"),
+            json!({"source_branch": "feature", "target_branch": "main", "title": "t"}),
+        )
+        .await;
+    let first = mr["head_pipeline"]["id"].as_u64().expect("head pipeline");
+    assert_eq!(mr["head_pipeline"]["ref"], "refs/merge-requests/1/head");
+    let (_, pipeline) = api.get(&format!("{p}/pipelines/{first}")).await;
+    assert_eq!(pipeline["ref"], "refs/merge-requests/1/head");
+    assert_eq!(pipeline["source"], "merge_request_event");
+    // A push to the branch starts another merge request pipeline.
+    let new_sha = sim
+        .gitlab_push(project, "feature", &[("x", Some("2"))], "fix")
+        .expect("push");
+    let (_, mr) = api.get(&format!("{p}/merge_requests/1")).await;
+    assert_eq!(mr["head_pipeline"]["sha"], new_sha.as_str());
+    assert_eq!(mr["head_pipeline"]["ref"], "refs/merge-requests/1/head");
+    assert_ne!(mr["head_pipeline"]["id"], first);
+    let (_, pipelines) = api.get(&format!("{p}/merge_requests/1/pipelines")).await;
+    assert_eq!(pipelines.as_array().map(Vec::len), Some(2), "{pipelines}");
+    let hook = receiver
+        .wait_for("a Pipeline Hook", |r| r.body["object_kind"] == "pipeline")
+        .await;
+    assert_eq!(
+        hook.body["object_attributes"]["ref"],
+        "refs/merge-requests/1/head"
+    );
+    assert_eq!(hook.body["merge_request"]["iid"], 1);
+    let job = receiver
+        .wait_for("a Job Hook", |r| r.body["object_kind"] == "build")
+        .await;
+    assert_eq!(job.body["ref"], "refs/merge-requests/1/head");
+
+    // Without merge request pipelines the MR's pipeline is a branch pipeline,
+    // and its hook names no merge request.
+    let branch_project = sim
+        .gitlab_project("g/branch")
+        .webhook(&receiver.url, "s")
+        .create()
+        .expect("project");
+    let p = format!("/projects/{branch_project}");
+    api.post(
+        &format!("{p}/repository/commits"),
+        commit_body("feature", Some("main"), &[("create", "x", "1")]),
+    )
+    .await;
+    let (_, mr) = api
+        .post(
+            &format!("{p}/merge_requests"),
+            json!({"source_branch": "feature", "target_branch": "main", "title": "t"}),
+        )
+        .await;
+    assert_eq!(mr["head_pipeline"]["ref"], "feature");
+    let hook = receiver
+        .wait_for("the branch pipeline's hook", |r| {
+            r.body["object_kind"] == "pipeline"
+                && r.body["project"]["path_with_namespace"] == "g/branch"
+        })
+        .await;
+    assert_eq!(hook.body["object_attributes"]["ref"], "feature");
+    assert!(hook.body["merge_request"].is_null(), "{}", hook.body);
+}
+
 #[tokio::test]
 async fn pipelines_jobs_traces_and_retry() {
     let sim = start_sim().await;
@@ -987,7 +1072,13 @@ async fn scenario_flaky_retry_merge_with_webhooks() {
         .await;
     assert_eq!(pipeline_failed.body["object_kind"], "pipeline");
     assert_eq!(pipeline_failed.body["object_attributes"]["id"], pipeline_id);
-    assert_eq!(pipeline_failed.body["merge_request"]["iid"], iid);
+    // A branch pipeline: GitLab names a merge request only in the hooks of
+    // merge request pipelines.
+    assert!(
+        pipeline_failed.body["merge_request"].is_null(),
+        "{}",
+        pipeline_failed.body
+    );
     assert_eq!(
         pipeline_failed.body["project"]["path_with_namespace"],
         "team/service"

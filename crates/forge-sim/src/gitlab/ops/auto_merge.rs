@@ -58,7 +58,7 @@ pub fn progress_auto_merge(ctx: &mut Ctx<'_>, pid: u64) -> bool {
             if auto.strategy == "merge_train" {
                 return None;
             }
-            let status = head_pipeline(project, &m.source_branch, &m.sha).map(|p| p.status.clone());
+            let status = head_pipeline(project, m).map(|p| p.status.clone());
             Some((m.iid, auto, status, detailed_merge_status(project, m)))
         })
         .collect();

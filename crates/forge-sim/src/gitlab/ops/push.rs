@@ -6,6 +6,7 @@ use serde_json::json;
 use super::merge::{emit_mr_hook, finish_merge, mr_ref};
 use super::pipelines::create_pipeline;
 use super::trains::drop_car;
+use crate::gitlab::model::mr_head_ref;
 use crate::gitlab::{ApiError, Ctx};
 use crate::repo::MergeMethod;
 use crate::state::User;
@@ -99,6 +100,22 @@ pub fn on_branch_updated(
             drop_car(ctx, pid, *iid, Some("the source branch was updated"));
             emit_mr_hook(ctx, pid, *iid, "update", user, json!({}), Some(&oldrev));
         }
+    }
+    if ctx.project(pid).settings.merge_request_pipelines {
+        // A merge request pipeline per open MR, on its own ref.
+        for iid in iids {
+            create_pipeline(
+                ctx,
+                pid,
+                &mr_head_ref(iid),
+                after,
+                before,
+                "merge_request_event",
+                user,
+                Some(iid),
+            );
+        }
+        return;
     }
     create_pipeline(
         ctx,

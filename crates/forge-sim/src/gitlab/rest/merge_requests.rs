@@ -11,7 +11,9 @@ use serde_json::{Map, Value, json};
 
 use super::{MergeRequestSegment, ProjectCall};
 use crate::gitlab::json::{approvals_json, mr_json};
-use crate::gitlab::model::{MergeRequest, detailed_merge_status, head_pipeline, is_draft_title};
+use crate::gitlab::model::{
+    MergeRequest, detailed_merge_status, head_pipeline, is_draft_title, mr_head_ref,
+};
 use crate::gitlab::ops::auto_merge::set_auto_merge;
 use crate::gitlab::ops::merge::{mr_mut, mr_ref};
 use crate::gitlab::ops::pipelines::create_pipeline;
@@ -44,26 +46,24 @@ fn duplicate_check(
     Ok(())
 }
 
-/// Starts a pipeline for the MR head when it has none.
+/// Starts a pipeline for the MR head when it has none: a merge request pipeline on
+/// `refs/merge-requests/<iid>/head` when the project runs them, else the branch pipeline GitLab
+/// would have run for the push.
 fn ensure_pipeline(ctx: &mut Ctx<'_>, pid: u64, iid: u64, user: &User) {
     let project = ctx.project(pid);
     let Some(mr) = project.merge_requests.get(&iid) else {
         return;
     };
-    if head_pipeline(project, &mr.source_branch, &mr.sha).is_some() {
+    if head_pipeline(project, mr).is_some() {
         return;
     }
-    let (branch, sha) = (mr.source_branch.clone(), mr.sha.clone());
-    create_pipeline(
-        ctx,
-        pid,
-        &branch,
-        &sha,
-        None,
-        "merge_request_event",
-        user,
-        Some(iid),
-    );
+    let (ref_name, source) = if project.settings.merge_request_pipelines {
+        (mr_head_ref(iid), "merge_request_event")
+    } else {
+        (mr.source_branch.clone(), "push")
+    };
+    let sha = mr.sha.clone();
+    create_pipeline(ctx, pid, &ref_name, &sha, None, source, user, Some(iid));
 }
 
 pub async fn create(call: ProjectCall, params: Params) -> ApiResult {
@@ -757,8 +757,7 @@ pub async fn merge(call: ProjectCall<MergeRequestSegment>, params: Params) -> Ap
         let project = ctx.project(pid);
         let mr = mr_ref(project, iid)?.clone();
         let status = detailed_merge_status(project, &mr);
-        let pipeline_status = head_pipeline(project, &mr.source_branch, &mr.sha)
-            .map(|pipeline| pipeline.status.clone());
+        let pipeline_status = head_pipeline(project, &mr).map(|pipeline| pipeline.status.clone());
         let pipeline_active = matches!(
             pipeline_status.as_deref(),
             Some("created" | "pending" | "running")

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::{MergeRequestSegment, ProjectCall, path_number};
 use crate::gitlab::json::{job_json, pipeline_basic_json, pipeline_json};
-use crate::gitlab::model::train_ref;
+use crate::gitlab::model::{mr_head_ref, train_ref};
 use crate::gitlab::ops::pipelines::retry;
 use crate::gitlab::{ApiError, ApiResult, Params, created, ok};
 
@@ -170,14 +170,12 @@ pub async fn mr_pipelines(call: ProjectCall<MergeRequestSegment>) -> ApiResult {
             .merge_requests
             .get(&iid)
             .ok_or_else(|| ApiError::not_found(""))?;
-        let train_ref = train_ref(iid);
+        let refs = [mr.source_branch.clone(), mr_head_ref(iid), train_ref(iid)];
         let pipelines: Vec<Value> = project
             .pipelines
             .values()
             .rev()
-            .filter(|pipeline| {
-                pipeline.ref_name == mr.source_branch || pipeline.ref_name == train_ref
-            })
+            .filter(|pipeline| refs.contains(&pipeline.ref_name))
             .map(|pipeline| pipeline_basic_json(project, pipeline, ctx.base))
             .collect();
         ok(Value::Array(pipelines))

@@ -72,8 +72,7 @@ pub async fn add_car_endpoint(call: ProjectCall<MergeRequestSegment>, params: Pa
             .ok_or_else(|| ApiError::not_found(""))?;
         let status = detailed_merge_status(project, mr);
         let running = matches!(
-            head_pipeline(project, &mr.source_branch, &mr.sha)
-                .map(|pipeline| pipeline.status.as_str()),
+            head_pipeline(project, mr).map(|pipeline| pipeline.status.as_str()),
             Some("created" | "pending" | "running")
         );
         let allowed =
