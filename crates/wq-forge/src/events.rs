@@ -46,7 +46,8 @@ pub enum ForgeEvent {
         sha: Option<String>,
         /// The branch (or ref) the pipeline ran for.
         ref_name: Option<String>,
-        /// The change request the pipeline runs for, when the forge says.
+        /// The change request the pipeline runs for, when the forge says
+        /// (GitLab: the hook's `merge_request`, or the merge request ref).
         number: Option<u64>,
     },
     Job {
@@ -63,6 +64,10 @@ pub enum ForgeEvent {
         /// pipeline is not recorded yet).
         #[serde(default)]
         ref_name: Option<String>,
+        /// The change request of a merge request pipeline's job (GitLab's
+        /// `refs/merge-requests/<iid>/head` ref), when the ref names one.
+        #[serde(default)]
+        number: Option<u64>,
     },
     Note {
         project: String,

@@ -700,7 +700,9 @@ async fn webhook_deliveries_parse_into_events() {
             status: CiStatus::Success,
             sha: Some(pushed.clone()),
             ref_name: Some("wq/hooks".into()),
-            number: Some(iid),
+            // A branch pipeline: only a merge request pipeline's hook names
+            // its merge request.
+            number: None,
         })
     );
     assert!(!jobs.is_empty());
@@ -720,6 +722,7 @@ async fn webhook_deliveries_parse_into_events() {
         failure_reason,
         finished_at,
         ref_name: job_ref,
+        number: job_number,
         ..
     } = gitlab
         .parse_webhook(&auth(job_headers), job_body)
@@ -729,6 +732,7 @@ async fn webhook_deliveries_parse_into_events() {
     };
     assert_eq!(job_project, project);
     assert_eq!(job_ref.as_deref(), Some("wq/hooks"), "the job's branch");
+    assert_eq!(job_number, None, "a branch ref names no merge request");
     assert_eq!(name, "test");
     assert_eq!(stage.as_deref(), Some("test"));
     assert_eq!(failure_reason, None);

@@ -95,12 +95,14 @@ impl ForgeWebhooks {
                 project,
                 pipeline_id,
                 ref_name,
+                number,
                 ..
             }
             | ForgeEvent::Job {
                 project,
                 pipeline_id,
                 ref_name,
+                number,
                 ..
             } => {
                 if let Some(id) = store
@@ -109,10 +111,19 @@ impl ForgeWebhooks {
                 {
                     return Ok(Some(id));
                 }
-                // A new head pipeline not recorded yet: its branch says
-                // whose it is; the reconcile it triggers (for a job, the
-                // handler and the executor) tells a superseded pipeline
-                // from it.
+                // A new head pipeline not recorded yet: a merge request
+                // pipeline names its change request (GitLab's
+                // `refs/merge-requests/<iid>/head`, the Pipeline Hook's
+                // merge request), a branch pipeline its branch. The
+                // reconcile it triggers (for a job, the handler and the
+                // executor) tells a superseded pipeline from the head.
+                if let Some(number) = number
+                    && let Some(id) = store
+                        .find_active(forge, project, Lookup::Number(*number))
+                        .await?
+                {
+                    return Ok(Some(id));
+                }
                 self.by_branch(forge, project, ref_name.as_deref()).await
             }
             ForgeEvent::Note {

@@ -18,6 +18,7 @@ backend_tests!(
     report_matchers_and_spent_limits_are_recorded_not_retried,
     a_transient_error_on_a_retry_postpones_the_job_not_the_item,
     a_refused_retry_settles_the_job_and_the_item_stays_active,
+    a_merge_request_pipeline_job_failing_before_its_pipeline_is_read_is_retried,
 );
 
 /// Retries runner system failures at once.
@@ -582,5 +583,100 @@ async fn a_refused_retry_settles_the_job_and_the_item_stays_active(backend: Back
         note.contains("not retried: retrying the job failed"),
         "{note}"
     );
+    h.finish().await;
+}
+
+/// A project that runs merge request pipelines: GitLab's Job Hook names
+/// `refs/merge-requests/<iid>/head`, not the source branch. A job that
+/// fails before workqueue has read the MR's head pipeline is found by the
+/// MR number in that ref, and retried.
+async fn a_merge_request_pipeline_job_failing_before_its_pipeline_is_read_is_retried(
+    backend: Backend,
+) {
+    const HOUR: Duration = Duration::from_secs(3600);
+    let h = Harness::start_with(
+        backend,
+        Options {
+            // Long enough that the failure comes only when the test moves
+            // the sim's clock.
+            jobs: vec![
+                JobSpec::new(
+                    "unit",
+                    JobOutcome::flaky(1, "runner_system_failure", RUNNER_TRACE),
+                )
+                .duration_secs(HOUR.as_secs()),
+            ],
+            ci_retry: Some(RUNNER_AT_ONCE),
+            ..Options::default()
+        },
+    )
+    .await;
+    h.sim
+        .update_gitlab_project(
+            h.project,
+            forge_sim::GitlabProjectSpec {
+                merge_request_pipelines: Some(true),
+                ..forge_sim::GitlabProjectSpec::default()
+            },
+        )
+        .unwrap();
+    // workqueue's first read of the MR fails: it has not seen the head
+    // pipeline when the job fails.
+    h.sim.add_fault(FaultRule::pattern(
+        "GET",
+        "/api/v4/projects/*/merge_requests/*",
+        HttpFault::Status { status: 503 },
+    ));
+    let id = h
+        .submit_ok(
+            &change("wq/mr-pipeline", &[("m.txt", "m\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let iid = h.wait_mr(&id).await;
+    let item = h.item(&id).await;
+    assert!(
+        item["detail"]["mr"]["head_pipeline_id"].is_null(),
+        "the head pipeline is not read yet: {item:#}"
+    );
+
+    // The job fails; its hook names the merge request's ref. The item
+    // takes the event up once its backoff after the failed read ends.
+    h.sim.advance(HOUR);
+    h.advance(Duration::from_secs(120)).await;
+    let item = h
+        .wait_for(&id, "the failed job tracked", |item| !jobs(item).is_empty())
+        .await;
+    let hook = h
+        .sim
+        .webhook_deliveries()
+        .into_iter()
+        .find(|d| d.event == "Job Hook" && d.body["build_status"] == "failed")
+        .expect("a failed Job Hook");
+    assert_eq!(
+        hook.body["ref"],
+        format!("refs/merge-requests/{iid}/head"),
+        "GitLab's ref of a merge request pipeline"
+    );
+    let job = &jobs(&item)[0];
+    assert_eq!(job["name"], "unit");
+    assert_eq!(
+        (&job["state"], &job["matcher"]),
+        (&"scheduled".into(), &"runner-system-failure".into()),
+        "judged as the head pipeline's job, not superseded: {item:#}"
+    );
+
+    // The retry is due once the service's clock passes the job's end; it
+    // passes and the MR merges.
+    h.advance(HOUR).await;
+    h.wait_for(&id, "the job retried", |item| {
+        jobs(item).first().is_some_and(|j| j["state"] == "retried")
+    })
+    .await;
+    assert_eq!(retries(&h), 1);
+    h.sim.advance(HOUR);
+    let item = h.wait_phase(&id, "completed").await;
+    assert_eq!(h.mr(iid)["state"], "merged", "{item:#}");
     h.finish().await;
 }

@@ -105,9 +105,25 @@ fn pipeline_event(payload: &Value) -> Result<ForgeEvent, WebhookRejection> {
         pipeline_id: req_u64(payload, "object_attributes.id")?,
         status: CiStatus::from_forge(&req_str(payload, "object_attributes.status")?),
         sha: opt_str(payload, "object_attributes.sha"),
+        number: match opt_u64(payload, "merge_request.iid")? {
+            Some(iid) => Some(iid),
+            None => opt_str(payload, "object_attributes.ref")
+                .as_deref()
+                .and_then(merge_request_of_ref),
+        },
         ref_name: opt_str(payload, "object_attributes.ref"),
-        number: opt_u64(payload, "merge_request.iid")?,
     })
+}
+
+/// The merge request a merge request pipeline's ref names:
+/// `refs/merge-requests/<iid>/head` (merge request pipelines),
+/// `/merge` (merged results) or `/train` (merge trains).
+pub fn merge_request_of_ref(reference: &str) -> Option<u64> {
+    let rest = reference.strip_prefix("refs/merge-requests/")?;
+    let (iid, kind) = rest.split_once('/')?;
+    matches!(kind, "head" | "merge" | "train")
+        .then(|| iid.parse().ok())
+        .flatten()
 }
 
 fn job_event(payload: &Value) -> Result<ForgeEvent, WebhookRejection> {
@@ -143,6 +159,9 @@ fn job_event(payload: &Value) -> Result<ForgeEvent, WebhookRejection> {
         status,
         failure_reason,
         finished_at,
+        number: opt_str(payload, "ref")
+            .as_deref()
+            .and_then(merge_request_of_ref),
         ref_name: opt_str(payload, "ref"),
     })
 }
@@ -190,6 +209,26 @@ pub fn parse_hook_time(text: &str) -> Option<OffsetDateTime> {
 mod tests {
     use super::*;
     use time::macros::datetime;
+
+    #[test]
+    fn merge_request_refs_name_their_merge_request() {
+        assert_eq!(
+            merge_request_of_ref("refs/merge-requests/12/head"),
+            Some(12)
+        );
+        assert_eq!(merge_request_of_ref("refs/merge-requests/3/merge"), Some(3));
+        assert_eq!(merge_request_of_ref("refs/merge-requests/3/train"), Some(3));
+        for other in [
+            "main",
+            "wq/feature",
+            "refs/merge-requests/x/head",
+            "refs/merge-requests/12/other",
+            "refs/merge-requests/12",
+            "refs/heads/refs/merge-requests/12/head",
+        ] {
+            assert_eq!(merge_request_of_ref(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn hook_times_in_gitlab_formats() {
