@@ -40,8 +40,12 @@
 //!   `wq_core::Periodic` tasks of its `handled_types` (e.g. `mr.queue_sync`),
 //!   each every its interval, the first one interval after the start; the
 //!   items a run returns are notified at once, a failed run is logged and
-//!   the next one tries again. [`ProcessingManager::run_periodic`] runs one
-//!   now.
+//!   the next one tries again. A task runs on one process at a time: each
+//!   interval an engine runs it only while it leads it
+//!   (`wq_store::Store::lead`: a PostgreSQL session advisory lock, always
+//!   granted on SQLite), and one that does not lead asks again, so a dead
+//!   leader's task is taken up within one interval.
+//!   [`ProcessingManager::run_periodic`] runs one now, leader or not.
 //! - **Crash safety.** Each step that must not repeat commits with its
 //!   effect: an event is applied and deleted in one transaction, an
 //!   executor's outcome is written before the item's next step. A crash

@@ -22,8 +22,8 @@ use wq_core::{
     Clock, EventResult, ItemId, ItemType, ItemView, Periodic, PeriodicResult, Phase, TypeRegistry,
 };
 use wq_store::{
-    ApplyEvent, ApplyOutcome, ClaimParams, EventApplied, Lease, OutcomeChanges, Park, ParkParams,
-    RecordFailure, Snapshot, Store, StoreError, SweepParams,
+    ApplyEvent, ApplyOutcome, ClaimParams, EventApplied, Leadership, Lease, OutcomeChanges, Park,
+    ParkParams, RecordFailure, Snapshot, Store, StoreError, SweepParams,
 };
 
 use crate::config::EngineConfig;
@@ -226,21 +226,51 @@ impl ProcessingManager {
     }
 
     /// Runs `task` every interval until shutdown, which also ends a run in
-    /// progress (a task's run must be safe to stop at any await).
+    /// progress (a task's run must be safe to stop at any await), on one
+    /// process at a time: each interval, this engine runs the task only
+    /// while it leads it ([`Store::lead`]); one that does not lead tries to
+    /// take the lead, so a dead leader's task is taken up within one
+    /// interval.
     async fn run_periodic_forever(self: Arc<Self>, task: Periodic) {
+        let name = task.name;
+        let mut leadership: Option<Leadership> = None;
         loop {
             tokio::select! {
-                _ = self.shutdown.cancelled() => return,
+                _ = self.shutdown.cancelled() => break,
                 _ = tokio::time::sleep(task.interval) => {}
             }
+            if let Some(held) = leadership.as_mut()
+                && !held.still_held().await
+            {
+                tracing::warn!(task = name, "lost the lead of periodic task {name}");
+                leadership = None;
+            }
+            if leadership.is_none() {
+                match self.store.lead(name).await {
+                    Ok(Some(won)) => {
+                        tracing::info!(task = name, "leading periodic task {name}");
+                        leadership = Some(won);
+                    }
+                    Ok(None) => {
+                        tracing::debug!(task = name, "another process leads periodic task {name}");
+                        continue;
+                    }
+                    Err(error) => {
+                        tracing::warn!(task = name, %error, "cannot elect a leader for periodic task {name}: {error}");
+                        continue;
+                    }
+                }
+            }
             let result = tokio::select! {
-                _ = self.shutdown.cancelled() => return,
+                _ = self.shutdown.cancelled() => break,
                 result = self.run_periodic_once(&task) => result,
             };
             if let Err(error) = result {
-                let name = task.name;
                 tracing::warn!(task = name, %error, "periodic task {name} failed: {error}");
             }
+        }
+        if let Some(held) = leadership {
+            held.release().await;
         }
     }
 

@@ -139,9 +139,11 @@
 //! deadline and the explicit retry is offered.
 //!
 //! **Queue sync.** [`MrType::sync_queues`], the periodic task
-//! [`QUEUE_SYNC_TASK`] (every `mr.queue_sync_interval_seconds` on replicas
-//! that handle `mr`), reads the queue entries of every active item whose
-//! attempt is in flight or accepted, or that was last seen queued, in one
+//! [`QUEUE_SYNC_TASK`] (every `mr.queue_sync_interval_seconds`, on the one
+//! replica that leads the task among those that handle `mr`), reads the
+//! queue entries of every active item whose attempt is in flight or
+//! accepted, or that was last seen queued (all of them, read from the store
+//! page by page), in one
 //! GraphQL query per repository (aliases, up to 100 per query); an item
 //! whose entry appeared, moved or left gets a [`QUEUE_OBSERVED_EVENT`], is
 //! handed to the engine at once, and its reconcile applies the rules. An

@@ -26,8 +26,8 @@ pub const QUEUE_SYNC_TASK: &str = "mr.queue_sync";
 /// The event an observed queue change stores.
 pub const QUEUE_OBSERVED_EVENT: &str = "mr.queue_observed";
 
-/// Items one sync looks at per forge.
-const WATCH_LIMIT: u32 = 5_000;
+/// Items read from the store per page; a sync reads every page.
+const WATCH_PAGE: u32 = 500;
 
 /// What one sync did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -55,7 +55,19 @@ impl MrType {
             if forge.kind() != ForgeKind::Github {
                 continue;
             }
-            let watched = self.store.queue_watch(name, WATCH_LIMIT).await?;
+            // Every watched item, page by page: no cut-off.
+            let mut watched: Vec<QueueWatch> = Vec::new();
+            loop {
+                let page = self
+                    .store
+                    .queue_watch(name, watched.last(), WATCH_PAGE)
+                    .await?;
+                let last_page = page.len() < WATCH_PAGE as usize;
+                watched.extend(page);
+                if last_page {
+                    break;
+                }
+            }
             sync.watched += watched.len();
             let mut by_project: BTreeMap<&str, Vec<&QueueWatch>> = BTreeMap::new();
             for item in &watched {

@@ -126,8 +126,64 @@ backend_tests!(
     every_accepted_submission_keeps_its_submitter,
     pushed_heads_belong_to_the_branch_line,
     created_change_requests_are_recorded,
-    lookups_ignore_the_project_case
+    lookups_ignore_the_project_case,
+    the_queue_watch_pages_through_every_item
 );
+
+/// The merge queue sync's work list is read in pages, each after the last
+/// item of the one before: every watched item once, none left out.
+async fn the_queue_watch_pages_through_every_item(backend: Backend) {
+    let (_store, mr) = setup(backend).await;
+    let mut expected = Vec::new();
+    for (project, number) in [
+        ("team/b", 3),
+        ("team/a", 9),
+        ("team/b", 1),
+        ("team/a", 2),
+        ("team/c", 5),
+    ] {
+        let mut spec = spec(&format!("{project}{number}"));
+        spec.project = project.parse().unwrap();
+        spec.source_branch = format!("wq/{number}").parse().unwrap();
+        let (id, _) = upsert(&mr, &spec, NOW).await;
+        mr.record_change(
+            id,
+            &RecordedChange {
+                number,
+                url: "https://forge/mr",
+                head_sha: "aaa",
+                pushed_content_hash: "hash",
+                created: true,
+                now: NOW,
+            },
+        )
+        .await
+        .unwrap();
+        assert!(mr.reserve_merge(id, "sig", NOW).await.unwrap());
+        expected.push((project.to_owned(), number, id));
+    }
+    // An item that is not watched (no attempt, not queued).
+    let (_, _) = upsert(&mr, &spec("idle"), NOW).await;
+    expected.sort();
+
+    let mut seen = Vec::new();
+    let mut pages = Vec::new();
+    loop {
+        let page = mr.queue_watch("gitlab", seen.last(), 2).await.unwrap();
+        pages.push(page.len());
+        let done = page.len() < 2;
+        seen.extend(page);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(pages, vec![2, 2, 1]);
+    let seen: Vec<(String, u64, ItemId)> = seen
+        .into_iter()
+        .map(|w| (w.project, w.number, w.id))
+        .collect();
+    assert_eq!(seen, expected, "every watched item once, in order");
+}
 
 async fn another_caller_may_not_update_or_retry_a_live_item(backend: Backend) {
     let (store, mr) = setup(backend).await;

@@ -329,6 +329,73 @@ pub enum Backend {
     Postgres(postgres::PgStore),
 }
 
+/// The leadership of one periodic task among every process sharing the
+/// database ([`Store::lead`]): on PostgreSQL a session-level advisory lock
+/// held by a connection of its own, so it ends when its holder dies (the
+/// connection closes) or drops it; on SQLite, whose one database has one
+/// process, it is always granted.
+pub struct Leadership {
+    task: String,
+    held: Held,
+}
+
+enum Held {
+    Sole,
+    Session(sqlx::PgConnection),
+}
+
+impl std::fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership")
+            .field("task", &self.task)
+            .field(
+                "held",
+                &match self.held {
+                    Held::Sole => "sole",
+                    Held::Session(_) => "session",
+                },
+            )
+            .finish()
+    }
+}
+
+impl Leadership {
+    fn sole(task: &str) -> Self {
+        Self {
+            task: task.to_owned(),
+            held: Held::Sole,
+        }
+    }
+
+    fn session(task: &str, conn: sqlx::PgConnection) -> Self {
+        Self {
+            task: task.to_owned(),
+            held: Held::Session(conn),
+        }
+    }
+
+    pub fn task(&self) -> &str {
+        &self.task
+    }
+
+    /// Whether it is still held: false once its connection is gone (the
+    /// database restarted, the network failed) and the lock with it.
+    pub async fn still_held(&mut self) -> bool {
+        match &mut self.held {
+            Held::Sole => true,
+            Held::Session(conn) => postgres::session_holds(conn, &self.task).await,
+        }
+    }
+
+    /// Gives it up now (dropping it gives it up too, when its connection
+    /// closes).
+    pub async fn release(self) {
+        if let Held::Session(conn) = self.held {
+            postgres::session_release(conn, &self.task).await;
+        }
+    }
+}
+
 /// The generic store. Both backends pass one conformance suite.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -342,6 +409,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// A cheap round trip, for readiness.
     async fn ping(&self) -> StoreResult<()>;
+
+    /// Leads the periodic task `task` among every process sharing this
+    /// database, or `None` while another process leads it. Kept until
+    /// dropped, released, or its holder dies ([`Leadership`]).
+    async fn lead(&self, task: &str) -> StoreResult<Option<Leadership>>;
 
     /// Inserts an active, actionable item (and its initial dimensions).
     /// A live idempotency key yields [`StoreError::Duplicate`].

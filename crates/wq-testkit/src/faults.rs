@@ -59,6 +59,9 @@ impl Store for FaultyStore {
         }
         self.inner.ping().await
     }
+    async fn lead(&self, task: &str) -> StoreResult<Option<wq_store::Leadership>> {
+        self.inner.lead(task).await
+    }
     async fn item_insert(&self, item: NewItem) -> StoreResult<WorkItem> {
         self.inner.item_insert(item).await
     }

@@ -176,3 +176,73 @@ mod an_engine_that_does_not_handle_the_type_runs_none_of_its_tasks {
             .await;
     }
 }
+
+/// One replica's engine with the `ping` type on the database at `url`.
+async fn replica(url: &str) -> (Arc<wq_engine::ProcessingManager>, Arc<PingType>) {
+    let store = wq_testkit::open_store(url).await;
+    let ping = Arc::new(PingType::new(Arc::clone(&store), TOKEN, TICK_EVERY));
+    let registry = TypeRegistry::builder()
+        .register(ping.clone())
+        .build()
+        .expect("registry");
+    registry.migrate().await.expect("migrate");
+    let engine = wq_engine::ProcessingManager::new(
+        store,
+        Arc::new(registry),
+        Arc::new(SystemClock),
+        engine_config(&[PING]),
+    )
+    .expect("engine");
+    engine.start();
+    (engine, ping)
+}
+
+/// Replicas on one PostgreSQL: a periodic task runs on one of them at a
+/// time, and another takes it up once the leader stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_on_postgres_run_a_periodic_task_on_one_leader() {
+    let url = Backend::Postgres.fresh_url().await;
+    let (first, first_ping) = replica(&url).await;
+    let (second, second_ping) = replica(&url).await;
+    // Both try every interval; one leads. Twenty ticks of the leader are
+    // many intervals in which the other asked and was refused.
+    let (mut first_ticks, mut second_ticks) = (first_ping.ticks(), second_ping.ticks());
+    let first_leads = tokio::time::timeout(Duration::from_secs(30), async {
+        tokio::select! {
+            _ = first_ticks.wait_for(|n| *n >= 20) => true,
+            _ = second_ticks.wait_for(|n| *n >= 20) => false,
+        }
+    })
+    .await
+    .expect("a leader ticks");
+    let ((leader, leader_ping), (follower, follower_ping)) = if first_leads {
+        ((first, first_ping), (second, second_ping))
+    } else {
+        ((second, second_ping), (first, first_ping))
+    };
+    assert_eq!(
+        follower_ping.tick_calls(),
+        0,
+        "the follower never ran the task"
+    );
+    assert!(leader_ping.tick_calls() >= 20);
+
+    // The leader stops (its lead is released); the follower takes over
+    // within an interval and keeps ticking.
+    leader.shutdown().await;
+    let stopped_at = leader_ping.tick_calls();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        follower_ping.ticks().wait_for(|n| *n >= 3),
+    )
+    .await
+    .expect("the follower takes the lead")
+    .expect("ticks");
+    assert_eq!(
+        leader_ping.tick_calls(),
+        stopped_at,
+        "the stopped leader runs nothing"
+    );
+    follower.shutdown().await;
+    wq_store::testing::drop_postgres_database(&url).await;
+}

@@ -531,7 +531,7 @@ async fn the_queue_sync_reads_every_queued_pr_in_one_request(backend: Backend) {
     let graphql = || h.count("POST", "/graphql");
     let watched = || async {
         wq_mr::store::MrStore::new(h.app().store.as_ref())
-            .queue_watch(GITHUB, 100)
+            .queue_watch(GITHUB, None, 100)
             .await
             .unwrap()
             .len()

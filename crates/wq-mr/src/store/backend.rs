@@ -47,7 +47,12 @@ pub(super) trait MrBackend: Send + Sync + std::fmt::Debug {
         project: &str,
         lookup: Lookup<'_>,
     ) -> StoreResult<Option<ItemId>>;
-    async fn queue_watch(&self, forge: &str, limit: u32) -> StoreResult<Vec<QueueWatch>>;
+    async fn queue_watch(
+        &self,
+        forge: &str,
+        after: Option<(&str, u64)>,
+        limit: u32,
+    ) -> StoreResult<Vec<QueueWatch>>;
     async fn record_change(&self, id: ItemId, change: &RecordedChange<'_>) -> StoreResult<()>;
     async fn mark_push_intent(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()>;
     async fn clear_push_intent(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()>;
@@ -414,10 +419,17 @@ macro_rules! mr_backend {
                 async fn queue_watch(
                     &self,
                     forge: &str,
+                    after: Option<(&str, u64)>,
                     limit: u32,
                 ) -> StoreResult<Vec<QueueWatch>> {
+                    let (after_project, after_number) = match after {
+                        Some((project, number)) => (project, signed(Some(number))),
+                        None => ("", Some(-1)),
+                    };
                     let rows = sqlx::query(include_str!("sql/queue_watch.sql"))
                         .bind(forge)
+                        .bind(after_project)
+                        .bind(after_number)
                         .bind(i64::from(limit))
                         .fetch_all(self.store.pool())
                         .await?;

@@ -339,9 +339,22 @@ impl MrStore {
     }
 
     /// The merge queue sync's work list on `forge`: active items whose
-    /// attempt is in flight or accepted, or that were last seen queued.
-    pub async fn queue_watch(&self, forge: &str, limit: u32) -> StoreResult<Vec<QueueWatch>> {
-        self.backend.queue_watch(forge, limit).await
+    /// attempt is in flight or accepted, or that were last seen queued, in
+    /// `(project, number)` order; one page of at most `limit` after the
+    /// item `after` (the last of the previous page).
+    pub async fn queue_watch(
+        &self,
+        forge: &str,
+        after: Option<&QueueWatch>,
+        limit: u32,
+    ) -> StoreResult<Vec<QueueWatch>> {
+        self.backend
+            .queue_watch(
+                forge,
+                after.map(|item| (item.project.as_str(), item.number)),
+                limit,
+            )
+            .await
     }
 
     /// `ensure_mr`'s result: the change request and the head it pushed;

@@ -170,6 +170,31 @@ impl PgStore {
 
 building_blocks!(PgConnection);
 
+/// Whether the session `conn` still holds the leadership of `task`; false
+/// when the session is gone.
+pub(crate) async fn session_holds(conn: &mut PgConnection, task: &str) -> bool {
+    sqlx::query_scalar::<_, bool>(sql!("leader/held.sql"))
+        .bind(task)
+        .fetch_one(conn)
+        .await
+        .unwrap_or(false)
+}
+
+/// Unlocks `task` and closes the session; a failure leaves it to the
+/// server, which frees the lock with the closed session.
+pub(crate) async fn session_release(mut conn: PgConnection, task: &str) {
+    if let Err(error) = sqlx::query(sql!("leader/unlock.sql"))
+        .bind(task)
+        .execute(&mut conn)
+        .await
+    {
+        tracing::debug!(task, %error, "leadership unlock failed; closing its session frees it");
+    }
+    if let Err(error) = sqlx::Connection::close(conn).await {
+        tracing::debug!(task, %error, "closing the leadership session failed");
+    }
+}
+
 /// The 63-bit key of the item's advisory lock.
 fn lock_key(id: ItemId) -> i64 {
     let low = id.0.as_u128() as u64;
@@ -254,6 +279,17 @@ impl_store!(PgStore, Postgres, {
     async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.pool).await?;
         Ok(())
+    }
+
+    async fn lead(&self, task: &str) -> StoreResult<Option<crate::Leadership>> {
+        let mut conn = self.pool.acquire().await?;
+        let won: bool = sqlx::query_scalar(sql!("leader/try_lock.sql"))
+            .bind(task)
+            .fetch_one(&mut *conn)
+            .await?;
+        // The winner's connection leaves the pool: the lock lives as long
+        // as its session, which must not serve anyone else.
+        Ok(won.then(|| crate::Leadership::session(task, conn.detach())))
     }
 
     async fn item_snapshot(

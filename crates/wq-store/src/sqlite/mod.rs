@@ -395,6 +395,11 @@ impl_store!(SqliteStore, Sqlite, {
         Ok(())
     }
 
+    /// One database file, one process: no election.
+    async fn lead(&self, task: &str) -> StoreResult<Option<crate::Leadership>> {
+        Ok(Some(crate::Leadership::sole(task)))
+    }
+
     async fn item_snapshot(
         &self,
         id: ItemId,

@@ -561,3 +561,72 @@ async fn postgres_sweep_plan_never_walks_idle_items() {
     drop(conn);
     db.finish().await;
 }
+
+/// Periodic tasks on PostgreSQL: one process leads a task at a time; the
+/// lead passes on when it is released, and when its holder's session dies
+/// (the holder sees it lost, another takes it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_one_process_leads_a_periodic_task() {
+    let db = TestDb::postgres().await;
+    let other = wq_store::connect(&db.url, 2).await.expect("second process");
+    let mut first = db
+        .store()
+        .lead("sync")
+        .await
+        .unwrap()
+        .expect("the first asker leads");
+    assert!(first.still_held().await);
+    assert!(other.lead("sync").await.unwrap().is_none(), "one leader");
+    let mut unrelated = other
+        .lead("archive")
+        .await
+        .unwrap()
+        .expect("another task has its own leader");
+    assert!(unrelated.still_held().await);
+    // The lead is the holding session's: the same process asking again
+    // on another connection is refused too.
+    assert!(db.store().lead("sync").await.unwrap().is_none());
+
+    first.release().await;
+    let mut second = other
+        .lead("sync")
+        .await
+        .unwrap()
+        .expect("released: the other process leads");
+    assert!(db.store().lead("sync").await.unwrap().is_none());
+
+    // The leader's session dies (a killed process, a lost connection).
+    let Backend::Postgres(pg) = &db.backend else {
+        unreachable!()
+    };
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks \
+         WHERE locktype = 'advisory' AND classid = 22353 AND objid = hashtext('sync')::oid",
+    )
+    .fetch_all(pg.pool())
+    .await
+    .unwrap();
+    assert_eq!(killed, vec![true], "one session held the lead");
+    assert!(!second.still_held().await, "the holder sees its lead lost");
+    let third = db
+        .store()
+        .lead("sync")
+        .await
+        .unwrap()
+        .expect("taken up after the holder died");
+    third.release().await;
+    unrelated.release().await;
+    db.finish().await;
+}
+
+/// SQLite has one process per database: no election.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_always_leads() {
+    let db = TestDb::sqlite().await;
+    let mut first = db.store().lead("sync").await.unwrap().expect("leads");
+    let second = db.store().lead("sync").await.unwrap().expect("leads");
+    assert!(first.still_held().await);
+    second.release().await;
+    first.release().await;
+    db.finish().await;
+}
