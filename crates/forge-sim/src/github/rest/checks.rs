@@ -40,7 +40,10 @@ pub fn router() -> Router<Shared> {
             "/repos/{owner}/{repo}/check-runs/{id}/rerequest",
             post(rerequest),
         )
-        .route("/repos/{owner}/{repo}/statuses/{sha}", post(create_status))
+        .route(
+            "/repos/{owner}/{repo}/statuses/{sha}",
+            post(create_status).get(list_statuses_legacy),
+        )
 }
 
 fn resolve(repo: &GhRepo, reference: &str) -> ApiResult<String> {
@@ -226,6 +229,24 @@ async fn list_statuses(call: RepoCall<ReferenceSegment>) -> ApiResult<Response> 
             .collect();
         Ok(reply_paged(StatusCode::OK, Value::Array(items), page.link))
     })
+}
+
+/// `GET /repos/{owner}/{repo}/statuses/{ref}`: GitHub's legacy route of
+/// `GET .../commits/{ref}/statuses` (PyGithub's `Commit.get_statuses` reads it).
+async fn list_statuses_legacy(call: RepoCall<ShaSegment>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: ShaSegment { sha },
+        target,
+        uri,
+    } = call;
+    list_statuses(RepoCall {
+        ctx,
+        segments: ReferenceSegment { reference: sha },
+        target,
+        uri,
+    })
+    .await
 }
 
 #[derive(Deserialize)]
