@@ -53,7 +53,8 @@ pub fn paged(base: &str, uri: &Uri, request: PageRequest, items: Vec<Value>) -> 
         .collect();
     let counted = total <= COUNT_LIMIT;
     let next = (page < total_pages).then_some(page + 1);
-    let prev = (page > 1).then(|| (page - 1).min(total_pages));
+    // As Kaminari (GitLab's paginator): no neighbours for a page past the end.
+    let prev = (page > 1 && page <= total_pages).then(|| page - 1);
     let number = |n: Option<u64>| n.map(|n| n.to_string()).unwrap_or_default();
     let mut response = (StatusCode::OK, axum::Json(Value::Array(body))).into_response();
     let mut headers = vec![
@@ -98,20 +99,23 @@ pub fn ok_paged(base: &str, uri: &Uri, params: &Params, items: Vec<Value>) -> Ap
     Ok(paged(base, uri, PageRequest::from_params(params)?, items))
 }
 
-/// The absolute URL of `page`: the request's path and query with `page` and `per_page` set.
+/// The absolute URL of `page`: the request's path and query with `page` and `per_page` set,
+/// parameters sorted by name as GitLab (Rails' `to_query`) writes them.
 pub fn page_url(base: &str, uri: &Uri, page: u64, per_page: u64) -> String {
     let Ok(mut url) = url::Url::parse(&format!("{base}{}", uri.path())) else {
         return format!("{base}{}?page={page}&per_page={per_page}", uri.path());
     };
-    let kept: Vec<(String, String)> =
+    let mut pairs: Vec<(String, String)> =
         url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
             .filter(|(key, _)| key != "page" && key != "per_page")
             .map(|(key, value)| (key.into_owned(), value.into_owned()))
+            .chain([
+                ("page".to_string(), page.to_string()),
+                ("per_page".to_string(), per_page.to_string()),
+            ])
             .collect();
-    url.query_pairs_mut()
-        .extend_pairs(kept)
-        .append_pair("page", &page.to_string())
-        .append_pair("per_page", &per_page.to_string());
+    pairs.sort_by(|left, right| left.0.cmp(&right.0));
+    url.query_pairs_mut().extend_pairs(pairs);
     url.to_string()
 }
 
@@ -121,7 +125,7 @@ mod tests {
 
     #[test]
     fn links_keep_other_parameters_and_name_neighbouring_pages() {
-        let uri: Uri = "/api/v4/projects/1/merge_requests?state=opened&page=2&per_page=2"
+        let uri: Uri = "/api/v4/projects/1/merge_requests?state=opened&page=2&per_page=2&labels=a"
             .parse()
             .expect("uri");
         let items: Vec<Value> = (0..5).map(Value::from).collect();
@@ -142,12 +146,14 @@ mod tests {
         assert_eq!(header("x-prev-page"), "1");
         assert_eq!(header("x-total"), "5");
         assert_eq!(header("x-total-pages"), "3");
-        let base = "http://sim/api/v4/projects/1/merge_requests?state=opened";
+        let base = "http://sim/api/v4/projects/1/merge_requests?labels=a";
         assert_eq!(
             header("link"),
             format!(
-                "<{base}&page=1&per_page=2>; rel=\"prev\", <{base}&page=3&per_page=2>; rel=\"next\", \
-                 <{base}&page=1&per_page=2>; rel=\"first\", <{base}&page=3&per_page=2>; rel=\"last\""
+                "<{base}&page=1&per_page=2&state=opened>; rel=\"prev\", \
+                 <{base}&page=3&per_page=2&state=opened>; rel=\"next\", \
+                 <{base}&page=1&per_page=2&state=opened>; rel=\"first\", \
+                 <{base}&page=3&per_page=2&state=opened>; rel=\"last\""
             )
         );
     }

@@ -1,4 +1,4 @@
-//! GitLab repository endpoints: project, files, branches, commits (with actions), compare.
+//! GitLab repository endpoints: project, files, branches, tree, commits (list, create with actions), compare.
 
 use std::sync::Arc;
 
