@@ -83,6 +83,14 @@ def gitlab_checks(base, token, control):
         )
         expect(len(paths) == len(set(paths)), f"duplicates across pages: {paths}")
 
+    @check("gitlab: users listed over pages")
+    def _():
+        for name in ("ann", "ben"):
+            control.post("/users", {"username": name, "token": f"{name}-token"})
+        names = [u.username for u in gl.users.list(get_all=True)]
+        expect({"ann", "ben", gl.user.username} <= set(names), f"users: {names}")
+        expect([u.username for u in gl.users.list(username="ann")] == ["ann"], "by username")
+
     project = gl.projects.get("clients/p0")
     state["project"] = project
 

@@ -201,6 +201,14 @@ async fn gitlab_pages_every_list() {
     sim.gitlab_protect_branch(project, "stable")
         .expect("protected");
 
+    for name in ["ann", "ben"] {
+        sim.add_user(name, &format!("{name}-token"));
+    }
+    // The token's user, the person who pushed, and these two.
+    let users = gitlab_walk(&api, "/users", 4).await;
+    assert_eq!(users[0]["username"], "ben", "newest first");
+    let (_, found) = api.get("/users?username=ANN").await;
+    assert_eq!(found[0]["username"], "ann");
     let projects = gitlab_walk(&api, "/projects", 3).await;
     assert_eq!(
         projects[0]["path_with_namespace"], "paged/three",

@@ -151,6 +151,7 @@ pub fn router(state: Shared) -> Router<Shared> {
     Router::new()
         .route("/user", get(current_user))
         .route("/projects", get(list_projects))
+        .route("/users", get(list_users))
         .route(project, get(repository::get_project))
         .route(
             &format!("{project}/repository/files/{{file_path}}"),
@@ -273,4 +274,37 @@ async fn list_projects(
         projects.reverse();
     }
     paging::ok_paged(&base, &uri, &params, projects)
+}
+
+/// `GET /users?username=&search=`: the users, newest first as GitLab orders them (`order_by=id`,
+/// `sort=desc`; `sort=asc` reverses); `username` matches exactly (case-insensitively), `search`
+/// any part of the username or name. Paged.
+async fn list_users(
+    State(state): State<Shared>,
+    OriginalUri(uri): OriginalUri,
+    params: Params,
+) -> ApiResult {
+    let username = params.str("username").map(|name| name.to_lowercase());
+    let search = params.str("search").map(|search| search.to_lowercase());
+    let ascending = params.str("sort").as_deref() == Some("asc");
+    let base = state.base_url();
+    let mut users: Vec<Value> = crate::state::lock(&state.users)
+        .all()
+        .filter(|user| {
+            username
+                .as_ref()
+                .is_none_or(|name| user.username.to_lowercase() == *name)
+        })
+        .filter(|user| {
+            search.as_ref().is_none_or(|search| {
+                user.username.to_lowercase().contains(search.as_str())
+                    || user.name.to_lowercase().contains(search.as_str())
+            })
+        })
+        .map(|user| user_json(user, &base))
+        .collect();
+    if !ascending {
+        users.reverse();
+    }
+    paging::ok_paged(&base, &uri, &params, users)
 }
