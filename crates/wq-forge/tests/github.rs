@@ -568,6 +568,43 @@ async fn every_list_follows_githubs_next_links() {
     assert_eq!(reads(&sim, "/rules/branches/guarded"), 2);
 }
 
+/// A next page on another server is refused: the token goes to the
+/// configured GitHub only.
+#[tokio::test]
+async fn a_next_link_to_another_server_is_refused() {
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = seen.clone();
+    let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let log = log.clone();
+        async move {
+            log.lock().expect("log").push(request.uri().to_string());
+            (
+                [(
+                    "link",
+                    "<http://127.0.0.1:9/repos/octo/app/issues/1/comments?page=2>; rel=\"next\"",
+                )],
+                axum::Json(json!([])),
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let github = GithubClient::new(&config(&format!("http://{addr}"))).expect("client");
+    let error = github.list_notes(REPO, 1).await.expect_err("refused");
+    assert_eq!(error.kind, ForgeErrorKind::Rejected, "{error}");
+    assert!(error.message.contains("next page"), "{error}");
+    assert_eq!(
+        seen.lock().expect("log").clone(),
+        vec!["/repos/octo/app/issues/1/comments?per_page=100".to_string()],
+        "only the configured server was asked"
+    );
+}
+
 #[tokio::test]
 async fn get_change_reads_checks_statuses_reviews_threads_and_draft_in_four_requests() {
     let sim = start_stepped_sim().await;
