@@ -186,6 +186,11 @@ impl Users {
         self.users.get(&id)
     }
 
+    /// Every user, by id.
+    pub fn all(&self) -> impl Iterator<Item = &User> {
+        self.users.values()
+    }
+
     /// Finds or creates a user without a token (e.g. a human pushing commits or approving).
     pub fn ensure(&mut self, username: &str) -> User {
         if let Some(user) = self.by_username(username) {

@@ -161,6 +161,25 @@ impl ApiClient {
         self.send(self.client.delete(self.url(path))).await
     }
 
+    /// `GET` of a path (or of an absolute URL, as a `Link` header gives it): the status, the
+    /// headers and the JSON body.
+    pub async fn get_with_headers(&self, path_or_url: &str) -> (StatusCode, HeaderMap, Value) {
+        let url = if path_or_url.starts_with("http") {
+            path_or_url.to_string()
+        } else {
+            self.url(path_or_url)
+        };
+        let response = self
+            .authorize(self.client.get(url))
+            .send()
+            .await
+            .expect("request is answered");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response.json().await.unwrap_or(Value::Null);
+        (status, headers, body)
+    }
+
     /// `GET path` as text (job traces, raw files).
     pub async fn get_text(&self, path: &str) -> (StatusCode, String) {
         let response = self

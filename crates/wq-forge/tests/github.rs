@@ -472,6 +472,139 @@ async fn every_page_of_commit_statuses_is_read() {
     assert_eq!(status_reads, 2, "two pages of 100 and 1");
 }
 
+/// GET requests whose path ends with `suffix`.
+fn reads(sim: &SimHandle, suffix: &str) -> usize {
+    requests(sim)
+        .iter()
+        .filter(|(method, path)| method == "GET" && path.ends_with(suffix))
+        .count()
+}
+
+/// Every list the client reads goes past its first page of 100 by
+/// following GitHub's `Link: rel="next"`: comments, pull requests, check
+/// runs and branch rules (commit statuses: the test above).
+#[tokio::test]
+async fn every_list_follows_githubs_next_links() {
+    let sim = start_stepped_sim().await;
+    let mut checks: Vec<CheckScript> = (0..100)
+        .map(|i| CheckScript::new(&format!("check-{i:03}"), JobOutcome::Success))
+        .collect();
+    checks.push(CheckScript::new(
+        "check-100",
+        JobOutcome::fail("script_failure", "the last one fails"),
+    ));
+    create_repo(&sim, GithubRepoSpec::new("octo", "app").checks(&checks));
+    let github = client(&sim);
+    let (n, head) = open_change(&github, "wq/paged").await;
+
+    // Comments: 101, oldest first.
+    for i in 0..=100 {
+        let (status, body) = rest(
+            &sim,
+            reqwest::Method::POST,
+            &format!("/repos/{REPO}/issues/{n}/comments"),
+            json!({ "body": format!("c{i:03}") }),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    sim.clear_requests();
+    let notes = github.list_notes(REPO, n).await.expect("notes");
+    assert_eq!(notes.len(), 101);
+    assert_eq!(notes[100].body, "c100");
+    assert_eq!(reads(&sim, "/comments"), 2, "two pages of 100 and 1");
+
+    // Check runs: the failing one is the 101st.
+    forge_sim::testing::ApiClient::github(&sim)
+        .poll(
+            &format!("/repos/{REPO}/commits/{head}/check-runs?per_page=100&page=2"),
+            |page| page["check_runs"][0]["status"] == "completed",
+        )
+        .await;
+    sim.clear_requests();
+    let change = github.get_change(REPO, n).await.expect("get");
+    assert_eq!(change.ci, CiStatus::Failed, "the second page is read");
+    assert_eq!(reads(&sim, "/check-runs"), 2);
+
+    // Pull requests from one head: the lowest number, listed last.
+    for i in 0..=100 {
+        let base = format!("base-{i:03}");
+        sim.github_push_human_commit(REPO, &base, &[(&format!("{base}.txt"), Some("x"))], "base")
+            .expect("base branch");
+        let (status, body) = rest(
+            &sim,
+            reqwest::Method::POST,
+            &format!("/repos/{REPO}/pulls"),
+            json!({ "title": "t", "head": "octo:wq/paged", "base": base }),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    sim.clear_requests();
+    let found = github
+        .find_open_change(REPO, "wq/paged")
+        .await
+        .expect("find")
+        .expect("an open pull request");
+    assert_eq!(found.number, n, "the oldest, on the second page");
+    assert_eq!(reads(&sim, "/pulls"), 2);
+
+    // Branch rules: only the 101st protects.
+    sim.github_add_ruleset(
+        REPO,
+        &["refs/heads/guarded"],
+        &["commit_message_pattern"; 100],
+    )
+    .expect("ruleset");
+    sim.github_add_ruleset(REPO, &["refs/heads/guarded"], &["deletion"])
+        .expect("ruleset");
+    sim.clear_requests();
+    assert!(
+        github
+            .branch_protected(REPO, "guarded")
+            .await
+            .expect("rules")
+    );
+    assert_eq!(reads(&sim, "/rules/branches/guarded"), 2);
+}
+
+/// A next page on another server is refused: the token goes to the
+/// configured GitHub only.
+#[tokio::test]
+async fn a_next_link_to_another_server_is_refused() {
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = seen.clone();
+    let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let log = log.clone();
+        async move {
+            log.lock().expect("log").push(request.uri().to_string());
+            (
+                [(
+                    "link",
+                    "<http://127.0.0.1:9/repos/octo/app/issues/1/comments?page=2>; rel=\"next\"",
+                )],
+                axum::Json(json!([])),
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let github = GithubClient::new(&config(&format!("http://{addr}"))).expect("client");
+    let error = github.list_notes(REPO, 1).await.expect_err("refused");
+    assert_eq!(error.kind, ForgeErrorKind::Rejected, "{error}");
+    assert!(error.message.contains("next page"), "{error}");
+    assert_eq!(
+        seen.lock().expect("log").clone(),
+        vec!["/repos/octo/app/issues/1/comments?per_page=100".to_string()],
+        "only the configured server was asked"
+    );
+}
+
 #[tokio::test]
 async fn get_change_reads_checks_statuses_reviews_threads_and_draft_in_four_requests() {
     let sim = start_stepped_sim().await;

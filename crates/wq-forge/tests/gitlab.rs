@@ -1068,3 +1068,82 @@ async fn job_traces_keep_a_bounded_tail_of_a_large_log() {
         &trace[..120]
     );
 }
+
+/// GET requests whose path ends with `suffix`.
+fn reads(sim: &SimHandle, suffix: &str) -> usize {
+    sim.requests()
+        .iter()
+        .filter(|request| request.method == "GET" && request.path.ends_with(suffix))
+        .count()
+}
+
+/// Every list the client reads goes past its first page of 100 (GitLab's
+/// `X-Next-Page`): notes, a pipeline's jobs and merge requests (protected
+/// branches: above).
+#[tokio::test]
+async fn every_list_is_read_past_its_first_page() {
+    let sim = start_sim().await;
+    let mut project = sim.gitlab_project("team/paged");
+    for i in 0..=100 {
+        project = project.job(JobSpec::new(&format!("job-{i:03}"), JobOutcome::Success));
+    }
+    let pid = project.create().expect("project");
+    let gitlab = client(&sim);
+    let (iid, _) = open_change(&gitlab, "team/paged", "wq/paged").await;
+
+    for i in 0..=100 {
+        gitlab
+            .create_note("team/paged", iid, &format!("n{i:03}"))
+            .await
+            .expect("note");
+    }
+    sim.clear_requests();
+    let notes = gitlab.list_notes("team/paged", iid).await.expect("notes");
+    let bodies: Vec<&str> = notes.iter().map(|note| note.body.as_str()).collect();
+    assert_eq!(bodies.len(), 101, "{bodies:?}");
+    assert!(bodies.contains(&"n000") && bodies.contains(&"n100"));
+    assert_eq!(reads(&sim, "/notes"), 2, "two pages of 100 and 1");
+
+    let pipeline = sim.gitlab_mr(pid, iid).expect("merge request")["head_pipeline"]["id"]
+        .as_u64()
+        .expect("a pipeline");
+    sim.clear_requests();
+    let jobs = gitlab
+        .pipeline_jobs("team/paged", pipeline)
+        .await
+        .expect("jobs");
+    assert_eq!(jobs.len(), 101);
+    assert_eq!(reads(&sim, "/jobs"), 2);
+
+    // Merge requests from one source branch into 101 targets; the lowest
+    // iid is listed last (newest first).
+    for i in 0..=100 {
+        let target = format!("base-{i:03}");
+        sim.gitlab_push(
+            pid,
+            &target,
+            &[(&format!("{target}.txt"), Some("x"))],
+            "base",
+        )
+        .expect("target branch");
+        gitlab
+            .create_change(&NewChange {
+                project: "team/paged",
+                source_branch: "wq/paged",
+                target_branch: &target,
+                title: "more",
+                description: "",
+                labels: &[],
+            })
+            .await
+            .expect("merge request");
+    }
+    sim.clear_requests();
+    let found = gitlab
+        .find_open_change("team/paged", "wq/paged")
+        .await
+        .expect("find")
+        .expect("an open merge request");
+    assert_eq!(found.number, iid, "the oldest, on the second page");
+    assert_eq!(reads(&sim, "/merge_requests"), 2);
+}

@@ -78,6 +78,12 @@ async fn full_scenario_through_the_merge_queue() {
         })
         .await;
     assert_eq!(runs["check_runs"][0]["conclusion"], "success");
+    assert!(
+        pr_gql(&gh, n).await["reviewDecision"].is_null(),
+        "no review required yet"
+    );
+    sim.github_update_repo(REPO, GithubRepoSpec::default().required_approvals(1))
+        .unwrap();
     sim.github_approve(REPO, n, "alice").unwrap();
     sim.github_set_unresolved_threads(REPO, n, 1).unwrap();
     let pr = pr_gql(&gh, n).await;

@@ -721,6 +721,14 @@ async fn checks_statuses_reruns_and_reviews() {
         )
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    // No review required by branch protection: GitHub's decision is null, whatever the reviews.
+    assert!(decision(&gh, n).await.is_null());
+    sim.github_request_changes(REPO, n, "carol", "hmm").unwrap();
+    assert!(decision(&gh, n).await.is_null());
+    sim.github_approve(REPO, n, "carol").unwrap();
+    assert!(decision(&gh, n).await.is_null());
+    sim.github_update_repo(REPO, GithubRepoSpec::default().required_approvals(2))
+        .unwrap();
     assert_eq!(decision(&gh, n).await, "REVIEW_REQUIRED");
     sim.github_request_changes(REPO, n, "bob", "please fix")
         .unwrap();
@@ -734,7 +742,16 @@ async fn checks_statuses_reruns_and_reviews() {
         .iter()
         .map(|r| r["state"].as_str().unwrap())
         .collect();
-    assert_eq!(states, vec!["COMMENTED", "CHANGES_REQUESTED", "APPROVED"]);
+    assert_eq!(
+        states,
+        vec![
+            "COMMENTED",
+            "CHANGES_REQUESTED",
+            "APPROVED",
+            "CHANGES_REQUESTED",
+            "APPROVED"
+        ]
+    );
 
     // With stale-review dismissal, a new push makes the approval stale.
     sim.github_update_repo(REPO, GithubRepoSpec::default().dismiss_stale_reviews(true))

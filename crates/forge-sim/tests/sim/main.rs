@@ -24,4 +24,5 @@ mod github_rest;
 mod github_webhooks;
 mod gitlab_api;
 mod ownership;
+mod paging;
 mod sim_control;

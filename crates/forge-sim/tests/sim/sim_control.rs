@@ -572,7 +572,9 @@ async fn serves_concurrent_requests() {
         assert_eq!(task.await.expect("joined"), StatusCode::CREATED);
     }
     let (_, branches) = api
-        .get(&format!("/projects/{project}/repository/branches"))
+        .get(&format!(
+            "/projects/{project}/repository/branches?per_page=100"
+        ))
         .await;
     assert_eq!(branches.as_array().map(Vec::len), Some(21));
 }

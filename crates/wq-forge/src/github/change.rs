@@ -5,7 +5,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::GithubClient;
-use super::http::{self, Call, Repo};
+use super::http::{Call, Repo};
 use super::wire;
 use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
 use crate::model::{ChangeRequest, ChangeState, ChangeUpdate, NewChange, QueueObservation};
@@ -222,9 +222,8 @@ impl GithubClient {
     }
 
     /// Every page of a list GitHub wraps in an object with `total_count`
-    /// (check runs, a combined status): read until a short page, or until
-    /// `total_count` items when GitHub gives it, at most
-    /// [`http::MAX_PAGES`] pages.
+    /// (check runs, a combined status), following GitHub's `Link` header
+    /// (see [`super::http::Http::pages`]); the items of all pages.
     pub(super) async fn counted_pages<W: serde::de::DeserializeOwned, T>(
         &self,
         repo: &Repo<'_>,
@@ -232,19 +231,9 @@ impl GithubClient {
         what: &str,
         split: impl Fn(W) -> (u64, Vec<T>),
     ) -> ForgeResult<Vec<T>> {
-        let mut items = Vec::new();
-        for page in 1..=http::MAX_PAGES {
-            let call = Call::repo(Method::GET, repo, segments)
-                .query("per_page", http::PER_PAGE.to_string())
-                .query("page", page.to_string());
-            let (total, mut chunk) = split(self.http.json(&call, what).await?);
-            let short = chunk.len() < http::PER_PAGE;
-            items.append(&mut chunk);
-            if short || (total > 0 && items.len() as u64 >= total) {
-                break;
-            }
-        }
-        Ok(items)
+        let call = Call::repo(Method::GET, repo, segments);
+        let pages: Vec<W> = self.http.pages(call, what).await?;
+        Ok(pages.into_iter().flat_map(|page| split(page).1).collect())
     }
 
     /// Labels to what `labels` says: the missing ones added in one

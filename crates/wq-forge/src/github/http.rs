@@ -181,39 +181,64 @@ impl Http {
         decode(&body, status, &call.describe(), what)
     }
 
-    /// Every page of a list endpoint answering a JSON array
-    /// (`per_page` = [`PER_PAGE`]; a short page is the last one; at most
-    /// [`MAX_PAGES`] pages).
+    /// Every page of a list endpoint answering a JSON array (see
+    /// [`Http::pages`]).
     pub async fn list<T: DeserializeOwned>(&self, call: Call, what: &str) -> ForgeResult<Vec<T>> {
-        let mut items = Vec::new();
-        for page in 1..=MAX_PAGES {
-            let paged = Call {
-                method: call.method.clone(),
-                segments: call.segments.clone(),
-                query: call
-                    .query
-                    .iter()
-                    .cloned()
-                    .chain([
-                        ("per_page", PER_PAGE.to_string()),
-                        ("page", page.to_string()),
-                    ])
-                    .collect(),
-                body: None,
-            };
-            let mut chunk: Vec<T> = self.json(&paged, what).await?;
-            let full = chunk.len() >= PER_PAGE;
-            items.append(&mut chunk);
-            if !full {
-                return Ok(items);
+        let pages: Vec<Vec<T>> = self.pages(call, what).await?;
+        Ok(pages.into_iter().flatten().collect())
+    }
+
+    /// Every page of a list endpoint, each decoded as `W` (an array, or
+    /// an object wrapping one such as check runs'): the first with
+    /// `per_page` = [`PER_PAGE`], then each `Link: rel="next"` GitHub
+    /// sends until there is none, at most [`MAX_PAGES`] pages. A next
+    /// link to another server than the configured one is refused (the
+    /// token is never sent elsewhere).
+    pub async fn pages<W: DeserializeOwned>(&self, call: Call, what: &str) -> ForgeResult<Vec<W>> {
+        let first = Call {
+            method: call.method.clone(),
+            segments: call.segments.clone(),
+            query: call
+                .query
+                .iter()
+                .cloned()
+                .chain([("per_page", PER_PAGE.to_string())])
+                .collect(),
+            body: None,
+        };
+        let mut describe = first.describe();
+        let mut request = first.build(&self.client, &self.base);
+        let mut pages = Vec::new();
+        for _ in 0..MAX_PAGES {
+            let answer = self.read(request, &describe).await?;
+            if !answer.status.is_success() {
+                return Err(answer.error());
             }
+            pages.push(decode(&answer.body, answer.status, &describe, what)?);
+            let Some(next) = next_link(&answer.headers) else {
+                return Ok(pages);
+            };
+            let next = Url::parse(&next)
+                .ok()
+                .filter(|next| next.origin() == self.base.origin())
+                .ok_or_else(|| {
+                    ForgeError::rejected(
+                        Some(answer.status.as_u16()),
+                        format!(
+                            "{describe}: GitHub's next page {next:?} is not on {}",
+                            self.base
+                        ),
+                    )
+                })?;
+            describe = format!("GET {}", next.path());
+            request = self.client.get(next);
         }
         tracing::warn!(
             request = %call.describe(),
             max_pages = MAX_PAGES,
             "GitHub list longer than {MAX_PAGES} pages; reading the first {MAX_PAGES}"
         );
-        Ok(items)
+        Ok(pages)
     }
 
     /// One GraphQL request. The answer is GitHub's whole body
@@ -247,6 +272,36 @@ impl Http {
     fn transport_error(&self, request: &str, error: &reqwest::Error) -> ForgeError {
         crate::http_util::transport_error("GitHub", request, self.timeout, error)
     }
+}
+
+/// The URL of `rel="next"` in a `Link` header
+/// (`<url>; rel="next", <url>; rel="last"`), if any. URLs are read whole
+/// between `<` and `>`, so commas inside them do not split entries.
+pub fn next_link(headers: &HeaderMap) -> Option<String> {
+    let mut rest = headers.get(reqwest::header::LINK)?.to_str().ok()?;
+    while let Some(open) = rest.find('<') {
+        let close = open + rest[open..].find('>')?;
+        let url = &rest[open + 1..close];
+        rest = &rest[close + 1..];
+        let params = rest.split('<').next().unwrap_or("");
+        let is_next = params.split(';').any(|param| {
+            let Some((key, value)) = param.split_once('=') else {
+                return false;
+            };
+            key.trim().eq_ignore_ascii_case("rel")
+                && value
+                    .trim()
+                    .trim_end_matches(',')
+                    .trim()
+                    .trim_matches('"')
+                    .split_ascii_whitespace()
+                    .any(|rel| rel.eq_ignore_ascii_case("next"))
+        });
+        if is_next {
+            return Some(url.to_owned());
+        }
+    }
+    None
 }
 
 /// The REST base and the GraphQL endpoint from the configured URL.
@@ -373,6 +428,25 @@ pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
 mod tests {
     use super::*;
     use crate::http_util::test_support::{at, headers};
+
+    #[test]
+    fn the_next_link_is_read_whole_whatever_the_order() {
+        let link = |value: &str| headers(&[("link", value)]);
+        let github = "<https://api.github.com/repositories/1/issues?page=2>; rel=\"prev\", \
+                      <https://api.github.com/repositories/1/issues?labels=a,b&page=4>; rel=\"next\", \
+                      <https://api.github.com/repositories/1/issues?page=9>; rel=\"last\"";
+        assert_eq!(
+            next_link(&link(github)).as_deref(),
+            Some("https://api.github.com/repositories/1/issues?labels=a,b&page=4")
+        );
+        let last_page = "<https://x/p?page=1>; rel=\"prev\", <https://x/p?page=1>; rel=\"first\"";
+        assert_eq!(next_link(&link(last_page)), None);
+        assert_eq!(
+            next_link(&link("<https://x/p?page=2>;rel=next")).as_deref(),
+            Some("https://x/p?page=2")
+        );
+        assert_eq!(next_link(&HeaderMap::new()), None);
+    }
 
     #[test]
     fn rest_and_graphql_urls() {

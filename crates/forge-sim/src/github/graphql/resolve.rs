@@ -723,11 +723,38 @@ impl Exec<'_> {
             );
         }
         let total = items.len();
-        let (start, end) = match (first, last) {
-            (Some(n), _) => (0, (n as usize).min(total)),
-            (None, Some(n)) => (total.saturating_sub(n as usize), total),
-            (None, None) => (0, total),
-        };
+        // `after` / `before` narrow the window first, then `first` keeps its start and `last`
+        // its end (both may be given, as GitHub allows).
+        let mut window = (0, total);
+        let mut cursors = (false, false);
+        for (name, is_after) in [("after", true), ("before", false)] {
+            let value = self.arg(f, name);
+            let Some(text) = value.as_str() else {
+                continue;
+            };
+            let Some(index) = cursor_index(text) else {
+                return self.exec_error(
+                    "INVALID_CURSOR_ARGUMENTS",
+                    format!("`{text}` does not appear to be a valid cursor."),
+                    f,
+                    path,
+                );
+            };
+            if is_after {
+                cursors.0 = true;
+                window.0 = window.0.max((index + 1).min(total));
+            } else {
+                cursors.1 = true;
+                window.1 = window.1.min(index);
+            }
+        }
+        let (mut start, mut end) = (window.0, window.1.max(window.0));
+        if let Some(n) = first {
+            end = end.min(start + n as usize);
+        }
+        if let Some(n) = last {
+            start = start.max(end.saturating_sub(n as usize));
+        }
         if f.selection.is_empty() {
             return self.resolve(
                 gh,
@@ -775,10 +802,15 @@ impl Exec<'_> {
                     Value::Array(vals)
                 }
                 "pageInfo" => {
+                    // As GitHub (graphql-ruby) answers: a `before` cursor means a next page,
+                    // an `after` cursor a previous one; otherwise `first` tells whether items
+                    // follow the page and `last` whether items precede it.
+                    let has_next = cursors.1 || (first.is_some() && end < window.1);
+                    let has_previous = cursors.0 || (last.is_some() && start > window.0);
                     let info = json!({
                         "__typename": "PageInfo",
-                        "hasNextPage": end < total,
-                        "hasPreviousPage": start > 0,
+                        "hasNextPage": has_next,
+                        "hasPreviousPage": has_previous,
                         "startCursor": if start < end { json!(cursor(start)) } else { Value::Null },
                         "endCursor": if start < end { json!(cursor(end - 1)) } else { Value::Null },
                     });
@@ -795,6 +827,19 @@ impl Exec<'_> {
 fn cursor(i: usize) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(format!("cursor:v2:{i}"))
+}
+
+/// The index a [`cursor`] stands for; `None` when the text is no cursor of ours.
+fn cursor_index(text: &str) -> Option<usize> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .ok()?;
+    String::from_utf8(bytes)
+        .ok()?
+        .strip_prefix("cursor:v2:")?
+        .parse()
+        .ok()
 }
 
 fn empty_connection(type_name: &str) -> Value {

@@ -125,17 +125,24 @@ impl GhRepo {
         (approvals, changes)
     }
 
-    /// GraphQL `reviewDecision`: APPROVED / CHANGES_REQUESTED / REVIEW_REQUIRED.
-    pub fn review_decision(&self, pr: &PullRequest) -> &'static str {
+    /// GraphQL `reviewDecision`, as GitHub derives it from branch protection: `None` (null) when
+    /// the base branch requires no approving review; otherwise CHANGES_REQUESTED when a
+    /// reviewer's latest decisive review requests changes, APPROVED with the required number of
+    /// approvals, REVIEW_REQUIRED before that. The requirement is `required_approvals`, the one
+    /// [`GhRepo::merge_blocker`] enforces.
+    pub fn review_decision(&self, pr: &PullRequest) -> Option<&'static str> {
+        let required = self.settings.required_approvals as usize;
+        if required == 0 {
+            return None;
+        }
         let (approvals, changes) = self.review_counts(pr);
-        let required = self.settings.required_approvals.max(1) as usize;
-        if changes {
+        Some(if changes {
             "CHANGES_REQUESTED"
         } else if approvals >= required {
             "APPROVED"
         } else {
             "REVIEW_REQUIRED"
-        }
+        })
     }
 
     /// The latest check run per name on a commit.

@@ -3,13 +3,15 @@
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::RawQuery;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{IdSegment, ReferenceSegment, RepoCall, ShaSegment, paginate, query_param, reply};
+use super::{
+    IdSegment, ReferenceSegment, RepoCall, ShaSegment, paginate, query_param, reply, reply_paged,
+};
 use crate::github::error::{ApiError, ApiResult, parse_body};
 use crate::github::model::{CheckKind, CommitStatus, GhRepo};
 use crate::github::{Ctx, events, json as render, ops};
@@ -38,7 +40,10 @@ pub fn router() -> Router<Shared> {
             "/repos/{owner}/{repo}/check-runs/{id}/rerequest",
             post(rerequest),
         )
-        .route("/repos/{owner}/{repo}/statuses/{sha}", post(create_status))
+        .route(
+            "/repos/{owner}/{repo}/statuses/{sha}",
+            post(create_status).get(list_statuses_legacy),
+        )
 }
 
 fn resolve(repo: &GhRepo, reference: &str) -> ApiResult<String> {
@@ -56,6 +61,7 @@ async fn list_check_runs(
         ctx,
         segments: ReferenceSegment { reference },
         target,
+        uri,
     } = call;
     let filter = query_param(&query, "filter").unwrap_or_else(|| "latest".into());
     let name = query_param(&query, "check_name");
@@ -77,13 +83,16 @@ async fn list_check_runs(
             .filter(|run| status.as_ref().is_none_or(|status| run.status == status))
             .collect();
         let total = runs.len();
-        let items: Vec<Value> = paginate(runs, &query)
+        let page = paginate(runs, &ctx.base_url, &uri);
+        let items: Vec<Value> = page
+            .items
             .into_iter()
             .map(|run| render::check_run(&ctx, repo, run))
             .collect();
-        Ok(reply(
+        Ok(reply_paged(
             StatusCode::OK,
             json!({ "total_count": total, "check_runs": items }),
+            page.link,
         ))
     })
 }
@@ -93,18 +102,26 @@ async fn list_check_suites(call: RepoCall<ReferenceSegment>) -> ApiResult<Respon
         ctx,
         segments: ReferenceSegment { reference },
         target,
+        uri,
     } = call;
     target.with_repo(|repo, _| {
         let sha = resolve(repo, &reference)?;
-        let suites: Vec<Value> = repo
+        let suites: Vec<_> = repo
             .check_suites
             .iter()
             .filter(|suite| suite.head_sha == sha)
+            .collect();
+        let total = suites.len();
+        let page = paginate(suites, &ctx.base_url, &uri);
+        let items: Vec<Value> = page
+            .items
+            .into_iter()
             .map(|suite| render::check_suite(&ctx, repo, suite.id))
             .collect();
-        Ok(reply(
+        Ok(reply_paged(
             StatusCode::OK,
-            json!({ "total_count": suites.len(), "check_suites": suites }),
+            json!({ "total_count": total, "check_suites": items }),
+            page.link,
         ))
     })
 }
@@ -114,6 +131,7 @@ async fn get_check_run(call: RepoCall<IdSegment>) -> ApiResult<Response> {
         ctx,
         segments: IdSegment { id },
         target,
+        ..
     } = call;
     target.with_repo(|repo, _| {
         let run = repo
@@ -130,6 +148,7 @@ async fn rerequest(call: RepoCall<IdSegment>) -> ApiResult<Response> {
         ctx,
         segments: IdSegment { id },
         target,
+        ..
     } = call;
     target.with_repo(|repo, env| {
         let run = repo
@@ -148,17 +167,19 @@ async fn rerequest(call: RepoCall<IdSegment>) -> ApiResult<Response> {
     })
 }
 
-/// The combined status; `statuses` is paged (`per_page`, `page`) as on
+/// The combined status and its `Link` header; `statuses` is paged (`per_page`, `page`) as on
 /// GitHub, `total_count` counts them all.
-fn combined(ctx: &Ctx, repo: &GhRepo, sha: &str, query: &Option<String>) -> Value {
+fn combined(ctx: &Ctx, repo: &GhRepo, sha: &str, uri: &Uri) -> (Value, Option<String>) {
     let latest = repo.latest_statuses(sha);
     let total = latest.len();
-    let statuses: Vec<Value> = paginate(latest, query)
+    let page = paginate(latest, &ctx.base_url, uri);
+    let statuses: Vec<Value> = page
+        .items
         .into_iter()
         .map(|status| render::status(ctx, status))
         .collect();
     let full = repo.full_name();
-    json!({
+    let body = json!({
         "state": repo.combined_state(sha),
         "statuses": statuses,
         "sha": sha,
@@ -166,32 +187,30 @@ fn combined(ctx: &Ctx, repo: &GhRepo, sha: &str, query: &Option<String>) -> Valu
         "repository": render::repo(ctx, repo),
         "commit_url": format!("{}/repos/{full}/commits/{sha}", ctx.base_url),
         "url": format!("{}/repos/{full}/commits/{sha}/status", ctx.base_url),
-    })
+    });
+    (body, page.link)
 }
 
-async fn combined_status(
-    call: RepoCall<ReferenceSegment>,
-    RawQuery(query): RawQuery,
-) -> ApiResult<Response> {
+async fn combined_status(call: RepoCall<ReferenceSegment>) -> ApiResult<Response> {
     let RepoCall {
         ctx,
         segments: ReferenceSegment { reference },
         target,
+        uri,
     } = call;
     target.with_repo(|repo, _| {
         let sha = resolve(repo, &reference)?;
-        Ok(reply(StatusCode::OK, combined(&ctx, repo, &sha, &query)))
+        let (body, link) = combined(&ctx, repo, &sha, &uri);
+        Ok(reply_paged(StatusCode::OK, body, link))
     })
 }
 
-async fn list_statuses(
-    call: RepoCall<ReferenceSegment>,
-    RawQuery(query): RawQuery,
-) -> ApiResult<Response> {
+async fn list_statuses(call: RepoCall<ReferenceSegment>) -> ApiResult<Response> {
     let RepoCall {
         ctx,
         segments: ReferenceSegment { reference },
         target,
+        uri,
     } = call;
     target.with_repo(|repo, _| {
         let sha = resolve(repo, &reference)?;
@@ -202,12 +221,32 @@ async fn list_statuses(
             .rev()
             .filter(|status| status.sha == sha)
             .collect();
-        let items: Vec<Value> = paginate(all, &query)
+        let page = paginate(all, &ctx.base_url, &uri);
+        let items: Vec<Value> = page
+            .items
             .into_iter()
             .map(|status| render::status(&ctx, status))
             .collect();
-        Ok(reply(StatusCode::OK, Value::Array(items)))
+        Ok(reply_paged(StatusCode::OK, Value::Array(items), page.link))
     })
+}
+
+/// `GET /repos/{owner}/{repo}/statuses/{ref}`: GitHub's legacy route of
+/// `GET .../commits/{ref}/statuses` (PyGithub's `Commit.get_statuses` reads it).
+async fn list_statuses_legacy(call: RepoCall<ShaSegment>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: ShaSegment { sha },
+        target,
+        uri,
+    } = call;
+    list_statuses(RepoCall {
+        ctx,
+        segments: ReferenceSegment { reference: sha },
+        target,
+        uri,
+    })
+    .await
 }
 
 #[derive(Deserialize)]
@@ -223,6 +262,7 @@ async fn create_status(call: RepoCall<ShaSegment>, body: Bytes) -> ApiResult<Res
         ctx,
         segments: ShaSegment { sha },
         target,
+        ..
     } = call;
     let request: StatusBody = parse_body(&body)?;
     let state = request

@@ -12,7 +12,9 @@ use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{BranchSegment, Caller, ReferenceSegment, RepoCall, ShaSegment, query_param, reply};
+use super::{
+    BranchSegment, Caller, ReferenceSegment, RepoCall, ShaSegment, query_param, reply, reply_paged,
+};
 use crate::github::error::{ApiError, ApiResult, parse_body};
 use crate::github::json as render;
 use crate::github::model::GhRepo;
@@ -24,6 +26,7 @@ pub fn router() -> Router<Shared> {
     Router::new()
         .route("/user", get(get_user))
         .route("/repos/{owner}/{repo}", get(get_repo))
+        .route("/repos/{owner}/{repo}/branches", get(list_branches))
         .route("/repos/{owner}/{repo}/branches/{*branch}", get(get_branch))
         .route("/repos/{owner}/{repo}/git/blobs", post(create_blob))
         .route("/repos/{owner}/{repo}/git/blobs/{sha}", get(get_blob))
@@ -76,11 +79,43 @@ async fn get_repo(call: RepoCall) -> ApiResult<Response> {
     target.with_repo(|repo, _| Ok(reply(StatusCode::OK, render::repo(&ctx, repo))))
 }
 
+/// `GET /repos/{owner}/{repo}/branches?protected=`: branches by name, each with its head
+/// commit's sha and url and whether it is protected (paged).
+async fn list_branches(call: RepoCall, RawQuery(query): RawQuery) -> ApiResult<Response> {
+    let protected = query_param(&query, "protected").map(|value| value == "true" || value == "1");
+    call.target.with_repo(|repo, _| {
+        let full = repo.full_name();
+        let branches: Vec<Value> = repo
+            .git
+            .branches()
+            .map(|(name, sha)| (name, sha, super::rules::classic_protected(repo, name)))
+            .filter(|(_, _, is_protected)| protected.is_none_or(|wanted| wanted == *is_protected))
+            .map(|(name, sha, is_protected)| {
+                json!({
+                    "name": name,
+                    "commit": {
+                        "sha": sha,
+                        "url": format!("{}/repos/{full}/commits/{sha}", call.ctx.base_url),
+                    },
+                    "protected": is_protected,
+                })
+            })
+            .collect();
+        let page = call.paginate(branches);
+        Ok(reply_paged(
+            StatusCode::OK,
+            Value::Array(page.items),
+            page.link,
+        ))
+    })
+}
+
 async fn get_branch(call: RepoCall<BranchSegment>) -> ApiResult<Response> {
     let RepoCall {
         ctx,
         segments: BranchSegment { branch },
         target,
+        ..
     } = call;
     target.with_repo(|repo, _| {
         let sha = repo
@@ -160,6 +195,7 @@ async fn get_blob(call: RepoCall<ShaSegment>) -> ApiResult<Response> {
         ctx,
         segments: ShaSegment { sha },
         target,
+        ..
     } = call;
     target.with_repo(|repo, _| {
         let content = blob_content(repo, &sha).ok_or_else(ApiError::not_found)?;
@@ -379,6 +415,7 @@ async fn get_tree(call: RepoCall<ShaSegment>, RawQuery(query): RawQuery) -> ApiR
         ctx,
         segments: ShaSegment { sha },
         target,
+        ..
     } = call;
     // GitHub: any value of `recursive` lists the whole tree.
     let recursive = query_param(&query, "recursive").is_some();
@@ -450,6 +487,7 @@ async fn get_git_commit(call: RepoCall<ShaSegment>) -> ApiResult<Response> {
         ctx,
         segments: ShaSegment { sha },
         target,
+        ..
     } = call;
     target.with_repo(|repo, _| {
         render::git_commit(&ctx, repo, &sha)
@@ -471,6 +509,7 @@ async fn get_ref(call: RepoCall<ReferenceSegment>) -> ApiResult<Response> {
         ctx,
         segments: ReferenceSegment { reference },
         target,
+        ..
     } = call;
     target.with_repo(|repo, _| {
         let branch = branch_of(&reference).ok_or_else(ApiError::not_found)?;
@@ -498,6 +537,7 @@ async fn matching_refs(call: RepoCall<ReferenceSegment>) -> ApiResult<Response> 
         ctx,
         segments: ReferenceSegment { reference },
         target,
+        ..
     } = call;
     target.with_repo(|repo, _| {
         let prefix = reference.strip_prefix("refs/").unwrap_or(&reference);
@@ -524,6 +564,7 @@ async fn get_refs_legacy(call: RepoCall<ReferenceSegment>) -> ApiResult<Response
         ctx,
         segments: ReferenceSegment { reference },
         target,
+        ..
     } = call;
     target.with_repo(|repo, _| {
         if let Some(branch) = branch_of(&reference)
@@ -599,6 +640,7 @@ async fn update_ref(call: RepoCall<ReferenceSegment>, body: Bytes) -> ApiResult<
         ctx,
         segments: ReferenceSegment { reference },
         target,
+        ..
     } = call;
     let body: UpdateRefBody = parse_body(&body)?;
     let sha = body
@@ -632,6 +674,7 @@ async fn delete_ref(call: RepoCall<ReferenceSegment>) -> ApiResult<Response> {
         ctx,
         segments: ReferenceSegment { reference },
         target,
+        ..
     } = call;
     target.with_repo(|repo, env| {
         let branch = branch_of(&reference)
@@ -653,6 +696,7 @@ async fn get_commit(call: RepoCall<ReferenceSegment>) -> ApiResult<Response> {
         ctx,
         segments: ReferenceSegment { reference },
         target,
+        ..
     } = call;
     target.with_repo(|repo, _| {
         let sha = repo
@@ -677,6 +721,7 @@ async fn get_contents(
         ctx,
         segments: ContentSegment { path },
         target,
+        ..
     } = call;
     target.with_repo(|repo, _| {
         let reference =
@@ -764,6 +809,7 @@ async fn compare(call: RepoCall<CompareSegment>) -> ApiResult<Response> {
         ctx,
         segments: CompareSegment { basehead },
         target,
+        ..
     } = call;
     let (base, head) = basehead.split_once("...").ok_or_else(ApiError::not_found)?;
     let (base, head) = (base.to_string(), head.to_string());

@@ -1,9 +1,9 @@
 //! GitHub REST endpoints (git data, contents, compare, pulls, merges, checks, reviews, comments).
 
 use axum::Router;
-use axum::extract::{FromRequestParts, Path};
-use axum::http::StatusCode;
+use axum::extract::{FromRequestParts, OriginalUri, Path};
 use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -58,6 +58,8 @@ pub struct RepoCall<Segments = ()> {
     pub ctx: Ctx,
     pub segments: Segments,
     pub target: RepoTarget,
+    /// The request's URI (path and query), for paging and `Link` headers.
+    pub uri: Uri,
 }
 
 impl<Segments: DeserializeOwned + Send> FromRequestParts<Shared> for RepoCall<Segments> {
@@ -73,9 +75,13 @@ impl<Segments: DeserializeOwned + Send> FromRequestParts<Shared> for RepoCall<Se
         let Path(segments) = Path::<Segments>::from_request_parts(parts, state)
             .await
             .map_err(|_| ApiError::not_found().into_response())?;
+        let OriginalUri(uri) = OriginalUri::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
         Ok(RepoCall {
             ctx,
             segments,
+            uri,
             target: RepoTarget {
                 state: state.clone(),
                 owner: repository.owner,
@@ -184,21 +190,89 @@ pub fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// `page` / `per_page` slicing (GitHub defaults: 30 per page, at most 100).
-pub fn paginate<T>(items: Vec<T>, query: &Option<String>) -> Vec<T> {
-    let per_page = query_param(query, "per_page")
-        .and_then(|value| value.parse::<usize>().ok())
-        .unwrap_or(30)
-        .clamp(1, 100);
-    let page = query_param(query, "page")
+/// GitHub's default `per_page`.
+pub const DEFAULT_PER_PAGE: usize = 30;
+/// GitHub's largest `per_page` (larger values are lowered to it).
+pub const MAX_PER_PAGE: usize = 100;
+
+/// One page of a list and the `Link` header that goes with it (none when everything fits on one
+/// page).
+pub struct Paged<T> {
+    pub items: Vec<T>,
+    pub link: Option<String>,
+}
+
+/// The page of `items` a request asks for with `page` (default 1) and `per_page` (default 30, at
+/// most 100), and GitHub's `Link` header: `prev`, `next`, `last`, `first` in that order, each an
+/// absolute URL of the request with its other query parameters and `page` set; `prev` and
+/// `first` only after the first page, `next` and `last` only before the last.
+pub fn paginate<T>(items: Vec<T>, base: &str, uri: &Uri) -> Paged<T> {
+    let query = uri.query().map(str::to_string);
+    let per_page =
+        match query_param(&query, "per_page").and_then(|value| value.parse::<usize>().ok()) {
+            None | Some(0) => DEFAULT_PER_PAGE,
+            Some(n) => n.min(MAX_PER_PAGE),
+        };
+    let page = query_param(&query, "page")
         .and_then(|value| value.parse::<usize>().ok())
         .unwrap_or(1)
         .max(1);
-    items
+    let last = items.len().div_ceil(per_page).max(1);
+    let mut links = Vec::new();
+    let mut link = |page: usize, rel: &str| {
+        links.push(format!("<{}>; rel=\"{rel}\"", page_url(base, uri, page)));
+    };
+    if page > 1 {
+        link((page - 1).min(last), "prev");
+    }
+    if page < last {
+        link(page + 1, "next");
+        link(last, "last");
+    }
+    if page > 1 {
+        link(1, "first");
+    }
+    let items = items
         .into_iter()
-        .skip((page - 1) * per_page)
+        .skip((page - 1).saturating_mul(per_page))
         .take(per_page)
-        .collect()
+        .collect();
+    Paged {
+        items,
+        link: (!links.is_empty()).then(|| links.join(", ")),
+    }
+}
+
+/// The absolute URL of `page`: the request's path and query with `page` set.
+fn page_url(base: &str, uri: &Uri, page: usize) -> String {
+    let Ok(mut url) = url::Url::parse(&format!("{base}{}", uri.path())) else {
+        return format!("{base}{}?page={page}", uri.path());
+    };
+    let kept: Vec<(String, String)> =
+        url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+            .filter(|(key, _)| key != "page")
+            .map(|(key, value)| (key.into_owned(), value.into_owned()))
+            .collect();
+    url.query_pairs_mut()
+        .extend_pairs(kept)
+        .append_pair("page", &page.to_string());
+    url.to_string()
+}
+
+/// A JSON response with a status and, for a page of a longer list, its `Link` header.
+pub fn reply_paged(status: StatusCode, body: Value, link: Option<String>) -> Response {
+    let mut response = reply(status, body);
+    if let Some(value) = link.and_then(|link| HeaderValue::from_str(&link).ok()) {
+        response.headers_mut().insert(header::LINK, value);
+    }
+    response
+}
+
+impl<Segments> RepoCall<Segments> {
+    /// The page of `items` this request asks for (see [`paginate`]).
+    pub fn paginate<T>(&self, items: Vec<T>) -> Paged<T> {
+        paginate(items, &self.ctx.base_url, &self.uri)
+    }
 }
 
 #[cfg(test)]
@@ -213,7 +287,27 @@ mod tests {
         assert_eq!(query_param(&query, "x").as_deref(), Some(""));
         assert_eq!(query_param(&query, "nope"), None);
         assert_eq!(percent_decode("a%2Fb+c%"), "a/b c%");
-        let query = Some("per_page=2&page=2".to_string());
-        assert_eq!(paginate(vec![1, 2, 3, 4, 5], &query), vec![3, 4]);
+        let uri: Uri = "/repos/o/r/pulls?state=all&per_page=2&page=2"
+            .parse()
+            .expect("uri");
+        let page = paginate(vec![1, 2, 3, 4, 5], "http://sim", &uri);
+        assert_eq!(page.items, vec![3, 4]);
+        let url =
+            |page: u32| format!("http://sim/repos/o/r/pulls?state=all&per_page=2&page={page}");
+        assert_eq!(
+            page.link.as_deref(),
+            Some(
+                format!(
+                    "<{}>; rel=\"prev\", <{}>; rel=\"next\", <{}>; rel=\"last\", <{}>; rel=\"first\"",
+                    url(1),
+                    url(3),
+                    url(3),
+                    url(1)
+                )
+                .as_str()
+            )
+        );
+        let single: Uri = "/repos/o/r/pulls".parse().expect("uri");
+        assert!(paginate(vec![1], "http://sim", &single).link.is_none());
     }
 }

@@ -9,7 +9,7 @@ use axum::routing::{get, patch, post, put};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{IdSegment, NumberSegment, RepoCall, paginate, query_param, reply};
+use super::{IdSegment, NumberSegment, RepoCall, paginate, query_param, reply, reply_paged};
 use crate::github::error::{ApiError, ApiResult, DOCS_URL, parse_body};
 use crate::github::model::{
     self, AsyncMerge, AsyncStatus, GhRepo, IssueComment, MergeAction, Review,
@@ -121,6 +121,7 @@ async fn get_pull(call: RepoCall<NumberSegment>) -> ApiResult<Response> {
         ctx,
         segments: NumberSegment { number },
         target,
+        ..
     } = call;
     target.with_repo(|repo, _| {
         let pr = repo.pulls.get(&number).ok_or_else(ApiError::not_found)?;
@@ -129,7 +130,9 @@ async fn get_pull(call: RepoCall<NumberSegment>) -> ApiResult<Response> {
 }
 
 async fn list_pulls(call: RepoCall, RawQuery(query): RawQuery) -> ApiResult<Response> {
-    let RepoCall { ctx, target, .. } = call;
+    let RepoCall {
+        ctx, target, uri, ..
+    } = call;
     let state_filter = query_param(&query, "state").unwrap_or_else(|| "open".into());
     if !matches!(state_filter.as_str(), "open" | "closed" | "all") {
         return Err(ApiError::invalid_field("PullRequest", "state"));
@@ -161,11 +164,13 @@ async fn list_pulls(call: RepoCall, RawQuery(query): RawQuery) -> ApiResult<Resp
         if !ascending {
             pulls.reverse();
         }
-        let items: Vec<Value> = paginate(pulls, &query)
+        let page = paginate(pulls, &ctx.base_url, &uri);
+        let items: Vec<Value> = page
+            .items
             .into_iter()
             .map(|pull| render::pull(&ctx, repo, pull))
             .collect();
-        Ok(reply(StatusCode::OK, Value::Array(items)))
+        Ok(reply_paged(StatusCode::OK, Value::Array(items), page.link))
     })
 }
 
@@ -182,6 +187,7 @@ async fn update_pull(call: RepoCall<NumberSegment>, body: Bytes) -> ApiResult<Re
         ctx,
         segments: NumberSegment { number },
         target,
+        ..
     } = call;
     let request: UpdatePull = parse_body(&body)?;
     target.with_repo(|repo, env| {
@@ -296,6 +302,7 @@ async fn merge(call: RepoCall<NumberSegment>, body: Bytes) -> ApiResult<Response
         ctx,
         segments: NumberSegment { number },
         target,
+        ..
     } = call;
     let request: MergeBody = parse_body(&body)?;
     let (_, method) = method_of(&request)?;
@@ -368,6 +375,7 @@ async fn merge_async(call: RepoCall<NumberSegment>, body: Bytes) -> ApiResult<Re
         ctx,
         segments: NumberSegment { number },
         target,
+        ..
     } = call;
     let request: MergeBody = parse_body(&body)?;
     let (method_name, _) = method_of(&request)?;
@@ -471,6 +479,7 @@ async fn merge_async_result(call: RepoCall<AsyncMergeSegments>) -> ApiResult<Res
         ctx,
         segments: AsyncMergeSegments { number, uuid },
         target,
+        ..
     } = call;
     target.with_github(|github, key| {
         if !github.repos.contains_key(key) {
@@ -490,28 +499,29 @@ async fn merge_async_result(call: RepoCall<AsyncMergeSegments>) -> ApiResult<Res
     })
 }
 
-async fn list_reviews(
-    call: RepoCall<NumberSegment>,
-    RawQuery(query): RawQuery,
-) -> ApiResult<Response> {
+async fn list_reviews(call: RepoCall<NumberSegment>) -> ApiResult<Response> {
     let RepoCall {
         ctx,
         segments: NumberSegment { number },
         target,
+        uri,
     } = call;
     target.with_repo(|repo, _| {
         let pr = repo.pulls.get(&number).ok_or_else(ApiError::not_found)?;
-        let items: Vec<Value> = paginate(
+        let page = paginate(
             pr.reviews
                 .iter()
                 .filter(|review| review.state != "PENDING")
                 .collect(),
-            &query,
-        )
-        .into_iter()
-        .map(|review| render::review(&ctx, repo, pr, review))
-        .collect();
-        Ok(reply(StatusCode::OK, Value::Array(items)))
+            &ctx.base_url,
+            &uri,
+        );
+        let items: Vec<Value> = page
+            .items
+            .into_iter()
+            .map(|review| render::review(&ctx, repo, pr, review))
+            .collect();
+        Ok(reply_paged(StatusCode::OK, Value::Array(items), page.link))
     })
 }
 
@@ -602,6 +612,7 @@ async fn create_review(call: RepoCall<NumberSegment>, body: Bytes) -> ApiResult<
         ctx,
         segments: NumberSegment { number },
         target,
+        ..
     } = call;
     let request: ReviewBody = parse_body(&body)?;
     target.with_repo(|repo, env| {
@@ -642,6 +653,7 @@ async fn add_labels(call: RepoCall<NumberSegment>, body: Bytes) -> ApiResult<Res
         ctx,
         segments: NumberSegment { number },
         target,
+        ..
     } = call;
     let request: Value = parse_body(&body)?;
     // Accepts {"labels": ["a"]}, {"labels": [{"name": "a"}]} or a bare array.
@@ -696,8 +708,20 @@ async fn list_labels(call: RepoCall<NumberSegment>) -> ApiResult<Response> {
         ctx,
         segments: NumberSegment { number },
         target,
+        uri,
     } = call;
-    target.with_repo(|repo, _| Ok(reply(StatusCode::OK, labels_json(&ctx, repo, number)?)))
+    target.with_repo(|repo, _| {
+        let labels = match labels_json(&ctx, repo, number)? {
+            Value::Array(labels) => labels,
+            other => vec![other],
+        };
+        let page = paginate(labels, &ctx.base_url, &uri);
+        Ok(reply_paged(
+            StatusCode::OK,
+            Value::Array(page.items),
+            page.link,
+        ))
+    })
 }
 
 async fn remove_label(call: RepoCall<LabelSegments>) -> ApiResult<Response> {
@@ -705,6 +729,7 @@ async fn remove_label(call: RepoCall<LabelSegments>) -> ApiResult<Response> {
         ctx,
         segments: LabelSegments { number, name },
         target,
+        ..
     } = call;
     target.with_repo(|repo, env| {
         let pr = repo
@@ -736,30 +761,31 @@ struct CommentBody {
     body: Option<String>,
 }
 
-async fn list_comments(
-    call: RepoCall<NumberSegment>,
-    RawQuery(query): RawQuery,
-) -> ApiResult<Response> {
+async fn list_comments(call: RepoCall<NumberSegment>) -> ApiResult<Response> {
     let RepoCall {
         ctx,
         segments: NumberSegment { number },
         target,
+        uri,
     } = call;
     target.with_repo(|repo, _| {
         if !repo.pulls.contains_key(&number) {
             return Err(ApiError::not_found());
         }
-        let items: Vec<Value> = paginate(
+        let page = paginate(
             repo.comments
                 .iter()
                 .filter(|comment| comment.issue_number == number)
                 .collect(),
-            &query,
-        )
-        .into_iter()
-        .map(|comment| render::comment(&ctx, repo, comment))
-        .collect();
-        Ok(reply(StatusCode::OK, Value::Array(items)))
+            &ctx.base_url,
+            &uri,
+        );
+        let items: Vec<Value> = page
+            .items
+            .into_iter()
+            .map(|comment| render::comment(&ctx, repo, comment))
+            .collect();
+        Ok(reply_paged(StatusCode::OK, Value::Array(items), page.link))
     })
 }
 
@@ -768,6 +794,7 @@ async fn create_comment(call: RepoCall<NumberSegment>, body: Bytes) -> ApiResult
         ctx,
         segments: NumberSegment { number },
         target,
+        ..
     } = call;
     let request: CommentBody = parse_body(&body)?;
     let text = request
@@ -799,6 +826,7 @@ async fn get_comment(call: RepoCall<IdSegment>) -> ApiResult<Response> {
         ctx,
         segments: IdSegment { id },
         target,
+        ..
     } = call;
     target.with_repo(|repo, _| {
         let comment = repo
@@ -815,6 +843,7 @@ async fn update_comment(call: RepoCall<IdSegment>, body: Bytes) -> ApiResult<Res
         ctx,
         segments: IdSegment { id },
         target,
+        ..
     } = call;
     let request: CommentBody = parse_body(&body)?;
     let text = request

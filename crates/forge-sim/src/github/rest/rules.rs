@@ -7,13 +7,12 @@
 //! segments, `?` one character other than `/`. Classic protection patterns use the same syntax.
 
 use axum::Router;
-use axum::extract::RawQuery;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
 use serde_json::{Value, json};
 
-use super::{BranchSegment, RepoCall, paginate, reply};
+use super::{BranchSegment, RepoCall, paginate, reply_paged};
 use crate::github::error::ApiResult;
 use crate::github::model::{GhRepo, Ruleset};
 use crate::state::Shared;
@@ -108,14 +107,20 @@ pub fn rules_for(repo: &GhRepo, branch: &str) -> Vec<Value> {
 }
 
 /// `GET /repos/{owner}/{repo}/rules/branches/{branch}` (paged: `per_page`, `page`).
-async fn branch_rules(
-    call: RepoCall<BranchSegment>,
-    RawQuery(query): RawQuery,
-) -> ApiResult<Response> {
-    let BranchSegment { branch } = call.segments;
-    call.target.with_repo(|repo, _| {
-        let rules = paginate(rules_for(repo, &branch), &query);
-        Ok(reply(StatusCode::OK, Value::Array(rules)))
+async fn branch_rules(call: RepoCall<BranchSegment>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: BranchSegment { branch },
+        target,
+        uri,
+    } = call;
+    target.with_repo(|repo, _| {
+        let page = paginate(rules_for(repo, &branch), &ctx.base_url, &uri);
+        Ok(reply_paged(
+            StatusCode::OK,
+            Value::Array(page.items),
+            page.link,
+        ))
     })
 }
 

@@ -197,7 +197,7 @@ pub async fn list(call: ProjectCall, params: Params) -> ApiResult {
         })
         .collect();
     let ascending = params.str("sort").as_deref() == Some("asc");
-    call.with_project(|ctx, pid| {
+    let items = call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let mut mrs: Vec<&MergeRequest> = project
             .merge_requests
@@ -220,12 +220,12 @@ pub async fn list(call: ProjectCall, params: Params) -> ApiResult {
         if !ascending {
             mrs.reverse();
         }
-        ok(Value::Array(
-            mrs.into_iter()
-                .map(|mr| mr_json(project, mr, ctx.base, false))
-                .collect(),
-        ))
-    })
+        Ok(mrs
+            .into_iter()
+            .map(|mr| mr_json(project, mr, ctx.base, false))
+            .collect())
+    })?;
+    call.paged(&params, items)
 }
 
 pub async fn get_one(call: ProjectCall<MergeRequestSegment>) -> ApiResult {

@@ -2,22 +2,24 @@
 
 pub mod merge_requests;
 pub mod notes;
+pub mod paging;
 pub mod pipelines;
 pub mod protected_branches;
 pub mod repository;
 pub mod trains;
 
-use axum::extract::{FromRequestParts, Path, Request, State};
-use axum::http::header;
+use axum::extract::{FromRequestParts, OriginalUri, Path, Request, State};
 use axum::http::request::Parts;
+use axum::http::{Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Extension, Router};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
-use super::{ApiError, ApiResult, Ctx, ok, user_json, with_project};
+use super::{ApiError, ApiResult, Ctx, Params, ok, user_json, with_project};
 use crate::state::{Shared, User};
 
 /// `PRIVATE-TOKEN` or `Authorization: Bearer` → the user; 401 otherwise.
@@ -65,6 +67,8 @@ pub struct ProjectCall<Segments = ()> {
     pub segments: Segments,
     state: Shared,
     project: String,
+    /// The request's URI as sent (`/api/v4/...?query`), for the `Link` headers of lists.
+    uri: Uri,
 }
 
 impl<Segments: DeserializeOwned + Send> FromRequestParts<Shared> for ProjectCall<Segments> {
@@ -80,11 +84,15 @@ impl<Segments: DeserializeOwned + Send> FromRequestParts<Shared> for ProjectCall
         let Extension(user) = Extension::<User>::from_request_parts(parts, state)
             .await
             .map_err(IntoResponse::into_response)?;
+        let OriginalUri(uri) = OriginalUri::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
         Ok(ProjectCall {
             user,
             segments,
             state: state.clone(),
             project: project.id,
+            uri,
         })
     }
 }
@@ -98,6 +106,7 @@ impl<Segments> ProjectCall<Segments> {
             segments,
             state: state.clone(),
             project: project.to_string(),
+            uri: Uri::default(),
         }
     }
 
@@ -108,6 +117,11 @@ impl<Segments> ProjectCall<Segments> {
         f: impl FnOnce(&mut Ctx<'_>, u64) -> Result<T, ApiError>,
     ) -> Result<T, ApiError> {
         with_project(&self.state, &self.project, f)
+    }
+
+    /// 200 with the page of `items` that `params` ask for, with GitLab's pagination headers.
+    pub fn paged(&self, params: &Params, items: Vec<Value>) -> ApiResult {
+        paging::ok_paged(&self.state.base_url(), &self.uri, params, items)
     }
 }
 
@@ -136,6 +150,8 @@ pub fn router(state: Shared) -> Router<Shared> {
     let mr = "/projects/{id}/merge_requests/{iid}";
     Router::new()
         .route("/user", get(current_user))
+        .route("/projects", get(list_projects))
+        .route("/users", get(list_users))
         .route(project, get(repository::get_project))
         .route(
             &format!("{project}/repository/files/{{file_path}}"),
@@ -155,8 +171,9 @@ pub fn router(state: Shared) -> Router<Shared> {
         )
         .route(
             &format!("{project}/repository/commits"),
-            post(repository::create_commit),
+            get(repository::list_commits).post(repository::create_commit),
         )
+        .route(&format!("{project}/repository/tree"), get(repository::tree))
         .route(
             &format!("{project}/repository/commits/{{sha}}"),
             get(repository::get_commit),
@@ -190,6 +207,7 @@ pub fn router(state: Shared) -> Router<Shared> {
             &format!("{project}/pipelines/{{pipeline_id}}/jobs"),
             get(pipelines::pipeline_jobs),
         )
+        .route(&format!("{project}/jobs"), get(pipelines::project_jobs))
         .route(
             &format!("{project}/jobs/{{job_id}}"),
             get(pipelines::get_job),
@@ -224,4 +242,69 @@ async fn current_user(
     State(state): State<Shared>,
 ) -> ApiResult {
     ok(user_json(&user, &state.base_url()))
+}
+
+/// `GET /projects?search=&sort=`: every project (the simulator has no visibility levels), newest
+/// first as GitLab orders them (`order_by=created_at`, `sort=desc`; `sort=asc` reverses). Paged.
+async fn list_projects(
+    State(state): State<Shared>,
+    OriginalUri(uri): OriginalUri,
+    params: Params,
+) -> ApiResult {
+    let search = params.str("search").map(|search| search.to_lowercase());
+    let ascending = params.str("sort").as_deref() == Some("asc");
+    let base = state.base_url();
+    let mut projects: Vec<Value> = {
+        let gitlab = crate::state::lock(&state.gitlab);
+        gitlab
+            .projects
+            .values()
+            .filter(|project| {
+                search.as_ref().is_none_or(|search| {
+                    project
+                        .path_with_namespace
+                        .to_lowercase()
+                        .contains(search.as_str())
+                })
+            })
+            .map(|project| super::project_json(project, &base))
+            .collect()
+    };
+    if !ascending {
+        projects.reverse();
+    }
+    paging::ok_paged(&base, &uri, &params, projects)
+}
+
+/// `GET /users?username=&search=`: the users, newest first as GitLab orders them (`order_by=id`,
+/// `sort=desc`; `sort=asc` reverses); `username` matches exactly (case-insensitively), `search`
+/// any part of the username or name. Paged.
+async fn list_users(
+    State(state): State<Shared>,
+    OriginalUri(uri): OriginalUri,
+    params: Params,
+) -> ApiResult {
+    let username = params.str("username").map(|name| name.to_lowercase());
+    let search = params.str("search").map(|search| search.to_lowercase());
+    let ascending = params.str("sort").as_deref() == Some("asc");
+    let base = state.base_url();
+    let mut users: Vec<Value> = crate::state::lock(&state.users)
+        .all()
+        .filter(|user| {
+            username
+                .as_ref()
+                .is_none_or(|name| user.username.to_lowercase() == *name)
+        })
+        .filter(|user| {
+            search.as_ref().is_none_or(|search| {
+                user.username.to_lowercase().contains(search.as_str())
+                    || user.name.to_lowercase().contains(search.as_str())
+            })
+        })
+        .map(|user| user_json(user, &base))
+        .collect();
+    if !ascending {
+        users.reverse();
+    }
+    paging::ok_paged(&base, &uri, &params, users)
 }

@@ -57,7 +57,7 @@ fn emit_note_hook(ctx: &Ctx<'_>, pid: u64, iid: u64, note_id: u64, action: &str)
 pub async fn list(call: ProjectCall<NotesSegment>, params: Params) -> ApiResult {
     let iid = call.segments.iid()?;
     let ascending = params.str("sort").as_deref() == Some("asc");
-    call.with_project(|ctx, pid| {
+    let notes = call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let mr = project
             .merge_requests
@@ -71,8 +71,9 @@ pub async fn list(call: ProjectCall<NotesSegment>, params: Params) -> ApiResult 
         if !ascending {
             notes.reverse();
         }
-        ok(Value::Array(notes))
-    })
+        Ok(notes)
+    })?;
+    call.paged(&params, notes)
 }
 
 pub async fn get_one(call: ProjectCall<NoteSegments>) -> ApiResult {

@@ -40,7 +40,7 @@ pub async fn list(call: ProjectCall, params: Params) -> ApiResult {
     let sha_filter = params.str("sha");
     let status_filter = params.str("status");
     let source_filter = params.str("source");
-    call.with_project(|ctx, pid| {
+    let pipelines = call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let pipelines: Vec<Value> = project
             .pipelines
@@ -64,8 +64,9 @@ pub async fn list(call: ProjectCall, params: Params) -> ApiResult {
             })
             .map(|pipeline| pipeline_basic_json(project, pipeline, ctx.base))
             .collect();
-        ok(Value::Array(pipelines))
-    })
+        Ok(pipelines)
+    })?;
+    call.paged(&params, pipelines)
 }
 
 pub async fn get_one(call: ProjectCall<PipelineSegment>) -> ApiResult {
@@ -100,7 +101,7 @@ pub async fn pipeline_jobs(call: ProjectCall<PipelineSegment>, params: Params) -
     let pipeline_id = call.segments.pipeline_id()?;
     let include_retried = params.flag("include_retried")?;
     let scopes = scopes(&params);
-    call.with_project(|ctx, pid| {
+    let jobs = call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let pipeline = project
             .pipelines
@@ -115,8 +116,26 @@ pub async fn pipeline_jobs(call: ProjectCall<PipelineSegment>, params: Params) -
             .filter(|job| scopes.is_empty() || scopes.contains(&job.status))
             .map(|job| job_json(project, job, ctx.base))
             .collect();
-        ok(Value::Array(jobs))
-    })
+        Ok(jobs)
+    })?;
+    call.paged(&params, jobs)
+}
+
+/// `GET /projects/:id/jobs?scope[]=`: the project's jobs, newest first (retried ones included,
+/// as GitLab lists them).
+pub async fn project_jobs(call: ProjectCall, params: Params) -> ApiResult {
+    let scopes = scopes(&params);
+    let jobs = call.with_project(|ctx, pid| {
+        let project = ctx.project(pid);
+        Ok(project
+            .jobs
+            .values()
+            .rev()
+            .filter(|job| scopes.is_empty() || scopes.contains(&job.status))
+            .map(|job| job_json(project, job, ctx.base))
+            .collect())
+    })?;
+    call.paged(&params, jobs)
 }
 
 pub async fn get_job(call: ProjectCall<JobSegment>) -> ApiResult {
@@ -162,9 +181,9 @@ pub async fn retry_job(call: ProjectCall<JobSegment>) -> ApiResult {
     })
 }
 
-pub async fn mr_pipelines(call: ProjectCall<MergeRequestSegment>) -> ApiResult {
+pub async fn mr_pipelines(call: ProjectCall<MergeRequestSegment>, params: Params) -> ApiResult {
     let iid = call.segments.iid()?;
-    call.with_project(|ctx, pid| {
+    let pipelines = call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let mr = project
             .merge_requests
@@ -178,6 +197,7 @@ pub async fn mr_pipelines(call: ProjectCall<MergeRequestSegment>) -> ApiResult {
             .filter(|pipeline| refs.contains(&pipeline.ref_name))
             .map(|pipeline| pipeline_basic_json(project, pipeline, ctx.base))
             .collect();
-        ok(Value::Array(pipelines))
-    })
+        Ok(pipelines)
+    })?;
+    call.paged(&params, pipelines)
 }

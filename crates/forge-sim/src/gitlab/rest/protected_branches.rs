@@ -5,8 +5,8 @@
 //! as in GitLab, `*` matches any characters, `/` included, and the rest matches literally. A new
 //! project protects its default branch (GitLab's default branch protection).
 
-use axum::http::{HeaderName, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -20,10 +20,6 @@ use crate::gitlab::{ApiError, ApiResult, Params, Project};
 pub struct ProtectedBranchSegment {
     name: String,
 }
-
-/// GitLab's default and largest `per_page`.
-const DEFAULT_PER_PAGE: u64 = 20;
-const MAX_PER_PAGE: u64 = 100;
 
 /// Whether the protected-branch `pattern` covers `branch`: equal, or a wildcard whose `*`s
 /// match any (possibly empty) run of characters, `/` included.
@@ -82,15 +78,9 @@ impl Project {
     }
 }
 
-/// `GET /projects/:id/protected_branches?search=&page=&per_page=`, with GitLab's pagination
-/// headers (`X-Page`, `X-Per-Page`, `X-Next-Page`, `X-Prev-Page`, `X-Total`, `X-Total-Pages`).
+/// `GET /projects/:id/protected_branches?search=`, paged ([`super::paging`]).
 pub async fn list(call: ProjectCall, params: Params) -> ApiResult {
     let search = params.str("search");
-    let per_page = params
-        .u64("per_page")?
-        .unwrap_or(DEFAULT_PER_PAGE)
-        .clamp(1, MAX_PER_PAGE);
-    let page = params.u64("page")?.unwrap_or(1).max(1);
     let entries: Vec<Value> = call.with_project(|ctx, pid| {
         Ok(ctx
             .project(pid)
@@ -104,44 +94,7 @@ pub async fn list(call: ProjectCall, params: Params) -> ApiResult {
             .map(protected_branch_json)
             .collect())
     })?;
-    Ok(paged(entries, page, per_page))
-}
-
-/// One page of `items` with GitLab's pagination headers.
-pub fn paged(items: Vec<Value>, page: u64, per_page: u64) -> Response {
-    let total = items.len() as u64;
-    let total_pages = total.div_ceil(per_page).max(1);
-    let start = usize::try_from((page - 1).saturating_mul(per_page)).unwrap_or(usize::MAX);
-    let body: Vec<Value> = items
-        .into_iter()
-        .skip(start)
-        .take(usize::try_from(per_page).unwrap_or(usize::MAX))
-        .collect();
-    let next = if page < total_pages {
-        (page + 1).to_string()
-    } else {
-        String::new()
-    };
-    let prev = if page > 1 {
-        (page - 1).to_string()
-    } else {
-        String::new()
-    };
-    let mut response = (StatusCode::OK, axum::Json(Value::Array(body))).into_response();
-    let headers = response.headers_mut();
-    for (name, value) in [
-        ("x-page", page.to_string()),
-        ("x-per-page", per_page.to_string()),
-        ("x-next-page", next),
-        ("x-prev-page", prev),
-        ("x-total", total.to_string()),
-        ("x-total-pages", total_pages.to_string()),
-    ] {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            headers.insert(HeaderName::from_static(name), value);
-        }
-    }
-    response
+    call.paged(&params, entries)
 }
 
 /// `GET /projects/:id/protected_branches/:name`: the entry with exactly this name (a wildcard

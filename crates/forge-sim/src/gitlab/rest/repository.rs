@@ -1,4 +1,4 @@
-//! GitLab repository endpoints: project, files, branches, commits (with actions), compare.
+//! GitLab repository endpoints: project, files, branches, tree, commits (list, create with actions), compare.
 
 use std::sync::Arc;
 
@@ -135,7 +135,7 @@ pub async fn get_file_raw(call: ProjectCall<FileSegment>, params: Params) -> Api
 
 pub async fn list_branches(call: ProjectCall, params: Params) -> ApiResult {
     let search = params.str("search");
-    call.with_project(|ctx, pid| {
+    let branches = call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         let branches: Vec<Value> = project
             .repo
@@ -147,8 +147,9 @@ pub async fn list_branches(call: ProjectCall, params: Params) -> ApiResult {
             })
             .map(|(name, _)| branch_json(project, name, ctx.base))
             .collect();
-        ok(Value::Array(branches))
-    })
+        Ok(branches)
+    })?;
+    call.paged(&params, branches)
 }
 
 pub async fn get_branch(call: ProjectCall<BranchSegment>) -> ApiResult {
@@ -564,4 +565,129 @@ pub async fn compare(call: ProjectCall, params: Params) -> ApiResult {
             "web_url": format!("{}/-/compare/{}...{}", project.web_url(ctx.base), from_commit.short_id(), to_commit.short_id()),
         }))
     })
+}
+
+/// A git-like id of the tree under `dir` ("" for the root): a digest of its entries.
+fn tree_id(tree: &crate::repo::Tree, dir: &str) -> String {
+    use sha2::Digest;
+    let prefix = if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{dir}/")
+    };
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(b"tree ");
+    for (path, entry) in tree.range(prefix.clone()..) {
+        let Some(relative) = path.strip_prefix(&prefix) else {
+            break;
+        };
+        hasher.update(relative.as_bytes());
+        hasher.update([0u8]);
+        hasher.update(entry.blob_id().as_bytes());
+    }
+    hex::encode(hasher.finalize())[..40].to_string()
+}
+
+/// `GET /projects/:id/repository/tree?path=&ref=&recursive=`: the entries under `path` (the
+/// root by default) at `ref` (the default branch by default), directories (`type: tree`, mode
+/// `040000`) first, then files (`type: blob`), each sorted by path; `path` is the full path
+/// from the repository root. Without `recursive` only the directory's own entries. Paged.
+/// 404 `Tree Not Found` when the ref or the directory does not exist.
+pub async fn tree(call: ProjectCall, params: Params) -> ApiResult {
+    let dir = params
+        .str("path")
+        .unwrap_or_default()
+        .trim_matches('/')
+        .to_string();
+    let recursive = params.flag("recursive")?;
+    let reference = params.str("ref");
+    let entries = call.with_project(|ctx, pid| {
+        let project = ctx.project(pid);
+        let reference = reference.unwrap_or_else(|| project.repo.default_branch().to_string());
+        let commit = project
+            .repo
+            .resolve(&reference)
+            .ok_or_else(|| ApiError::not_found("Tree"))?;
+        let tree = &commit.tree;
+        let prefix = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
+        let mut dirs = std::collections::BTreeSet::new();
+        let mut files = Vec::new();
+        for (path, entry) in tree.iter() {
+            let Some(relative) = path.strip_prefix(&prefix) else {
+                continue;
+            };
+            let parts: Vec<&str> = relative.split('/').collect();
+            let depth = if recursive { parts.len() - 1 } else { 1 };
+            for end in 1..=depth.min(parts.len() - 1) {
+                dirs.insert(format!("{prefix}{}", parts[..end].join("/")));
+            }
+            if recursive || parts.len() == 1 {
+                files.push((path.clone(), entry));
+            }
+        }
+        if !dir.is_empty() && dirs.is_empty() && files.is_empty() {
+            return Err(ApiError::not_found("Tree"));
+        }
+        let name = |path: &str| path.rsplit('/').next().unwrap_or(path).to_string();
+        let mut entries: Vec<Value> = dirs
+            .into_iter()
+            .map(|path| {
+                json!({
+                    "id": tree_id(tree, &path),
+                    "name": name(&path),
+                    "type": "tree",
+                    "path": path,
+                    "mode": "040000",
+                })
+            })
+            .collect();
+        entries.extend(files.into_iter().map(|(path, entry)| {
+            json!({
+                "id": entry.blob_id(),
+                "name": name(&path),
+                "type": "blob",
+                "path": path,
+                "mode": entry.mode(),
+            })
+        }));
+        Ok(entries)
+    })?;
+    call.paged(&params, entries)
+}
+
+/// `GET /projects/:id/repository/commits?ref_name=&path=`: the commits reachable from
+/// `ref_name` (the default branch by default), newest first, optionally only those changing
+/// `path`. Paged; an unknown ref lists nothing.
+pub async fn list_commits(call: ProjectCall, params: Params) -> ApiResult {
+    let reference = params.str("ref_name");
+    let path = params.str("path");
+    let commits = call.with_project(|ctx, pid| {
+        let project = ctx.project(pid);
+        let repo = &project.repo;
+        let reference = reference.unwrap_or_else(|| repo.default_branch().to_string());
+        let Some(head) = repo.resolve(&reference) else {
+            return Ok(Vec::new());
+        };
+        let mut commits = repo.commits_between("", &head.sha);
+        commits.reverse();
+        Ok(commits
+            .into_iter()
+            .filter(|commit| {
+                path.as_ref().is_none_or(|path| {
+                    let before = commit
+                        .parents
+                        .first()
+                        .and_then(|parent| repo.commit(parent))
+                        .and_then(|parent| parent.tree.get(path.as_str()));
+                    before != commit.tree.get(path.as_str())
+                })
+            })
+            .map(|commit| commit_json(project, commit, ctx.base))
+            .collect())
+    })?;
+    call.paged(&params, commits)
 }

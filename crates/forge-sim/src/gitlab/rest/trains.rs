@@ -20,7 +20,7 @@ fn require_trains(project: &Project) -> Result<(), ApiError> {
 pub async fn list(call: ProjectCall, params: Params) -> ApiResult {
     let scope = params.str("scope");
     let ascending = params.str("sort").as_deref() == Some("asc");
-    call.with_project(|ctx, pid| {
+    let cars = call.with_project(|ctx, pid| {
         let project = ctx.project(pid);
         require_trains(project)?;
         let mut cars: Vec<&TrainCar> = Vec::new();
@@ -34,12 +34,12 @@ pub async fn list(call: ProjectCall, params: Params) -> ApiResult {
         if !ascending {
             cars.reverse();
         }
-        ok(Value::Array(
-            cars.into_iter()
-                .map(|car| car_json(project, car, ctx.base))
-                .collect(),
-        ))
-    })
+        Ok(cars
+            .into_iter()
+            .map(|car| car_json(project, car, ctx.base))
+            .collect())
+    })?;
+    call.paged(&params, cars)
 }
 
 pub async fn get_car(call: ProjectCall<MergeRequestSegment>) -> ApiResult {
