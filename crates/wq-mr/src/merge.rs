@@ -152,6 +152,8 @@ pub fn detail_json(d: &MrDetails) -> serde_json::Value {
             "error_kind": d.journal.error_kind,
             "error": d.journal.error,
             "retry_authorized": d.journal.retry_authorized,
+            "transient_failures": d.journal.transient_failures,
+            "retry_at": d.journal.retry_at.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok()),
         },
     })
 }
