@@ -60,6 +60,8 @@ async fn submit_until_transient(h: &Harness, branch: &str) -> String {
         journal(item)["transient_failures"] == 1
     })
     .await;
+    // The run that stored it ends before the clock moves.
+    h.settle().await;
     id
 }
 
@@ -159,6 +161,7 @@ async fn github_a_5xx_after_the_pr_was_queued_is_accepted_with_one_call(backend:
     assert_eq!(journal(&item)["transient_failures"], 1, "{item:#}");
     assert!(item["detail"]["merge_queue"].is_object(), "{item:#}");
     assert_eq!(merge_calls(&h), 1);
+    h.settle().await;
     h.sim.github_lock_queue(PROJECT, false).unwrap();
     h.advance(Duration::from_secs(61)).await;
     h.wait_phase(&id, "completed").await;
@@ -179,6 +182,7 @@ async fn an_exhausted_budget_waits_for_retry_merge(backend: Backend) {
             journal(item)["transient_failures"] == calls
         })
         .await;
+        h.settle().await;
     }
     let item = h.item(&id).await;
     assert_eq!(journal(&item)["last_result"], "failed", "{item:#}");
@@ -226,6 +230,7 @@ async fn a_conflict_on_the_merge_call_fails_at_once(backend: Backend) {
             journal(item)["last_result"] == "failed"
         })
         .await;
+    h.settle().await;
     assert_eq!(journal(&item)["transient_failures"], 0, "{item:#}");
     assert!(journal(&item)["retry_at"].is_null(), "{item:#}");
     h.advance(Duration::from_secs(3 * 3600)).await;
@@ -267,7 +272,10 @@ async fn person_label(h: &Harness, number: u64, label: &str) {
                 "{}/repos/{PROJECT}/issues/{number}/labels",
                 h.sim.github_url()
             ))
-            .header("Authorization", format!("token {}", forge_sim::DEFAULT_TOKEN))
+            .header(
+                "Authorization",
+                format!("token {}", forge_sim::DEFAULT_TOKEN),
+            )
             .json(&json!({ "labels": [label] }))
             .send()
             .await
@@ -359,7 +367,10 @@ async fn a_new_target_branch_is_pushed_and_set(backend: Backend, forge: &str) {
     let head = h.branch_head(branch);
     assert_ne!(head, first_head, "the content was pushed again");
     let item = h.item(&id).await;
-    assert_eq!(item["detail"]["mr"]["number"], number, "the same change request");
+    assert_eq!(
+        item["detail"]["mr"]["number"], number,
+        "the same change request"
+    );
     assert_eq!(item["detail"]["mr"]["head_sha"].as_str(), head.as_deref());
     assert_eq!(item["detail"]["target_branch"], "release");
     h.finish().await;
@@ -469,7 +480,11 @@ async fn gitlab_an_mr_closed_before_the_update_is_seen_is_not_replaced(backend: 
     assert_eq!(item["error"], wq_mr::CLOSED_ON_FORGE, "{item:#}");
     assert_eq!(h.all_mrs().await.len(), 1, "no second merge request");
     assert_eq!(h.count("POST", "/merge_requests"), 1);
-    assert_eq!(h.count("POST", "/repository/commits"), pushes, "nothing pushed");
+    assert_eq!(
+        h.count("POST", "/repository/commits"),
+        pushes,
+        "nothing pushed"
+    );
     h.sim.clear_faults();
     h.finish().await;
 }

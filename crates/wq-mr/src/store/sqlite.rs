@@ -53,10 +53,7 @@ impl SqliteBackend {
             .map_err(|e| StoreError::Corrupt(format!("mr_details.{column}: {e}")))
     }
 
-    fn read_optional_json(
-        row: &SqliteRow,
-        column: &str,
-    ) -> StoreResult<Option<serde_json::Value>> {
+    fn read_optional_json(row: &SqliteRow, column: &str) -> StoreResult<Option<serde_json::Value>> {
         row.try_get::<Option<&str>, _>(column)?
             .map(|text| {
                 serde_json::from_str(text)
