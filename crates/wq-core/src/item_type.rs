@@ -51,6 +51,9 @@ pub struct ExecOutcome {
     /// Recorded as the item's `error` with a phase change (e.g. why an item
     /// was cancelled); `None` clears a previous error.
     pub reason: Option<String>,
+    /// Other items the executor enqueued in its own transaction (a
+    /// successor item, say): the engine asks for them to be processed.
+    pub wake: Vec<crate::ItemId>,
 }
 
 impl ExecOutcome {
@@ -60,6 +63,12 @@ impl ExecOutcome {
 
     pub fn with_dimension(mut self, update: DimensionUpdate) -> Self {
         self.dimensions.push(update);
+        self
+    }
+
+    /// Asks the engine to process `id`, an item this executor enqueued.
+    pub fn with_wake(mut self, id: crate::ItemId) -> Self {
+        self.wake.push(id);
         self
     }
 

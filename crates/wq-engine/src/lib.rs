@@ -30,7 +30,9 @@
 //!   after the lease is free, when `notify` can claim the item at once.
 //! - **Intake.** `notify(id)` is deduplicated; a notify during a run makes
 //!   the item run once more afterwards. A bounded pool (`workers`, 10 by
-//!   default) runs the loops.
+//!   default) runs the loops. The items an executor's outcome names in
+//!   `wake` (items it enqueued in its own transaction) are notified as soon
+//!   as it returns.
 //! - **Sweep.** At start and every `sweep_interval`: items that are
 //!   actionable and not leased, items with pending events, and active items
 //!   with an expired `pending_until`, only of `handled_types` (none when

@@ -730,6 +730,10 @@ impl ItemRun<'_> {
         let now = self.manager.clock.now();
         match result {
             Ok(outcome) => {
+                // Committed by the executor already: safe to run now.
+                for id in &outcome.wake {
+                    self.manager.notify(*id);
+                }
                 snapshot.view.apply_outcome(
                     outcome.phase,
                     outcome.reason.clone(),

@@ -98,6 +98,8 @@ pub struct ChangeUpdate<'a> {
     pub labels: Option<&'a [String]>,
     /// `Some(false)` closes, `Some(true)` reopens.
     pub open: Option<bool>,
+    /// A new target branch (GitLab `target_branch`, GitHub `base`).
+    pub target_branch: Option<&'a str>,
 }
 
 /// Lifecycle of a change request.

@@ -236,6 +236,7 @@ async fn change_request_lifecycle_with_ci_reviews_and_threads() {
                 description: Some("Regenerated."),
                 labels: Some(&draft_labels),
                 open: None,
+                target_branch: None,
             },
         )
         .await

@@ -37,6 +37,15 @@ pub struct MrConfig {
     /// change request). Off by default: such a submission fails with
     /// `branch_not_managed`.
     pub adopt_existing_branches: bool,
+    /// How many times the merge call is made again on its own after a
+    /// transient answer (5xx, 429, timeout) once a re-read proved the change
+    /// request open, unmerged and unqueued at the checked head (3); then the
+    /// attempt is `failed` and waits for `retry-merge`. 0: none.
+    pub merge_transient_retries: u32,
+    /// The first wait before such a call, doubled for each later one up to
+    /// `reconcile_interval_seconds`, and never shorter than the forge's
+    /// `Retry-After` (30 s).
+    pub merge_transient_backoff_seconds: u64,
 }
 
 impl Default for MrConfig {
@@ -52,6 +61,8 @@ impl Default for MrConfig {
             merge_method: None,
             queue_sync_interval_seconds: 30,
             adopt_existing_branches: false,
+            merge_transient_retries: 3,
+            merge_transient_backoff_seconds: 30,
         }
     }
 }
@@ -84,6 +95,10 @@ impl MrConfig {
                 "queue_sync_interval_seconds",
                 self.queue_sync_interval_seconds,
             ),
+            (
+                "merge_transient_backoff_seconds",
+                self.merge_transient_backoff_seconds,
+            ),
         ] {
             if !(1..=MAX_INTERVAL_SECONDS).contains(&value) {
                 errors.push(FieldError::new(
@@ -91,6 +106,15 @@ impl MrConfig {
                     format!("must be between 1 and {MAX_INTERVAL_SECONDS}, got {value}"),
                 ));
             }
+        }
+        if self.merge_transient_retries > MAX_TRANSIENT_RETRIES {
+            errors.push(FieldError::new(
+                "mr.merge_transient_retries",
+                format!(
+                    "must be between 0 and {MAX_TRANSIENT_RETRIES}, got {}",
+                    self.merge_transient_retries
+                ),
+            ));
         }
         let url_ok = url::Url::parse(&self.public_url)
             .is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.has_host());
@@ -120,6 +144,9 @@ impl MrConfig {
     }
 }
 
+/// Most automatic merge calls after transient answers.
+const MAX_TRANSIENT_RETRIES: u32 = 10;
+
 /// Longest accepted interval (one week).
 const MAX_INTERVAL_SECONDS: u64 = 7 * 24 * 3600;
 
@@ -135,6 +162,8 @@ mod tests {
             merge_attempt_deadline_seconds: 0,
             public_url: "not a url".into(),
             managed_label: "a,b".into(),
+            merge_transient_retries: 11,
+            merge_transient_backoff_seconds: 0,
             ..MrConfig::default()
         };
         let Err(errors) = config.compile() else {
@@ -145,11 +174,14 @@ mod tests {
             vec![
                 "mr.reconcile_interval_seconds: must be between 1 and 604800, got 0".to_owned(),
                 "mr.merge_attempt_deadline_seconds: must be between 1 and 604800, got 0".to_owned(),
+                "mr.merge_transient_backoff_seconds: must be between 1 and 604800, got 0"
+                    .to_owned(),
+                "mr.merge_transient_retries: must be between 0 and 10, got 11".to_owned(),
                 "mr.public_url: expected an http(s) URL, got \"not a url\"".to_owned(),
                 "mr.managed_label: must not contain commas or control characters, got \"a,b\""
                     .to_owned(),
             ]
         );
-        assert_eq!(errors.0[2].field, "mr.public_url");
+        assert_eq!(errors.0[4].field, "mr.public_url");
     }
 }

@@ -34,6 +34,18 @@ struct OpenChange {
     created: bool,
 }
 
+/// What the branch has for `ensure_mr`.
+enum Existing {
+    /// No open change request.
+    None,
+    Open(OpenChange),
+    /// The recorded change request is merged or closed: it is never
+    /// replaced by another inside this item.
+    Ended(ChangeRequest),
+    /// The recorded change request is being merged (GitLab `locked`).
+    Locked,
+}
+
 /// One executor run: the item, its detail row and its forge.
 pub(crate) struct Run<'a> {
     pub mr: &'a MrType,
@@ -77,25 +89,28 @@ impl Run<'_> {
             .pending_until(self.now() + MrType::seconds(seconds))
     }
 
-    /// The open change request from the item's branch: the recorded one if
-    /// still open, else whatever the forge has open on the branch, with
-    /// whether it is workqueue's: opened by this branch line (recorded), or
-    /// (a creation whose record was lost in a crash) authored by the forge
+    /// The change request of the item's branch: the recorded one (open,
+    /// or ended: merged or closed, which no other replaces inside this
+    /// item), else whatever the forge has open on the branch, with whether
+    /// it is workqueue's: opened by this branch line (recorded), or (a
+    /// creation whose record was lost in a crash) authored by the forge
     /// user of workqueue's token and carrying the managed label.
-    async fn open_change(&self) -> Result<Option<OpenChange>, ExecError> {
+    async fn open_change(&self) -> Result<Existing, ExecError> {
         if let Some(number) = self.details.mr_number {
             let change = self
                 .forge
                 .get_change(self.project(), number)
                 .await
                 .map_err(|e| forge_failure("reading the merge request", e))?;
-            if change.state == ChangeState::Open {
-                return Ok(Some(OpenChange {
+            return Ok(match change.state {
+                ChangeState::Open => Existing::Open(OpenChange {
                     change,
                     ours: true,
                     created: self.details.mr_created,
-                }));
-            }
+                }),
+                ChangeState::Merged | ChangeState::Closed => Existing::Ended(change),
+                ChangeState::Locked => Existing::Locked,
+            });
         }
         let Some(change) = self
             .forge
@@ -103,7 +118,7 @@ impl Run<'_> {
             .await
             .map_err(|e| forge_failure("looking up an open merge request", e))?
         else {
-            return Ok(None);
+            return Ok(Existing::None);
         };
         let recorded = self
             .mr
@@ -112,11 +127,51 @@ impl Run<'_> {
             .await
             .map_err(store_error)?;
         let created = recorded || self.authored_by_us(&change).await?;
-        Ok(Some(OpenChange {
+        Ok(Existing::Open(OpenChange {
             ours: created,
             created,
             change,
         }))
+    }
+
+    /// The recorded change request ended before this run saw it: closed by
+    /// a person, the item is cancelled (no second change request); merged,
+    /// the item completes (an attempt of ours is `accepted`) and content
+    /// that never reached the forge becomes the next generation of the
+    /// branch line, in the same transaction (see [`MrStore::hand_over`]).
+    ///
+    /// [`MrStore::hand_over`]: crate::store::MrStore::hand_over
+    async fn ended(&self, change: &ChangeRequest) -> Result<ExecOutcome, ExecError> {
+        let id = self.view.item.id;
+        if change.state != ChangeState::Merged {
+            tracing::info!(item = %id, number = change.number, "the merge request was closed before the update; not replacing it");
+            return Ok(closed_on_forge());
+        }
+        let done = self.merged(change).await?;
+        let spec = &self.details.spec;
+        let unpushed = self.details.pushed_content_hash.as_deref()
+            != Some(self.details.content_hash.as_str())
+            || self
+                .details
+                .pushed_target_branch
+                .as_deref()
+                .is_some_and(|target| target != spec.target_branch.as_str());
+        if !unpushed {
+            return Ok(done);
+        }
+        let successor = self
+            .mr
+            .store
+            .hand_over(id, self.view.item.caller_identity.as_deref(), self.now())
+            .await
+            .map_err(store_error)?;
+        Ok(match successor {
+            Some(next) => {
+                tracing::info!(item = %id, number = change.number, successor = %next, "merged before the update; the new content is the next generation");
+                done.with_wake(next)
+            }
+            None => done,
+        })
     }
 
     /// A change request workqueue opened but did not record: its author is
@@ -182,7 +237,20 @@ impl Run<'_> {
         let spec = &self.details.spec;
         let project = self.project();
         let adopt = self.mr.config.adopt_existing_branches;
-        let existing = self.open_change().await?;
+        let existing = match self.open_change().await? {
+            Existing::Ended(change) => return self.ended(&change).await,
+            Existing::Locked => {
+                // Merging right now: look again shortly.
+                return Ok(ExecOutcome::done().with_dimension(
+                    DimensionUpdate::new(NEEDS_MR, true).pending_until(
+                        self.now()
+                            + MrType::seconds(self.mr.config.reconcile_busy_interval_seconds),
+                    ),
+                ));
+            }
+            Existing::Open(open) => Some(open),
+            Existing::None => None,
+        };
         if let Some(open) = &existing
             && !open.ours
             && !adopt
@@ -200,22 +268,30 @@ impl Run<'_> {
             .branch_head(project, &spec.source_branch)
             .await
             .map_err(|e| forge_failure("reading the source branch", e))?;
-        if let Some(head) = &branch_head
-            && !adopt
-            && !self.branch_is_ours(head).await?
-        {
-            return Ok(self.refused(
-                BRANCH_NOT_MANAGED,
-                &format!("exists on the forge with head {head}, which workqueue did not push"),
-            ));
-        }
+        // This content, built on this target, is the branch head recorded.
         let already_pushed = self.details.pushed_content_hash.as_deref()
             == Some(self.details.content_hash.as_str())
+            && self
+                .details
+                .pushed_target_branch
+                .as_deref()
+                .is_none_or(|target| target == spec.target_branch.as_str())
             && branch_head.is_some()
             && branch_head == self.details.head_sha;
         let head = match (already_pushed, branch_head) {
             (true, Some(head)) => head,
             (_, branch_head) => {
+                if let Some(head) = &branch_head
+                    && !adopt
+                    && !self.branch_is_ours(head).await?
+                {
+                    return Ok(self.refused(
+                        BRANCH_NOT_MANAGED,
+                        &format!(
+                            "exists on the forge with head {head}, which workqueue did not push"
+                        ),
+                    ));
+                }
                 let protected = self
                     .forge
                     .branch_protected(project, &spec.source_branch)
@@ -274,7 +350,7 @@ impl Run<'_> {
                     .record_push(
                         self.view.item.id,
                         &head,
-                        &self.details.content_hash,
+                        (&self.details.content_hash, &spec.target_branch),
                         self.now(),
                     )
                     .await
@@ -324,6 +400,8 @@ impl Run<'_> {
                     url: &change.url,
                     head_sha: &head,
                     pushed_content_hash: &self.details.content_hash,
+                    target_branch: &spec.target_branch,
+                    labels: &labels,
                     created,
                     now: self.now(),
                 },
@@ -343,8 +421,10 @@ impl Run<'_> {
             .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, true)))
     }
 
-    /// Title, description and labels as submitted (labels added, never
-    /// removed: people may label too).
+    /// Title, description, target branch and labels as submitted. Labels
+    /// converge: the submitted ones (and the managed label) are added, and
+    /// only a label workqueue applied earlier and no longer wants is
+    /// removed; a person's label stays.
     async fn sync_metadata(
         &self,
         change: ChangeRequest,
@@ -352,17 +432,18 @@ impl Run<'_> {
     ) -> Result<ChangeRequest, ExecError> {
         let spec = &self.details.spec;
         let description = self.outgoing(&spec.description);
-        let missing_label = labels.iter().any(|l| !change.labels.contains(l));
-        if change.title == spec.title && change.description == description && !missing_label {
+        let next = converged_labels(
+            &change.labels,
+            self.details.applied_labels.as_deref().unwrap_or_default(),
+            labels,
+        );
+        let relabel = !same_set(&next, &change.labels);
+        let retarget = change.target_branch != spec.target_branch.as_str();
+        if change.title == spec.title && change.description == description && !relabel && !retarget
+        {
             return Ok(change);
         }
-        let mut all_labels = change.labels.clone();
-        all_labels.extend(
-            labels
-                .iter()
-                .filter(|l| !change.labels.contains(l))
-                .cloned(),
-        );
+        tracing::info!(item = %self.view.item.id, number = change.number, relabel, retarget, "updating the merge request's metadata");
         self.forge
             .update_change(
                 self.project(),
@@ -370,8 +451,9 @@ impl Run<'_> {
                 &ChangeUpdate {
                     title: Some(&spec.title),
                     description: Some(&description),
-                    labels: missing_label.then_some(all_labels.as_slice()),
+                    labels: relabel.then_some(next.as_slice()),
                     open: None,
+                    target_branch: retarget.then_some(spec.target_branch.as_str()),
                 },
             )
             .await
@@ -547,14 +629,30 @@ impl Run<'_> {
         }
         let head = change.head_sha.clone().unwrap_or_default();
         let signature = signature(id, self.project(), &change);
-        if !journal.retry_authorized
-            && journal.result.is_some()
-            && journal.signature.as_deref() == Some(signature.as_str())
-        {
-            // Already tried for exactly this state: wait for a change or an
-            // explicit retry.
-            return Ok(ExecOutcome::done().with_dimension(rearm));
+        let same_signature = journal.signature.as_deref() == Some(signature.as_str());
+        if !journal.retry_authorized && journal.result.is_some() && same_signature {
+            match journal.retry_at {
+                // After a transient answer, the automatic call is due: this
+                // run's read found the change request open, unmerged and
+                // unqueued at the same state, so the reserve may take it.
+                Some(at) if at <= self.now() => {}
+                // Not yet (a webhook woke the item early): at its time.
+                Some(at) => {
+                    let wait = u64::try_from((at - self.now()).whole_seconds().max(1)).unwrap_or(1);
+                    return Ok(ExecOutcome::done().with_dimension(self.reconcile_in(wait)));
+                }
+                // Already tried for exactly this state: wait for a change or
+                // an explicit retry.
+                None => return Ok(ExecOutcome::done().with_dimension(rearm)),
+            }
         }
+        // Transient answers so far for this signature (carried only into its
+        // automatic retry; the reserve resets the count otherwise).
+        let transient_so_far = if journal.retry_at.is_some() && same_signature {
+            journal.transient_failures
+        } else {
+            0
+        };
         let reserved = self
             .mr
             .store
@@ -598,6 +696,10 @@ impl Run<'_> {
                 tracing::info!(item = %id, number, head = %head, "queued for merge");
                 Ok(ExecOutcome::done().with_dimension(self.reconcile_in(busy)))
             }
+            Err(error) if error.is_transient() => {
+                self.after_transient(&change, &signature, transient_so_far + 1, &error)
+                    .await
+            }
             Err(error) => {
                 tracing::warn!(item = %id, number, head = %head, %error, "merge attempt failed");
                 self.record(MergeResult::Failed, None, Some(&error.to_string()))
@@ -605,6 +707,102 @@ impl Run<'_> {
                 Ok(ExecOutcome::done().with_dimension(self.reconcile_in(idle)))
             }
         }
+    }
+
+    /// The merge call got a transient answer (5xx, 429, timeout): it may or
+    /// may not have reached the forge. One re-read decides: merged or
+    /// queued → `accepted`; still open at the checked head and the same
+    /// readiness signature → another call after a backoff (at least the
+    /// forge's `Retry-After`), while `mr.merge_transient_retries` allows;
+    /// anything else → `failed` (a new state is tried on its own, the same
+    /// one waits for `retry-merge`). A re-read that fails leaves the attempt
+    /// `in_flight`: confirmed by a later read or failed at its deadline,
+    /// never called again unproven.
+    async fn after_transient(
+        &self,
+        checked: &ChangeRequest,
+        reserved: &str,
+        count: i64,
+        error: &wq_forge::ForgeError,
+    ) -> Result<ExecOutcome, ExecError> {
+        let id = self.view.item.id;
+        let config = &self.mr.config;
+        let busy = config.reconcile_busy_interval_seconds;
+        let head = checked.head_sha.as_deref().unwrap_or_default();
+        tracing::warn!(item = %id, number = checked.number, head, %error, count, "transient answer to the merge call; reading the merge request again");
+        let change = match self.forge.get_change(self.project(), checked.number).await {
+            Ok(change) => change,
+            Err(read) => {
+                tracing::warn!(item = %id, error = %read, "the re-read after a transient merge answer failed; the attempt stays in flight");
+                return Ok(ExecOutcome::done().with_dimension(self.reconcile_in(busy)));
+            }
+        };
+        let queue = resolve_queue(self.details.queue.as_ref(), &change);
+        self.observe(&change, queue.as_ref()).await?;
+        let message = format!("{error} (transient answer {count} to the merge call)");
+        match change.state {
+            ChangeState::Merged => {
+                self.accepted_after_transient(&message, head).await?;
+                tracing::info!(item = %id, number = change.number, "the merge call answered {error} but the merge request is merged");
+                return Ok(completed());
+            }
+            // Merging now: the in-flight attempt is confirmed by a later
+            // read.
+            ChangeState::Locked => {
+                return Ok(ExecOutcome::done().with_dimension(self.reconcile_in(busy)));
+            }
+            ChangeState::Open | ChangeState::Closed => {}
+        }
+        if queue.is_some() {
+            self.accepted_after_transient(&message, head).await?;
+            tracing::info!(item = %id, number = change.number, "the merge call answered {error} but the merge request is queued");
+            return Ok(ExecOutcome::done().with_dimension(self.reconcile_in(busy)));
+        }
+        let budget = i64::from(config.merge_transient_retries);
+        let unchanged = change.state == ChangeState::Open
+            && change.head_sha.as_deref() == Some(head)
+            && signature(id, self.project(), &change) == reserved;
+        if unchanged && count <= budget {
+            let delay = transient_backoff(
+                config.merge_transient_backoff_seconds,
+                config.reconcile_interval_seconds,
+                count,
+                error.retry_after,
+            );
+            let at = self.now() + MrType::seconds(delay);
+            self.mr
+                .store
+                .merge_transient(id, &message, Some(at), self.now())
+                .await
+                .map_err(store_error)?;
+            tracing::info!(item = %id, number = change.number, count, delay, "merge call tried again after a backoff");
+            return Ok(ExecOutcome::done().with_dimension(self.reconcile_in(delay)));
+        }
+        let message = if unchanged {
+            format!("{message}; no automatic call is left: use retry-merge")
+        } else {
+            message
+        };
+        self.mr
+            .store
+            .merge_transient(id, &message, None, self.now())
+            .await
+            .map_err(store_error)?;
+        if change.state == ChangeState::Closed {
+            return Ok(closed_on_forge());
+        }
+        Ok(ExecOutcome::done().with_dimension(self.reconcile_in(busy)))
+    }
+
+    /// The re-read proved the call took effect: the transient answer is
+    /// counted, then the attempt is `accepted` (which clears its error).
+    async fn accepted_after_transient(&self, message: &str, head: &str) -> Result<(), ExecError> {
+        self.mr
+            .store
+            .merge_transient(self.view.item.id, message, None, self.now())
+            .await
+            .map_err(store_error)?;
+        self.record(MergeResult::Accepted, Some(head), None).await
     }
 
     async fn observe(
@@ -681,6 +879,44 @@ impl Run<'_> {
     }
 }
 
+/// Seconds before automatic merge call `count` (1 = the first retry):
+/// `base` doubled per earlier retry, at most `cap`, and never before the
+/// forge's `Retry-After`.
+fn transient_backoff(
+    base: u64,
+    cap: u64,
+    count: i64,
+    retry_after: Option<std::time::Duration>,
+) -> u64 {
+    let doublings = u32::try_from(count.saturating_sub(1).clamp(0, 20)).unwrap_or(20);
+    let backoff = base.saturating_mul(1 << doublings).min(cap.max(base));
+    let asked = retry_after.map_or(0, |after| {
+        after.as_secs() + u64::from(after.subsec_nanos() > 0)
+    });
+    backoff.max(asked).max(1)
+}
+
+/// The labels a change request should carry: its `current` ones without
+/// those workqueue `applied` earlier and no longer `wanted`, plus every
+/// wanted one (order kept, new ones last).
+fn converged_labels(current: &[String], applied: &[String], wanted: &[String]) -> Vec<String> {
+    let mut next: Vec<String> = current
+        .iter()
+        .filter(|label| wanted.contains(label) || !applied.contains(label))
+        .cloned()
+        .collect();
+    for label in wanted {
+        if !next.contains(label) {
+            next.push(label.clone());
+        }
+    }
+    next
+}
+
+fn same_set(a: &[String], b: &[String]) -> bool {
+    a.len() == b.len() && a.iter().all(|label| b.contains(label))
+}
+
 fn completed() -> ExecOutcome {
     ExecOutcome::done()
         .with_phase(Phase::Completed, None)
@@ -703,4 +939,42 @@ fn cancelled_empty(target: &str) -> ExecOutcome {
         )
         .with_dimension(DimensionUpdate::new(NEEDS_MR, false))
         .with_dimension(DimensionUpdate::new(NEEDS_EMPTY_CHECK, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(labels: &[&str]) -> Vec<String> {
+        labels.iter().map(|&label| label.to_owned()).collect()
+    }
+
+    #[test]
+    fn transient_backoff_doubles_up_to_the_cap_and_honours_retry_after() {
+        assert_eq!(transient_backoff(30, 1800, 1, None), 30);
+        assert_eq!(transient_backoff(30, 1800, 3, None), 120);
+        assert_eq!(transient_backoff(30, 100, 5, None), 100);
+        let after = Some(std::time::Duration::from_secs(120));
+        assert_eq!(transient_backoff(30, 1800, 1, after), 120);
+        let partial = Some(std::time::Duration::from_millis(1500));
+        assert_eq!(transient_backoff(1, 1800, 1, partial), 2);
+    }
+
+    #[test]
+    fn labels_converge_without_touching_a_persons() {
+        let current = strings(&["old", "managed", "person"]);
+        let applied = strings(&["old", "managed"]);
+        let wanted = strings(&["new", "managed"]);
+        assert_eq!(
+            converged_labels(&current, &applied, &wanted),
+            strings(&["managed", "person", "new"])
+        );
+        // Nothing known as applied: nothing is removed.
+        assert_eq!(
+            converged_labels(&current, &[], &wanted),
+            strings(&["old", "managed", "person", "new"])
+        );
+        assert!(same_set(&strings(&["a", "b"]), &strings(&["b", "a"])));
+        assert!(!same_set(&strings(&["a"]), &strings(&["a", "b"])));
+    }
 }

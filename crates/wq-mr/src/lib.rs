@@ -47,11 +47,14 @@
 //! generation `max + 1` and the idempotency key
 //! `mr:{forge}:{project}:{branch}:{generation}` (DDR-39); a concurrent
 //! insert that loses on the partial unique index retries the whole upsert.
-//! An update (new content hash, or a new target branch) or a retry writes
-//! its dimensions *and* a pending `mr.submission` event in the same
+//! An update (new content hash, new target branch, or new metadata: title,
+//! description, commit message, labels, automation) or a retry writes its
+//! dimensions *and* a pending `mr.submission` event in the same
 //! transaction, so a running loop can neither park over it nor overwrite it
 //! with an older executor outcome (the event re-applies the dimensions
-//! after that outcome).
+//! after that outcome). An update asks for `ensure_mr` (which pushes only
+//! when the content or its target changed), the status note and a
+//! reconcile.
 //!
 //! **One owner per live item.** An update or retry-by-resubmission whose
 //! `caller_identity` is not the live item's is refused
@@ -74,10 +77,14 @@
 //!   (`merge_queue_state`, `_position`, `_eta_seconds`); the merge-attempt
 //!   journal (`last_merge_signature`, `last_merge_attempt_at`,
 //!   `last_queue_attempt_head_sha`, `last_merge_result`, `last_error_kind`,
-//!   `last_error`, `merge_retry_authorized`); ownership: `mr_created`
+//!   `last_error`, `merge_retry_authorized`, and since migration 1003
+//!   `merge_transient_count`, `merge_retry_at`); ownership: `mr_created`
 //!   (workqueue opened the recorded MR), `push_intent_at` (a push whose
-//!   head is not recorded yet). Indexed for the upsert lookup and the
-//!   webhook lookups (by number, by pipeline), also on `lower(project)`.
+//!   head is not recorded yet); what was applied (migration 1003):
+//!   `applied_labels` (the labels workqueue set, the only ones it removes),
+//!   `pushed_target_branch` (the target the pushed head was built on).
+//!   Indexed for the upsert lookup and the webhook lookups (by number, by
+//!   pipeline), also on `lower(project)`.
 //! - `mr_pushes` (migration 1002): every head workqueue pushed, primary key
 //!   `(forge, project, source_branch, head_sha)`, with `work_item_id` and
 //!   `pushed_at`.
@@ -92,11 +99,24 @@
 //!
 //! | dimension | action | what it does |
 //! |---|---|---|
-//! | `needs_mr` | `ensure_mr` | finds the open MR (recorded or by source branch) and the branch head, and checks that both are workqueue's (below); refuses a branch the forge protects before any push; marks a push intent, commits the file actions (create the branch from the target, or force it), records the pushed head at once, compares target and source (`straight=true`: identical trees mean nothing to merge, DDR-43), creates or updates the MR (labels incl. `managed-by::workqueue`) |
+//! | `needs_mr` | `ensure_mr` | reads the recorded MR first: merged → the item completes and content not yet on the forge becomes the next generation (below), closed → cancelled, never a second MR; else finds the open MR by source branch and checks it is workqueue's; when the content (or its target) is not the recorded head: checks the branch head is workqueue's (below), refuses a branch the forge protects, marks a push intent, commits the file actions (create the branch from the target, or force it), records the pushed head at once; compares target and source (`straight=true`: identical trees mean nothing to merge, DDR-43), creates the MR or converges it (title, description, target branch, labels incl. `managed-by::workqueue`: added, and only those workqueue applied earlier removed) |
 //! | `needs_empty_check` | `check_empty_diff` | every 30 min (`pending_until`): an MR whose target already has its changes is closed, the item cancelled with the reason |
 //! | `needs_dashboard` | `post_dashboard_note` | one status note, found again by a hidden marker *and* its author (the token's forge user, so a person's comment quoting the marker is never edited) after a crash; edited in place when its text changes (the CI retry decisions: which job was retried by which matcher, which was not and why) |
 //! | `needs_ci_retry` | `retry_ci_jobs` | see [`ci_retry`] and "CI retry" below |
 //! | `needs_reconcile` | `reconcile_mr` | one MR read: merged → completed, closed → cancelled, head/pipeline/queue recorded, title and description drift corrected, and the merge when every gate holds; re-armed every 30 min, every 60 s while CI runs or the merge is queued |
+//!
+//! **Merged before an update was seen.** New content may arrive after the
+//! recorded MR merged but before any read saw it. `ensure_mr` reads the
+//! recorded MR before anything else: the item completes (an attempt in the
+//! journal becomes `accepted`), and when its latest content (or target) is
+//! not what was pushed, [`MrStore::hand_over`] writes in one transaction
+//! the item's `completed` phase (only while it is active and leased, via
+//! `wq_store`'s `finish_leased`) and a new item of generation `max + 1`
+//! for the same branch line, with the latest submitted state, the same
+//! submitter and a `created` submission row; on PostgreSQL under the
+//! upsert's branch and item locks, so a submission never sees two live
+//! items. The outcome's `wake` asks the engine to run the new item. A MR a
+//! person closed cancels the item ([`CLOSED_ON_FORGE`]) instead.
 //!
 //! # Ownership
 //!
@@ -137,6 +157,20 @@
 //! resubmitted: a queue entry or a merged MR makes it `accepted` (on every
 //! path that sees the MR merged), otherwise it becomes `failed` at its
 //! deadline and the explicit retry is offered.
+//!
+//! **Transient answers.** A 5xx, 429 or timeout from the merge call
+//! (`ForgeError::is_transient`) may or may not have reached the forge, so
+//! the MR is read once more: merged or queued → `accepted`; open at the
+//! checked head with the same readiness signature → `failed` with
+//! `merge_retry_at` set, and the next reconcile at that time (after
+//! `mr.merge_transient_backoff_seconds`, doubled per retry, never before
+//! `Retry-After`) reserves and calls again, up to
+//! `mr.merge_transient_retries` times; a re-read that fails leaves the
+//! attempt `in_flight` (confirmed later or failed at its deadline). A
+//! definitive refusal (409 head moved, 405/422 not mergeable), an exhausted
+//! budget or another state waits for `retry-merge` (a new state is tried
+//! on its own). The count of transient answers is the detail's
+//! `merge.transient_failures`, the next call `merge.retry_at`.
 //!
 //! **Queue sync.** [`MrType::sync_queues`], the periodic task
 //! [`QUEUE_SYNC_TASK`] (every `mr.queue_sync_interval_seconds`, on the one

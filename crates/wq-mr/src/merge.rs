@@ -11,9 +11,10 @@
 //! ```mermaid
 //! stateDiagram-v2
 //!     [*] --> in_flight: reserve_merge (every gate holds)
-//!     in_flight --> accepted: merged or queued
+//!     in_flight --> accepted: merged or queued (also seen by the re-read after a transient answer)
 //!     in_flight --> failed: the forge refused, or the deadline passed unconfirmed
-//!     failed --> in_flight: reserve_merge (a new signature, or retry-merge authorized)
+//!     in_flight --> failed: transient answer, re-read open at the same state (merge_retry_at set while the budget lasts)
+//!     failed --> in_flight: reserve_merge (a new signature, retry-merge authorized, or merge_retry_at due)
 //!     accepted --> in_flight: reserve_merge (a new signature)
 //!     failed --> accepted: seen merged or queued
 //!     in_flight --> failed: retry-merge after the deadline
@@ -21,7 +22,11 @@
 //!
 //! `retry-merge` authorizes one new evaluation after `failed` (or an
 //! expired `in_flight`, which it fails first); `reserve_merge` consumes
-//! the authorization. A queue entry or a merge observed by a reconcile
+//! the authorization. After a transient answer (5xx, 429, timeout) a
+//! second call for the same reservation state is made only when a re-read
+//! proved the first neither merged nor queued the change request; it is
+//! due at `merge_retry_at`, and the transient count carries over only to
+//! it. A queue entry or a merge observed by a reconcile
 //! confirms the attempt as `accepted`, whoever made it.
 
 use sha2::{Digest, Sha256};
@@ -152,6 +157,8 @@ pub fn detail_json(d: &MrDetails) -> serde_json::Value {
             "error_kind": d.journal.error_kind,
             "error": d.journal.error,
             "retry_authorized": d.journal.retry_authorized,
+            "transient_failures": d.journal.transient_failures,
+            "retry_at": d.journal.retry_at.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok()),
         },
     })
 }

@@ -127,7 +127,9 @@ backend_tests!(
     pushed_heads_belong_to_the_branch_line,
     created_change_requests_are_recorded,
     lookups_ignore_the_project_case,
-    the_queue_watch_pages_through_every_item
+    the_queue_watch_pages_through_every_item,
+    a_transient_answer_allows_one_more_call_when_due,
+    a_merged_change_hands_new_content_to_the_next_generation,
 );
 
 /// The merge queue sync's work list is read in pages, each after the last
@@ -153,6 +155,8 @@ async fn the_queue_watch_pages_through_every_item(backend: Backend) {
                 url: "https://forge/mr",
                 head_sha: "aaa",
                 pushed_content_hash: "hash",
+                target_branch: "main",
+                labels: &[],
                 created: true,
                 now: NOW,
             },
@@ -289,7 +293,9 @@ async fn pushed_heads_belong_to_the_branch_line(backend: Backend) {
             .unwrap()
             .intent_pending
     );
-    mr.record_push(first, "aaa", "hash", NOW).await.unwrap();
+    mr.record_push(first, "aaa", ("hash", "main"), NOW)
+        .await
+        .unwrap();
     let after = mr.branch_ownership(first, "aaa").await.unwrap();
     assert!(after.pushed && !after.intent_pending, "{after:?}");
     assert!(!mr.branch_ownership(first, "bbb").await.unwrap().pushed);
@@ -316,6 +322,8 @@ async fn created_change_requests_are_recorded(backend: Backend) {
         url: "https://forge/mr",
         head_sha: "aaa",
         pushed_content_hash: "hash",
+        target_branch: "main",
+        labels: &[],
         created,
         now: NOW,
     };
@@ -592,6 +600,8 @@ async fn webhook_lookups_see_active_items_only(backend: Backend) {
             url: "https://forge/mr/7",
             head_sha: "abc",
             pushed_content_hash: "hash",
+            target_branch: "main",
+            labels: &[],
             created: true,
             now: NOW,
         },
@@ -745,4 +755,96 @@ async fn postgres_writers_take_the_item_lock_before_its_rows() {
         },
     )
     .await;
+}
+
+async fn a_transient_answer_allows_one_more_call_when_due(backend: Backend) {
+    let (_store, mr) = setup(backend).await;
+    let (id, _) = upsert(&mr, &spec("1"), NOW).await;
+    assert!(mr.reserve_merge(id, "sig", NOW).await.unwrap());
+    let due = NOW + time::Duration::seconds(30);
+    mr.merge_transient(id, "502", Some(due), NOW).await.unwrap();
+    let journal = mr.get(id).await.unwrap().unwrap().journal;
+    assert_eq!(journal.result, Some(MergeResult::Failed));
+    assert_eq!(
+        (journal.transient_failures, journal.retry_at),
+        (1, Some(due))
+    );
+    assert!(
+        !mr.reserve_merge(id, "sig", NOW + time::Duration::seconds(10))
+            .await
+            .unwrap(),
+        "not before it is due"
+    );
+    assert!(mr.reserve_merge(id, "sig", due).await.unwrap());
+    let journal = mr.get(id).await.unwrap().unwrap().journal;
+    assert_eq!(journal.transient_failures, 1, "carried into its retry");
+    assert_eq!(journal.retry_at, None);
+    // The budget is spent: only retry-merge or a new state tries again.
+    mr.merge_transient(id, "502", None, due).await.unwrap();
+    let later = due + time::Duration::hours(1);
+    assert!(!mr.reserve_merge(id, "sig", later).await.unwrap());
+    assert_eq!(
+        mr.get(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .journal
+            .transient_failures,
+        2
+    );
+    assert!(mr.reserve_merge(id, "sig-2", later).await.unwrap());
+    assert_eq!(
+        mr.get(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .journal
+            .transient_failures,
+        0,
+        "a new state starts its own count"
+    );
+}
+
+async fn a_merged_change_hands_new_content_to_the_next_generation(backend: Backend) {
+    let (store, mr) = setup(backend).await;
+    let (id, _) = upsert_as(&mr, &spec("1"), NOW, "alice", false).await;
+    // Not leased: nothing is written.
+    assert_eq!(mr.hand_over(id, Some("alice"), NOW).await.unwrap(), None);
+    let lease_until = NOW + time::Duration::minutes(5);
+    store
+        .item_claim(wq_store::ClaimParams {
+            id,
+            now: NOW,
+            lease_until,
+            handled_types: vec!["mr".into()],
+        })
+        .await
+        .unwrap()
+        .expect("claimed");
+    let (same, outcome) = upsert_as(&mr, &spec("2"), NOW, "alice", false).await;
+    assert_eq!(
+        (same, outcome),
+        (id, UpsertOutcome::Updated { content: true })
+    );
+    let next = mr
+        .hand_over(id, Some("alice"), NOW)
+        .await
+        .unwrap()
+        .expect("a successor");
+    let old = store.item_get(id).await.unwrap().unwrap();
+    assert_eq!(old.phase, Phase::Completed);
+    let new = store.item_get(next).await.unwrap().unwrap();
+    assert_eq!((new.phase, new.actionable), (Phase::Active, true));
+    assert_eq!(new.caller_identity.as_deref(), Some("alice"));
+    let details = mr.get(next).await.unwrap().unwrap();
+    assert_eq!(details.generation, 2);
+    assert_eq!(details.content_hash, spec("2").content_hash());
+    assert_eq!(details.mr_number, None);
+    let history = mr.submissions(next).await.unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].outcome, "created");
+    // The branch's live item is the new one; the old one is not again.
+    let (live, outcome) = upsert_as(&mr, &spec("2"), NOW, "alice", false).await;
+    assert_eq!((live, outcome), (next, UpsertOutcome::Unchanged));
+    assert_eq!(mr.hand_over(id, Some("alice"), NOW).await.unwrap(), None);
 }

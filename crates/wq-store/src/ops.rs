@@ -139,6 +139,30 @@ macro_rules! building_blocks {
             }
         }
 
+        /// Ends an active item whose lease is held (`leased_until` after
+        /// `now`) with a terminal `phase` and `error`, on the caller's
+        /// connection: for an executor that must end its item in the same
+        /// transaction as another write (a successor item). `actionable` is
+        /// left alone (the park step clears it); the executor's own outcome,
+        /// written under the lease, repeats the phase. `false` when the item
+        /// is no longer active or not leased.
+        pub async fn finish_leased(
+            conn: &mut $Conn,
+            id: wq_core::ItemId,
+            phase: wq_core::Phase,
+            error: Option<&str>,
+            now: time::OffsetDateTime,
+        ) -> $crate::StoreResult<bool> {
+            Ok(sqlx::query(sql!("items/finish_leased.sql"))
+                .bind(DbId(id))
+                .bind(DbTime(now))
+                .bind(phase.as_str())
+                .bind(error)
+                .fetch_optional(&mut *conn)
+                .await?
+                .is_some())
+        }
+
         /// The item and its dimensions, on the caller's (read) transaction.
         async fn read_view(
             conn: &mut $Conn,

@@ -7,6 +7,7 @@
 
 mod auth;
 mod ci_retry;
+mod converge;
 mod faults;
 mod flow;
 mod github;

@@ -78,7 +78,7 @@ impl GithubClient {
         Ok(change)
     }
 
-    /// Title, body and state through `PATCH pulls/:n`; labels are made
+    /// Title, body, base and state through `PATCH pulls/:n`; labels are made
     /// exactly `labels` (added and removed through the issues API).
     pub(super) async fn update_change(
         &self,
@@ -93,6 +93,9 @@ impl GithubClient {
         }
         if let Some(description) = update.description {
             body.insert("body".into(), json!(description));
+        }
+        if let Some(target) = update.target_branch {
+            body.insert("base".into(), json!(target));
         }
         if let Some(open) = update.open {
             body.insert("state".into(), json!(if open { "open" } else { "closed" }));

@@ -75,6 +75,9 @@ impl GitlabClient {
         if let Some(labels) = update.labels {
             body.insert("labels".into(), json!(labels_param(labels)?));
         }
+        if let Some(target) = update.target_branch {
+            body.insert("target_branch".into(), json!(target));
+        }
         if let Some(open) = update.open {
             let event = if open { "reopen" } else { "close" };
             body.insert("state_event".into(), json!(event));

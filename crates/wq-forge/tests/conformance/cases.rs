@@ -566,6 +566,7 @@ pub async fn changes_are_created_found_updated_closed_and_reopened<H: Harness>()
                 description: Some("New body"),
                 labels: Some(&replaced),
                 open: None,
+                target_branch: None,
             },
         )
         .await
@@ -604,5 +605,38 @@ pub async fn changes_are_created_found_updated_closed_and_reopened<H: Harness>()
             .expect("find")
             .map(|c| c.number),
         Some(created.number)
+    );
+
+    // Another target branch (GitLab `target_branch`, GitHub `base`).
+    forge
+        .commit_files(&CommitRequest {
+            project,
+            branch: "release",
+            base_branch: "main",
+            mode: CommitMode::CreateBranch,
+            message: "release branch",
+            actions: &[action(FileOp::Create, "release.txt", Some(b"r"))],
+        })
+        .await
+        .expect("release branch");
+    let retargeted = forge
+        .update_change(
+            project,
+            created.number,
+            &ChangeUpdate {
+                target_branch: Some("release"),
+                ..ChangeUpdate::default()
+            },
+        )
+        .await
+        .expect("retarget");
+    assert_eq!(retargeted.target_branch, "release");
+    assert_eq!(
+        forge
+            .get_change(project, created.number)
+            .await
+            .expect("read")
+            .target_branch,
+        "release"
     );
 }

@@ -63,9 +63,22 @@ pub(super) trait MrBackend: Send + Sync + std::fmt::Debug {
         &self,
         id: ItemId,
         head_sha: &str,
-        pushed_content_hash: &str,
+        pushed: (&str, &str),
         now: OffsetDateTime,
     ) -> StoreResult<()>;
+    async fn merge_transient(
+        &self,
+        id: ItemId,
+        error: &str,
+        retry_at: Option<OffsetDateTime>,
+        now: OffsetDateTime,
+    ) -> StoreResult<()>;
+    async fn hand_over(
+        &self,
+        id: ItemId,
+        caller: Option<String>,
+        now: OffsetDateTime,
+    ) -> StoreResult<Option<ItemId>>;
     async fn observe(
         &self,
         id: ItemId,
@@ -166,6 +179,9 @@ macro_rules! mr_backend {
                     )),
                     migration(1002, "mr_ownership", include_str!(
                         concat!("../../migrations/", $dir, "/1002_mr_ownership.sql")
+                    )),
+                    migration(1003, "mr_converge", include_str!(
+                        concat!("../../migrations/", $dir, "/1003_mr_converge.sql")
                     )),
                 ])
             });
@@ -365,9 +381,15 @@ macro_rules! mr_backend {
                             error_kind: row.try_get("last_error_kind")?,
                             error: row.try_get("last_error")?,
                             retry_authorized: row.try_get("merge_retry_authorized")?,
+                            transient_failures: row.try_get("merge_transient_count")?,
+                            retry_at: Self::read_optional_at(row, "merge_retry_at")?,
                         },
                         mr_created: row.try_get("mr_created")?,
                         push_intent_at: Self::read_optional_at(row, "push_intent_at")?,
+                        applied_labels: Self::read_optional_json(row, "applied_labels")?
+                            .map(|labels| from_json(labels, "applied_labels"))
+                            .transpose()?,
+                        pushed_target_branch: row.try_get("pushed_target_branch")?,
                         created_at: Self::read_at(row, "created_at")?,
                         updated_at: Self::read_at(row, "updated_at")?,
                     })
@@ -462,7 +484,9 @@ macro_rules! mr_backend {
                         .bind(change.head_sha)
                         .bind(change.pushed_content_hash)
                         .bind(Self::at(change.now))
-                        .bind(change.created)])
+                        .bind(change.created)
+                        .bind(change.target_branch)
+                        .bind(Self::json(json_of(&change.labels)))])
                     .await
                 }
 
@@ -532,15 +556,16 @@ macro_rules! mr_backend {
                     &self,
                     id: ItemId,
                     head_sha: &str,
-                    pushed_content_hash: &str,
+                    (content_hash, target_branch): (&str, &str),
                     now: OffsetDateTime,
                 ) -> StoreResult<()> {
                     self.execute([
                         sqlx::query(include_str!("sql/record_push.sql"))
                             .bind(Self::id(id))
                             .bind(head_sha)
-                            .bind(pushed_content_hash)
-                            .bind(Self::at(now)),
+                            .bind(content_hash.to_owned())
+                            .bind(Self::at(now))
+                            .bind(target_branch.to_owned()),
                         sqlx::query(include_str!("sql/insert_push.sql"))
                             .bind(Self::id(id))
                             .bind(head_sha)
@@ -598,6 +623,88 @@ macro_rules! mr_backend {
                         .bind(kind)
                         .bind(message)
                         .bind(Self::at(now))])
+                    .await
+                }
+
+                async fn merge_transient(
+                    &self,
+                    id: ItemId,
+                    error: &str,
+                    retry_at: Option<OffsetDateTime>,
+                    now: OffsetDateTime,
+                ) -> StoreResult<()> {
+                    self.execute([sqlx::query(include_str!("sql/merge_transient.sql"))
+                        .bind(Self::id(id))
+                        .bind(error.to_owned())
+                        .bind(Self::at(now))
+                        .bind(retry_at.map(Self::at))])
+                    .await
+                }
+
+                async fn hand_over(
+                    &self,
+                    id: ItemId,
+                    caller: Option<String>,
+                    now: OffsetDateTime,
+                ) -> StoreResult<Option<ItemId>> {
+                    let Some(details) = self.get(id).await? else {
+                        return Ok(None);
+                    };
+                    self.write(move |conn| Box::pin(async move {
+                        let spec = &details.spec;
+                        // The upsert's locks, in its order: the branch, then
+                        // the item (its row by the UPDATE below).
+                        Self::lock_line(&mut *conn, spec, id).await?;
+                        if !blocks::finish_leased(&mut *conn, id, Phase::Completed, None, now)
+                            .await?
+                        {
+                            return Ok(None);
+                        }
+                        let generation: i64 =
+                            sqlx::query_scalar(include_str!("sql/next_generation.sql"))
+                                .bind(&spec.forge)
+                                .bind(spec.project.as_str())
+                                .bind(spec.source_branch.as_str())
+                                .fetch_one(&mut *conn)
+                                .await?;
+                        let successor = ItemId::new_v7();
+                        blocks::insert_item(
+                            &mut *conn,
+                            &NewItem {
+                                id: successor,
+                                item_type: crate::TYPE_NAME.to_owned(),
+                                idempotency_key: Some(idempotency_key(spec, generation)),
+                                caller_identity: caller.clone(),
+                                place: Some((spec.forge.clone(), spec.project.to_string())),
+                                now,
+                                dimensions: Vec::new(),
+                            },
+                        )
+                        .await?;
+                        sqlx::query(include_str!("sql/insert_successor.sql"))
+                            .bind(Self::id(id))
+                            .bind(Self::id(successor))
+                            .bind(generation)
+                            .bind(Self::at(now))
+                            .execute(&mut *conn)
+                            .await?;
+                        // Its history starts with the submission it carries.
+                        let current: String =
+                            sqlx::query_scalar(include_str!("sql/content_hash.sql"))
+                                .bind(Self::id(id))
+                                .fetch_one(&mut *conn)
+                                .await?;
+                        sqlx::query(include_str!("sql/insert_submission.sql"))
+                            .bind(Self::id(successor))
+                            .bind(generation)
+                            .bind(current)
+                            .bind(UpsertOutcome::Created.as_str())
+                            .bind(caller.unwrap_or_default())
+                            .bind(Self::at(now))
+                            .execute(&mut *conn)
+                            .await?;
+                        Ok(Some(successor))
+                    }))
                     .await
                 }
 

@@ -178,6 +178,13 @@ pub struct MergeJournal {
     pub error_kind: Option<String>,
     pub error: Option<String>,
     pub retry_authorized: bool,
+    /// Transient answers (5xx, 429, timeout) to the merge call for the
+    /// current signature.
+    pub transient_failures: i64,
+    /// When the next automatic call after a transient answer is due; `None`
+    /// when none is (a `failed` attempt then waits for `retry-merge`).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub retry_at: Option<OffsetDateTime>,
 }
 
 /// One item the merge queue sync looks at.
@@ -210,6 +217,11 @@ pub struct MrDetails {
     pub mr_created: bool,
     /// When a push started whose head is not recorded yet.
     pub push_intent_at: Option<OffsetDateTime>,
+    /// The labels workqueue last applied to the recorded change request
+    /// (`None`: unknown, so none is removed).
+    pub applied_labels: Option<Vec<String>>,
+    /// The target branch the pushed head was built on.
+    pub pushed_target_branch: Option<String>,
     pub created_at: OffsetDateTime,
     pub updated_at: OffsetDateTime,
 }
@@ -221,6 +233,10 @@ pub struct RecordedChange<'a> {
     pub url: &'a str,
     pub head_sha: &'a str,
     pub pushed_content_hash: &'a str,
+    /// The target branch the head was built on.
+    pub target_branch: &'a str,
+    /// The labels workqueue applied (and may remove later).
+    pub labels: &'a [String],
     /// workqueue opened it (or recognised it as its own after a crash).
     pub created: bool,
     pub now: OffsetDateTime,
@@ -394,18 +410,17 @@ impl MrStore {
         self.backend.submissions(id).await
     }
 
-    /// `ensure_mr`'s commit: the head it produced for this content, and the
+    /// `ensure_mr`'s commit: the head it produced for this content (`pushed`:
+    /// content hash, target branch it was built on), and the
     /// head as workqueue's on the branch line; settles the push intent.
     pub async fn record_push(
         &self,
         id: ItemId,
         head_sha: &str,
-        pushed_content_hash: &str,
+        pushed: (&str, &str),
         now: OffsetDateTime,
     ) -> StoreResult<()> {
-        self.backend
-            .record_push(id, head_sha, pushed_content_hash, now)
-            .await
+        self.backend.record_push(id, head_sha, pushed, now).await
     }
 
     /// Stores what a read of the change request saw.
@@ -446,6 +461,39 @@ impl MrStore {
             .await
     }
 
+    /// A transient answer to the merge call after a re-read proved it
+    /// neither merged nor queued: the `in_flight` attempt becomes `failed`
+    /// with `error`, the transient count grows, and `retry_at` is when the
+    /// next automatic call is due (`None`: the budget is spent).
+    pub async fn merge_transient(
+        &self,
+        id: ItemId,
+        error: &str,
+        retry_at: Option<OffsetDateTime>,
+        now: OffsetDateTime,
+    ) -> StoreResult<()> {
+        self.backend.merge_transient(id, error, retry_at, now).await
+    }
+
+    /// The item's change request merged while newer content waited: in one
+    /// transaction, the item ends `completed` (only while it is active and
+    /// leased: a run that lost its item writes nothing) and a new
+    /// generation of the branch line takes the latest submitted state,
+    /// owned by `caller`, with a `created` row in its submission history.
+    /// PostgreSQL takes the branch lock and the item's lock first, as the
+    /// upsert does, so a submission sees the old live item or the new one,
+    /// never both. `None`: nothing was written.
+    pub async fn hand_over(
+        &self,
+        id: ItemId,
+        caller: Option<&str>,
+        now: OffsetDateTime,
+    ) -> StoreResult<Option<ItemId>> {
+        self.backend
+            .hand_over(id, caller.map(str::to_owned), now)
+            .await
+    }
+
     /// The explicit one-shot retry: authorizes one new evaluation when the
     /// last attempt failed, or was `in_flight` and started before `cutoff`
     /// (it becomes `failed` first). Stores a pending event in the same
@@ -483,11 +531,18 @@ fn submission_event(outcome: UpsertOutcome) -> serde_json::Value {
 pub fn submission_dimensions(change: &str) -> Vec<wq_core::DimensionUpdate> {
     use wq_core::DimensionUpdate;
     match change {
-        "content" | "retried" => vec![
+        "retried" => vec![
             DimensionUpdate::new(crate::dims::NEEDS_MR, true),
             DimensionUpdate::new(crate::dims::NEEDS_RECONCILE, true),
         ],
-        "metadata" => vec![DimensionUpdate::new(crate::dims::NEEDS_RECONCILE, true)],
+        // ensure_mr pushes new content (or content for a new target) and
+        // converges title, description, labels and target; without a
+        // content change it pushes nothing. The status note is redone.
+        "content" | "metadata" => vec![
+            DimensionUpdate::new(crate::dims::NEEDS_MR, true),
+            DimensionUpdate::new(crate::dims::NEEDS_DASHBOARD, true),
+            DimensionUpdate::new(crate::dims::NEEDS_RECONCILE, true),
+        ],
         _ => Vec::new(),
     }
 }

@@ -72,6 +72,23 @@ impl PgBackend {
         Ok(row.try_get::<Json<serde_json::Value>, _>(column)?.0)
     }
 
+    fn read_optional_json(row: &PgRow, column: &str) -> StoreResult<Option<serde_json::Value>> {
+        Ok(row
+            .try_get::<Option<Json<serde_json::Value>>, _>(column)?
+            .map(|json| json.0))
+    }
+
+    /// The upsert's locks, in its order: the branch line's, then the item's
+    /// advisory lock (its row is locked by the caller's UPDATE).
+    async fn lock_line(conn: &mut PgConnection, spec: &MrSpec, id: ItemId) -> StoreResult<()> {
+        sqlx::query(include_str!("postgres/lock_branch.sql"))
+            .bind(BRANCH_LOCK_NAMESPACE)
+            .bind(branch_lock_key(spec))
+            .execute(&mut *conn)
+            .await?;
+        lock_item(conn, id).await
+    }
+
     fn migration_pool(&self) -> &PgPool {
         self.store.pool()
     }

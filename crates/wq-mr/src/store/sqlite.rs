@@ -53,6 +53,29 @@ impl SqliteBackend {
             .map_err(|e| StoreError::Corrupt(format!("mr_details.{column}: {e}")))
     }
 
+    fn read_optional_json(row: &SqliteRow, column: &str) -> StoreResult<Option<serde_json::Value>> {
+        row.try_get::<Option<&str>, _>(column)?
+            .map(|text| {
+                serde_json::from_str(text)
+                    .map_err(|e| StoreError::Corrupt(format!("mr_details.{column}: {e}")))
+            })
+            .transpose()
+    }
+
+    /// The writes of a batch run under the write lock: nothing more to
+    /// take.
+    #[allow(
+        clippy::unused_async,
+        reason = "the same signature as PostgreSQL's, which locks"
+    )]
+    async fn lock_line(
+        _conn: &mut SqliteConnection,
+        _spec: &MrSpec,
+        _id: ItemId,
+    ) -> StoreResult<()> {
+        Ok(())
+    }
+
     /// Migrations take the writer connection themselves.
     fn migration_pool(&self) -> &SqlitePool {
         self.store.writer()

@@ -8,6 +8,7 @@ SET merge_retry_authorized = $4,
                       THEN 'the merge attempt was interrupted before the forge answered'
                       ELSE last_error END,
     last_merge_result = 'failed',
+    merge_retry_at = NULL,
     updated_at = $2
 WHERE work_item_id = $1
   AND (last_merge_result = 'failed'

@@ -8,5 +8,6 @@ SET last_merge_result = $2,
     last_error = CASE WHEN $2 = 'accepted' AND last_error_kind = 'auto_merge' THEN NULL
                       WHEN $2 = 'accepted' THEN last_error
                       ELSE $5 END,
+    merge_retry_at = NULL,
     updated_at = $6
 WHERE work_item_id = $1
