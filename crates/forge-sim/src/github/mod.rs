@@ -13,6 +13,7 @@ use time::OffsetDateTime;
 
 use crate::state::{SimState, lock};
 
+pub mod actions;
 pub mod control;
 pub mod error;
 pub mod events;

@@ -385,6 +385,8 @@ pub struct GhRepo {
     /// Scripted failures applied to a pull request's next queue entry.
     pub queue_failures: BTreeMap<u64, String>,
     pub merge_async: MergeAsyncScript,
+    /// GitHub Actions: the scripted workflow, its runs and jobs.
+    pub actions: crate::github::actions::Actions,
     pub created_at: OffsetDateTime,
 }
 
