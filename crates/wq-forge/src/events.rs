@@ -63,6 +63,10 @@ pub enum ForgeEvent {
         /// pipeline is not recorded yet).
         #[serde(default)]
         ref_name: Option<String>,
+        /// The commit the job ran on (on GitHub, what tells a job of the
+        /// pull request's head from a superseded one).
+        #[serde(default)]
+        sha: Option<String>,
     },
     Note {
         project: String,

@@ -144,6 +144,7 @@ fn job_event(payload: &Value) -> Result<ForgeEvent, WebhookRejection> {
         failure_reason,
         finished_at,
         ref_name: opt_str(payload, "ref"),
+        sha: opt_str(payload, "sha"),
     })
 }
 

@@ -217,7 +217,7 @@ impl Harness for Github {
     const REMOTE_HTTP_URL: &'static str = "http://github.example.com/api/v3";
     const REMOTE_HTTPS_URL: &'static str = "https://github.example.com/api/v3";
     const REDIRECTED_PATH: &'static str = "/repos/octo/app";
-    const CI_JOBS: bool = false;
+    const CI_JOBS: bool = true;
 
     /// The background ticker is effectively off: every API request
     /// progresses the simulated GitHub by one tick; `merge-async` answers
