@@ -96,12 +96,6 @@ impl ForgeWebhooks {
                 pipeline_id,
                 ref_name,
                 ..
-            }
-            | ForgeEvent::Job {
-                project,
-                pipeline_id,
-                ref_name,
-                ..
             } => {
                 if let Some(id) = store
                     .find_active(forge, project, Lookup::Pipeline(*pipeline_id))
@@ -110,10 +104,38 @@ impl ForgeWebhooks {
                     return Ok(Some(id));
                 }
                 // A new head pipeline not recorded yet: its branch says
-                // whose it is; the reconcile it triggers (for a job, the
-                // handler and the executor) tells a superseded pipeline
-                // from it.
+                // whose it is; the reconcile it triggers tells a superseded
+                // pipeline from it.
                 self.by_branch(forge, project, ref_name.as_deref()).await
+            }
+            ForgeEvent::Job {
+                project,
+                pipeline_id,
+                ref_name,
+                sha,
+                ..
+            } => {
+                // GitLab: the recorded head pipeline. GitHub records none:
+                // an Actions job is found by its branch, else its commit.
+                // The handler and the executor tell a superseded pipeline
+                // or commit from the head.
+                if let Some(id) = store
+                    .find_active(forge, project, Lookup::Pipeline(*pipeline_id))
+                    .await?
+                {
+                    return Ok(Some(id));
+                }
+                if let Some(id) = self.by_branch(forge, project, ref_name.as_deref()).await? {
+                    return Ok(Some(id));
+                }
+                match sha {
+                    Some(sha) => {
+                        store
+                            .find_active(forge, project, Lookup::HeadSha(sha))
+                            .await
+                    }
+                    None => Ok(None),
+                }
             }
             ForgeEvent::Note {
                 project, number, ..

@@ -10,6 +10,7 @@ mod ci_retry;
 mod faults;
 mod flow;
 mod github;
+mod github_ci;
 mod hostile;
 mod ownership;
 mod support;
