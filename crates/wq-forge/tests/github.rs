@@ -1798,7 +1798,10 @@ async fn actions_jobs_logs_behind_a_redirect_without_the_token_and_re_runs() {
     run_workflow(&sim);
     let change = github.get_change(REPO, n).await.expect("get");
     assert_eq!(change.ci, CiStatus::Failed);
-    assert_eq!(change.pipeline_id, None, "a pull request has no head pipeline");
+    assert_eq!(
+        change.pipeline_id, None,
+        "a pull request has no head pipeline"
+    );
 
     // The job's webhook becomes a Job event of its workflow run.
     assert!(sim.flush_webhooks(Duration::from_secs(10)).await);
@@ -1817,7 +1820,11 @@ async fn actions_jobs_logs_behind_a_redirect_without_the_token_and_re_runs() {
         .iter()
         .filter(|e| matches!(e, ForgeEvent::Job { status, .. } if status == "failed"))
         .collect();
-    assert_eq!(failed.len(), 2, "the workflow_job and the Actions check run: {events:?}");
+    assert_eq!(
+        failed.len(),
+        2,
+        "the workflow_job and the Actions check run: {events:?}"
+    );
     let ForgeEvent::Job {
         project,
         pipeline_id: run_id,
@@ -1830,14 +1837,26 @@ async fn actions_jobs_logs_behind_a_redirect_without_the_token_and_re_runs() {
         ..
     } = failed
         .iter()
-        .find(|e| matches!(e, ForgeEvent::Job { failure_reason: Some(_), .. }))
+        .find(|e| {
+            matches!(
+                e,
+                ForgeEvent::Job {
+                    failure_reason: Some(_),
+                    ..
+                }
+            )
+        })
         .expect("the workflow_job delivery")
     else {
         unreachable!()
     };
     assert_eq!(project, REPO);
     assert_eq!(name, "unit");
-    assert_eq!(failure_reason.as_deref(), Some("Run unit"), "the failed step");
+    assert_eq!(
+        failure_reason.as_deref(),
+        Some("Run unit"),
+        "the failed step"
+    );
     assert_eq!(ref_name.as_deref(), Some("wq/actions"));
     assert_eq!(sha.as_deref(), Some(head.as_str()));
     assert!(finished_at.is_some());
@@ -1848,14 +1867,24 @@ async fn actions_jobs_logs_behind_a_redirect_without_the_token_and_re_runs() {
         ..
     } = failed
         .iter()
-        .find(|e| matches!(e, ForgeEvent::Job { failure_reason: None, .. }))
+        .find(|e| {
+            matches!(
+                e,
+                ForgeEvent::Job {
+                    failure_reason: None,
+                    ..
+                }
+            )
+        })
         .expect("the check run delivery")
     else {
         unreachable!()
     };
     assert_eq!((pipeline_id, check_run_id), (run_id, job_id));
     assert!(
-        events.iter().any(|e| matches!(e, ForgeEvent::Job { status, .. } if status == "running")),
+        events
+            .iter()
+            .any(|e| matches!(e, ForgeEvent::Job { status, .. } if status == "running")),
         "in_progress is a running job: {events:?}"
     );
 
@@ -1869,12 +1898,18 @@ async fn actions_jobs_logs_behind_a_redirect_without_the_token_and_re_runs() {
     assert_eq!(unit.stage.as_deref(), Some("CI"), "the workflow's name");
     assert!(!unit.retried);
     let lint = jobs.iter().find(|j| j.name == "lint").expect("lint");
-    assert_eq!((lint.status.as_str(), &lint.failure_reason), ("success", &None));
+    assert_eq!(
+        (lint.status.as_str(), &lint.failure_reason),
+        ("success", &None)
+    );
 
     // The log: the API's 302 is followed once, to a URL that refuses the
     // token; the client sends none there.
     let trace = ci.job_trace(REPO, *job_id).await.expect("trace");
-    assert!(trace.contains("The runner has received a shutdown signal"), "{trace}");
+    assert!(
+        trace.contains("The runner has received a shutdown signal"),
+        "{trace}"
+    );
     assert!(trace.ends_with("Cleaning up orphan processes\n"), "{trace}");
     let log_reads: Vec<_> = sim
         .requests()

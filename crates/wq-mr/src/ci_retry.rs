@@ -45,9 +45,9 @@
 //! when a matcher needs it.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use time::OffsetDateTime;
 use wq_core::{DimensionUpdate, EventResult, ExecError, ExecOutcome, ItemView};
-use std::collections::BTreeMap;
 
 use wq_forge::{CiHeadCheck, CiJob, CiJobs, Forge};
 use wq_herder::{Herder, JobFacts, Preliminary, Verdict};
@@ -675,7 +675,11 @@ mod tests {
         check_head_sha(&mut old, Some("bbb"));
         assert_eq!(old.state, JobState::Superseded);
         assert_eq!(old.not_before, None);
-        assert!(old.reason.unwrap().contains("no longer the head commit (bbb)"));
+        assert!(
+            old.reason
+                .unwrap()
+                .contains("no longer the head commit (bbb)")
+        );
 
         let mut head = job(1, JobState::Pending, None);
         head.head_sha = Some("bbb".into());
@@ -684,7 +688,11 @@ mod tests {
 
         let mut unknown = job(1, JobState::Pending, None);
         check_head_sha(&mut unknown, Some("bbb"));
-        assert_eq!(unknown.state, JobState::Superseded, "an unknown commit is not the head");
+        assert_eq!(
+            unknown.state,
+            JobState::Superseded,
+            "an unknown commit is not the head"
+        );
     }
 
     #[test]

@@ -238,12 +238,7 @@ pub enum RerunError {
 }
 
 /// Re-runs a completed job: a new attempt of its run with a new job of the same name.
-pub fn rerun_job(
-    r: &mut GhRepo,
-    env: &mut Env,
-    ctx: &Ctx,
-    job_id: u64,
-) -> Result<u64, RerunError> {
+pub fn rerun_job(r: &mut GhRepo, env: &mut Env, ctx: &Ctx, job_id: u64) -> Result<u64, RerunError> {
     let job = r.actions.job(job_id).cloned().ok_or(RerunError::NotFound)?;
     let running = r
         .actions
@@ -393,11 +388,7 @@ pub fn run_json(ctx: &Ctx, r: &GhRepo, run: &WorkflowRun) -> Value {
     let (status, conclusion) = if states.iter().any(|s| s.0 != "completed") {
         let running = states.iter().any(|s| s.0 == "in_progress");
         (if running { "in_progress" } else { "queued" }, None)
-    } else if let Some(failed) = states
-        .iter()
-        .filter_map(|s| s.1)
-        .find(|c| *c != "success")
-    {
+    } else if let Some(failed) = states.iter().filter_map(|s| s.1).find(|c| *c != "success") {
         ("completed", Some(failed))
     } else {
         ("completed", Some("success"))
@@ -472,7 +463,9 @@ pub fn log_text(r: &GhRepo, job: &WorkflowJob) -> Option<String> {
     }
     match conclusion {
         Some("success") => {}
-        Some("failure") => lines.push(format!("{end} ##[error]Process completed with exit code 1.")),
+        Some("failure") => lines.push(format!(
+            "{end} ##[error]Process completed with exit code 1."
+        )),
         _ => lines.push(format!("{end} ##[error]The operation was canceled.")),
     }
     lines.push(format!("{end} Cleaning up orphan processes"));

@@ -34,7 +34,10 @@ async fn a_flaky_job_fails_with_a_log_and_passes_when_re_run() {
         "CI",
         vec![
             JobSpec::new("lint", JobOutcome::Success),
-            JobSpec::new("unit", JobOutcome::flaky(1, "runner_system_failure", SHUTDOWN)),
+            JobSpec::new(
+                "unit",
+                JobOutcome::flaky(1, "runner_system_failure", SHUTDOWN),
+            ),
         ],
     )
     .expect("workflow");
@@ -104,7 +107,10 @@ async fn a_flaky_job_fails_with_a_log_and_passes_when_re_run() {
         .unwrap();
     assert_eq!(answer.status(), StatusCode::FOUND);
     let location = answer.headers()["location"].to_str().unwrap().to_owned();
-    assert!(location.contains("/_logs/") && location.contains("sig="), "{location}");
+    assert!(
+        location.contains("/_logs/") && location.contains("sig="),
+        "{location}"
+    );
     let with_token = no_redirects()
         .get(&location)
         .bearer_auth(forge_sim::DEFAULT_TOKEN)
@@ -115,7 +121,10 @@ async fn a_flaky_job_fails_with_a_log_and_passes_when_re_run() {
     let log = no_redirects().get(&location).send().await.unwrap();
     assert_eq!(log.status(), StatusCode::OK);
     let text = log.text().await.unwrap();
-    assert!(text.contains("The runner has received a shutdown signal"), "{text}");
+    assert!(
+        text.contains("The runner has received a shutdown signal"),
+        "{text}"
+    );
     let forged = location.replace("sig=", "sig=0");
     let refused = no_redirects().get(&forged).send().await.unwrap();
     assert_eq!(refused.status(), StatusCode::FORBIDDEN);
@@ -162,7 +171,9 @@ async fn a_flaky_job_fails_with_a_log_and_passes_when_re_run() {
         .get(&format!("/repos/{REPO}/actions/runs/{run_id}/jobs"))
         .await;
     assert_eq!(latest["total_count"], 2, "latest attempts only: {latest}");
-    let (_, run) = gh.get(&format!("/repos/{REPO}/actions/runs/{run_id}")).await;
+    let (_, run) = gh
+        .get(&format!("/repos/{REPO}/actions/runs/{run_id}"))
+        .await;
     assert_eq!(run["run_attempt"], 2);
     assert_eq!(run["conclusion"], "success");
     // The pull request's checks pass now: the re-run is the latest check run of `unit`.

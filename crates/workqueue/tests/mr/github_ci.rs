@@ -116,7 +116,9 @@ async fn status_note(h: &Harness, number: u64) -> String {
 }
 
 fn number(item: &Value) -> u64 {
-    item["detail"]["mr"]["number"].as_u64().expect("pull request")
+    item["detail"]["mr"]["number"]
+        .as_u64()
+        .expect("pull request")
 }
 
 /// A reviewer approves the item's pull request (GitHub's approval gate
@@ -202,7 +204,10 @@ async fn a_runner_failure_is_retried_after_its_delays_then_merges(backend: Backe
     let (api, downloads) = log_reads(&h);
     assert_eq!(api, 2, "one log read per judged failure");
     assert_eq!(downloads, [200, 200]);
-    let pr = h.sim.github_pr(PROJECT, number(&item)).expect("pull request");
+    let pr = h
+        .sim
+        .github_pr(PROJECT, number(&item))
+        .expect("pull request");
     assert_eq!(pr["merged"], true, "{pr}");
     let listed = jobs(&item);
     assert_eq!(listed.len(), 2, "the third attempt passed: {listed:?}");
@@ -324,7 +329,10 @@ async fn a_job_of_a_superseded_head_is_not_retried(backend: Backend) {
             item["detail"]["mr"]["head_sha"] != old["head_sha"]
         })
         .await;
-    let new_head = item["detail"]["mr"]["head_sha"].as_str().unwrap().to_owned();
+    let new_head = item["detail"]["mr"]["head_sha"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let item = h
         .wait_for(&id, "the new head's failure scheduled", |item| {
             jobs(item)

@@ -116,15 +116,17 @@ impl WorkflowJob {
     pub(crate) fn finished_at(&self) -> ForgeResult<Option<OffsetDateTime>> {
         match self.completed_at.as_deref() {
             None | Some("") => Ok(None),
-            Some(text) => OffsetDateTime::parse(text, &Rfc3339).map(Some).map_err(|e| {
-                ForgeError::rejected(
-                    None,
-                    format!(
-                        "job {}: completed_at {text:?} is not RFC 3339: {e}",
-                        self.id
-                    ),
-                )
-            }),
+            Some(text) => OffsetDateTime::parse(text, &Rfc3339)
+                .map(Some)
+                .map_err(|e| {
+                    ForgeError::rejected(
+                        None,
+                        format!(
+                            "job {}: completed_at {text:?} is not RFC 3339: {e}",
+                            self.id
+                        ),
+                    )
+                }),
         }
     }
 
@@ -178,7 +180,10 @@ impl GithubClient {
                 return Ok(jobs);
             }
         }
-        tracing::warn!(run = run_id, "more than {MAX_PAGES} pages of workflow jobs; reading the first");
+        tracing::warn!(
+            run = run_id,
+            "more than {MAX_PAGES} pages of workflow jobs; reading the first"
+        );
         Ok(jobs)
     }
 }

@@ -173,7 +173,8 @@ fn realistic_traces_hit_each_message_matcher() {
 /// `ending` (each of its lines timestamped too).
 fn github_log(noise: usize, ending: &str) -> String {
     let stamp = "2026-11-30T12:00:00.0000000Z";
-    let mut text = format!("{stamp} Current runner version: '2.321.0'\n{stamp} ##[group]Run make test\n");
+    let mut text =
+        format!("{stamp} Current runner version: '2.321.0'\n{stamp} ##[group]Run make test\n");
     for line in filler(noise).lines().chain(ending.lines()) {
         text.push_str(&format!("{stamp} {line}\n"));
     }

@@ -18,9 +18,15 @@ use crate::state::Shared;
 pub fn router() -> Router<Shared> {
     Router::new()
         .route("/repos/{owner}/{repo}/actions/runs/{id}", get(get_run))
-        .route("/repos/{owner}/{repo}/actions/runs/{id}/jobs", get(list_jobs))
+        .route(
+            "/repos/{owner}/{repo}/actions/runs/{id}/jobs",
+            get(list_jobs),
+        )
         .route("/repos/{owner}/{repo}/actions/jobs/{id}", get(get_job))
-        .route("/repos/{owner}/{repo}/actions/jobs/{id}/logs", get(job_logs))
+        .route(
+            "/repos/{owner}/{repo}/actions/jobs/{id}/logs",
+            get(job_logs),
+        )
         .route("/repos/{owner}/{repo}/actions/jobs/{id}/rerun", post(rerun))
         .route("/_logs/{owner}/{repo}/jobs/{id}", get(log_download))
 }
