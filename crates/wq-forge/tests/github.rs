@@ -1944,3 +1944,78 @@ async fn actions_jobs_logs_behind_a_redirect_without_the_token_and_re_runs() {
     let error = ci.retry_job(REPO, 424_242).await.expect_err("no such job");
     assert_eq!(error.kind, ForgeErrorKind::NotFound);
 }
+
+/// A GitHub whose job logs redirect: job 1 to a log (relative Location),
+/// job 2 to a second redirect, job 3 to an `ftp:` URL. Records each
+/// request's path and whether it carried `Authorization`.
+async fn redirecting_logs(log: String) -> (String, Arc<Mutex<Vec<(String, bool)>>>) {
+    use axum::response::IntoResponse;
+    let seen: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
+    let record = seen.clone();
+    let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let record = record.clone();
+        let log = log.clone();
+        async move {
+            let path = request.uri().path().to_owned();
+            let authorized = request.headers().contains_key("authorization");
+            record.lock().expect("log").push((path.clone(), authorized));
+            let redirect =
+                |to: &str| (StatusCode::FOUND, [("location", to.to_owned())], "").into_response();
+            match path.as_str() {
+                "/repos/octo/app/actions/jobs/1/logs" => redirect("/blob/1?sig=abc"),
+                "/repos/octo/app/actions/jobs/2/logs" => redirect("/hop"),
+                "/hop" => redirect("/blob/1?sig=abc"),
+                "/repos/octo/app/actions/jobs/3/logs" => redirect("ftp://127.0.0.1/log"),
+                "/blob/1" if authorized => (StatusCode::FORBIDDEN, "token sent").into_response(),
+                "/blob/1" => (StatusCode::OK, log).into_response(),
+                _ => (StatusCode::NOT_FOUND, "{}").into_response(),
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), seen)
+}
+
+#[tokio::test]
+async fn a_job_log_follows_one_redirect_without_the_token_and_keeps_its_tail() {
+    use wq_forge::{CiJobs, TRACE_TAIL_BYTES};
+    // A log longer than the tail the client keeps, its end marked.
+    let line = "x".repeat(99) + "\n";
+    let mut log = line.repeat(TRACE_TAIL_BYTES / line.len() + 100);
+    log.push_str("##[error]The operation was canceled.\n");
+    let (url, seen) = redirecting_logs(log).await;
+    let github = GithubClient::new(&config(&url)).expect("client");
+    let ci: &dyn CiJobs = &github;
+
+    let tail = ci.job_trace(REPO, 1).await.expect("the log");
+    assert!(tail.len() <= TRACE_TAIL_BYTES, "{}", tail.len());
+    assert!(tail.starts_with('x'), "from a line start");
+    assert!(tail.ends_with("##[error]The operation was canceled.\n"));
+    assert_eq!(
+        seen.lock().unwrap().clone(),
+        [
+            ("/repos/octo/app/actions/jobs/1/logs".to_owned(), true),
+            ("/blob/1".to_owned(), false),
+        ],
+        "the token goes to the API only"
+    );
+
+    seen.lock().unwrap().clear();
+    let error = ci.job_trace(REPO, 2).await.expect_err("a second redirect");
+    assert_eq!(error.kind, ForgeErrorKind::Rejected, "{error}");
+    assert!(error.message.contains("/blob/1"), "{}", error.message);
+    assert_eq!(seen.lock().unwrap().len(), 2, "not followed");
+
+    let error = ci.job_trace(REPO, 3).await.expect_err("not http(s)");
+    assert_eq!(error.kind, ForgeErrorKind::Rejected, "{error}");
+    assert!(error.message.contains("ftp"), "{}", error.message);
+
+    let error = ci.job_trace(REPO, 4).await.expect_err("no such job");
+    assert_eq!(error.kind, ForgeErrorKind::NotFound, "{error}");
+}
