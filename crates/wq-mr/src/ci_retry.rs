@@ -1,5 +1,6 @@
 //! The CI retry herder in the `mr` type (DDR-47, DDR-48): failed jobs
-//! reported by Job webhooks are collected in the `needs_ci_retry`
+//! reported by job webhooks (GitLab Job Hooks, GitHub `workflow_job` and
+//! Actions check runs) are collected in the `needs_ci_retry`
 //! dimension's `jobs` list; `retry_ci_jobs` judges them with the matcher
 //! engine (`wq-herder`) and retries the transient ones when their delay has
 //! passed.

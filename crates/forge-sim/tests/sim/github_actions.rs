@@ -125,6 +125,10 @@ async fn a_flaky_job_fails_with_a_log_and_passes_when_re_run() {
         text.contains("The runner has received a shutdown signal"),
         "{text}"
     );
+    // The URL expires a minute (of sim time) after it was handed out.
+    sim.advance(std::time::Duration::from_secs(61));
+    let expired = no_redirects().get(&location).send().await.unwrap();
+    assert_eq!(expired.status(), StatusCode::FORBIDDEN);
     let forged = location.replace("sig=", "sig=0");
     let refused = no_redirects().get(&forged).send().await.unwrap();
     assert_eq!(refused.status(), StatusCode::FORBIDDEN);
