@@ -278,7 +278,7 @@ impl ControlRepo {
     /// Replaces the scripted GitHub Actions workflow (a run of it starts for every new head
     /// from now on); no jobs turns it off.
     pub fn set_workflow(&self, name: &str, jobs: Vec<JobSpec>) -> Result<(), ControlError> {
-        let workflow = (!jobs.is_empty()).then(|| super::actions::Workflow {
+        let workflow = (!jobs.is_empty()).then(|| super::model::actions::Workflow {
             name: name.to_string(),
             jobs,
         });
@@ -297,7 +297,7 @@ impl ControlRepo {
                 repo.actions
                     .jobs
                     .iter()
-                    .map(|job| super::actions::job_json(&ctx, repo, job))
+                    .map(|job| render::actions::job_json(&ctx, repo, job))
                     .collect(),
             )
         })

@@ -5,9 +5,10 @@ use time::OffsetDateTime;
 use time::macros::format_description;
 
 use super::Ctx;
-use super::actions;
 use super::model;
 use super::model::{CheckKind, CheckRun, CommitStatus, GhRepo, IssueComment, PullRequest, Review};
+
+pub mod actions;
 
 /// GitHub's timestamp format (`2024-01-02T03:04:05Z`).
 pub fn ts(t: OffsetDateTime) -> String {

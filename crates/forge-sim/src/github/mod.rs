@@ -13,7 +13,6 @@ use time::OffsetDateTime;
 
 use crate::state::{SimState, lock};
 
-pub mod actions;
 pub mod control;
 pub mod error;
 pub mod events;

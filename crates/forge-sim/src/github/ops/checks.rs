@@ -3,7 +3,9 @@
 use crate::ci::JobOutcome;
 use crate::github::events;
 use crate::github::model::{CheckKind, CheckRun, CheckScript, CheckSuite, CommitStatus, GhRepo};
-use crate::github::{Ctx, Env, actions};
+use crate::github::{Ctx, Env};
+
+use super::actions;
 
 /// Starts the repository's scripted checks and its Actions workflow on a commit (once per
 /// commit).

@@ -10,8 +10,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{IdSegment, RepoCall, paginate, query_param, reply};
-use crate::github::actions::{self, RerunError};
 use crate::github::error::{ApiError, ApiResult};
+use crate::github::json::actions as render;
+use crate::github::model::actions::log_signature;
+use crate::github::ops::actions::{RerunError, rerun_job};
 use crate::github::{Ctx, with_github};
 use crate::state::Shared;
 
@@ -39,7 +41,7 @@ async fn get_run(call: RepoCall<IdSegment>) -> ApiResult<Response> {
     } = call;
     target.with_repo(|repo, _| {
         let run = repo.actions.run(id).ok_or_else(ApiError::not_found)?;
-        Ok(reply(StatusCode::OK, actions::run_json(&ctx, repo, run)))
+        Ok(reply(StatusCode::OK, render::run_json(&ctx, repo, run)))
     })
 }
 
@@ -54,8 +56,8 @@ async fn list_jobs(call: RepoCall<IdSegment>, RawQuery(query): RawQuery) -> ApiR
     target.with_repo(|repo, _| {
         repo.actions.run(id).ok_or_else(ApiError::not_found)?;
         let jobs = match filter.as_str() {
-            "latest" => actions::latest_jobs(repo, id),
-            "all" => actions::all_jobs(repo, id),
+            "latest" => repo.latest_run_jobs(id),
+            "all" => repo.run_jobs(id),
             _ => {
                 return Err(ApiError::validation(
                     "WorkflowJob",
@@ -68,7 +70,7 @@ async fn list_jobs(call: RepoCall<IdSegment>, RawQuery(query): RawQuery) -> ApiR
         let total = jobs.len();
         let items: Vec<Value> = paginate(jobs, &query)
             .into_iter()
-            .map(|job| actions::job_json(&ctx, repo, job))
+            .map(|job| render::job_json(&ctx, repo, job))
             .collect();
         Ok(reply(
             StatusCode::OK,
@@ -85,7 +87,7 @@ async fn get_job(call: RepoCall<IdSegment>) -> ApiResult<Response> {
     } = call;
     target.with_repo(|repo, _| {
         let job = repo.actions.job(id).ok_or_else(ApiError::not_found)?;
-        Ok(reply(StatusCode::OK, actions::job_json(&ctx, repo, job)))
+        Ok(reply(StatusCode::OK, render::job_json(&ctx, repo, job)))
     })
 }
 
@@ -98,8 +100,8 @@ async fn job_logs(call: RepoCall<IdSegment>) -> ApiResult<Response> {
     } = call;
     target.with_repo(|repo, _| {
         let job = repo.actions.job(id).ok_or_else(ApiError::not_found)?;
-        actions::log_text(repo, job).ok_or_else(ApiError::not_found)?;
-        let location = actions::log_url(&ctx, repo, id);
+        render::log_text(repo, job).ok_or_else(ApiError::not_found)?;
+        let location = render::log_url(&ctx, repo, id);
         Ok((StatusCode::FOUND, [(header::LOCATION, location)]).into_response())
     })
 }
@@ -111,7 +113,7 @@ async fn rerun(call: RepoCall<IdSegment>) -> ApiResult<Response> {
         segments: IdSegment { id },
         target,
     } = call;
-    target.with_repo(|repo, env| match actions::rerun_job(repo, env, &ctx, id) {
+    target.with_repo(|repo, env| match rerun_job(repo, env, &ctx, id) {
         Ok(_) => Ok(StatusCode::CREATED.into_response()),
         Err(RerunError::NotFound) => Err(ApiError::not_found()),
         Err(RerunError::RunInProgress) => Err(ApiError::new(
@@ -160,7 +162,7 @@ async fn log_download(
         let Some(repo) = github.repo(&segments.owner, &segments.repo) else {
             return refuse(StatusCode::NOT_FOUND, "The specified blob does not exist.");
         };
-        if actions::log_signature(&repo.full_name(), segments.id, expires) != sig {
+        if log_signature(&repo.full_name(), segments.id, expires) != sig {
             return refuse(StatusCode::FORBIDDEN, "The signature does not match.");
         }
         if ctx.now.unix_timestamp() > expires {
@@ -169,7 +171,7 @@ async fn log_download(
         match repo
             .actions
             .job(segments.id)
-            .and_then(|job| actions::log_text(repo, job))
+            .and_then(|job| render::log_text(repo, job))
         {
             Some(text) => (
                 StatusCode::OK,
