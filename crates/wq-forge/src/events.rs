@@ -68,6 +68,10 @@ pub enum ForgeEvent {
         /// `refs/merge-requests/<iid>/head` ref), when the ref names one.
         #[serde(default)]
         number: Option<u64>,
+        /// The commit the job ran on (on GitHub, what tells a job of the
+        /// pull request's head from a superseded one).
+        #[serde(default)]
+        sha: Option<String>,
     },
     Note {
         project: String,

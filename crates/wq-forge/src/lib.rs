@@ -133,9 +133,9 @@ pub trait Forge: Send + Sync + 'static {
         body: &str,
     ) -> ForgeResult<()>;
 
-    /// The forge's CI job API, when it offers one (GitLab jobs); `None`
-    /// (the default) when CI jobs cannot be listed, read or retried
-    /// through this client (GitHub).
+    /// The forge's CI job API, when it offers one (GitLab jobs, GitHub
+    /// Actions workflow jobs); `None` (the default) when CI jobs cannot be
+    /// listed, read or retried through this client.
     fn ci_jobs(&self) -> Option<&dyn CiJobs> {
         None
     }
@@ -151,10 +151,16 @@ pub trait Forge: Send + Sync + 'static {
 
 /// A forge's CI jobs: list a pipeline's jobs, read a job's log, retry a
 /// job. A capability a [`Forge`] may offer through [`Forge::ci_jobs`].
+/// A *pipeline* is a GitLab pipeline or a GitHub Actions workflow run.
 #[async_trait]
 pub trait CiJobs: Send + Sync {
-    /// All jobs of a pipeline (every attempt, newest first as the forge
-    /// lists them).
+    /// How a job of the change request's current head is told from a
+    /// superseded one (GitLab: its head pipeline, the default).
+    fn head_check(&self) -> CiHeadCheck {
+        CiHeadCheck::HeadPipeline
+    }
+
+    /// All jobs of a pipeline (every attempt, as the forge lists them).
     async fn pipeline_jobs(&self, project: &str, pipeline_id: u64) -> ForgeResult<Vec<CiJob>>;
 
     /// The end of a job's log: at most its last [`TRACE_TAIL_BYTES`],
@@ -162,8 +168,10 @@ pub trait CiJobs: Send + Sync {
     /// invalid UTF-8 replaced.
     async fn job_trace(&self, project: &str, job_id: u64) -> ForgeResult<String>;
 
-    /// Retries a job; returns the new job.
-    async fn retry_job(&self, project: &str, job_id: u64) -> ForgeResult<CiJob>;
+    /// Retries a job; returns the new job when the forge names it (GitLab
+    /// answers with it; GitHub's re-run answers with no body, so the new
+    /// attempt is looked up and may not be listed yet).
+    async fn retry_job(&self, project: &str, job_id: u64) -> ForgeResult<Option<CiJob>>;
 }
 
 /// The configured forge instances by name.

@@ -297,18 +297,37 @@ pub struct Note {
     pub author: String,
 }
 
-/// One CI job (GitLab job; a GitHub check run where it maps).
+/// One CI job: a GitLab job, or a GitHub Actions workflow job (its
+/// "pipeline" is the workflow run).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CiJob {
     pub id: u64,
     pub name: String,
     pub stage: Option<String>,
-    /// The forge's status word: `failed`, `success`, `running`, ...
+    /// GitLab's status word: `failed`, `success`, `running`, ... (a GitHub
+    /// job's status and conclusion are mapped to it, see
+    /// [`job_status`](crate::github::job_status)).
     pub status: String,
     pub failure_reason: Option<String>,
     pub pipeline_id: u64,
-    /// True when a newer attempt of this job exists (GitLab `retried`).
+    /// True when a newer attempt of this job exists (GitLab `retried`;
+    /// on GitHub a job of the same name in a later run attempt).
     pub retried: bool,
     #[serde(with = "time::serde::rfc3339::option")]
     pub finished_at: Option<OffsetDateTime>,
+    /// The commit the job ran on.
+    #[serde(default)]
+    pub head_sha: Option<String>,
+}
+
+/// How the forge tells a CI job of the change request's current head from
+/// a superseded one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CiHeadCheck {
+    /// GitLab: the job's pipeline is the merge request's head pipeline.
+    HeadPipeline,
+    /// GitHub: the job ran on the pull request's head commit (workflow
+    /// runs are per commit; a pull request has no head pipeline).
+    HeadSha,
 }

@@ -1887,3 +1887,268 @@ async fn branch_protection_reads_classic_protection_and_rulesets() {
         .expect_err("no such repository");
     assert_eq!(missing.kind, ForgeErrorKind::NotFound);
 }
+
+const SHUTDOWN: &str = "##[error]The runner has received a shutdown signal. This can happen when \
+                        the runner service is stopped, or a manually started runner is canceled.";
+
+/// Ticks the stepped simulator until every workflow job ended.
+fn run_workflow(sim: &SimHandle) {
+    for _ in 0..20 {
+        let jobs = sim.github_workflow_jobs(REPO).expect("jobs");
+        if !jobs.is_empty() && jobs.iter().all(|j| j["status"] == "completed") {
+            return;
+        }
+        sim.tick();
+    }
+    panic!("the workflow never ended");
+}
+
+#[tokio::test]
+async fn actions_jobs_logs_behind_a_redirect_without_the_token_and_re_runs() {
+    use wq_forge::{CiHeadCheck, CiJobs};
+    let sim = start_stepped_sim().await;
+    let receiver = Receiver::start().await;
+    create_repo(
+        &sim,
+        GithubRepoSpec::new("octo", "app").webhook(&receiver.url, SECRET),
+    );
+    sim.github_script_workflow(
+        REPO,
+        "CI",
+        vec![
+            forge_sim::JobSpec::new("lint", JobOutcome::Success),
+            forge_sim::JobSpec::new(
+                "unit",
+                JobOutcome::flaky(1, "runner_system_failure", SHUTDOWN),
+            ),
+        ],
+    )
+    .expect("workflow");
+    let github = client(&sim);
+    let ci: &dyn CiJobs = github.ci_jobs().expect("GitHub offers CI jobs");
+    assert_eq!(ci.head_check(), CiHeadCheck::HeadSha);
+    let (n, head) = open_change(&github, "wq/actions").await;
+    run_workflow(&sim);
+    let change = github.get_change(REPO, n).await.expect("get");
+    assert_eq!(change.ci, CiStatus::Failed);
+    assert_eq!(
+        change.pipeline_id, None,
+        "a pull request has no head pipeline"
+    );
+
+    // The job's webhook becomes a Job event of its workflow run.
+    assert!(sim.flush_webhooks(Duration::from_secs(10)).await);
+    let events: Vec<ForgeEvent> = receiver
+        .all()
+        .iter()
+        .filter(|r| matches!(r.event(), "workflow_job" | "check_run"))
+        .map(|r| {
+            let (headers, body) = r.parts();
+            github
+                .parse_webhook(&header_refs(&headers), &body)
+                .expect("parses")
+        })
+        .collect();
+    let failed: Vec<&ForgeEvent> = events
+        .iter()
+        .filter(|e| matches!(e, ForgeEvent::Job { status, .. } if status == "failed"))
+        .collect();
+    assert_eq!(
+        failed.len(),
+        2,
+        "the workflow_job and the Actions check run: {events:?}"
+    );
+    let ForgeEvent::Job {
+        project,
+        pipeline_id: run_id,
+        job_id,
+        name,
+        failure_reason,
+        ref_name,
+        sha,
+        finished_at,
+        ..
+    } = failed
+        .iter()
+        .find(|e| {
+            matches!(
+                e,
+                ForgeEvent::Job {
+                    failure_reason: Some(_),
+                    ..
+                }
+            )
+        })
+        .expect("the workflow_job delivery")
+    else {
+        unreachable!()
+    };
+    assert_eq!(project, REPO);
+    assert_eq!(name, "unit");
+    assert_eq!(
+        failure_reason.as_deref(),
+        Some("Run unit"),
+        "the failed step"
+    );
+    assert_eq!(ref_name.as_deref(), Some("wq/actions"));
+    assert_eq!(sha.as_deref(), Some(head.as_str()));
+    assert!(finished_at.is_some());
+    let ForgeEvent::Job {
+        pipeline_id,
+        job_id: check_run_id,
+        failure_reason: None,
+        ..
+    } = failed
+        .iter()
+        .find(|e| {
+            matches!(
+                e,
+                ForgeEvent::Job {
+                    failure_reason: None,
+                    ..
+                }
+            )
+        })
+        .expect("the check run delivery")
+    else {
+        unreachable!()
+    };
+    assert_eq!((pipeline_id, check_run_id), (run_id, job_id));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, ForgeEvent::Job { status, .. } if status == "running")),
+        "in_progress is a running job: {events:?}"
+    );
+
+    let jobs = ci.pipeline_jobs(REPO, *run_id).await.expect("jobs");
+    assert_eq!(jobs.len(), 2);
+    let unit = jobs.iter().find(|j| j.name == "unit").expect("unit");
+    assert_eq!(unit.id, *job_id);
+    assert_eq!(unit.status, "failed");
+    assert_eq!(unit.failure_reason.as_deref(), Some("Run unit"));
+    assert_eq!(unit.head_sha.as_deref(), Some(head.as_str()));
+    assert_eq!(unit.stage.as_deref(), Some("CI"), "the workflow's name");
+    assert!(!unit.retried);
+    let lint = jobs.iter().find(|j| j.name == "lint").expect("lint");
+    assert_eq!(
+        (lint.status.as_str(), &lint.failure_reason),
+        ("success", &None)
+    );
+
+    // The log: the API's 302 is followed once, to a URL that refuses the
+    // token; the client sends none there.
+    let trace = ci.job_trace(REPO, *job_id).await.expect("trace");
+    assert!(
+        trace.contains("The runner has received a shutdown signal"),
+        "{trace}"
+    );
+    assert!(trace.ends_with("Cleaning up orphan processes\n"), "{trace}");
+    let log_reads: Vec<_> = sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/_logs/"))
+        .collect();
+    assert_eq!(log_reads.len(), 1);
+    assert_eq!(log_reads[0].status, 200, "the token was not sent along");
+
+    let retried = ci
+        .retry_job(REPO, *job_id)
+        .await
+        .expect("retry")
+        .expect("the new attempt is listed");
+    assert_ne!(retried.id, *job_id);
+    assert_eq!(retried.name, "unit");
+    assert_eq!(retried.pipeline_id, *run_id);
+    assert!(
+        matches!(retried.status.as_str(), "pending" | "running"),
+        "each request ticks the simulator: {retried:?}"
+    );
+    run_workflow(&sim);
+    let jobs = ci.pipeline_jobs(REPO, *run_id).await.expect("jobs");
+    assert_eq!(jobs.len(), 3, "every attempt");
+    assert!(jobs.iter().find(|j| j.id == *job_id).unwrap().retried);
+    let new = jobs.iter().find(|j| j.id == retried.id).unwrap();
+    assert_eq!((new.status.as_str(), new.retried), ("success", false));
+    assert_eq!(
+        github.get_change(REPO, n).await.expect("get").ci,
+        CiStatus::Success
+    );
+    let error = ci.retry_job(REPO, 424_242).await.expect_err("no such job");
+    assert_eq!(error.kind, ForgeErrorKind::NotFound);
+}
+
+/// A GitHub whose job logs redirect: job 1 to a log (relative Location),
+/// job 2 to a second redirect, job 3 to an `ftp:` URL. Records each
+/// request's path and whether it carried `Authorization`.
+async fn redirecting_logs(log: String) -> (String, Arc<Mutex<Vec<(String, bool)>>>) {
+    use axum::response::IntoResponse;
+    let seen: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
+    let record = seen.clone();
+    let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let record = record.clone();
+        let log = log.clone();
+        async move {
+            let path = request.uri().path().to_owned();
+            let authorized = request.headers().contains_key("authorization");
+            record.lock().expect("log").push((path.clone(), authorized));
+            let redirect =
+                |to: &str| (StatusCode::FOUND, [("location", to.to_owned())], "").into_response();
+            match path.as_str() {
+                "/repos/octo/app/actions/jobs/1/logs" => redirect("/blob/1?sig=abc"),
+                "/repos/octo/app/actions/jobs/2/logs" => redirect("/hop"),
+                "/hop" => redirect("/blob/1?sig=abc"),
+                "/repos/octo/app/actions/jobs/3/logs" => redirect("ftp://127.0.0.1/log"),
+                "/blob/1" if authorized => (StatusCode::FORBIDDEN, "token sent").into_response(),
+                "/blob/1" => (StatusCode::OK, log).into_response(),
+                _ => (StatusCode::NOT_FOUND, "{}").into_response(),
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), seen)
+}
+
+#[tokio::test]
+async fn a_job_log_follows_one_redirect_without_the_token_and_keeps_its_tail() {
+    use wq_forge::{CiJobs, TRACE_TAIL_BYTES};
+    // A log longer than the tail the client keeps, its end marked.
+    let line = "x".repeat(99) + "\n";
+    let mut log = line.repeat(TRACE_TAIL_BYTES / line.len() + 100);
+    log.push_str("##[error]The operation was canceled.\n");
+    let (url, seen) = redirecting_logs(log).await;
+    let github = GithubClient::new(&config(&url)).expect("client");
+    let ci: &dyn CiJobs = &github;
+
+    let tail = ci.job_trace(REPO, 1).await.expect("the log");
+    assert!(tail.len() <= TRACE_TAIL_BYTES, "{}", tail.len());
+    assert!(tail.starts_with('x'), "from a line start");
+    assert!(tail.ends_with("##[error]The operation was canceled.\n"));
+    assert_eq!(
+        seen.lock().unwrap().clone(),
+        [
+            ("/repos/octo/app/actions/jobs/1/logs".to_owned(), true),
+            ("/blob/1".to_owned(), false),
+        ],
+        "the token goes to the API only"
+    );
+
+    seen.lock().unwrap().clear();
+    let error = ci.job_trace(REPO, 2).await.expect_err("a second redirect");
+    assert_eq!(error.kind, ForgeErrorKind::Rejected, "{error}");
+    assert!(error.message.contains("/blob/1"), "{}", error.message);
+    assert_eq!(seen.lock().unwrap().len(), 2, "not followed");
+
+    let error = ci.job_trace(REPO, 3).await.expect_err("not http(s)");
+    assert_eq!(error.kind, ForgeErrorKind::Rejected, "{error}");
+    assert!(error.message.contains("ftp"), "{}", error.message);
+
+    let error = ci.job_trace(REPO, 4).await.expect_err("no such job");
+    assert_eq!(error.kind, ForgeErrorKind::NotFound, "{error}");
+}

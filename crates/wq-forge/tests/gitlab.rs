@@ -519,7 +519,11 @@ async fn jobs_traces_and_retries() {
     let trace = gitlab.job_trace(project, unit.id).await.expect("trace");
     assert!(trace.contains("lost the runner"), "{trace}");
 
-    let retry = gitlab.retry_job(project, unit.id).await.expect("retry");
+    let retry = gitlab
+        .retry_job(project, unit.id)
+        .await
+        .expect("retry")
+        .expect("GitLab answers with the new job");
     assert_ne!(retry.id, unit.id);
     assert_eq!(retry.name, "unit");
     assert_eq!(retry.status, "pending");

@@ -1,4 +1,4 @@
-//! The CI retry herder's matcher engine (DDR-47): from a failed GitLab job's
+//! The CI retry herder's matcher engine (DDR-47): from a failed CI job's
 //! facts, and its trace only when needed, decide whether to retry it, when,
 //! or to report it. Pure: no I/O, no clock; the caller downloads traces and
 //! passes times.
@@ -131,6 +131,7 @@ pub use pattern::PATTERN_SIZE_LIMIT_BYTES;
 
 /// The shipped matchers, a YAML list in the form of `ci_retry.matchers`:
 /// runner and scheduler failures, stuck or timed-out jobs, image pulls,
-/// network and DNS errors, OOM kills and git fetch failures, each retried up
-/// to three times after 0, 60 and 300 seconds.
+/// network and DNS errors, OOM kills, git fetch failures, and GitHub
+/// Actions runners lost, shut down or past their maximum execution time,
+/// each retried up to three times after 0, 60 and 300 seconds.
 pub const DEFAULT_MATCHERS_YAML: &str = include_str!("defaults.yaml");

@@ -1,5 +1,6 @@
 //! The CI retry herder in the `mr` type (DDR-47, DDR-48): failed jobs
-//! reported by Job webhooks are collected in the `needs_ci_retry`
+//! reported by job webhooks (GitLab Job Hooks, GitHub `workflow_job` and
+//! Actions check runs) are collected in the `needs_ci_retry`
 //! dimension's `jobs` list; `retry_ci_jobs` judges them with the matcher
 //! engine (`wq-herder`) and retries the transient ones when their delay has
 //! passed.
@@ -16,7 +17,7 @@
 //!     pending --> reported: a report matcher matched
 //!     pending --> limit_reached: the matcher's retry limit is used up
 //!     pending --> no_match: no matcher matched
-//!     pending --> superseded: not the head pipeline's job
+//!     pending --> superseded: not the head pipeline's (head commit's) job
 //!     scheduled --> superseded
 //!     pending --> already_retried: a newer attempt exists
 //!     scheduled --> already_retried
@@ -31,18 +32,25 @@
 //! A transient forge error leaves a job open with a later `not_before`;
 //! every state but `pending` and `scheduled` is final.
 //!
-//! Safety (never retry what should not be): a job of a pipeline that is no
-//! longer the change request's head pipeline is `superseded`, read from
-//! the forge when the executor runs; a job that already has a newer
+//! Safety (never retry what should not be): a job that is not of the
+//! change request's current head is `superseded`, read from the forge when
+//! the executor runs. What "current" means is the forge's
+//! ([`CiJobs::head_check`]): on GitLab the job's pipeline is the merge
+//! request's head pipeline; on GitHub, whose pull requests have no head
+//! pipeline (a workflow run is per commit), the job ran on the pull
+//! request's head commit. A job that already has a newer
 //! attempt (retried by a person, or by an earlier run whose outcome was
 //! lost) is `already_retried`; one that is no longer failed is
-//! `not_failed`. The pipeline's job list is read once per run and serves
-//! every job's check; a trace is downloaded only when a matcher needs it.
+//! `not_failed`. Each pipeline's (GitHub: workflow run's) job list is read
+//! once per run and serves its jobs' checks; a trace is downloaded only
+//! when a matcher needs it.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use time::OffsetDateTime;
 use wq_core::{DimensionUpdate, EventResult, ExecError, ExecOutcome, ItemView};
-use wq_forge::{CiJob, CiJobs, Forge};
+
+use wq_forge::{CiHeadCheck, CiJob, CiJobs, Forge};
 use wq_herder::{Herder, JobFacts, Preliminary, Verdict};
 
 use crate::dims::{NEEDS_CI_RETRY, NEEDS_DASHBOARD};
@@ -72,7 +80,9 @@ pub enum JobState {
     LimitReached,
     /// No matcher matched: a genuine failure.
     NoMatch,
-    /// Its pipeline is no longer the change request's head pipeline.
+    /// Not of the change request's current head: its pipeline is no longer
+    /// the head pipeline (GitLab), or its commit no longer the head commit
+    /// (GitHub).
     Superseded,
     /// A newer attempt of the job exists already.
     AlreadyRetried,
@@ -96,7 +106,11 @@ impl JobState {
 pub struct TrackedJob {
     pub id: u64,
     pub name: String,
+    /// The GitLab pipeline, or the GitHub Actions workflow run.
     pub pipeline_id: u64,
+    /// The commit the job ran on, when the forge said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_sha: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<String>,
     #[serde(default)]
@@ -238,6 +252,7 @@ pub(crate) struct ReportedJob {
     pub status: String,
     pub failure_reason: Option<String>,
     pub finished_at: Option<OffsetDateTime>,
+    pub head_sha: Option<String>,
 }
 
 /// The event side: add a failed job of the (possibly new) head pipeline to
@@ -269,6 +284,7 @@ pub(crate) fn on_job(details: &MrDetails, view: &ItemView, job: ReportedJob) -> 
         id: job.job_id,
         name: job.name,
         pipeline_id: job.pipeline_id,
+        head_sha: job.head_sha,
         stage: job.stage,
         failure_reason: job.failure_reason,
         finished_at: job.finished_at,
@@ -334,30 +350,20 @@ async fn judge_all(
     if !detail.jobs.iter().any(|j| j.is_due(now)) {
         return Ok(());
     }
-    // The head pipeline now, not as last recorded: a force-push may have
-    // superseded the job's pipeline since it failed.
-    let head_pipeline = match details.mr_number {
-        Some(number) => {
+    // The head now, not as last recorded: a force-push may have superseded
+    // the job's pipeline or commit since it failed.
+    let change = match details.mr_number {
+        Some(number) => Some(
             forge
                 .get_change(project, number)
                 .await
-                .map_err(|e| forge_failure("reading the merge request", e))?
-                .pipeline_id
-        }
+                .map_err(|e| forge_failure("reading the merge request", e))?,
+        ),
         None => None,
     };
-    for job in detail.jobs.iter_mut().filter(|j| j.state.is_open()) {
-        check_pipeline(job, head_pipeline, now);
-    }
-    let Some(head_pipeline) = head_pipeline else {
-        return Ok(());
-    };
-    if !detail.jobs.iter().any(|j| j.is_due(now)) {
-        return Ok(());
-    }
+    let head_pipeline = change.as_ref().and_then(|c| c.pipeline_id);
+    let head_sha = change.as_ref().and_then(|c| c.head_sha.as_deref());
     let Some(ci) = forge.ci_jobs() else {
-        // Not reached on GitHub, whose change requests have no head
-        // pipeline (their jobs are settled as superseded above).
         for job in detail.jobs.iter_mut().filter(|j| j.state.is_open()) {
             job.state = JobState::Error;
             job.not_before = None;
@@ -368,18 +374,37 @@ async fn judge_all(
         }
         return Ok(());
     };
-    // One read of the job list serves every job's safety check.
-    let listed = ci
-        .pipeline_jobs(project, head_pipeline)
-        .await
-        .map_err(|e| forge_failure("listing the pipeline's jobs", e))?;
+    let head_check = ci.head_check();
+    for job in detail.jobs.iter_mut().filter(|j| j.state.is_open()) {
+        match head_check {
+            CiHeadCheck::HeadPipeline => check_pipeline(job, head_pipeline, now),
+            CiHeadCheck::HeadSha => check_head_sha(job, head_sha),
+        }
+    }
+    // Only jobs of the head are due now: one read of each of their
+    // pipelines' job lists serves every job's safety check.
+    let mut listed: BTreeMap<u64, Vec<CiJob>> = BTreeMap::new();
+    for job in detail.jobs.iter().filter(|j| j.is_due(now)) {
+        if listed.contains_key(&job.pipeline_id) {
+            continue;
+        }
+        let jobs = ci
+            .pipeline_jobs(project, job.pipeline_id)
+            .await
+            .map_err(|e| forge_failure("listing the pipeline's jobs", e))?;
+        listed.insert(job.pipeline_id, jobs);
+    }
     let mut postponed: Option<OffsetDateTime> = None;
     for job in detail.jobs.iter_mut().filter(|j| j.is_due(now)) {
         if let Some(until) = postponed {
             job.not_before = Some(until);
             continue;
         }
-        if let Err(failure) = judge(herder, ci, project, &listed, job, now).await {
+        let jobs = listed
+            .get(&job.pipeline_id)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        if let Err(failure) = judge(herder, ci, project, jobs, job, now).await {
             if failure.error.is_transient() {
                 let wait = failure
                     .error
@@ -440,6 +465,24 @@ fn check_pipeline(job: &mut TrackedJob, head: Option<u64>, now: OffsetDateTime) 
             job.pipeline_id
         ),
     });
+}
+
+/// Settles an open job that did not run on the change request's head
+/// commit as `superseded` (GitHub: a workflow run is per commit, and a pull
+/// request's head moves at once with a push). A job whose commit is not
+/// known cannot be shown to be current, so it is settled too.
+fn check_head_sha(job: &mut TrackedJob, head: Option<&str>) {
+    let reason = match (job.head_sha.as_deref(), head) {
+        (Some(sha), Some(head)) if sha == head => return,
+        (Some(sha), Some(head)) => {
+            format!("commit {sha} is no longer the head commit ({head})")
+        }
+        (Some(sha), None) => format!("commit {sha} is not the head commit (none is known)"),
+        (None, _) => "the job's commit is unknown, so it cannot be the head commit's".to_owned(),
+    };
+    job.state = JobState::Superseded;
+    job.not_before = None;
+    job.reason = Some(reason);
 }
 
 /// A forge error on one job's step.
@@ -558,9 +601,10 @@ async fn judge(
             step: "retrying the job",
             error,
         })?;
-    tracing::info!(job = job.id, new_job = new_job.id, name = %job.name, matcher = ?job.matcher, "CI job retried");
+    let new_id = new_job.map(|new| new.id);
+    tracing::info!(job = job.id, new_job = ?new_id, name = %job.name, matcher = ?job.matcher, "CI job retried");
     job.state = JobState::Retried;
-    job.retried_as = Some(new_job.id);
+    job.retried_as = new_id;
     job.not_before = None;
     job.reason = None;
     Ok(())
@@ -578,6 +622,7 @@ mod tests {
             id: 7,
             name: "unit".into(),
             pipeline_id,
+            head_sha: None,
             stage: None,
             failure_reason: Some("runner_system_failure".into()),
             finished_at,
@@ -621,6 +666,34 @@ mod tests {
         let mut head = job(11, JobState::Pending, finished);
         check_pipeline(&mut head, Some(11), NOW);
         assert_eq!((head.state, head.not_before), (JobState::Pending, None));
+    }
+
+    #[test]
+    fn a_job_of_another_commit_is_superseded_even_before_it_is_due() {
+        let mut old = job(1, JobState::Scheduled, None);
+        old.head_sha = Some("aaa".into());
+        old.not_before = Some(NOW + time::Duration::hours(1));
+        check_head_sha(&mut old, Some("bbb"));
+        assert_eq!(old.state, JobState::Superseded);
+        assert_eq!(old.not_before, None);
+        assert!(
+            old.reason
+                .unwrap()
+                .contains("no longer the head commit (bbb)")
+        );
+
+        let mut head = job(1, JobState::Pending, None);
+        head.head_sha = Some("bbb".into());
+        check_head_sha(&mut head, Some("bbb"));
+        assert_eq!((head.state, head.reason), (JobState::Pending, None));
+
+        let mut unknown = job(1, JobState::Pending, None);
+        check_head_sha(&mut unknown, Some("bbb"));
+        assert_eq!(
+            unknown.state,
+            JobState::Superseded,
+            "an unknown commit is not the head"
+        );
     }
 
     #[test]

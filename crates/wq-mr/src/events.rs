@@ -77,6 +77,7 @@ async fn handle_forge_event(
             status,
             failure_reason,
             finished_at,
+            sha,
             ..
         } => {
             let Some(details) = mr.store.get(view.item.id).await.map_err(store_error)? else {
@@ -93,6 +94,7 @@ async fn handle_forge_event(
                     status,
                     failure_reason,
                     finished_at,
+                    head_sha: sha,
                 },
             ))
         }

@@ -203,20 +203,26 @@
 //! and completes the item); `closed` is confirmed by a read first, so a
 //! close overtaken by its reopen does nothing. Duplicates cost one read and
 //! change nothing twice. A failed job's delivery (resolved by its pipeline,
-//! or its branch while a new head pipeline is not recorded yet) is added to
+//! or its branch while a new head pipeline is not recorded yet; a GitHub
+//! Actions job, whose change has no head pipeline, by its branch or its
+//! commit) is added to
 //! `needs_ci_retry` unless the item has `ci_retry: false`, the job is
 //! already listed, or its pipeline is older than the recorded head
 //! pipeline.
 //!
 //! # CI retry
 //!
-//! `retry_ci_jobs` works through the failed jobs Job webhooks reported (the
-//! dimension's `jobs` list, one entry per job, each with its state and
-//! deciding matcher), through the forge's `CiJobs` capability
-//! (`Forge::ci_jobs`: GitLab's; without it the jobs settle as `error`).
-//! It reads the MR's head pipeline now (a job of an
+//! `retry_ci_jobs` works through the failed jobs the forge's job webhooks
+//! reported (GitLab Job Hooks; GitHub `workflow_job` deliveries and failed
+//! check runs of the Actions app), kept in the dimension's `jobs` list (one
+//! entry per job, each with its state and deciding matcher), through the forge's `CiJobs` capability
+//! (`Forge::ci_jobs`: GitLab jobs, GitHub Actions workflow jobs; without it
+//! the jobs settle as `error`). It reads the change request's head now: on
+//! GitLab its head pipeline (a job of an
 //! older pipeline is `superseded`; one of a newer pipeline waits up to
-//! 10 min for the forge to show it as the head), the pipeline's job list
+//! 10 min for the forge to show it as the head), on GitHub its head commit
+//! (a job of another commit is `superseded`); then each pipeline's (GitHub:
+//! workflow run's) job list
 //! once (a newer attempt → `already_retried`, no longer failed →
 //! `not_failed`), judges each pending job with `wq-herder` (a trace only
 //! when a matcher needs one) and retries the due ones. A forge error on one

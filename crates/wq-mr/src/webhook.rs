@@ -97,13 +97,6 @@ impl ForgeWebhooks {
                 ref_name,
                 number,
                 ..
-            }
-            | ForgeEvent::Job {
-                project,
-                pipeline_id,
-                ref_name,
-                number,
-                ..
             } => {
                 if let Some(id) = store
                     .find_active(forge, project, Lookup::Pipeline(*pipeline_id))
@@ -115,8 +108,8 @@ impl ForgeWebhooks {
                 // pipeline names its change request (GitLab's
                 // `refs/merge-requests/<iid>/head`, the Pipeline Hook's
                 // merge request), a branch pipeline its branch. The
-                // reconcile it triggers (for a job, the handler and the
-                // executor) tells a superseded pipeline from the head.
+                // reconcile it triggers tells a superseded pipeline from
+                // the head.
                 if let Some(number) = number
                     && let Some(id) = store
                         .find_active(forge, project, Lookup::Number(*number))
@@ -125,6 +118,45 @@ impl ForgeWebhooks {
                     return Ok(Some(id));
                 }
                 self.by_branch(forge, project, ref_name.as_deref()).await
+            }
+            ForgeEvent::Job {
+                project,
+                pipeline_id,
+                ref_name,
+                number,
+                sha,
+                ..
+            } => {
+                // GitLab: the recorded head pipeline, else the merge
+                // request a merge request pipeline's ref names
+                // (`refs/merge-requests/<iid>/head`). GitHub records none:
+                // an Actions job is found by its branch, else its commit.
+                // The handler and the executor tell a superseded pipeline
+                // or commit from the head.
+                if let Some(id) = store
+                    .find_active(forge, project, Lookup::Pipeline(*pipeline_id))
+                    .await?
+                {
+                    return Ok(Some(id));
+                }
+                if let Some(number) = number
+                    && let Some(id) = store
+                        .find_active(forge, project, Lookup::Number(*number))
+                        .await?
+                {
+                    return Ok(Some(id));
+                }
+                if let Some(id) = self.by_branch(forge, project, ref_name.as_deref()).await? {
+                    return Ok(Some(id));
+                }
+                match sha {
+                    Some(sha) => {
+                        store
+                            .find_active(forge, project, Lookup::HeadSha(sha))
+                            .await
+                    }
+                    None => Ok(None),
+                }
             }
             ForgeEvent::Note {
                 project, number, ..

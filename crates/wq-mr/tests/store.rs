@@ -639,6 +639,7 @@ async fn webhook_lookups_see_active_items_only(backend: Backend) {
         Lookup::Number(7),
         Lookup::Pipeline(41),
         Lookup::Branch("wq/x"),
+        Lookup::HeadSha("def"),
     ] {
         assert_eq!(
             mr.find_active("gitlab", "team/app", lookup).await.unwrap(),
@@ -657,6 +658,13 @@ async fn webhook_lookups_see_active_items_only(backend: Backend) {
             .await
             .unwrap(),
         None
+    );
+    assert_eq!(
+        mr.find_active("gitlab", "team/app", Lookup::HeadSha("abc"))
+            .await
+            .unwrap(),
+        None,
+        "only the recorded head"
     );
     // A cancelled item is not resolved.
     store

@@ -23,6 +23,7 @@ use super::model::{
 };
 use super::rest::BranchSegment;
 use super::{Ctx, Env, json as render, model, ops, repo_key, with_github};
+use crate::ci::JobSpec;
 use crate::control::{ControlError, PushSpec};
 use crate::repo::FileEntry;
 use crate::state::{Shared, SimState, lock};
@@ -272,6 +273,35 @@ impl ControlRepo {
             repo.check_script = checks;
             Ok(())
         })
+    }
+
+    /// Replaces the scripted GitHub Actions workflow (a run of it starts for every new head
+    /// from now on); no jobs turns it off.
+    pub fn set_workflow(&self, name: &str, jobs: Vec<JobSpec>) -> Result<(), ControlError> {
+        let workflow = (!jobs.is_empty()).then(|| super::model::actions::Workflow {
+            name: name.to_string(),
+            jobs,
+        });
+        self.with_repo(|repo, _| {
+            repo.actions.workflow = workflow;
+            Ok(())
+        })
+    }
+
+    /// Every workflow job of the repository (all runs and attempts) as the REST API renders
+    /// them, oldest first.
+    pub fn workflow_jobs(&self) -> Vec<Value> {
+        let ctx = control_ctx(&self.state, "sim");
+        self.read(|repo| {
+            Some(
+                repo.actions
+                    .jobs
+                    .iter()
+                    .map(|job| render::actions::job_json(&ctx, repo, job))
+                    .collect(),
+            )
+        })
+        .unwrap_or_default()
     }
 
     /// Submits a review as `user` (`APPROVE`, `REQUEST_CHANGES`, `COMMENT`).
@@ -651,6 +681,10 @@ pub fn router() -> Router<Shared> {
             "/_sim/github/repos/{owner}/{repo}/checks",
             put(checks_route),
         )
+        .route(
+            "/_sim/github/repos/{owner}/{repo}/actions",
+            put(workflow_route).get(workflow_jobs_route),
+        )
         .route("/_sim/github/repos/{owner}/{repo}/push", post(push_route))
         .route(
             "/_sim/github/repos/{owner}/{repo}/branches/{*branch}",
@@ -749,6 +783,31 @@ async fn checks_route(repo: ControlRepo, body: Bytes) -> ControlResult {
     };
     repo.set_checks(parse_checks(&list)?)?;
     Ok(ok())
+}
+
+/// `{"workflow": "CI", "jobs": [<CI job JSON>, ...]}`: the Actions workflow every new head
+/// runs.
+#[derive(Deserialize)]
+struct WorkflowBody {
+    #[serde(default = "default_workflow_name")]
+    workflow: String,
+    #[serde(default)]
+    jobs: Vec<JobSpec>,
+}
+
+fn default_workflow_name() -> String {
+    "CI".to_string()
+}
+
+async fn workflow_route(repo: ControlRepo, body: Bytes) -> ControlResult {
+    let request: WorkflowBody = parse_body(&body)?;
+    repo.set_workflow(&request.workflow, request.jobs)?;
+    Ok(ok())
+}
+
+async fn workflow_jobs_route(repo: ControlRepo) -> ControlResult {
+    repo.read(|_| Some(())).ok_or_else(|| repo.not_found())?;
+    Ok(Json(json!({ "jobs": repo.workflow_jobs() })).into_response())
 }
 
 async fn push_route(repo: ControlRepo, body: Bytes) -> ControlResult {
@@ -938,6 +997,24 @@ impl crate::SimHandle {
     /// Replaces the scripted checks started for every new pull-request head and merge group.
     pub fn github_script_checks(&self, repo: &str, checks: Vec<CheckScript>) -> anyhow::Result<()> {
         Ok(self.github_repo(repo)?.set_checks(checks)?)
+    }
+
+    /// Scripts the GitHub Actions workflow `name` run for every new pull-request head: one
+    /// job per spec (`JobOutcome::flaky` fails its first runs per commit; a `reason` of
+    /// `timed_out` or `cancelled` is the failing job's conclusion, any other `failure`).
+    pub fn github_script_workflow(
+        &self,
+        repo: &str,
+        name: &str,
+        jobs: Vec<JobSpec>,
+    ) -> anyhow::Result<()> {
+        Ok(self.github_repo(repo)?.set_workflow(name, jobs)?)
+    }
+
+    /// Every workflow job of the repository (all runs and attempts) as the REST API renders
+    /// them, oldest first.
+    pub fn github_workflow_jobs(&self, repo: &str) -> anyhow::Result<Vec<Value>> {
+        Ok(self.github_repo(repo)?.workflow_jobs())
     }
 
     /// Approves a pull request as `user` (created if unknown).

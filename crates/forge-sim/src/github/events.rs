@@ -191,3 +191,12 @@ pub fn merge_group(
     }
     emit(env, ctx, r, "merge_group", payload);
 }
+
+/// `workflow_job` (`queued` / `in_progress` / `completed`) for a GitHub Actions job.
+pub fn workflow_job(env: &mut Env, ctx: &Ctx, r: &GhRepo, job_id: u64, action: &str) {
+    let Some(job) = r.actions.job(job_id) else {
+        return;
+    };
+    let payload = json!({ "action": action, "workflow_job": js::actions::job_json(ctx, r, job) });
+    emit(env, ctx, r, "workflow_job", payload);
+}

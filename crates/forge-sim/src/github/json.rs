@@ -8,6 +8,8 @@ use super::Ctx;
 use super::model;
 use super::model::{CheckKind, CheckRun, CommitStatus, GhRepo, IssueComment, PullRequest, Review};
 
+pub mod actions;
+
 /// GitHub's timestamp format (`2024-01-02T03:04:05Z`).
 pub fn ts(t: OffsetDateTime) -> String {
     let fmt = format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
@@ -226,7 +228,10 @@ pub fn check_run(ctx: &Ctx, r: &GhRepo, run: &CheckRun) -> Value {
         "external_id": "",
         "url": format!("{}/repos/{full}/check-runs/{}", ctx.base_url, run.id),
         "html_url": format!("{}/{full}/runs/{}", ctx.base_url, run.id),
-        "details_url": format!("{}/{full}/runs/{}", ctx.base_url, run.id),
+        "details_url": match r.actions.job(run.id) {
+            Some(job) => actions::job_html_url(ctx, r, job),
+            None => format!("{}/{full}/runs/{}", ctx.base_url, run.id),
+        },
         "status": run.status,
         "conclusion": run.conclusion,
         "started_at": ts(run.started_at),
@@ -240,7 +245,7 @@ pub fn check_run(ctx: &Ctx, r: &GhRepo, run: &CheckRun) -> Value {
         },
         "name": run.name,
         "check_suite": { "id": run.check_suite_id },
-        "app": app(ctx),
+        "app": if r.actions.job(run.id).is_some() { actions::app(ctx) } else { app(ctx) },
         "pull_requests": prs,
     })
 }
@@ -269,7 +274,7 @@ pub fn check_suite(ctx: &Ctx, r: &GhRepo, suite_id: u64) -> Value {
         "status": status,
         "conclusion": conclusion,
         "url": format!("{}/repos/{}/check-suites/{suite_id}", ctx.base_url, r.full_name()),
-        "app": app(ctx),
+        "app": if r.actions.owns_suite(suite_id) { actions::app(ctx) } else { app(ctx) },
         "pull_requests": prs,
         "latest_check_runs_count": runs.len(),
         "rerequestable": true,

@@ -11,6 +11,7 @@ mod converge;
 mod faults;
 mod flow;
 mod github;
+mod github_ci;
 mod hostile;
 mod ownership;
 mod support;

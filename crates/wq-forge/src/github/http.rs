@@ -91,6 +91,9 @@ impl Answer {
 /// The configured connection to one GitHub (or GitHub Enterprise) API.
 pub struct Http {
     client: reqwest::Client,
+    /// Sends no credentials and no GitHub headers: for the short-lived
+    /// URLs GitHub redirects to (job logs), on another host.
+    bare: reqwest::Client,
     /// `https://api.github.com` or `https://host/api/v3`.
     base: Url,
     /// `https://api.github.com/graphql` or `https://host/api/graphql`.
@@ -117,8 +120,10 @@ impl Http {
             HeaderValue::from_static(API_VERSION),
         );
         let client = crate::http_util::client(headers, timeout)?;
+        let bare = crate::http_util::client(HeaderMap::new(), timeout)?;
         Ok(Self {
             client,
+            bare,
             base,
             graphql,
             timeout,
@@ -163,6 +168,109 @@ impl Http {
             headers,
             body: body.to_vec(),
         })
+    }
+
+    /// The last `max` bytes of a text GitHub serves behind a redirect (a
+    /// job's log): the call (with the token) answers a redirect, whose
+    /// `Location` is fetched once without the token or any GitHub header,
+    /// and streamed into the tail ([`crate::http_util::Tail`]). A direct
+    /// 2xx answer is read the same way. A second redirect is not followed,
+    /// and a `Location` leaving https (unless the API itself is plain http)
+    /// is refused.
+    pub async fn tail_behind_redirect(&self, call: &Call, max: usize) -> ForgeResult<String> {
+        let describe = call.describe();
+        let response = call
+            .build(&self.client, &self.base)
+            .send()
+            .await
+            .map_err(|e| self.transport_error(&describe, &e))?;
+        let status = response.status();
+        let response = if status.is_redirection() {
+            let headers = response.headers().clone();
+            let location = crate::http_util::header(&headers, "location")
+                .ok_or_else(|| {
+                    ForgeError::rejected(
+                        Some(status.as_u16()),
+                        format!("{describe}: GitHub answered {status} without a Location"),
+                    )
+                })?
+                .to_owned();
+            let target = response.url().join(&location).map_err(|e| {
+                ForgeError::rejected(
+                    Some(status.as_u16()),
+                    format!("{describe}: Location {location:?} is not a URL: {e}"),
+                )
+            })?;
+            let secure_enough = target.scheme() == "https"
+                || (target.scheme() == "http" && self.base.scheme() == "http");
+            if !secure_enough {
+                return Err(ForgeError::rejected(
+                    Some(status.as_u16()),
+                    format!(
+                        "{describe}: GitHub redirected to {:?}, which is not https",
+                        target.scheme()
+                    ),
+                ));
+            }
+            // The log host: no token, no query or path in the messages
+            // (the query is the URL's signature).
+            let host = target.host_str().unwrap_or_default().to_owned();
+            let what = format!("GET {host} (the log GitHub redirected to)");
+            let followed = self
+                .bare
+                .get(target)
+                .send()
+                .await
+                .map_err(|e| self.transport_error(&what, &e))?;
+            let answered = followed.status();
+            if answered.is_redirection() {
+                return Err(crate::http_util::redirect_error(
+                    "the log host",
+                    &what,
+                    answered,
+                    followed.headers(),
+                ));
+            }
+            if !answered.is_success() {
+                let body = followed.bytes().await.unwrap_or_default();
+                return Err(ForgeError::from_status(
+                    answered.as_u16(),
+                    format!(
+                        "{what}: {}",
+                        crate::http_util::fallback_message(answered, &body)
+                    ),
+                ));
+            }
+            followed
+        } else if status.is_success() {
+            response
+        } else {
+            let headers = response.headers().clone();
+            let body = response
+                .bytes()
+                .await
+                .map_err(|e| self.transport_error(&describe, &e))?;
+            let answer = Answer {
+                status,
+                headers,
+                body: body.to_vec(),
+            };
+            let error = answer.error();
+            return Err(ForgeError {
+                message: format!("{describe}: {}", error.message),
+                ..error
+            });
+        };
+        let mut response = response;
+        let mut tail = crate::http_util::Tail::new(max);
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| self.transport_error(&describe, &e))?
+        {
+            tail.push(&chunk);
+        }
+        Ok(tail.finish())
     }
 
     /// Sends the call; a 2xx body is returned, anything else is an error.

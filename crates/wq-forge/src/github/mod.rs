@@ -67,9 +67,15 @@
 //! **Webhooks** are authenticated by `X-Hub-Signature-256`, an HMAC-SHA256
 //! over the raw body, checked in constant time.
 //!
-//! This client offers no [`CiJobs`](crate::CiJobs) capability.
+//! **CI jobs.** GitHub Actions workflow jobs are offered as
+//! [`CiJobs`](crate::CiJobs) (a workflow run is the pipeline; see the `ci`
+//! module for the requests). A job's log is behind a 302 to a short-lived
+//! URL on another host: that one redirect is followed, without the token,
+//! and only the log's tail is kept. Jobs of the pull request's head commit
+//! are current ([`CiHeadCheck::HeadSha`](crate::CiHeadCheck::HeadSha)).
 
 mod change;
+mod ci;
 mod client;
 mod commit;
 mod http;
@@ -92,6 +98,7 @@ use crate::model::{
     Note, NoteRef, QueueObservation,
 };
 
+pub use self::ci::job_status;
 pub use self::client::GithubClient;
 pub use self::http::{API_VERSION, USER_AGENT};
 pub use self::merge::{MERGE_BUDGET, MERGE_POLL_INTERVAL};
@@ -188,6 +195,10 @@ impl Forge for GithubClient {
         body: &str,
     ) -> ForgeResult<()> {
         self.update_note(project, number, note_id, body).await
+    }
+
+    fn ci_jobs(&self) -> Option<&dyn crate::CiJobs> {
+        Some(self)
     }
 
     fn parse_webhook(

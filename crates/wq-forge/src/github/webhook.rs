@@ -1,6 +1,6 @@
 //! GitHub webhook deliveries: the `X-Hub-Signature-256` check and the
-//! payloads of pull request, review, check, status, merge queue and comment
-//! events.
+//! payloads of pull request, review, check, status, merge queue, comment and
+//! Actions workflow job events.
 //!
 //! Field names follow GitHub's "Webhook events and payloads" documentation.
 //! Only what finds the item is read; the stored raw body keeps the rest
@@ -10,6 +10,10 @@ use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use super::ci::WorkflowJob;
 use super::wire::check_word;
 use crate::events::{ChangeAction, ForgeEvent, WebhookRejection};
 use crate::model::{ChangeState, CiStatus};
@@ -17,10 +21,11 @@ use crate::payload::{at, header, malformed, opt_str, req_str, req_u64};
 
 /// The events this client reads; every other event type is `Ignored`
 /// without looking at the body.
-const HANDLED: [&str; 9] = [
+const HANDLED: [&str; 10] = [
     "pull_request",
     "pull_request_review",
     "pull_request_review_thread",
+    "workflow_job",
     "check_run",
     "check_suite",
     "status",
@@ -58,7 +63,11 @@ pub fn parse(
         "pull_request" => pull_request_event(&payload),
         "pull_request_review" => review_event(&payload),
         "pull_request_review_thread" => change_event(&payload, ChangeAction::Other),
-        "check_run" => checks_event(&payload, "check_run"),
+        "workflow_job" => workflow_job_event(&payload),
+        "check_run" => match actions_job_event(&payload)? {
+            Some(job) => Ok(job),
+            None => checks_event(&payload, "check_run"),
+        },
         "check_suite" => checks_event(&payload, "check_suite"),
         "status" => status_event(&payload),
         "merge_group" => merge_group_event(&payload),
@@ -194,6 +203,100 @@ fn checks_event(payload: &Value, object: &str) -> Result<ForgeEvent, WebhookReje
     })
 }
 
+/// `workflow_job` (`queued`, `in_progress`, `completed`, ...): a GitHub
+/// Actions job as a [`ForgeEvent::Job`] whose pipeline is the workflow run,
+/// its status and failure reason mapped as for listed jobs
+/// ([`super::job_status`]).
+fn workflow_job_event(payload: &Value) -> Result<ForgeEvent, WebhookRejection> {
+    let value = at(payload, "workflow_job").ok_or_else(|| malformed("workflow_job: missing"))?;
+    req_u64(value, "id").map_err(|_| malformed("workflow_job.id: missing or not a number"))?;
+    req_u64(value, "run_id")
+        .map_err(|_| malformed("workflow_job.run_id: missing or not a number"))?;
+    let job: WorkflowJob = serde_json::from_value(value.clone())
+        .map_err(|e| malformed(format!("workflow_job: {e}")))?;
+    let finished_at = job
+        .finished_at()
+        .map_err(|e| malformed(format!("workflow_job: {}", e.message)))?;
+    let status = job.status_word();
+    let failure_reason = job.failure_reason().filter(|_| status == "failed");
+    Ok(ForgeEvent::Job {
+        project: project(payload)?,
+        pipeline_id: job.run_id,
+        job_id: job.id,
+        stage: job.workflow_name.clone().filter(|w| !w.is_empty()),
+        status,
+        failure_reason,
+        finished_at,
+        ref_name: job.head_branch.clone().filter(|b| !b.is_empty()),
+        number: None,
+        sha: job.head_sha.clone().filter(|s| !s.is_empty()),
+        name: job.name,
+    })
+}
+
+/// A completed, failed check run of the GitHub Actions app is its workflow
+/// job (same id; the run id is in its `details_url`,
+/// `.../actions/runs/<run>/job/<job>`): a [`ForgeEvent::Job`] without a
+/// failure reason (a check run has no steps; the job list supplies it).
+/// `None` for every other check run.
+fn actions_job_event(payload: &Value) -> Result<Option<ForgeEvent>, WebhookRejection> {
+    let Some(run) = at(payload, "check_run") else {
+        return Ok(None);
+    };
+    if opt_str(run, "app.slug").as_deref() != Some(ACTIONS_APP_SLUG)
+        || opt_str(run, "status").as_deref() != Some("completed")
+    {
+        return Ok(None);
+    }
+    let conclusion = opt_str(run, "conclusion");
+    let status = super::job_status("completed", conclusion.as_deref());
+    if status != "failed" {
+        return Ok(None);
+    }
+    let Some(run_id) = opt_str(run, "details_url")
+        .as_deref()
+        .and_then(actions_run_id)
+    else {
+        return Ok(None);
+    };
+    let finished_at = match opt_str(run, "completed_at") {
+        Some(text) => Some(
+            OffsetDateTime::parse(&text, &Rfc3339)
+                .map_err(|_| malformed(format!("check_run.completed_at: unreadable {text:?}")))?,
+        ),
+        None => None,
+    };
+    Ok(Some(ForgeEvent::Job {
+        project: project(payload)?,
+        pipeline_id: run_id,
+        job_id: req_u64(run, "id").map_err(|_| malformed("check_run.id: missing"))?,
+        name: req_str(run, "name").map_err(|_| malformed("check_run.name: missing"))?,
+        stage: None,
+        status,
+        failure_reason: None,
+        finished_at,
+        ref_name: opt_str(run, "check_suite.head_branch"),
+        number: None,
+        sha: opt_str(run, "head_sha"),
+    }))
+}
+
+/// The GitHub Actions app's slug.
+const ACTIONS_APP_SLUG: &str = "github-actions";
+
+/// The workflow run id in an Actions job's page URL
+/// (`https://github.com/o/r/actions/runs/<run>/job/<job>`).
+fn actions_run_id(url: &str) -> Option<u64> {
+    let path = url.split(['?', '#']).next()?;
+    let mut segments = path.split('/').skip_while(|s| *s != "actions");
+    segments.next()?;
+    if segments.next()? != "runs" {
+        return None;
+    }
+    let run = segments.next()?.parse().ok()?;
+    (segments.next()? == "job").then_some(run)
+}
+
 /// A commit status: no pull request numbers (GitHub does not say), the
 /// branch from `branches[].name` when the commit is a branch head.
 fn status_event(payload: &Value) -> Result<ForgeEvent, WebhookRejection> {
@@ -301,6 +404,26 @@ mod tests {
             format!("refs/heads/gh-readonly-queue/main/pr-0-{sha}"),
         ] {
             assert_eq!(queue_branch_number(&bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn actions_job_pages_name_their_run() {
+        assert_eq!(
+            actions_run_id("https://github.com/o/r/actions/runs/42/job/7"),
+            Some(42)
+        );
+        assert_eq!(
+            actions_run_id("https://ghe.example.com/o/r/actions/runs/42/job/7?pr=1"),
+            Some(42)
+        );
+        for bad in [
+            "https://github.com/o/r/runs/7",
+            "https://github.com/o/r/actions/runs/x/job/7",
+            "https://github.com/o/r/actions/runs/42",
+            "",
+        ] {
+            assert_eq!(actions_run_id(bad), None, "{bad}");
         }
     }
 

@@ -40,7 +40,7 @@ impl CiJobs for GitlabClient {
             .await
     }
 
-    async fn retry_job(&self, project: &str, job_id: u64) -> ForgeResult<CiJob> {
+    async fn retry_job(&self, project: &str, job_id: u64) -> ForgeResult<Option<CiJob>> {
         let id = job_id.to_string();
         let job: wire::Job = self
             .http
@@ -49,6 +49,6 @@ impl CiJobs for GitlabClient {
                 "a job",
             )
             .await?;
-        job.into_ci_job(None)
+        job.into_ci_job(None).map(Some)
     }
 }

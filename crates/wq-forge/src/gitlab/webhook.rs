@@ -163,6 +163,7 @@ fn job_event(payload: &Value) -> Result<ForgeEvent, WebhookRejection> {
             .as_deref()
             .and_then(merge_request_of_ref),
         ref_name: opt_str(payload, "ref"),
+        sha: opt_str(payload, "sha"),
     })
 }
 

@@ -254,6 +254,15 @@ pub struct Job {
     pub retried: Option<bool>,
     #[serde(default)]
     pub finished_at: Option<String>,
+    /// The commit the job ran on (`commit.id`).
+    #[serde(default)]
+    pub commit: Option<JobCommit>,
+}
+
+/// A job's `commit`.
+#[derive(Debug, Deserialize)]
+pub struct JobCommit {
+    pub id: String,
 }
 
 impl Job {
@@ -280,6 +289,7 @@ impl Job {
             pipeline_id,
             retried: self.retried.unwrap_or(false),
             finished_at,
+            head_sha: self.commit.map(|c| c.id).filter(|id| !id.is_empty()),
         })
     }
 }
@@ -540,6 +550,7 @@ mod tests {
             pipeline_id: 1,
             retried: false,
             finished_at: None,
+            head_sha: None,
         };
         let mut jobs = vec![job(5, "unit"), job(3, "unit"), job(4, "lint")];
         mark_retried(&mut jobs, false);

@@ -1,8 +1,8 @@
 //! The cases every forge client passes, written once against `dyn Forge`.
 
-use forge_sim::{FaultRule, HttpFault};
+use forge_sim::{FaultRule, HttpFault, JobOutcome, JobSpec};
 use wq_forge::{
-    ChangeState, ChangeUpdate, CommitMode, CommitRequest, FileAction, FileOp, Forge,
+    ChangeState, ChangeUpdate, CiStatus, CommitMode, CommitRequest, FileAction, FileOp, Forge,
     ForgeErrorKind, MergeMethod, MergeOutcome, MergeParams, NewChange, WebhookRejection,
 };
 
@@ -177,6 +177,75 @@ pub async fn notes_are_created_updated_and_listed_across_pages<H: Harness>() {
 pub async fn ci_jobs_are_offered_where_the_forge_has_them<H: Harness>() {
     let harness = H::start().await;
     assert_eq!(harness.forge().ci_jobs().is_some(), H::CI_JOBS);
+}
+
+/// Both forges' jobs alike: a failed job of the head pipeline (GitHub: workflow
+/// run) is listed failed with a reason, its log's tail read, retried; the new
+/// attempt passes and the old one counts as retried.
+pub async fn a_flaky_ci_job_is_listed_its_log_read_and_retried<H: Harness>() {
+    let harness = H::start().await;
+    harness.script_ci(vec![
+        JobSpec::new("lint", JobOutcome::Success),
+        JobSpec::new(
+            "unit",
+            JobOutcome::flaky(1, "failure", "the runner went away"),
+        ),
+    ]);
+    let forge = harness.forge();
+    let ci = forge.ci_jobs().expect("CI jobs");
+    let (number, head) = open_change(forge, H::PROJECT, "wq/ci").await;
+    harness.finish_ci();
+    let change = forge.get_change(H::PROJECT, number).await.expect("get");
+    assert_eq!(change.ci, CiStatus::Failed);
+    let pipeline = harness.head_pipeline(number).await;
+
+    let jobs = ci.pipeline_jobs(H::PROJECT, pipeline).await.expect("jobs");
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    let unit = jobs
+        .iter()
+        .find(|j| j.name == "unit")
+        .expect("unit")
+        .clone();
+    assert_eq!(unit.status, "failed");
+    assert!(unit.failure_reason.is_some(), "{unit:?}");
+    assert_eq!(unit.pipeline_id, pipeline);
+    assert!(!unit.retried);
+    assert!(unit.finished_at.is_some());
+    assert!(
+        unit.head_sha.as_deref().is_none_or(|sha| sha == head),
+        "{unit:?}"
+    );
+    let lint = jobs.iter().find(|j| j.name == "lint").expect("lint");
+    assert_eq!(
+        (lint.status.as_str(), &lint.failure_reason),
+        ("success", &None)
+    );
+
+    let trace = ci.job_trace(H::PROJECT, unit.id).await.expect("trace");
+    assert!(trace.contains("the runner went away"), "{trace}");
+
+    let retried = ci.retry_job(H::PROJECT, unit.id).await.expect("retry");
+    if let Some(new) = &retried {
+        assert_ne!(new.id, unit.id);
+        assert_eq!((new.name.as_str(), new.pipeline_id), ("unit", pipeline));
+    }
+    harness.finish_ci();
+    let jobs = ci.pipeline_jobs(H::PROJECT, pipeline).await.expect("jobs");
+    assert_eq!(jobs.len(), 3, "every attempt: {jobs:?}");
+    assert!(jobs.iter().find(|j| j.id == unit.id).unwrap().retried);
+    let new = jobs
+        .iter()
+        .filter(|j| j.name == "unit")
+        .max_by_key(|j| j.id)
+        .unwrap();
+    assert_eq!((new.status.as_str(), new.retried), ("success", false));
+    if let Some(named) = retried {
+        assert_eq!(named.id, new.id, "the retry named the new attempt");
+    }
+    assert_eq!(
+        forge.get_change(H::PROJECT, number).await.expect("get").ci,
+        CiStatus::Success
+    );
 }
 
 pub async fn redirects_are_not_followed_and_the_token_stays<H: Harness>() {

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use forge_sim::SimHandle;
 use forge_sim::github::{GithubRepoSpec, MergeAsyncScript};
+use forge_sim::{JobSpec, SimHandle};
 use wq_forge::{Forge, ForgeConfig, ForgeKind, ForgeResult, GithubClient, GitlabClient};
 
 pub const SECRET: &str = "hook-secret";
@@ -61,6 +61,13 @@ pub trait Harness: Sized {
     fn delivery(secret: Option<&str>) -> (Vec<(String, String)>, Vec<u8>);
     /// Checks a new note's URL as this forge gives it.
     fn check_note_url(&self, url: Option<&str>);
+    /// Replaces [`Harness::PROJECT`]'s CI with `jobs` (GitLab jobs, a
+    /// GitHub Actions workflow), run for every new head from now on.
+    fn script_ci(&self, jobs: Vec<JobSpec>);
+    /// Lets every started CI job finish.
+    fn finish_ci(&self);
+    /// The pipeline (GitHub: workflow run) of the change request's head.
+    async fn head_pipeline(&self, number: u64) -> u64;
 }
 
 pub struct Gitlab {
@@ -204,6 +211,25 @@ impl Harness for Gitlab {
     fn check_note_url(&self, url: Option<&str>) {
         assert_eq!(url, None, "GitLab's note answer has no URL");
     }
+
+    fn script_ci(&self, jobs: Vec<JobSpec>) {
+        self.sim
+            .set_gitlab_jobs(self.project_id, jobs)
+            .expect("jobs");
+    }
+
+    fn finish_ci(&self) {
+        self.settle();
+    }
+
+    async fn head_pipeline(&self, number: u64) -> u64 {
+        self.client
+            .get_change(Self::PROJECT, number)
+            .await
+            .expect("change")
+            .pipeline_id
+            .expect("a head pipeline")
+    }
 }
 
 pub struct Github {
@@ -217,7 +243,7 @@ impl Harness for Github {
     const REMOTE_HTTP_URL: &'static str = "http://github.example.com/api/v3";
     const REMOTE_HTTPS_URL: &'static str = "https://github.example.com/api/v3";
     const REDIRECTED_PATH: &'static str = "/repos/octo/app";
-    const CI_JOBS: bool = false;
+    const CI_JOBS: bool = true;
 
     /// The background ticker is effectively off: every API request
     /// progresses the simulated GitHub by one tick; `merge-async` answers
@@ -348,5 +374,39 @@ impl Harness for Github {
 
     fn check_note_url(&self, url: Option<&str>) {
         assert!(url.is_some_and(|u| u.contains("#issuecomment-")), "{url:?}");
+    }
+
+    fn script_ci(&self, jobs: Vec<JobSpec>) {
+        self.sim
+            .github_script_workflow(Self::PROJECT, "CI", jobs)
+            .expect("workflow");
+    }
+
+    /// Ticks the stepped simulator until every workflow job completed.
+    fn finish_ci(&self) {
+        for _ in 0..20 {
+            let jobs = self.sim.github_workflow_jobs(Self::PROJECT).expect("jobs");
+            if jobs.iter().all(|job| job["status"] == "completed") {
+                return;
+            }
+            self.sim.tick();
+        }
+        panic!("the workflow jobs never completed");
+    }
+
+    /// The workflow run of the pull request's head commit.
+    async fn head_pipeline(&self, number: u64) -> u64 {
+        let head = self
+            .client
+            .get_change(Self::PROJECT, number)
+            .await
+            .expect("change")
+            .head_sha
+            .expect("a head");
+        let jobs = self.sim.github_workflow_jobs(Self::PROJECT).expect("jobs");
+        jobs.iter()
+            .find(|job| job["head_sha"] == head.as_str())
+            .and_then(|job| job["run_id"].as_u64())
+            .expect("a workflow run of the head")
     }
 }

@@ -3,7 +3,8 @@
 //! once against `dyn Forge` and a [`Harness`] (the simulator's forge-
 //! specific set-up); `forge_suite!` runs every case on both forges.
 //! Behaviour only one forge has (merge-async polling and budget, merge
-//! trains, GitLab CI) stays in `tests/github.rs` and `tests/gitlab.rs`.
+//! trains, GitLab job traces, GitHub's log redirect) stays in
+//! `tests/github.rs` and `tests/gitlab.rs`.
 
 mod cases;
 mod harness;
@@ -37,6 +38,7 @@ forge_suite!(
         project_path_is_the_forges_spelling,
         notes_are_created_updated_and_listed_across_pages,
         ci_jobs_are_offered_where_the_forge_has_them,
+        a_flaky_ci_job_is_listed_its_log_read_and_retried,
         redirects_are_not_followed_and_the_token_stays,
         plain_http_off_loopback_is_refused_unless_configured,
         branch_heads_are_read_and_a_missing_project_is_an_error,

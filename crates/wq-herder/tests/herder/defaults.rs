@@ -17,6 +17,9 @@ fn the_default_set_compiles_with_the_documented_matchers() {
             "network",
             "oom-killed",
             "git-fetch",
+            "github-runner-lost",
+            "github-job-timeout",
+            "github-runner-shutdown",
         ]
     );
     for name in herder.matcher_names() {
@@ -35,6 +38,7 @@ fn infrastructure_failure_reasons_are_retried_without_the_trace() {
         ("scheduler_failure", "runner-system-failure"),
         ("api_failure", "runner-system-failure"),
         ("stuck_or_timeout_failure", "stuck-or-timeout"),
+        ("timed_out", "stuck-or-timeout"),
     ];
     for (reason, matcher) in cases {
         let job = with_reason(failed_job("test"), Some(reason));
@@ -163,6 +167,89 @@ fn realistic_traces_hit_each_message_matcher() {
             "{ending}"
         );
     }
+}
+
+/// A GitHub Actions job log: timestamped lines, `noise` of output, then
+/// `ending` (each of its lines timestamped too).
+fn github_log(noise: usize, ending: &str) -> String {
+    let stamp = "2026-11-30T12:00:00.0000000Z";
+    let mut text =
+        format!("{stamp} Current runner version: '2.321.0'\n{stamp} ##[group]Run make test\n");
+    for line in filler(noise).lines().chain(ending.lines()) {
+        text.push_str(&format!("{stamp} {line}\n"));
+    }
+    text
+}
+
+#[test]
+fn github_actions_runner_failures_hit_their_matchers() {
+    let herder = Herder::default_set();
+    let cases = [
+        (
+            "github-runner-lost",
+            "##[error]The self-hosted runner: ci-runner-7 lost communication with the server. \
+             Verify the machine is running and has a healthy network connection. Anything in \
+             your workflow that terminates the runner process, starves it for CPU/Memory, or \
+             blocks its network access can cause this error.",
+        ),
+        (
+            "github-runner-lost",
+            "##[error]The hosted runner: GitHub Actions 9 lost communication with the server. \
+             Anything in your workflow that terminates the runner process, starves it for \
+             CPU/Memory, or blocks its network access can cause this error.",
+        ),
+        (
+            "github-runner-shutdown",
+            "##[error]The runner has received a shutdown signal. This can happen when the runner \
+             service is stopped, or a manually started runner is canceled.\n\
+             ##[error]Process completed with exit code 143.\n\
+             Cleaning up orphan processes",
+        ),
+        (
+            "github-runner-shutdown",
+            "npm run build\n##[error]The operation was canceled.\nCleaning up orphan processes",
+        ),
+        (
+            "github-job-timeout",
+            "##[error]The job running on runner GitHub Actions 3 has exceeded the maximum \
+             execution time of 360 minutes.\n##[error]The operation was canceled.",
+        ),
+        (
+            "github-job-timeout",
+            "##[error]The job has exceeded the maximum execution time of 6h0m0s",
+        ),
+    ];
+    for (matcher, ending) in cases {
+        // A failed step's name is the GitHub job's failure reason.
+        let job = with_reason(failed_job("unit"), Some("Run tests"));
+        let text = github_log(300, ending);
+        assert_eq!(
+            run(&herder, &job, &text).verdict(),
+            &retry(matcher, 0),
+            "{ending}"
+        );
+    }
+    // A cancelled job (by a person or a newer run) is not failed: left alone.
+    let cancelled = with_status(
+        with_reason(failed_job("unit"), Some("cancelled")),
+        "canceled",
+    );
+    assert_eq!(
+        run(
+            &herder,
+            &cancelled,
+            &github_log(10, "##[error]The operation was canceled.")
+        ),
+        Steps::Decided(Verdict::NoMatch)
+    );
+    // A genuine GitHub failure.
+    let failed = with_reason(failed_job("unit"), Some("Run tests"));
+    let text = github_log(
+        300,
+        "test result: FAILED. 11 passed; 1 failed; 0 ignored\n\
+         ##[error]Process completed with exit code 101.",
+    );
+    assert_eq!(run(&herder, &failed, &text).verdict(), &Verdict::NoMatch);
 }
 
 #[test]

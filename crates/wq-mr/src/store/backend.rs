@@ -433,6 +433,8 @@ macro_rules! mr_backend {
                             .bind(signed(Some(pipeline))),
                         Lookup::Branch(branch) => on(include_str!("sql/active_by_branch.sql"))
                             .bind(branch),
+                        Lookup::HeadSha(sha) => on(include_str!("sql/active_by_head_sha.sql"))
+                            .bind(sha),
                     };
                     let row = query.fetch_optional(self.store.pool()).await?;
                     row.map(|row| Self::read_id(&row, 0)).transpose()

@@ -259,6 +259,8 @@ pub enum Lookup<'a> {
     Number(u64),
     Pipeline(u64),
     Branch(&'a str),
+    /// The recorded head commit (a GitHub Actions job names its commit).
+    HeadSha(&'a str),
 }
 
 fn unsigned(value: Option<i64>, column: &str) -> StoreResult<Option<u64>> {

@@ -9,6 +9,7 @@ use time::OffsetDateTime;
 use crate::ci::{JobOutcome, JobSpec};
 use crate::repo::{Repo, Tree};
 
+pub mod actions;
 mod derived;
 
 pub use derived::{CheckResult, node_id, suite_status, tree_sha};
@@ -385,6 +386,8 @@ pub struct GhRepo {
     /// Scripted failures applied to a pull request's next queue entry.
     pub queue_failures: BTreeMap<u64, String>,
     pub merge_async: MergeAsyncScript,
+    /// GitHub Actions: the scripted workflow, its runs and jobs.
+    pub actions: actions::Actions,
     pub created_at: OffsetDateTime,
 }
 

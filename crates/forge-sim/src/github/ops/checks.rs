@@ -5,7 +5,10 @@ use crate::github::events;
 use crate::github::model::{CheckKind, CheckRun, CheckScript, CheckSuite, CommitStatus, GhRepo};
 use crate::github::{Ctx, Env};
 
-/// Starts the repository's scripted checks on a commit (once per commit).
+use super::actions;
+
+/// Starts the repository's scripted checks and its Actions workflow on a commit (once per
+/// commit).
 pub fn start_checks(
     r: &mut GhRepo,
     env: &mut Env,
@@ -13,9 +16,15 @@ pub fn start_checks(
     sha: &str,
     head_branch: Option<&str>,
 ) {
-    if r.check_script.is_empty() || r.check_suites.iter().any(|s| s.head_sha == sha) {
-        return;
+    // Set up by the scripted checks first, then the Actions workflow (it has its own suite).
+    let scripted = !r.check_script.is_empty() && !r.check_suites.iter().any(|s| s.head_sha == sha);
+    if scripted {
+        start_scripted(r, env, ctx, sha, head_branch);
     }
+    actions::start_run(r, env, ctx, sha, head_branch);
+}
+
+fn start_scripted(r: &mut GhRepo, env: &mut Env, ctx: &Ctx, sha: &str, head_branch: Option<&str>) {
     let suite_id = env.next_id();
     r.check_suites.push(CheckSuite {
         id: suite_id,
@@ -114,11 +123,13 @@ pub fn rerequest(r: &mut GhRepo, env: &mut Env, ctx: &Ctx, run_id: u64) -> Optio
 pub(super) fn progress_checks(r: &mut GhRepo, env: &mut Env, ctx: &Ctx) -> bool {
     let mut moved = false;
     let mut completed = Vec::new();
+    let mut started = Vec::new();
     for run in r.check_runs.iter_mut().filter(|c| c.status != "completed") {
         // Each run is visible as queued, then in_progress for at least one tick each.
         if run.status == "queued" {
             run.status = "in_progress";
             run.started_at = ctx.now;
+            started.push(run.id);
             moved = true;
             continue;
         }
@@ -131,6 +142,7 @@ pub(super) fn progress_checks(r: &mut GhRepo, env: &mut Env, ctx: &Ctx) -> bool 
         }
     }
     moved |= !completed.is_empty();
+    actions::on_progress(r, env, ctx, &started, &completed);
     for id in completed {
         let Some(run) = r.check_runs.iter().find(|c| c.id == id).cloned() else {
             continue;

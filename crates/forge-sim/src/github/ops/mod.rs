@@ -5,6 +5,7 @@
 //! checks started, queue entry dropped) and invalidates the mergeability of pull requests based
 //! on the branch. [`tick`] advances checks, merge queues and asynchronous merges.
 
+pub mod actions;
 mod async_merge;
 mod checks;
 mod merge_groups;

@@ -48,6 +48,7 @@ pub fn create_repo(
         queue_locked: false,
         queue_failures: Default::default(),
         merge_async: Default::default(),
+        actions: Default::default(),
         created_at: ctx.now,
     };
     gh.repos.insert(key, repo);

@@ -14,6 +14,7 @@ use super::model::GhRepo;
 use super::{Ctx, Env, GithubState, authenticate, repo_key, with_github};
 use crate::state::Shared;
 
+pub mod actions;
 pub mod checks;
 pub mod git;
 pub mod pulls;
@@ -25,6 +26,7 @@ pub fn router() -> Router<Shared> {
         .merge(pulls::router())
         .merge(checks::router())
         .merge(rules::router())
+        .merge(actions::router())
 }
 
 /// The authenticated caller of a REST route: its context (sim time, base URL, login).
