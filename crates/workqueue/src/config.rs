@@ -22,6 +22,7 @@
 //!   lease_seconds: 60
 //!   deadline_seconds: 60
 //!   max_attempts: 5
+//!   outage_budget_seconds: 21600   # a forge down or rate limited: retried this long
 //!   handled_types: []
 //! auth:
 //!   static_tokens:                 # from `workqueue token new --name nightly`
@@ -76,6 +77,8 @@ pub const DEFAULT_LEASE_SECONDS: u64 = 60;
 pub const DEFAULT_DEADLINE_SECONDS: u64 = 60;
 /// Consecutive executor failures that fail an item.
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
+/// Default `engine.outage_budget_seconds` (six hours).
+pub const DEFAULT_OUTAGE_BUDGET_SECONDS: u64 = 6 * 3600;
 
 /// The whole file.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, Validate)]
@@ -234,6 +237,12 @@ pub struct EngineSection {
     /// (default [`DEFAULT_MAX_ATTEMPTS`]).
     #[garde(custom(between(1, 100)))]
     pub max_attempts: i32,
+    /// How long, in seconds, an item is retried while a forge is down or
+    /// rate limits it (such failures do not count against
+    /// `max_attempts`), 60 to 604800 (default
+    /// [`DEFAULT_OUTAGE_BUDGET_SECONDS`]).
+    #[garde(custom(between(60, 604_800)))]
+    pub outage_budget_seconds: u64,
     /// Item types this instance processes; each must be registered in
     /// `types::registry()` (default: none, so nothing is processed).
     #[garde(inner(length(min = 1, max = 100)))]
@@ -248,6 +257,7 @@ impl Default for EngineSection {
             lease_seconds: DEFAULT_LEASE_SECONDS,
             deadline_seconds: DEFAULT_DEADLINE_SECONDS,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            outage_budget_seconds: DEFAULT_OUTAGE_BUDGET_SECONDS,
             handled_types: Vec::new(),
         }
     }
@@ -263,6 +273,7 @@ impl EngineSection {
             lease: Duration::from_secs(self.lease_seconds),
             deadline: Duration::from_secs(self.deadline_seconds),
             max_attempts: self.max_attempts,
+            outage_budget: Duration::from_secs(self.outage_budget_seconds),
             handled_types: self.handled_types.clone(),
             ..wq_engine::EngineConfig::default()
         }
@@ -576,6 +587,7 @@ mod tests {
         assert_eq!(mapped.lease, engine.lease);
         assert_eq!(mapped.deadline, engine.deadline);
         assert_eq!(mapped.max_attempts, engine.max_attempts);
+        assert_eq!(mapped.outage_budget, engine.outage_budget);
         assert_eq!(mapped.handled_types, engine.handled_types);
     }
 

@@ -80,7 +80,8 @@ impl ExecOutcome {
 }
 
 /// An executor or handler failure. Counts as one consecutive failure unless
-/// `permanent`, which fails the item at once.
+/// `permanent`, which fails the item at once, or an `outage`, which is
+/// retried over the engine's time budget instead of a count.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct ExecError {
@@ -88,6 +89,11 @@ pub struct ExecError {
     /// The earliest time a retry makes sense (e.g. a forge's `Retry-After`).
     pub retry_after: Option<Duration>,
     pub permanent: bool,
+    /// A service the item needs is down or rate limited (a forge's 5xx,
+    /// 429, timeout): not the item's fault, so its failures are not
+    /// counted; the item fails once they have lasted the engine's outage
+    /// budget.
+    pub outage: bool,
 }
 
 impl ExecError {
@@ -96,6 +102,7 @@ impl ExecError {
             message: message.into(),
             retry_after: None,
             permanent: false,
+            outage: false,
         }
     }
 
@@ -104,6 +111,17 @@ impl ExecError {
             message: message.into(),
             retry_after: None,
             permanent: true,
+            outage: false,
+        }
+    }
+
+    /// A dependency's outage (see [`ExecError::outage`]).
+    pub fn outage(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            retry_after: None,
+            permanent: false,
+            outage: true,
         }
     }
 

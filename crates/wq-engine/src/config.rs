@@ -1,6 +1,9 @@
 //! Engine settings; every default is a named constant.
 
+use std::hash::{Hash, Hasher};
 use std::time::Duration;
+
+use wq_core::ItemId;
 
 /// Worker pool size (DDR-41).
 pub const DEFAULT_WORKERS: usize = 10;
@@ -18,6 +21,9 @@ pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
 pub const DEFAULT_BACKOFF_BASE: Duration = Duration::from_secs(2);
 /// Longest backoff.
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// How long a dependency's outage may fail an item before it fails for good
+/// (six hours: a forge's incident, not a blip).
+pub const DEFAULT_OUTAGE_BUDGET: Duration = Duration::from_secs(6 * 3600);
 
 /// Settings of a [`crate::ProcessingManager`].
 #[derive(Debug, Clone)]
@@ -30,6 +36,10 @@ pub struct EngineConfig {
     pub max_attempts: i32,
     pub backoff_base: Duration,
     pub backoff_max: Duration,
+    /// How long failures from an outage ([`wq_core::ExecError::outage`])
+    /// are retried before the item fails; they do not count against
+    /// `max_attempts`.
+    pub outage_budget: Duration,
     /// Item types this instance processes; empty processes nothing (DDR-25).
     pub handled_types: Vec<String>,
 }
@@ -45,6 +55,7 @@ impl Default for EngineConfig {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             backoff_base: DEFAULT_BACKOFF_BASE,
             backoff_max: DEFAULT_BACKOFF_MAX,
+            outage_budget: DEFAULT_OUTAGE_BUDGET,
             handled_types: Vec::new(),
         }
     }
@@ -61,11 +72,39 @@ impl EngineConfig {
             .min(self.backoff_max);
         floor.map_or(computed, |floor| computed.max(floor))
     }
+
+    /// Up to a quarter of `backoff` more, fixed for one item and attempt:
+    /// items that failed on the same outage come back spread out, and a
+    /// test can still tell the earliest retry.
+    pub fn jitter(&self, id: ItemId, attempts: i32, backoff: Duration) -> Duration {
+        let mut hasher = std::hash::DefaultHasher::new();
+        (id, attempts).hash(&mut hasher);
+        let per_mille = u32::try_from(hasher.finish() % 1000).unwrap_or(0);
+        backoff.saturating_mul(per_mille) / 4000
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jitter_adds_at_most_a_quarter_and_spreads_items() {
+        let config = EngineConfig::default();
+        let backoff = Duration::from_secs(40);
+        let jitters: Vec<Duration> = (0..50)
+            .map(|_| config.jitter(ItemId::new_v7(), 3, backoff))
+            .collect();
+        assert!(jitters.iter().all(|j| *j <= backoff / 4), "{jitters:?}");
+        let distinct: std::collections::BTreeSet<Duration> = jitters.iter().copied().collect();
+        assert!(distinct.len() > 10, "spread: {distinct:?}");
+        let id = ItemId::new_v7();
+        assert_eq!(
+            config.jitter(id, 2, backoff),
+            config.jitter(id, 2, backoff),
+            "fixed for one item and attempt"
+        );
+    }
 
     #[test]
     fn backoff_doubles_up_to_the_cap_and_honours_a_floor() {

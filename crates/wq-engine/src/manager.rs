@@ -798,7 +798,13 @@ impl ItemRun<'_> {
         let config = &self.manager.config;
         let mut lease = self.lease.lock().await;
         let attempts = view.item.attempts + 1;
-        let retry_at = now + config.backoff(attempts, error.retry_after);
+        let mut backoff = config.backoff(attempts, error.retry_after);
+        if error.outage {
+            // Items failing on the same outage spread out instead of
+            // returning together.
+            backoff += config.jitter(self.id, attempts, backoff);
+        }
+        let retry_at = now + backoff;
         tracing::warn!(item_id = %self.id, attempts, error = %message, "item {} failed (attempt {attempts}): {message}", self.id);
         let item = self
             .manager
@@ -810,6 +816,8 @@ impl ItemRun<'_> {
                 max_attempts: config.max_attempts,
                 permanent: error.permanent,
                 retry_at,
+                outage: error.outage,
+                outage_started_before: now - config.outage_budget,
             })
             .await?;
         if item.phase == Phase::Active {

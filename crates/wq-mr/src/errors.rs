@@ -7,13 +7,15 @@ use wq_core::ExecError;
 use wq_forge::{ForgeError, ForgeErrorKind};
 use wq_store::StoreError;
 
-/// A forge error as an executor failure: transient ones are retried with
-/// backoff (honouring `Retry-After`), the rest fail the item at once.
+/// A forge error as an executor failure: an unavailable or rate-limited
+/// forge is an outage, retried with backoff (honouring `Retry-After`) over
+/// the engine's outage budget; a moment's inconsistency is retried a few
+/// times; the rest fail the item at once.
 pub(crate) fn forge_failure(what: &str, error: ForgeError) -> ExecError {
     let message = format!("{what}: {error}");
     match error.kind {
         ForgeErrorKind::Unavailable | ForgeErrorKind::RateLimited => {
-            let failure = ExecError::transient(message);
+            let failure = ExecError::outage(message);
             match error.retry_after {
                 Some(after) => failure.retry_after(after),
                 None => failure,

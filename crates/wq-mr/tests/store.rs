@@ -436,6 +436,8 @@ async fn upsert_outcomes_and_generations(backend: Backend) {
             permanent: true,
             max_attempts: 5,
             retry_at: NOW,
+            outage: false,
+            outage_started_before: NOW,
         })
         .await
         .unwrap();

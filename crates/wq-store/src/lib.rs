@@ -32,7 +32,8 @@
 //!
 //! Migrations are per backend under `migrations/{sqlite,postgres}/`, with
 //! the same names (0001 the queue, 0002 the loop functions such as
-//! PostgreSQL's `wq_park`, 0003 the place). An item type's own tables are
+//! PostgreSQL's `wq_park`, 0003 the place, 0004 `failing_since`, when the
+//! current streak of failures began). An item type's own tables are
 //! migrated by the type (versions 1000 and up) through [`migrator`], which
 //! ignores versions it does not know.
 //!
@@ -231,6 +232,12 @@ pub struct RecordFailure {
     /// While the item stays active: keep it leased until then (a backoff
     /// that the sweep respects); it stays actionable.
     pub retry_at: OffsetDateTime,
+    /// A dependency's outage ([`wq_core::ExecError::outage`]): not counted
+    /// against `max_attempts`; the item fails when its streak of failures
+    /// began before `outage_started_before` instead.
+    pub outage: bool,
+    /// `now` minus the outage budget.
+    pub outage_started_before: OffsetDateTime,
 }
 
 /// A new raw event for an item.

@@ -444,6 +444,8 @@ macro_rules! impl_store {
                             .bind(failure.permanent)
                             .bind(failure.max_attempts)
                             .bind(DbTime(failure.retry_at))
+                            .bind(failure.outage)
+                            .bind(DbTime(failure.outage_started_before))
                             .fetch_optional(&mut *conn)
                             .await?
                             .ok_or($crate::StoreError::LeaseLost(id))?;

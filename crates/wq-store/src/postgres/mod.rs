@@ -91,6 +91,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "item_place",
             sql: include_str!("../../migrations/postgres/0003_item_place.sql"),
         },
+        EmbeddedMigration {
+            version: 4,
+            description: "failing_since",
+            sql: include_str!("../../migrations/postgres/0004_failing_since.sql"),
+        },
     ])
 });
 

@@ -128,6 +128,8 @@ pub async fn stale_lease_gets_lease_lost_on_every_loop_write(db: &TestDb) {
                 max_attempts: 1,
                 permanent: true,
                 retry_at: stale_now,
+                outage: false,
+                outage_started_before: stale_now,
             })
             .await,
         item.id,
@@ -243,6 +245,8 @@ pub async fn apply_outcome_resets_attempts_and_applies_phase_and_dimensions(db: 
             max_attempts: 5,
             permanent: false,
             retry_at,
+            outage: false,
+            outage_started_before: now,
         })
         .await
         .unwrap();
@@ -311,6 +315,8 @@ pub async fn record_failure_counts_backs_off_and_fails(db: &TestDb) {
                 max_attempts: 3,
                 permanent: false,
                 retry_at,
+                outage: false,
+                outage_started_before: at,
             })
             .await
             .unwrap();
@@ -339,6 +345,8 @@ pub async fn record_failure_counts_backs_off_and_fails(db: &TestDb) {
             max_attempts: 3,
             permanent: false,
             retry_at: at + Duration::minutes(1),
+            outage: false,
+            outage_started_before: at,
         })
         .await
         .unwrap();
@@ -369,6 +377,8 @@ pub async fn record_failure_counts_backs_off_and_fails(db: &TestDb) {
             max_attempts: 10,
             permanent: true,
             retry_at: now + Duration::minutes(1),
+            outage: false,
+            outage_started_before: now,
         })
         .await
         .unwrap();
@@ -465,4 +475,81 @@ pub async fn concurrent_claims_have_exactly_one_winner(db: &TestDb) {
             "round {round}: the winner's lease is stored"
         );
     }
+}
+
+/// Outage failures are not counted against `max_attempts`: the item fails
+/// once its streak of failures began before the budget's start. A success
+/// (which resets the count) starts the next streak afresh.
+pub async fn outages_fail_an_item_only_after_the_budget(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let start = t0();
+    let budget = Duration::hours(6);
+    let item = insert(store, TYPE_A, start).await;
+    let outage = |lease, at: OffsetDateTime| RecordFailure {
+        lease,
+        now: at,
+        error: "forge answered 503".into(),
+        max_attempts: 2,
+        permanent: false,
+        retry_at: at + Duration::minutes(5),
+        outage: true,
+        outage_started_before: at - budget,
+    };
+    // Many more outage failures than max_attempts, within the budget.
+    let mut at = start;
+    for attempt in 1..=10 {
+        let lease = claim(store, item.id, at).await;
+        let failed = store.item_record_failure(outage(lease, at)).await.unwrap();
+        assert_eq!(failed.attempts, attempt);
+        assert_eq!(failed.phase, Phase::Active, "attempt {attempt}");
+        at += Duration::minutes(30);
+    }
+    // A success ends the streak; the next outage starts a new one.
+    let lease = claim(store, item.id, at).await;
+    let lease = store
+        .item_apply_outcome(ApplyOutcome {
+            lease,
+            now: at,
+            phase: None,
+            error: None,
+            dimensions: vec![],
+        })
+        .await
+        .map(|_| lease)
+        .unwrap();
+    store.item_release(lease, None).await.unwrap();
+    let streak = at + Duration::minutes(1);
+    let lease = claim(store, item.id, streak).await;
+    let failed = store
+        .item_record_failure(outage(lease, streak))
+        .await
+        .unwrap();
+    assert_eq!((failed.attempts, failed.phase), (1, Phase::Active));
+    // Just inside the budget of the new streak: still active.
+    let inside = streak + budget - Duration::seconds(1);
+    let lease = claim(store, item.id, inside).await;
+    let failed = store
+        .item_record_failure(outage(lease, inside))
+        .await
+        .unwrap();
+    assert_eq!(
+        failed.phase,
+        Phase::Active,
+        "the streak is younger than the budget"
+    );
+    // Past the budget (at the end of that failure's backoff): the item
+    // fails, keeping its lease for the park.
+    let spent = inside + Duration::minutes(5) + Duration::seconds(1);
+    let lease = claim(store, item.id, spent).await;
+    let failed = store
+        .item_record_failure(outage(lease, spent))
+        .await
+        .unwrap();
+    assert_eq!(
+        failed.phase,
+        Phase::Failed,
+        "an outage longer than the budget"
+    );
+    assert_eq!(failed.leased_until, Some(to_micros(lease.until)));
 }

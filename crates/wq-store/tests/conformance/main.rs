@@ -119,6 +119,7 @@ conformance_suite!(
     release_with_and_without_not_before,
     apply_outcome_resets_attempts_and_applies_phase_and_dimensions,
     record_failure_counts_backs_off_and_fails,
+    outages_fail_an_item_only_after_the_budget,
     park_parks_and_clears_expired_timers,
     park_refuses_while_events_are_pending,
     snapshot_reports_the_view_and_pending_events,
@@ -229,6 +230,8 @@ async fn fail_permanently(store: &dyn Store, id: ItemId, now: OffsetDateTime) ->
             max_attempts: 5,
             permanent: true,
             retry_at: now + Duration::minutes(1),
+            outage: false,
+            outage_started_before: now,
         })
         .await
         .expect("record failure");

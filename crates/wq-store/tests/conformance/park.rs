@@ -143,6 +143,8 @@ pub async fn park_with_outcome_writes_it_and_parks(db: &TestDb) {
             max_attempts: 5,
             permanent: false,
             retry_at,
+            outage: false,
+            outage_started_before: now,
         })
         .await
         .unwrap();

@@ -1,21 +1,35 @@
 -- Counts an executor or handler failure. ?1 id, ?2 the holder's leased_until
 -- (µs), ?3 error, ?4 now (µs), ?5 permanent (0/1), ?6 max_attempts,
--- ?7 retry_at (µs).
--- An active item fails when the failure is permanent or the incremented
--- count reaches max_attempts: phase 'failed', and the holder keeps its lease
--- so that its loop goes on to park the item (it stays actionable until then).
--- Otherwise the lease moves to retry_at, a backoff the sweep and claims
--- respect. SET expressions read the row's values from before the update.
+-- ?7 retry_at (µs), ?8 outage (0/1), ?9 the outage budget's start (now -
+-- budget, µs).
+-- The streak began at failing_since, or now when this is its first failure
+-- (attempts 0: a success resets the count).
+-- An active item fails when the failure is permanent, when a counted
+-- failure (not an outage) brings the count to max_attempts, or when an
+-- outage's streak began before the budget's start: phase 'failed', and the
+-- holder keeps its lease so that its loop goes on to park the item (it
+-- stays actionable until then). Otherwise the lease moves to retry_at, a
+-- backoff the sweep and claims respect. SET expressions read the row's
+-- values from before the update.
 UPDATE work_items
 SET attempts = attempts + 1,
     error = ?3,
     updated_at = ?4,
+    failing_since = CASE WHEN attempts = 0 THEN ?4 ELSE coalesce(failing_since, ?4) END,
     phase = CASE
-        WHEN phase = 'active' AND (?5 OR attempts + 1 >= ?6) THEN 'failed'
+        WHEN phase = 'active' AND (
+            ?5
+            OR (NOT ?8 AND attempts + 1 >= ?6)
+            OR (?8 AND CASE WHEN attempts = 0 THEN ?4 ELSE coalesce(failing_since, ?4) END <= ?9)
+        ) THEN 'failed'
         ELSE phase
     END,
     leased_until = CASE
-        WHEN phase = 'active' AND (?5 OR attempts + 1 >= ?6) THEN leased_until  -- kept: the holder parks next
+        WHEN phase = 'active' AND (
+            ?5
+            OR (NOT ?8 AND attempts + 1 >= ?6)
+            OR (?8 AND CASE WHEN attempts = 0 THEN ?4 ELSE coalesce(failing_since, ?4) END <= ?9)
+        ) THEN leased_until  -- kept: the holder parks next
         ELSE ?7
     END
 WHERE id = ?1

@@ -1,0 +1,6 @@
+-- When the item's current streak of failures began (µs since the epoch): an
+-- outage (a forge down or rate limited) is retried until it has lasted the
+-- engine's outage budget, counted from here. Meaningful only while
+-- attempts > 0: the first failure after a success (attempts 0) starts a new
+-- streak.
+ALTER TABLE work_items ADD COLUMN failing_since INTEGER;
