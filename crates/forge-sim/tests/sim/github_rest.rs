@@ -721,6 +721,10 @@ async fn checks_statuses_reruns_and_reviews() {
         )
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    // No review rule on the branch: GitHub's reviewDecision is null.
+    assert_eq!(decision(&gh, n).await, serde_json::Value::Null);
+    sim.github_update_repo(REPO, GithubRepoSpec::default().required_approvals(1))
+        .unwrap();
     assert_eq!(decision(&gh, n).await, "REVIEW_REQUIRED");
     sim.github_request_changes(REPO, n, "bob", "please fix")
         .unwrap();

@@ -164,6 +164,7 @@ impl GithubClient {
         change.pending_checks = pending_checks;
         change.review = view.review;
         change.approvals = view.approvals;
+        change.approved_by = view.approved_by;
         change.unresolved_threads = view.unresolved_threads;
         change.queue = view.queue;
         Ok(change)

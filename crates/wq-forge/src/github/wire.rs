@@ -184,6 +184,7 @@ impl PullRequest {
             review: ReviewDecision::ReviewRequired,
             approvals: 0,
             required_approvals: None,
+            approved_by: Vec::new(),
             mergeable: match self.mergeable {
                 Some(true) => Mergeable::Yes,
                 Some(false) => Mergeable::No,
@@ -375,6 +376,8 @@ pub fn errored_at(paths: &[Vec<String>], path: &[&str]) -> bool {
 pub struct GraphqlView {
     pub review: ReviewDecision,
     pub approvals: u32,
+    /// Logins whose latest decisive review approves, sorted.
+    pub approved_by: Vec<String>,
     pub unresolved_threads: u32,
     pub queue: QueueObservation,
 }
@@ -387,6 +390,7 @@ impl GraphqlView {
         Self {
             review: ReviewDecision::ReviewRequired,
             approvals: 0,
+            approved_by: Vec::new(),
             unresolved_threads: 0,
             queue: QueueObservation::Unobserved,
         }
@@ -417,16 +421,15 @@ pub fn graphql_view(answer: &Value) -> Option<GraphqlView> {
     } else {
         queue_observation(pr.get("mergeQueueEntry"))
     };
-    let (approvals, changes_requested) = latest_reviews(pr.pointer("/reviews/nodes"));
+    let (approved_by, changes_requested) = latest_reviews(pr.pointer("/reviews/nodes"));
     let review = match pr.get("reviewDecision").and_then(Value::as_str) {
         Some("APPROVED") => ReviewDecision::Approved,
         Some("CHANGES_REQUESTED") => ReviewDecision::ChangesRequested,
         Some(_) => ReviewDecision::ReviewRequired,
-        // null: no review is required by branch protection. Approved only
-        // when GitHub shows an approval and no request for changes.
+        // null: branch protection requires no review. A standing request
+        // for changes still holds the merge back.
         None if changes_requested => ReviewDecision::ChangesRequested,
-        None if approvals > 0 => ReviewDecision::Approved,
-        None => ReviewDecision::ReviewRequired,
+        None => ReviewDecision::NotRequired,
     };
     let threads = pr.get("reviewThreads");
     let nodes = threads
@@ -446,16 +449,17 @@ pub fn graphql_view(answer: &Value) -> Option<GraphqlView> {
     let unread = total.saturating_sub(nodes.len() as u64);
     Some(GraphqlView {
         review,
-        approvals,
+        approvals: u32::try_from(approved_by.len()).unwrap_or(u32::MAX),
+        approved_by,
         unresolved_threads: u32::try_from(unresolved + unread).unwrap_or(u32::MAX),
         queue,
     })
 }
 
-/// (reviewers whose latest decisive review approves, whether any
+/// (reviewers whose latest decisive review approves, sorted; whether any
 /// reviewer's latest decisive review requests changes). Decisive reviews
 /// are `APPROVED`, `CHANGES_REQUESTED` and `DISMISSED`, oldest first.
-fn latest_reviews(nodes: Option<&Value>) -> (u32, bool) {
+fn latest_reviews(nodes: Option<&Value>) -> (Vec<String>, bool) {
     let mut latest: BTreeMap<&str, &str> = BTreeMap::new();
     for review in nodes.and_then(Value::as_array).into_iter().flatten() {
         let state = review.get("state").and_then(Value::as_str).unwrap_or("");
@@ -467,9 +471,13 @@ fn latest_reviews(nodes: Option<&Value>) -> (u32, bool) {
             latest.insert(author, state);
         }
     }
-    let approvals = latest.values().filter(|s| **s == "APPROVED").count();
+    let approvers = latest
+        .iter()
+        .filter(|(login, state)| **state == "APPROVED" && !login.is_empty())
+        .map(|(login, _)| (*login).to_owned())
+        .collect();
     let changes = latest.values().any(|s| *s == "CHANGES_REQUESTED");
-    (u32::try_from(approvals).unwrap_or(u32::MAX), changes)
+    (approvers, changes)
 }
 
 /// An unknown or non-object GraphQL answer for one field.
@@ -623,7 +631,7 @@ mod tests {
     }
 
     #[test]
-    fn null_review_decision_is_approved_only_with_an_approval() {
+    fn null_review_decision_is_not_required_unless_changes_are_requested() {
         let review = |state: &str, login: &str| json!({"state": state, "author": {"login": login}});
         let base = |reviews: Vec<Value>| {
             json!({
@@ -634,13 +642,14 @@ mod tests {
             })
         };
         let none = view(base(vec![])).expect("view");
-        assert_eq!(none.review, ReviewDecision::ReviewRequired);
+        assert_eq!(none.review, ReviewDecision::NotRequired);
         assert_eq!(none.queue, QueueObservation::Absent);
         let approved = view(base(vec![review("APPROVED", "a")])).expect("view");
         assert_eq!(
             (approved.review, approved.approvals),
-            (ReviewDecision::Approved, 1)
+            (ReviewDecision::NotRequired, 1)
         );
+        assert_eq!(approved.approved_by, vec!["a".to_owned()]);
         let changed = view(base(vec![
             review("APPROVED", "a"),
             review("CHANGES_REQUESTED", "b"),
@@ -654,8 +663,9 @@ mod tests {
         .expect("view");
         assert_eq!(
             (dismissed.review, dismissed.approvals),
-            (ReviewDecision::ReviewRequired, 0)
+            (ReviewDecision::NotRequired, 0)
         );
+        assert!(dismissed.approved_by.is_empty());
     }
 
     #[test]

@@ -125,17 +125,22 @@ impl GhRepo {
         (approvals, changes)
     }
 
-    /// GraphQL `reviewDecision`: APPROVED / CHANGES_REQUESTED / REVIEW_REQUIRED.
-    pub fn review_decision(&self, pr: &PullRequest) -> &'static str {
+    /// GraphQL `reviewDecision`: APPROVED / CHANGES_REQUESTED /
+    /// REVIEW_REQUIRED, or `None` (null) when branch protection requires no
+    /// review, as GitHub answers whatever reviews were given.
+    pub fn review_decision(&self, pr: &PullRequest) -> Option<&'static str> {
+        let required = self.settings.required_approvals as usize;
+        if required == 0 {
+            return None;
+        }
         let (approvals, changes) = self.review_counts(pr);
-        let required = self.settings.required_approvals.max(1) as usize;
-        if changes {
+        Some(if changes {
             "CHANGES_REQUESTED"
         } else if approvals >= required {
             "APPROVED"
         } else {
             "REVIEW_REQUIRED"
-        }
+        })
     }
 
     /// The latest check run per name on a commit.
