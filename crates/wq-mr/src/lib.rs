@@ -210,7 +210,7 @@ pub mod text;
 pub mod webhook;
 
 pub use commands::MANUAL_MERGE_EVENT;
-pub use config::MrConfig;
+pub use config::{MrConfig, ReviewOverride};
 pub use dims::MrAction;
 pub use queue_sync::{QUEUE_OBSERVED_EVENT, QUEUE_SYNC_TASK, QueueSync};
 pub use spec::ConfigErrors;
@@ -490,7 +490,12 @@ impl ItemType for MrType {
             .submissions(item.id)
             .await
             .map_err(RequestError::from)?;
-        let mut detail = merge::detail_json(&d);
+        let review = if self.config.requires_review(&d.spec.forge, &d.spec.project) {
+            merge::REVIEW_BY_PERSON
+        } else {
+            merge::APPROVED
+        };
+        let mut detail = merge::detail_json(&d, review);
         detail["submissions"] = serde_json::json!(submissions);
         Ok(Some(detail))
     }

@@ -9,6 +9,7 @@ mod auth;
 mod ci_retry;
 mod faults;
 mod flow;
+mod gates;
 mod github;
 mod hostile;
 mod ownership;

@@ -460,9 +460,24 @@ mod tests {
                 Mergeable::No,
                 0,
             ),
-            ("checking", ReviewDecision::NotRequired, Mergeable::Unknown, 0),
-            ("unchecked", ReviewDecision::NotRequired, Mergeable::Unknown, 0),
-            ("preparing", ReviewDecision::NotRequired, Mergeable::Unknown, 0),
+            (
+                "checking",
+                ReviewDecision::NotRequired,
+                Mergeable::Unknown,
+                0,
+            ),
+            (
+                "unchecked",
+                ReviewDecision::NotRequired,
+                Mergeable::Unknown,
+                0,
+            ),
+            (
+                "preparing",
+                ReviewDecision::NotRequired,
+                Mergeable::Unknown,
+                0,
+            ),
             (
                 "ci_still_running",
                 ReviewDecision::NotRequired,
@@ -606,22 +621,33 @@ mod tests {
             .expect("approvals JSON")
         };
         // The pipeline runs: GitLab says ci_still_running, not not_approved.
-        let mut running = mr("ci_still_running", Some("running")).into_change(QueueObservation::Unobserved).expect("change");
+        let mut running = mr("ci_still_running", Some("running"))
+            .into_change(QueueObservation::Unobserved)
+            .expect("change");
         approvals(&["b", "a"], 2, 1).apply(&mut running);
         assert_eq!(running.review, ReviewDecision::ReviewRequired);
-        assert_eq!((running.approvals, running.required_approvals), (2, Some(2)));
+        assert_eq!(
+            (running.approvals, running.required_approvals),
+            (2, Some(2))
+        );
         assert_eq!(running.approved_by, vec!["a".to_owned(), "b".to_owned()]);
 
-        let mut done = mr("mergeable", None).into_change(QueueObservation::Unobserved).expect("change");
+        let mut done = mr("mergeable", None)
+            .into_change(QueueObservation::Unobserved)
+            .expect("change");
         approvals(&["a", "b"], 2, 0).apply(&mut done);
         assert_eq!(done.review, ReviewDecision::Approved);
 
-        let mut optional = mr("mergeable", None).into_change(QueueObservation::Unobserved).expect("change");
+        let mut optional = mr("mergeable", None)
+            .into_change(QueueObservation::Unobserved)
+            .expect("change");
         approvals(&["a"], 0, 0).apply(&mut optional);
         assert_eq!(optional.review, ReviewDecision::NotRequired);
         assert_eq!(optional.approved_by, vec!["a".to_owned()]);
 
-        let mut changes = mr("requested_changes", None).into_change(QueueObservation::Unobserved).expect("change");
+        let mut changes = mr("requested_changes", None)
+            .into_change(QueueObservation::Unobserved)
+            .expect("change");
         approvals(&[], 0, 0).apply(&mut changes);
         assert_eq!(changes.review, ReviewDecision::ChangesRequested);
     }
