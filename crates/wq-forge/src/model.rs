@@ -236,9 +236,10 @@ pub struct ChangeRequest {
     pub approvals: u32,
     /// Approvals the forge requires, when it says.
     pub required_approvals: Option<u32>,
-    /// Who approves now (GitLab `approved_by`, GitHub reviewers whose latest
-    /// decisive review approves), sorted: the review gate tells a person
-    /// from the token's own user.
+    /// Who approves now, sorted: GitLab `approved_by`; on GitHub the
+    /// reviewers whose latest decisive review approves the current head (an
+    /// approval of an older head does not cover what was pushed since).
+    /// The review gate tells a person from the token's own user.
     pub approved_by: Vec<String>,
     pub mergeable: Mergeable,
     /// The forge's own merge status word (GitLab `detailed_merge_status`,

@@ -15,6 +15,7 @@ use crate::support::{GITHUB, GithubRepo, Harness, Options, PROJECT, dimension, m
 backend_tests!(
     gitlab_a_persons_approval_is_required_and_the_bots_is_none,
     github_a_repository_without_review_rules_waits_for_a_person,
+    github_an_approval_covers_only_the_head_it_was_given_for,
     gitlab_without_require_review_the_forges_rules_decide,
     github_without_require_review_the_forges_rules_decide,
     gitlab_two_required_approvals_merge_on_the_second,
@@ -149,6 +150,43 @@ async fn github_a_repository_without_review_rules_waits_for_a_person(backend: Ba
     h.settle().await;
     assert!(!merged(&h, number));
     assert_eq!(h.count("PUT", "/merge-async"), 0, "no merge call");
+
+    h.approve_as(number, "alice");
+    h.wait_phase(&id, "completed").await;
+    assert!(merged(&h, number));
+    h.finish().await;
+}
+
+/// A caller's push after a person's approval is not what the person looked
+/// at: the review gate waits for an approval of the new head.
+async fn github_an_approval_covers_only_the_head_it_was_given_for(backend: Backend) {
+    let slow_ci = vec![JobSpec::new("unit", JobOutcome::Success).duration_secs(600)];
+    let h = Harness::start_with(backend, options(GITHUB, true, slow_ci)).await;
+    let (id, number) = submit_until(&h, "wq/stale", &["ci_passed", "review_by_person"]).await;
+    h.approve_as(number, "alice");
+    h.wait_for(&id, "alice's approval", |item| unmet(item) == ["ci_passed"])
+        .await;
+    let first_head = h.item(&id).await["detail"]["mr"]["head_sha"].clone();
+
+    // The caller pushes other content before CI ends.
+    h.submit_ok(
+        &h.change("wq/stale", &[("g.txt", "other\n")]),
+        StatusCode::OK,
+        "updated",
+    )
+    .await;
+    h.wait_for(&id, "the new head, unreviewed", |item| {
+        item["detail"]["mr"]["head_sha"] != first_head
+            && unmet(item).contains(&"review_by_person".to_owned())
+    })
+    .await;
+    h.sim.advance(Duration::from_secs(600));
+    h.wait_for(&id, "CI passed on the new head", |item| {
+        unmet(item) == ["review_by_person"]
+    })
+    .await;
+    h.settle().await;
+    assert!(!merged(&h, number), "the new head was not reviewed");
 
     h.approve_as(number, "alice");
     h.wait_phase(&id, "completed").await;

@@ -402,7 +402,7 @@ impl GraphqlView {
 /// [`GraphqlView::unknown`]). Errors below `mergeQueueEntry` only make the
 /// queue `Unobserved`; errors on reviews or threads make the review
 /// unknown the same way.
-pub fn graphql_view(answer: &Value) -> Option<GraphqlView> {
+pub fn graphql_view(answer: &Value, head: Option<&str>) -> Option<GraphqlView> {
     let pr = answer
         .get("data")?
         .get("repository")?
@@ -421,7 +421,22 @@ pub fn graphql_view(answer: &Value) -> Option<GraphqlView> {
     } else {
         queue_observation(pr.get("mergeQueueEntry"))
     };
-    let (approved_by, changes_requested) = latest_reviews(pr.pointer("/reviews/nodes"));
+    let reviews = latest_reviews(pr.pointer("/reviews/nodes"));
+    let changes_requested = reviews
+        .values()
+        .any(|(state, _)| *state == "CHANGES_REQUESTED");
+    let approving = || {
+        reviews
+            .iter()
+            .filter(|(_, (state, _))| *state == "APPROVED")
+    };
+    // A person's approval covers the head it was given for: content pushed
+    // after it was not looked at.
+    let approved_by: Vec<String> = approving()
+        .filter(|(_, (_, commit))| head.is_some_and(|head| *commit == head))
+        .map(|(login, _)| (*login).to_owned())
+        .collect();
+    let approvals = approving().count();
     let review = match pr.get("reviewDecision").and_then(Value::as_str) {
         Some("APPROVED") => ReviewDecision::Approved,
         Some("CHANGES_REQUESTED") => ReviewDecision::ChangesRequested,
@@ -449,35 +464,33 @@ pub fn graphql_view(answer: &Value) -> Option<GraphqlView> {
     let unread = total.saturating_sub(nodes.len() as u64);
     Some(GraphqlView {
         review,
-        approvals: u32::try_from(approved_by.len()).unwrap_or(u32::MAX),
+        approvals: u32::try_from(approvals).unwrap_or(u32::MAX),
         approved_by,
         unresolved_threads: u32::try_from(unresolved + unread).unwrap_or(u32::MAX),
         queue,
     })
 }
 
-/// (reviewers whose latest decisive review approves, sorted; whether any
-/// reviewer's latest decisive review requests changes). Decisive reviews
-/// are `APPROVED`, `CHANGES_REQUESTED` and `DISMISSED`, oldest first.
-fn latest_reviews(nodes: Option<&Value>) -> (Vec<String>, bool) {
-    let mut latest: BTreeMap<&str, &str> = BTreeMap::new();
+/// Each reviewer's latest decisive review (`APPROVED`, `CHANGES_REQUESTED`,
+/// `DISMISSED`; the nodes come oldest first) as (state, commit oid), by
+/// login, sorted.
+fn latest_reviews(nodes: Option<&Value>) -> BTreeMap<&str, (&str, &str)> {
+    let mut latest: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
     for review in nodes.and_then(Value::as_array).into_iter().flatten() {
         let state = review.get("state").and_then(Value::as_str).unwrap_or("");
         let author = review
             .pointer("/author/login")
             .and_then(Value::as_str)
             .unwrap_or("");
-        if matches!(state, "APPROVED" | "CHANGES_REQUESTED" | "DISMISSED") {
-            latest.insert(author, state);
+        let commit = review
+            .pointer("/commit/oid")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !author.is_empty() && matches!(state, "APPROVED" | "CHANGES_REQUESTED" | "DISMISSED") {
+            latest.insert(author, (state, commit));
         }
     }
-    let approvers = latest
-        .iter()
-        .filter(|(login, state)| **state == "APPROVED" && !login.is_empty())
-        .map(|(login, _)| (*login).to_owned())
-        .collect();
-    let changes = latest.values().any(|s| *s == "CHANGES_REQUESTED");
-    (approvers, changes)
+    latest
 }
 
 /// An unknown or non-object GraphQL answer for one field.
@@ -627,12 +640,15 @@ mod tests {
     }
 
     fn view(pr: Value) -> Option<GraphqlView> {
-        graphql_view(&json!({"data": {"repository": {"pullRequest": pr}}}))
+        graphql_view(
+            &json!({"data": {"repository": {"pullRequest": pr}}}),
+            Some("head"),
+        )
     }
 
     #[test]
     fn null_review_decision_is_not_required_unless_changes_are_requested() {
-        let review = |state: &str, login: &str| json!({"state": state, "author": {"login": login}});
+        let review = |state: &str, login: &str| json!({"state": state, "author": {"login": login}, "commit": {"oid": "head"}});
         let base = |reviews: Vec<Value>| {
             json!({
                 "reviewDecision": null,
@@ -666,6 +682,15 @@ mod tests {
             (ReviewDecision::NotRequired, 0)
         );
         assert!(dismissed.approved_by.is_empty());
+        // An approval of an older head is GitHub's, not a review of this
+        // head.
+        let stale = view(base(vec![
+            json!({"state": "APPROVED", "author": {"login": "a"}, "commit": {"oid": "older"}}),
+            review("APPROVED", "b"),
+        ]))
+        .expect("view");
+        assert_eq!(stale.approvals, 2);
+        assert_eq!(stale.approved_by, vec!["b".to_owned()]);
     }
 
     #[test]
@@ -679,12 +704,12 @@ mod tests {
             }}},
             "errors": [{"path": ["repository", "pullRequest", "mergeQueueEntry"], "message": "no access"}],
         });
-        let view = graphql_view(&answer).expect("view");
+        let view = graphql_view(&answer, Some("head")).expect("view");
         assert_eq!(view.unresolved_threads, 1 + 100);
         assert_eq!(view.queue, QueueObservation::Unobserved);
         let failed = json!({"data": {"repository": {"pullRequest": null}}, "errors": [{"path": ["repository", "pullRequest"], "message": "x"}]});
-        assert_eq!(graphql_view(&failed), None);
+        assert_eq!(graphql_view(&failed, None), None);
         let whole = json!({"errors": [{"message": "Something went wrong"}]});
-        assert_eq!(graphql_view(&whole), None);
+        assert_eq!(graphql_view(&whole, None), None);
     }
 }
