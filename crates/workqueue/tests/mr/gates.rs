@@ -117,8 +117,8 @@ async fn gitlab_a_persons_approval_is_required_and_the_bots_is_none(backend: Bac
         "{item:#}"
     );
 
-    // The bot approves its own merge request (the project lets authors
-    // approve): GitLab counts it, the review gate does not.
+    // The bot approves its own merge request (as in a project that lets
+    // authors approve): GitLab counts it, the review gate does not.
     h.approve_as(number, BOT);
     h.settle().await;
     let item = h.item(&id).await;
