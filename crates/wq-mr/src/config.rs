@@ -16,6 +16,18 @@ pub struct MrConfig {
     pub public_url: String,
     /// Label put on every change request workqueue manages.
     pub managed_label: String,
+    /// The review gate `review_by_person`: an approval by someone other than
+    /// the token's forge user before the automatic merge, whatever the
+    /// forge's own rules (default true: a caller's change deserves a
+    /// person's look). With false, the forge's own rules decide (gate
+    /// `approved`).
+    pub require_review: bool,
+    /// `require_review` for one forge, or one project of a forge; the most
+    /// specific entry wins.
+    pub review_overrides: Vec<ReviewOverride>,
+    /// Least time between two edits of the status note (30 s); the final
+    /// state of an ended item is written at once.
+    pub note_min_interval_seconds: u64,
     /// How often an idle item re-reads its change request (30 min).
     pub reconcile_interval_seconds: u64,
     /// How often while CI runs, the merge is queued or the forge is still
@@ -37,18 +49,6 @@ pub struct MrConfig {
     /// change request). Off by default: such a submission fails with
     /// `branch_not_managed`.
     pub adopt_existing_branches: bool,
-    /// The review gate `review_by_person`: an approval by someone other than
-    /// the token's forge user before the automatic merge, whatever the
-    /// forge's own rules (default true: a caller's change deserves a
-    /// person's look). With false, the forge's own rules decide (gate
-    /// `approved`).
-    pub require_review: bool,
-    /// `require_review` for one forge, or one project of a forge; the most
-    /// specific entry wins.
-    pub review_overrides: Vec<ReviewOverride>,
-    /// Least time between two edits of the status note (30 s); the final
-    /// state of an ended item is written at once.
-    pub note_min_interval_seconds: u64,
 }
 
 /// One entry of `mr.review_overrides`.
@@ -69,6 +69,9 @@ impl Default for MrConfig {
             submission: SubmissionConfig::default(),
             public_url: "http://127.0.0.1:8080".into(),
             managed_label: "managed-by::workqueue".into(),
+            require_review: true,
+            review_overrides: Vec::new(),
+            note_min_interval_seconds: 30,
             reconcile_interval_seconds: 1800,
             reconcile_busy_interval_seconds: 60,
             empty_check_interval_seconds: 1800,
@@ -76,9 +79,6 @@ impl Default for MrConfig {
             merge_method: None,
             queue_sync_interval_seconds: 30,
             adopt_existing_branches: false,
-            require_review: true,
-            review_overrides: Vec::new(),
-            note_min_interval_seconds: 30,
         }
     }
 }
