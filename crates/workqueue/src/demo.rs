@@ -320,7 +320,7 @@ async fn follow(
     }
     let deadline = Instant::now() + DEMO_TIMEOUT;
     let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut approved: Vec<u64> = Vec::new();
+    let mut approved: Vec<(String, u64)> = Vec::new();
     while !pending.is_empty() {
         anyhow::ensure!(
             Instant::now() < deadline,
@@ -343,22 +343,31 @@ async fn follow(
                     lines.push(line);
                 }
             }
-            // The GitHub repository requires a review: once CI passed the
-            // demo approves as a reviewer would.
+            // Merges wait for a person's review (`mr.require_review`), and
+            // the GitHub repository requires one too: once only the review
+            // is missing, the demo approves as a reviewer would.
             let waits_for_review = item["dimensions"].as_array().is_some_and(|rows| {
                 rows.iter().any(|d| {
                     d["dimension"] == "needs_reconcile"
-                        && d["detail"]["unmet_gates"] == json!(["approved"])
+                        && d["detail"]["unmet_gates"].as_array().is_some_and(|gates| {
+                            !gates.is_empty()
+                                && gates
+                                    .iter()
+                                    .all(|g| g == "approved" || g == "review_by_person")
+                        })
                 })
             });
-            if item["detail"]["forge"] == GITHUB
-                && waits_for_review
+            if waits_for_review
                 && let Some(number) = item["detail"]["mr"]["number"].as_u64()
-                && !approved.contains(&number)
+                && !approved.contains(&(item["detail"]["forge"].to_string(), number))
             {
-                sim.github_approve(PROJECT, number, "reviewer")?;
+                if item["detail"]["forge"] == GITHUB {
+                    sim.github_approve(PROJECT, number, "reviewer")?;
+                } else {
+                    sim.gitlab_approve(project, number, "reviewer")?;
+                }
                 println!("  {label:<30} approved by a reviewer");
-                approved.push(number);
+                approved.push((item["detail"]["forge"].to_string(), number));
             }
             let phase = item["phase"].as_str().unwrap_or_default();
             if phase == "active" {

@@ -162,13 +162,24 @@ impl CiStatus {
     }
 }
 
-/// Review state of a change request.
+/// Review state of a change request by the forge's own rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReviewDecision {
+    /// The approvals the forge requires are given.
     Approved,
     ReviewRequired,
     ChangesRequested,
+    /// The forge requires no review (GitHub `reviewDecision` null, a GitLab
+    /// project without approval rules) and nobody requested changes.
+    NotRequired,
+}
+
+impl ReviewDecision {
+    /// Whether the forge's own review rules allow the merge.
+    pub fn allows_merge(self) -> bool {
+        matches!(self, Self::Approved | Self::NotRequired)
+    }
 }
 
 /// Whether the forge would merge now. `Unknown` means it is still
@@ -227,6 +238,11 @@ pub struct ChangeRequest {
     pub approvals: u32,
     /// Approvals the forge requires, when it says.
     pub required_approvals: Option<u32>,
+    /// Who approves now, sorted: GitLab `approved_by`; on GitHub the
+    /// reviewers whose latest decisive review approves the current head (an
+    /// approval of an older head does not cover what was pushed since).
+    /// The review gate tells a person from the token's own user.
+    pub approved_by: Vec<String>,
     pub mergeable: Mergeable,
     /// The forge's own merge status word (GitLab `detailed_merge_status`,
     /// GitHub `mergeable_state`), for display and the readiness signature.

@@ -646,8 +646,10 @@ async fn get_change_reads_checks_statuses_reviews_threads_and_draft_in_four_requ
     assert_eq!(change.head_sha.as_deref(), Some(head.as_str()));
     assert_eq!(change.ci, CiStatus::Running);
     assert_eq!(change.pending_checks, 2);
-    assert_eq!(change.review, ReviewDecision::ReviewRequired);
+    // No review rule on the branch: GitHub's reviewDecision is null.
+    assert_eq!(change.review, ReviewDecision::NotRequired);
     assert_eq!(change.approvals, 0);
+    assert!(change.approved_by.is_empty());
     assert_eq!(change.required_approvals, None);
     assert_eq!(change.mergeable, Mergeable::Yes);
     assert_eq!(change.merge_status, "unstable");
@@ -668,8 +670,9 @@ async fn get_change_reads_checks_statuses_reviews_threads_and_draft_in_four_requ
         .expect("threads");
     sim.github_approve(REPO, n, "alice").expect("approve");
     let change = github.get_change(REPO, n).await.expect("get");
-    assert_eq!(change.review, ReviewDecision::Approved);
+    assert_eq!(change.review, ReviewDecision::NotRequired);
     assert_eq!(change.approvals, 1);
+    assert_eq!(change.approved_by, vec!["alice".to_owned()]);
     assert_eq!(change.unresolved_threads, 0);
     sim.github_request_changes(REPO, n, "bob", "please fix")
         .expect("request changes");
@@ -886,7 +889,8 @@ async fn a_failed_graphql_read_is_unobserved_never_absent() {
     enqueue(&github, n, &head).await;
     let seen = github.get_change(REPO, n).await.expect("get");
     assert!(matches!(seen.queue, QueueObservation::Entry(_)));
-    assert_eq!(seen.review, ReviewDecision::Approved);
+    assert_eq!(seen.review, ReviewDecision::NotRequired);
+    assert_eq!(seen.approved_by, vec!["alice".to_owned()]);
 
     sim.add_fault(FaultRule::new(
         "POST",
@@ -901,6 +905,7 @@ async fn a_failed_graphql_read_is_unobserved_never_absent() {
         "an approval not seen is not claimed"
     );
     assert_eq!(change.approvals, 0);
+    assert!(change.approved_by.is_empty());
     assert_eq!(change.state, ChangeState::Open);
 
     sim.add_fault(FaultRule::new(

@@ -190,6 +190,9 @@ async fn change_request_lifecycle_with_ci_reviews_and_threads() {
 
     let running = gitlab.get_change(project, 1).await.expect("get");
     assert_eq!(running.ci, CiStatus::Running);
+    // The status word names the pipeline only; the approvals say the rest.
+    assert_eq!(running.review, ReviewDecision::ReviewRequired);
+    assert_eq!(running.required_approvals, Some(1));
     assert_eq!(running.pending_checks, 1);
     assert!(running.pipeline_id.is_some());
     assert_eq!(running.mergeable, Mergeable::No);
@@ -215,8 +218,9 @@ async fn change_request_lifecycle_with_ci_reviews_and_threads() {
     assert_eq!(approved.mergeable, Mergeable::Yes);
     assert_eq!(approved.merge_status, "mergeable");
     assert_eq!(approved.unresolved_threads, 0);
-    assert_eq!(approved.approvals, 0, "counts need a second request");
-    assert_eq!(approved.required_approvals, None);
+    assert_eq!(approved.approvals, 1);
+    assert_eq!(approved.approved_by, vec!["reviewer".to_owned()]);
+    assert_eq!(approved.required_approvals, Some(1));
 
     sim.gitlab_set_unresolved_discussions(pid, 1, 2)
         .expect("discussions");

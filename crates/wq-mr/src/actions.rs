@@ -1,11 +1,13 @@
-//! The dispatch of an action to its executor: the four in [`crate::exec`]
-//! and `retry_ci_jobs` in [`crate::ci_retry`].
+//! The dispatch of an action to its executor (the four in [`crate::exec`]
+//! and `retry_ci_jobs` in [`crate::ci_retry`]), and the status note that
+//! follows every step.
 
-use wq_core::{Action, ExecError, ExecOutcome, ItemView};
+use wq_core::{Action, DimensionUpdate, ExecError, ExecOutcome, ItemView, Phase};
 
 use crate::MrType;
 use crate::ci_retry::retry_ci_jobs;
-use crate::dims::MrAction;
+use crate::dashboard::{self, StatusNote};
+use crate::dims::{MrAction, NEEDS_DASHBOARD, NEEDS_RECONCILE};
 use crate::errors::store_error;
 use crate::exec::Run;
 
@@ -37,14 +39,83 @@ pub(crate) async fn execute(
         view,
         details: &details,
         forge: forge.as_ref(),
+        seen: std::sync::OnceLock::new(),
     };
-    match action {
+    let outcome = match action {
         MrAction::EnsureMr => run.ensure_mr().await,
         MrAction::CheckEmptyDiff => run.check_empty_diff().await,
-        MrAction::PostDashboardNote => run.post_dashboard_note().await,
+        MrAction::PostDashboardNote => return run.post_dashboard_note().await,
         MrAction::RetryCiJobs => {
             retry_ci_jobs(&mr.herder, run.forge, run.details, view, mr.clock.now()).await
         }
         MrAction::ReconcileMr => run.reconcile_mr().await,
+    }?;
+    follow_with_note(&run, outcome).await
+}
+
+/// The status note follows the step's outcome. The gates the reconcile saw
+/// are kept with every outcome it gives (also the merge's). An item that
+/// ends (merged, closed, cancelled) gets its final note now, best effort:
+/// a failed edit never stops the end. Otherwise an edit is asked for when
+/// the text would change, at most every `mr.note_min_interval_seconds`.
+async fn follow_with_note(
+    run: &Run<'_>,
+    mut outcome: ExecOutcome,
+) -> Result<ExecOutcome, ExecError> {
+    if let Some(seen) = run.seen.get() {
+        for update in &mut outcome.dimensions {
+            if update.dimension == NEEDS_RECONCILE && update.detail.is_none() {
+                update.detail = Some(seen.clone());
+            }
+        }
     }
+    let ends = matches!(outcome.phase, Some(Phase::Completed | Phase::Cancelled));
+    let asked = outcome
+        .dimensions
+        .iter()
+        .any(|u| u.dimension == NEEDS_DASHBOARD);
+    if asked && !ends {
+        return Ok(outcome);
+    }
+    // The step may have written (the merge journal, the queue entry).
+    let Some(details) = run
+        .mr
+        .store
+        .get(run.view.item.id)
+        .await
+        .map_err(store_error)?
+    else {
+        return Ok(outcome);
+    };
+    let Some(number) = details.mr_number else {
+        return Ok(outcome);
+    };
+    let next = dashboard::projected(run.view, &outcome);
+    let note = StatusNote::of(
+        &run.mr.config.public_url,
+        &next,
+        &details,
+        run.person_review(),
+    );
+    if ends {
+        match run.write_note(number, &note).await {
+            Ok(id) => {
+                let written = dashboard::written(id, &note, run.mr.clock.now());
+                outcome
+                    .dimensions
+                    .retain(|u| u.dimension != NEEDS_DASHBOARD);
+                outcome = outcome
+                    .with_dimension(DimensionUpdate::new(NEEDS_DASHBOARD, false).detail(written));
+            }
+            Err(error) => {
+                tracing::warn!(item = %run.view.item.id, %error, "the final status note was not written");
+            }
+        }
+        return Ok(outcome);
+    }
+    let interval = MrType::seconds(run.mr.config.note_min_interval_seconds);
+    if let Some(update) = dashboard::refresh(&next, &note, interval) {
+        outcome = outcome.with_dimension(update);
+    }
+    Ok(outcome)
 }

@@ -16,6 +16,18 @@ pub struct MrConfig {
     pub public_url: String,
     /// Label put on every change request workqueue manages.
     pub managed_label: String,
+    /// The review gate `review_by_person`: an approval by someone other than
+    /// the token's forge user before the automatic merge, whatever the
+    /// forge's own rules (default true: a caller's change deserves a
+    /// person's look). With false, the forge's own rules decide (gate
+    /// `approved`).
+    pub require_review: bool,
+    /// `require_review` for one forge, or one project of a forge; the most
+    /// specific entry wins.
+    pub review_overrides: Vec<ReviewOverride>,
+    /// Least time between two edits of the status note (30 s); the final
+    /// state of an ended item is written at once.
+    pub note_min_interval_seconds: u64,
     /// How often an idle item re-reads its change request (30 min).
     pub reconcile_interval_seconds: u64,
     /// How often while CI runs, the merge is queued or the forge is still
@@ -48,12 +60,27 @@ pub struct MrConfig {
     pub merge_transient_backoff_seconds: u64,
 }
 
+/// One entry of `mr.review_overrides`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewOverride {
+    /// A configured forge's name.
+    pub forge: String,
+    /// A project path (any case); the whole forge when absent.
+    #[serde(default)]
+    pub project: Option<String>,
+    pub require_review: bool,
+}
+
 impl Default for MrConfig {
     fn default() -> Self {
         Self {
             submission: SubmissionConfig::default(),
             public_url: "http://127.0.0.1:8080".into(),
             managed_label: "managed-by::workqueue".into(),
+            require_review: true,
+            review_overrides: Vec::new(),
+            note_min_interval_seconds: 30,
             reconcile_interval_seconds: 1800,
             reconcile_busy_interval_seconds: 60,
             empty_check_interval_seconds: 1800,
@@ -68,6 +95,26 @@ impl Default for MrConfig {
 }
 
 impl MrConfig {
+    /// Whether `project` on `forge` needs a person's approval
+    /// (`review_by_person`): its project entry, else its forge entry, else
+    /// `require_review`.
+    pub fn requires_review(&self, forge: &str, project: &str) -> bool {
+        let project_entry = self.review_overrides.iter().find(|o| {
+            o.forge == forge
+                && o.project
+                    .as_deref()
+                    .is_some_and(|p| p.eq_ignore_ascii_case(project))
+        });
+        let forge_entry = || {
+            self.review_overrides
+                .iter()
+                .find(|o| o.forge == forge && o.project.is_none())
+        };
+        project_entry
+            .or_else(forge_entry)
+            .map_or(self.require_review, |o| o.require_review)
+    }
+
     /// Checks what serde cannot and compiles the submission rules. Every
     /// problem is reported, each naming its field (`mr.…`).
     pub fn compile(&self) -> Result<SubmissionRules, ConfigErrors> {
@@ -115,6 +162,50 @@ impl MrConfig {
                     self.merge_transient_retries
                 ),
             ));
+        }
+        if self.note_min_interval_seconds > MAX_INTERVAL_SECONDS {
+            errors.push(FieldError::new(
+                "mr.note_min_interval_seconds",
+                format!(
+                    "must be at most {MAX_INTERVAL_SECONDS}, got {}",
+                    self.note_min_interval_seconds
+                ),
+            ));
+        }
+        let mut seen: Vec<(&str, Option<String>)> = Vec::new();
+        for (index, entry) in self.review_overrides.iter().enumerate() {
+            let at = format!("mr.review_overrides[{index}]");
+            if entry.forge.trim().is_empty() {
+                errors.push(FieldError::new(
+                    format!("{at}.forge"),
+                    "must name a configured forge",
+                ));
+            }
+            if entry
+                .project
+                .as_deref()
+                .is_some_and(|p| p.trim().is_empty())
+            {
+                errors.push(FieldError::new(
+                    format!("{at}.project"),
+                    "must be a project path, or absent for the whole forge",
+                ));
+            }
+            let key = (
+                entry.forge.as_str(),
+                entry.project.as_deref().map(str::to_lowercase),
+            );
+            if let Some(first) = seen.iter().position(|k| *k == key) {
+                errors.push(FieldError::new(
+                    at,
+                    format!(
+                        "repeats mr.review_overrides[{first}] (forge {:?}, project {:?})",
+                        entry.forge,
+                        entry.project.as_deref().unwrap_or("*")
+                    ),
+                ));
+            }
+            seen.push(key);
         }
         let url_ok = url::Url::parse(&self.public_url)
             .is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.has_host());
@@ -183,5 +274,65 @@ mod tests {
             ]
         );
         assert_eq!(errors.0[4].field, "mr.public_url");
+    }
+
+    #[test]
+    fn the_review_gate_is_chosen_per_forge_and_project() {
+        let config: MrConfig = serde_json::from_value(serde_json::json!({
+            "require_review": true,
+            "review_overrides": [
+                {"forge": "github", "require_review": false},
+                {"forge": "github", "project": "Team/App", "require_review": true},
+            ],
+        }))
+        .expect("config");
+        assert!(config.compile().is_ok());
+        assert!(config.requires_review("gitlab", "team/app"));
+        assert!(!config.requires_review("github", "team/other"));
+        assert!(
+            config.requires_review("github", "team/app"),
+            "project entry, any case"
+        );
+        assert!(
+            MrConfig::default().requires_review("github", "x/y"),
+            "on by default"
+        );
+
+        let bad = MrConfig {
+            review_overrides: vec![
+                ReviewOverride {
+                    forge: String::new(),
+                    project: None,
+                    require_review: false,
+                },
+                ReviewOverride {
+                    forge: "github".into(),
+                    project: Some("a/b".into()),
+                    require_review: false,
+                },
+                ReviewOverride {
+                    forge: "github".into(),
+                    project: Some("A/B".into()),
+                    require_review: true,
+                },
+            ],
+            note_min_interval_seconds: MAX_INTERVAL_SECONDS + 1,
+            ..MrConfig::default()
+        };
+        let Err(errors) = bad.compile() else {
+            panic!("a bad config was accepted");
+        };
+        assert_eq!(
+            errors.lines(),
+            vec![
+                "mr.note_min_interval_seconds: must be at most 604800, got 604801".to_owned(),
+                "mr.review_overrides[0].forge: must name a configured forge".to_owned(),
+                "mr.review_overrides[2]: repeats mr.review_overrides[1] (forge \"github\", project \"A/B\")".to_owned(),
+            ]
+        );
+        let unknown: Result<MrConfig, _> = serde_json::from_value(serde_json::json!({
+            "review_overrides": [{"forge": "github", "required": false}],
+        }));
+        assert!(unknown.is_err(), "unknown fields are refused");
     }
 }

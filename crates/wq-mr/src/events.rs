@@ -2,23 +2,23 @@
 //! [`EventResult`]; the generic layer applies it (only to active items,
 //! DDR-37). Handlers write nothing.
 //!
-//! Webhook events mostly ask for a reconcile, which reads the forge's
-//! current state: duplicates cost one read and change nothing twice, and a
-//! late, reordered delivery cannot undo newer state. Only `merged` (which
-//! cannot be undone) ends the item directly; `closed` is confirmed by a
-//! read first, because a reopen may have overtaken it.
+//! Webhook events ask for a reconcile, which reads the forge's current
+//! state: duplicates cost one read and change nothing twice, and a late,
+//! reordered delivery cannot undo newer state. `merged` and `closed` end
+//! the item through that read too (a reopen may have overtaken a close),
+//! in the step that also writes the final status note.
 
-use wq_core::{DimensionUpdate, EventResult, ExecError, ItemView, PendingEvent, Phase};
-use wq_forge::{ChangeAction, ChangeState, ForgeEvent};
+use wq_core::{DimensionUpdate, EventResult, ExecError, ItemView, PendingEvent};
+use wq_forge::ForgeEvent;
 
+use crate::MrType;
 use crate::ci_retry::{ReportedJob, on_job};
 use crate::commands::MANUAL_MERGE_EVENT;
 use crate::dims::NEEDS_RECONCILE;
-use crate::errors::{forge_failure, store_error};
+use crate::errors::store_error;
 use crate::queue_sync::QUEUE_OBSERVED_EVENT;
 use crate::store::{RETRY_MERGE_EVENT, SUBMISSION_EVENT, submission_dimensions};
 use crate::webhook::WEBHOOK_EVENT;
-use crate::{CLOSED_ON_FORGE, MrType};
 
 fn reconcile() -> EventResult {
     EventResult::ignored().with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, true))
@@ -58,13 +58,9 @@ async fn handle_forge_event(
     event: ForgeEvent,
 ) -> Result<EventResult, ExecError> {
     match event {
-        ForgeEvent::Change { action, .. } => match action {
-            // The reconcile reads the merge, confirms our attempt in the
-            // journal and completes the item.
-            ChangeAction::Merged => Ok(reconcile()),
-            ChangeAction::Closed => confirm_closed(mr, view).await,
-            _ => Ok(reconcile()),
-        },
+        // The reconcile reads the merge (confirming our attempt in the
+        // journal) or the close, and ends the item.
+        ForgeEvent::Change { .. } => Ok(reconcile()),
         ForgeEvent::Pipeline { .. }
         | ForgeEvent::Note { .. }
         | ForgeEvent::Checks { .. }
@@ -100,30 +96,4 @@ async fn handle_forge_event(
         }
         ForgeEvent::Ignored { .. } => Ok(EventResult::ignored()),
     }
-}
-
-/// A `closed` delivery ends the item only if the change request is still
-/// closed now.
-async fn confirm_closed(mr: &MrType, view: &ItemView) -> Result<EventResult, ExecError> {
-    let Some(details) = mr.store.get(view.item.id).await.map_err(store_error)? else {
-        return Ok(EventResult::ignored());
-    };
-    let (Some(number), Some(forge)) = (details.mr_number, mr.forges.get(&details.spec.forge))
-    else {
-        return Ok(reconcile());
-    };
-    let change = forge
-        .get_change(&details.spec.project, number)
-        .await
-        .map_err(|e| forge_failure("confirming the close", e))?;
-    Ok(match change.state {
-        ChangeState::Closed => {
-            let mut result = EventResult::ignored()
-                .with_phase(Phase::Cancelled)
-                .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, false));
-            result.reason = Some(CLOSED_ON_FORGE.into());
-            result
-        }
-        ChangeState::Merged | ChangeState::Open | ChangeState::Locked => reconcile(),
-    })
 }

@@ -12,10 +12,10 @@ use wq_forge::{
     MergeOutcome, MergeParams, Mergeable, NewChange, QueueEntry,
 };
 
-use crate::dashboard::StatusNote;
+use crate::dashboard::{self, StatusNote};
 use crate::dims::{NEEDS_DASHBOARD, NEEDS_EMPTY_CHECK, NEEDS_MR, NEEDS_RECONCILE};
 use crate::errors::{forge_failure, store_error};
-use crate::merge::{resolve_queue, signature, unmet_gates};
+use crate::merge::{ReviewRule, resolve_queue, signature, unmet_gates};
 use crate::store::{MergeResult, MrDetails, Observation, RecordedChange};
 use crate::{CLOSED_ON_FORGE, MrType};
 
@@ -52,6 +52,9 @@ pub(crate) struct Run<'a> {
     pub view: &'a ItemView,
     pub details: &'a MrDetails,
     pub forge: &'a dyn Forge,
+    /// What `reconcile_mr` saw of the gates (its `needs_reconcile`
+    /// detail), for the status note of whatever outcome follows.
+    pub seen: std::sync::OnceLock<serde_json::Value>,
 }
 
 impl Run<'_> {
@@ -505,24 +508,51 @@ impl Run<'_> {
         Ok(ExecOutcome::done().with_dimension(self.empty_check_later()))
     }
 
-    /// One status note linking to the item (found again after a crash by its
-    /// marker and its author, the bot; never posted twice).
+    /// Whether the item's project needs a person's review
+    /// (`mr.require_review`, `mr.review_overrides`).
+    pub(crate) fn person_review(&self) -> bool {
+        self.mr
+            .config
+            .requires_review(&self.details.spec.forge, self.project())
+    }
+
+    /// The status note as the item stands (see [`crate::dashboard`]),
+    /// written: found again by its marker and its author (the bot) after a
+    /// crash, never posted twice, edited in place when its text changed.
     pub(crate) async fn post_dashboard_note(&self) -> Result<ExecOutcome, ExecError> {
         let Some(number) = self.details.mr_number else {
             // ensure_mr runs first; nothing to annotate yet.
             return Ok(ExecOutcome::done().with_dimension(DimensionUpdate::new(NEEDS_MR, true)));
         };
-        let StatusNote { marker, link, body } = StatusNote::of(
+        let note = StatusNote::of(
             &self.mr.config.public_url,
             self.view,
-            self.details.spec.automation.auto_merge,
+            self.details,
+            self.person_review(),
         );
+        let id = self.write_note(number, &note).await?;
+        Ok(ExecOutcome::done().with_dimension(
+            DimensionUpdate::new(NEEDS_DASHBOARD, false).detail(dashboard::written(
+                id,
+                &note,
+                self.now(),
+            )),
+        ))
+    }
+
+    /// Posts `note`, or edits the bot's note that carries its marker when
+    /// the text differs; returns the note's id.
+    pub(crate) async fn write_note(
+        &self,
+        number: u64,
+        note: &StatusNote,
+    ) -> Result<u64, ExecError> {
         let notes = self
             .forge
             .list_notes(self.project(), number)
             .await
             .map_err(|e| forge_failure("listing notes", e))?;
-        let body = self.outgoing(&body).into_owned();
+        let body = self.outgoing(&note.body).into_owned();
         // Only a note the bot wrote is the status note: a person's comment
         // quoting the marker is left alone.
         let me = self
@@ -530,30 +560,28 @@ impl Run<'_> {
             .current_user()
             .await
             .map_err(|e| forge_failure("reading the forge user of the token", e))?;
-        let note = match notes
-            .into_iter()
-            .find(|n| n.author == me.username && n.body.contains(&marker))
-        {
-            Some(note) if note.body == body => note.id,
-            Some(note) => {
-                self.forge
-                    .update_note(self.project(), number, note.id, &body)
-                    .await
-                    .map_err(|e| forge_failure("updating the status note", e))?;
-                note.id
-            }
-            None => {
-                self.forge
-                    .create_note(self.project(), number, &body)
-                    .await
-                    .map_err(|e| forge_failure("posting the status note", e))?
-                    .id
-            }
-        };
-        Ok(ExecOutcome::done().with_dimension(
-            DimensionUpdate::new(NEEDS_DASHBOARD, false)
-                .detail(serde_json::json!({ "note_id": note, "url": link })),
-        ))
+        Ok(
+            match notes
+                .into_iter()
+                .find(|n| n.author == me.username && n.body.contains(&note.marker))
+            {
+                Some(found) if found.body == body => found.id,
+                Some(found) => {
+                    self.forge
+                        .update_note(self.project(), number, found.id, &body)
+                        .await
+                        .map_err(|e| forge_failure("updating the status note", e))?;
+                    found.id
+                }
+                None => {
+                    self.forge
+                        .create_note(self.project(), number, &body)
+                        .await
+                        .map_err(|e| forge_failure("posting the status note", e))?
+                        .id
+                }
+            },
+        )
     }
 
     /// One read of the change request converges everything (DDR-46): merged
@@ -617,18 +645,38 @@ impl Run<'_> {
             .await?;
             return Ok(ExecOutcome::done().with_dimension(self.reconcile_in(idle)));
         }
-        let unmet = unmet_gates(&change);
+        // The review gate as configured: a person's approval needs the
+        // token's own user to tell it apart (cached by the client).
+        let bot = if self.person_review() {
+            Some(
+                self.forge
+                    .current_user()
+                    .await
+                    .map_err(|e| forge_failure("reading the forge user of the token", e))?
+                    .username,
+            )
+        } else {
+            None
+        };
+        let rule = bot
+            .as_deref()
+            .map_or(ReviewRule::Forge, |bot| ReviewRule::Person { bot });
+        let unmet = unmet_gates(&change, rule);
+        let seen = serde_json::json!({
+            "unmet_gates": unmet,
+            "review_gate": rule.gate(),
+            "merge_status": change.merge_status,
+        });
+        let _ = self.seen.set(seen.clone());
         let waiting = matches!(change.ci, CiStatus::Pending | CiStatus::Running)
             || change.pending_checks > 0
             || change.mergeable == Mergeable::Unknown;
         let rearm = self.reconcile_in(if waiting { busy } else { idle });
         if !self.details.spec.automation.auto_merge || !unmet.is_empty() {
-            return Ok(ExecOutcome::done().with_dimension(rearm.detail(
-                serde_json::json!({ "unmet_gates": unmet, "merge_status": change.merge_status }),
-            )));
+            return Ok(ExecOutcome::done().with_dimension(rearm.detail(seen)));
         }
         let head = change.head_sha.clone().unwrap_or_default();
-        let signature = signature(id, self.project(), &change);
+        let signature = signature(id, self.project(), &change, rule);
         let same_signature = journal.signature.as_deref() == Some(signature.as_str());
         if !journal.retry_authorized && journal.result.is_some() && same_signature {
             match journal.retry_at {
@@ -697,7 +745,7 @@ impl Run<'_> {
                 Ok(ExecOutcome::done().with_dimension(self.reconcile_in(busy)))
             }
             Err(error) if error.is_transient() => {
-                self.after_transient(&change, &signature, transient_so_far + 1, &error)
+                self.after_transient(&change, (&signature, rule), transient_so_far + 1, &error)
                     .await
             }
             Err(error) => {
@@ -721,7 +769,7 @@ impl Run<'_> {
     async fn after_transient(
         &self,
         checked: &ChangeRequest,
-        reserved: &str,
+        (reserved, rule): (&str, ReviewRule<'_>),
         count: i64,
         error: &wq_forge::ForgeError,
     ) -> Result<ExecOutcome, ExecError> {
@@ -761,7 +809,7 @@ impl Run<'_> {
         let budget = i64::from(config.merge_transient_retries);
         let unchanged = change.state == ChangeState::Open
             && change.head_sha.as_deref() == Some(head)
-            && signature(id, self.project(), &change) == reserved;
+            && signature(id, self.project(), &change, rule) == reserved;
         if unchanged && count <= budget {
             let delay = transient_backoff(
                 config.merge_transient_backoff_seconds,

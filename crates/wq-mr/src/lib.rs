@@ -6,12 +6,13 @@
 //!   their transactions (DDR-7, DDR-40).
 //! - [`dims`]: the names of dimensions and actions ([`MrAction`]).
 //! - [`decider`]: the next action (DDR-45, DDR-48).
-//! - `actions`: an action to its executor.
+//! - `actions`: an action to its executor; the status note follows every
+//!   step's outcome.
 //! - `exec`: the executors `ensure_mr`, `check_empty_diff`,
 //!   `post_dashboard_note`, `reconcile_mr` (DDR-15, DDR-43, DDR-46).
 //! - [`ci_retry`]: failed CI jobs judged by the herder and retried
 //!   (`retry_ci_jobs`, DDR-47).
-//! - `dashboard`: the status note's text.
+//! - `dashboard`: the status note's text, and when to edit it.
 //! - [`merge`]: readiness gates, signature and the merge-attempt journal.
 //! - `events`: the event handler (DDR-33, DDR-37, DDR-38).
 //! - `commands`: the `merge` and `retry-merge` item commands.
@@ -101,7 +102,7 @@
 //! |---|---|---|
 //! | `needs_mr` | `ensure_mr` | reads the recorded MR first: merged → the item completes and content not yet on the forge becomes the next generation (below), closed → cancelled, never a second MR; else finds the open MR by source branch and checks it is workqueue's; when the content (or its target) is not the recorded head: checks the branch head is workqueue's (below), refuses a branch the forge protects, marks a push intent, commits the file actions (create the branch from the target, or force it), records the pushed head at once; compares target and source (`straight=true`: identical trees mean nothing to merge, DDR-43), creates the MR or converges it (title, description, target branch, labels incl. `managed-by::workqueue`: added, and only those workqueue applied earlier removed) |
 //! | `needs_empty_check` | `check_empty_diff` | every 30 min (`pending_until`): an MR whose target already has its changes is closed, the item cancelled with the reason |
-//! | `needs_dashboard` | `post_dashboard_note` | one status note, found again by a hidden marker *and* its author (the token's forge user, so a person's comment quoting the marker is never edited) after a crash; edited in place when its text changes (the CI retry decisions: which job was retried by which matcher, which was not and why) |
+//! | `needs_dashboard` | `post_dashboard_note` | one status note, found again by a hidden marker *and* its author (the token's forge user, so a person's comment quoting the marker is never edited) after a crash; edited in place when its text changes: the state in one line, every gate met or not, the last merge attempt, the CI retry decisions (which job was retried by which matcher, which was not and why), the item's link. The detail keeps the note id, its text's hash and when it was written |
 //! | `needs_ci_retry` | `retry_ci_jobs` | see [`ci_retry`] and "CI retry" below |
 //! | `needs_reconcile` | `reconcile_mr` | one MR read: merged → completed, closed → cancelled, head/pipeline/queue recorded, title and description drift corrected, and the merge when every gate holds; re-armed every 30 min, every 60 s while CI runs or the merge is queued |
 //!
@@ -143,9 +144,10 @@
 //!
 //! The merge goes through the attempt journal in `mr_details` (the GitHub
 //! merge queue design, "Automatic merge"; see [`merge`]): gates (open, not
-//! draft, head known, CI passed, approved, mergeable, no unresolved
-//! threads, `auto_merge` on); the readiness signature (SHA-256 over every
-//! gate input and the MR's lifecycle state); an unchanged signature whose
+//! draft, head known, CI passed, approved by the forge's rules, the review
+//! gate, mergeable, no unresolved threads, `auto_merge` on); the readiness
+//! signature (SHA-256 over every gate input, the approvers, the review rule
+//! and the MR's lifecycle state); an unchanged signature whose
 //! attempt is `in_flight`, `failed` or `accepted` is not tried again unless
 //! `retry-merge` authorized one evaluation. `in_flight` is stored before
 //! the call, and only if no attempt is in flight and the signature is new
@@ -192,6 +194,27 @@
 //! `mr.manual_merge` event so the item reads the result at once. It writes
 //! no journal entry: the journal is the automatic path's.
 //!
+//! **Review gate.** `mr.require_review` (default true; per forge, or forge
+//! and project, in `mr.review_overrides`, the most specific entry winning)
+//! adds the gate `review_by_person`: someone other than the token's forge
+//! user ([`wq_forge::Forge::current_user`]) approves, whatever the forge's
+//! rules — a caller's change deserves a person's look. With false, the
+//! forge's own rules decide alone (gate `approved`: GitHub
+//! `reviewDecision` null or `APPROVED` with no request for changes; GitLab
+//! no approvals left and not `not_approved`). On GitLab `get_change` reads
+//! `GET .../approvals` of an open MR for the approvers and counts, so a new
+//! approval changes the signature and the `approved` webhook re-evaluates
+//! the merge. The reconcile records the unmet gates, the review gate's name
+//! and the forge's merge status in the `needs_reconcile` detail; the item
+//! detail names the review gate (`review_gate`).
+//!
+//! **Status note.** After every step the note the outcome would leave is
+//! rendered (`dashboard`); when its hash differs from the one stored in the
+//! `needs_dashboard` detail, `needs_dashboard` is asked for, deferred to
+//! `mr.note_min_interval_seconds` after the last edit. A step that ends the
+//! item (merged, closed, cancelled) writes the final state at once, best
+//! effort: a failed edit never stops the end.
+//!
 //! # Webhooks
 //!
 //! `/webhooks/gitlab` and `/webhooks/github` are authenticated by the forge
@@ -200,8 +223,8 @@
 //! that arrive before the number is recorded) and stored as
 //! [`WEBHOOK_EVENT`](webhook::WEBHOOK_EVENT) pending events. The handler
 //! asks for a reconcile for everything (a `merged` one confirms the attempt
-//! and completes the item); `closed` is confirmed by a read first, so a
-//! close overtaken by its reopen does nothing. Duplicates cost one read and
+//! and completes the item; a `closed` one cancels it only if the read still
+//! sees it closed, so a close overtaken by its reopen does nothing). Duplicates cost one read and
 //! change nothing twice. A failed job's delivery (resolved by its pipeline,
 //! or its branch while a new head pipeline is not recorded yet; a GitHub
 //! Actions job, whose change has no head pipeline, by its branch or its
@@ -252,7 +275,7 @@ pub mod text;
 pub mod webhook;
 
 pub use commands::MANUAL_MERGE_EVENT;
-pub use config::MrConfig;
+pub use config::{MrConfig, ReviewOverride};
 pub use dims::MrAction;
 pub use queue_sync::{QUEUE_OBSERVED_EVENT, QUEUE_SYNC_TASK, QueueSync};
 pub use spec::ConfigErrors;
@@ -532,7 +555,12 @@ impl ItemType for MrType {
             .submissions(item.id)
             .await
             .map_err(RequestError::from)?;
-        let mut detail = merge::detail_json(&d);
+        let review = if self.config.requires_review(&d.spec.forge, &d.spec.project) {
+            merge::REVIEW_BY_PERSON
+        } else {
+            merge::APPROVED
+        };
+        let mut detail = merge::detail_json(&d, review);
         detail["submissions"] = serde_json::json!(submissions);
         Ok(Some(detail))
     }

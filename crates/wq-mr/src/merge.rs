@@ -31,15 +31,52 @@
 
 use sha2::{Digest, Sha256};
 use wq_core::ItemId;
-use wq_forge::{
-    ChangeRequest, ChangeState, CiStatus, Mergeable, QueueEntry, QueueObservation, ReviewDecision,
-};
+use wq_forge::{ChangeRequest, ChangeState, CiStatus, Mergeable, QueueEntry, QueueObservation};
 
 use crate::store::MrDetails;
 
-/// The gates a change request does not pass yet, by name; empty when it may
-/// be merged.
-pub fn unmet_gates(change: &ChangeRequest) -> Vec<&'static str> {
+/// The forge's own review rules hold (GitHub `reviewDecision`, GitLab
+/// approvals left and `not_approved`).
+pub const APPROVED: &str = "approved";
+/// Someone other than the token's forge user approves (`mr.require_review`).
+pub const REVIEW_BY_PERSON: &str = "review_by_person";
+
+/// Which review the merge waits for, as configured for the item's forge and
+/// project (`mr.require_review`, `mr.review_overrides`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReviewRule<'a> {
+    /// The forge's own rules alone (gate [`APPROVED`]).
+    Forge,
+    /// The forge's rules and an approval by anyone but `bot`, the token's
+    /// forge user (gate [`REVIEW_BY_PERSON`] too).
+    Person { bot: &'a str },
+}
+
+impl ReviewRule<'_> {
+    /// The name of the gate that stands for the review in the note and the
+    /// item detail.
+    pub fn gate(self) -> &'static str {
+        match self {
+            Self::Forge => APPROVED,
+            Self::Person { .. } => REVIEW_BY_PERSON,
+        }
+    }
+}
+
+/// Every gate (with `review_by_person` when a person's review is
+/// required), in the order the status note shows them.
+pub fn gate_names(person_review: bool) -> Vec<&'static str> {
+    let mut gates = vec!["open", "not_draft", "head_known", "ci_passed", APPROVED];
+    if person_review {
+        gates.push(REVIEW_BY_PERSON);
+    }
+    gates.extend(["mergeable", "threads_resolved"]);
+    gates
+}
+
+/// The gates a change request does not pass yet, by name, in
+/// [`gate_names`] order; empty when it may be merged.
+pub fn unmet_gates(change: &ChangeRequest, rule: ReviewRule<'_>) -> Vec<&'static str> {
     let mut unmet = Vec::new();
     if change.state != ChangeState::Open {
         unmet.push("open");
@@ -53,8 +90,13 @@ pub fn unmet_gates(change: &ChangeRequest) -> Vec<&'static str> {
     if change.ci != CiStatus::Success || change.pending_checks > 0 {
         unmet.push("ci_passed");
     }
-    if change.review != ReviewDecision::Approved {
-        unmet.push("approved");
+    if !change.review.allows_merge() {
+        unmet.push(APPROVED);
+    }
+    if let ReviewRule::Person { bot } = rule
+        && !change.approved_by.iter().any(|login| login != bot)
+    {
+        unmet.push(REVIEW_BY_PERSON);
     }
     if change.mergeable != Mergeable::Yes {
         unmet.push("mergeable");
@@ -68,7 +110,12 @@ pub fn unmet_gates(change: &ChangeRequest) -> Vec<&'static str> {
 /// SHA-256 over every gate input, the item and the change request's
 /// lifecycle state: an attempt reserved for one state is never reused for
 /// another (a reopened change request, a new head, a new CI result).
-pub fn signature(id: ItemId, project: &str, change: &ChangeRequest) -> String {
+pub fn signature(
+    id: ItemId,
+    project: &str,
+    change: &ChangeRequest,
+    rule: ReviewRule<'_>,
+) -> String {
     let parts = [
         id.to_string(),
         project.to_owned(),
@@ -86,6 +133,11 @@ pub fn signature(id: ItemId, project: &str, change: &ChangeRequest) -> String {
             .map_or_else(|| "-".to_owned(), |n| n.to_string()),
         change.pending_checks.to_string(),
         change.unresolved_threads.to_string(),
+        change.approved_by.join(","),
+        match rule {
+            ReviewRule::Forge => String::new(),
+            ReviewRule::Person { bot } => format!("person-not:{bot}"),
+        },
     ];
     let mut hasher = Sha256::new();
     for part in parts {
@@ -110,7 +162,8 @@ pub fn resolve_queue(stored: Option<&QueueEntry>, change: &ChangeRequest) -> Opt
 }
 
 /// The item's `detail` in the API: everything but file contents.
-pub fn detail_json(d: &MrDetails) -> serde_json::Value {
+/// `review_gate` names the review gate configured for its project.
+pub fn detail_json(d: &MrDetails, review_gate: &str) -> serde_json::Value {
     let files: Vec<serde_json::Value> = d
         .spec
         .file_actions
@@ -137,6 +190,7 @@ pub fn detail_json(d: &MrDetails) -> serde_json::Value {
             "auto_merge": d.spec.automation.auto_merge,
             "ci_retry": d.spec.automation.ci_retry,
         },
+        "review_gate": review_gate,
         "files": files,
         "mr": {
             "number": d.mr_number,
@@ -166,6 +220,7 @@ pub fn detail_json(d: &MrDetails) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wq_forge::ReviewDecision;
 
     pub(crate) fn ready_change() -> ChangeRequest {
         ChangeRequest {
@@ -185,6 +240,7 @@ mod tests {
             review: ReviewDecision::Approved,
             approvals: 1,
             required_approvals: Some(1),
+            approved_by: vec!["reviewer".into()],
             mergeable: Mergeable::Yes,
             merge_status: "mergeable".into(),
             unresolved_threads: 0,
@@ -196,9 +252,14 @@ mod tests {
     /// One change to a ready change request.
     type Edit = Box<dyn Fn(&mut ChangeRequest)>;
 
+    const PERSON: ReviewRule<'static> = ReviewRule::Person {
+        bot: "workqueue-bot",
+    };
+
     #[test]
     fn every_gate_is_checked() {
-        assert!(unmet_gates(&ready_change()).is_empty());
+        assert!(unmet_gates(&ready_change(), ReviewRule::Forge).is_empty());
+        assert!(unmet_gates(&ready_change(), PERSON).is_empty());
         let cases: Vec<(Edit, &str)> = vec![
             (Box::new(|c| c.state = ChangeState::Closed), "open"),
             (Box::new(|c| c.draft = true), "not_draft"),
@@ -213,19 +274,64 @@ mod tests {
             (Box::new(|c| c.mergeable = Mergeable::Unknown), "mergeable"),
             (Box::new(|c| c.mergeable = Mergeable::No), "mergeable"),
             (Box::new(|c| c.unresolved_threads = 2), "threads_resolved"),
+            (
+                Box::new(|c| c.review = ReviewDecision::ChangesRequested),
+                "approved",
+            ),
         ];
         for (change, gate) in cases {
             let mut c = ready_change();
             change(&mut c);
-            assert_eq!(unmet_gates(&c), vec![gate]);
+            assert_eq!(unmet_gates(&c, ReviewRule::Forge), vec![gate]);
+            assert_eq!(unmet_gates(&c, PERSON), vec![gate]);
         }
+    }
+
+    #[test]
+    fn the_review_gate_is_the_forges_rules_or_a_persons_approval() {
+        // No review rule on the forge and nobody approved: the forge's
+        // rules hold, a person's review is missing.
+        let mut c = ready_change();
+        c.review = ReviewDecision::NotRequired;
+        c.approved_by.clear();
+        assert!(unmet_gates(&c, ReviewRule::Forge).is_empty());
+        assert_eq!(unmet_gates(&c, PERSON), vec![REVIEW_BY_PERSON]);
+        // The bot's own approval is no person's.
+        c.approved_by = vec!["workqueue-bot".into()];
+        assert_eq!(unmet_gates(&c, PERSON), vec![REVIEW_BY_PERSON]);
+        c.approved_by.push("alice".into());
+        assert!(unmet_gates(&c, PERSON).is_empty());
+        // A person approved but the forge wants two approvals.
+        c.review = ReviewDecision::ReviewRequired;
+        assert_eq!(unmet_gates(&c, PERSON), vec![APPROVED]);
+        // Gates are listed in the order the note shows them.
+        let mut all = ready_change();
+        all.state = ChangeState::Closed;
+        all.draft = true;
+        all.head_sha = None;
+        all.ci = CiStatus::Failed;
+        all.review = ReviewDecision::ReviewRequired;
+        all.approved_by.clear();
+        all.unresolved_threads = 1;
+        all.mergeable = Mergeable::No;
+        assert_eq!(unmet_gates(&all, PERSON), gate_names(true));
+        assert_eq!(
+            gate_names(false),
+            gate_names(true)
+                .into_iter()
+                .filter(|g| *g != REVIEW_BY_PERSON)
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(PERSON.gate(), REVIEW_BY_PERSON);
+        assert_eq!(ReviewRule::Forge.gate(), APPROVED);
     }
 
     #[test]
     fn signature_covers_every_gate_input_and_the_lifecycle_state() {
         let id = ItemId::new_v7();
-        let base = signature(id, "p", &ready_change());
-        assert_eq!(base, signature(id, "p", &ready_change()), "deterministic");
+        let sign = |id, project, c: &ChangeRequest| signature(id, project, c, PERSON);
+        let base = sign(id, "p", &ready_change());
+        assert_eq!(base, sign(id, "p", &ready_change()), "deterministic");
         let changes: Vec<Edit> = vec![
             Box::new(|c| c.state = ChangeState::Closed),
             Box::new(|c| c.head_sha = Some("def".into())),
@@ -239,14 +345,21 @@ mod tests {
             Box::new(|c| c.unresolved_threads = 1),
             Box::new(|c| c.number = 8),
             Box::new(|c| c.draft = true),
+            Box::new(|c| c.approved_by.push("alice".into())),
+            Box::new(|c| c.review = ReviewDecision::NotRequired),
         ];
         for change in changes {
             let mut c = ready_change();
             change(&mut c);
-            assert_ne!(signature(id, "p", &c), base);
+            assert_ne!(sign(id, "p", &c), base);
         }
-        assert_ne!(signature(ItemId::new_v7(), "p", &ready_change()), base);
-        assert_ne!(signature(id, "q", &ready_change()), base);
+        assert_ne!(sign(ItemId::new_v7(), "p", &ready_change()), base);
+        assert_ne!(sign(id, "q", &ready_change()), base);
+        assert_ne!(
+            signature(id, "p", &ready_change(), ReviewRule::Forge),
+            base,
+            "the review rule is an input"
+        );
     }
 
     #[test]

@@ -312,7 +312,6 @@ async fn a_metadata_only_resubmission_converges(backend: Backend, forge: &str) {
     person_label(&h, number, "person").await;
     h.settle().await;
     let head = h.branch_head(branch);
-    let notes_read = h.count("GET", "/notes") + h.count("GET", "/comments");
     body["labels"] = json!(["kept", "new"]);
     body["title"] = "Retitled".into();
     body["description"] = "Described again.".into();
@@ -330,10 +329,6 @@ async fn a_metadata_only_resubmission_converges(backend: Backend, forge: &str) {
     .await;
     h.settle().await;
     assert_eq!(h.branch_head(branch), head, "nothing pushed");
-    assert!(
-        h.count("GET", "/notes") + h.count("GET", "/comments") > notes_read,
-        "the status note was looked at again"
-    );
     let item = h.item(&id).await;
     assert_eq!(item["phase"], "active", "{item:#}");
     assert_eq!(item["detail"]["title"], "Retitled");

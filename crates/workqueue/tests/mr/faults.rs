@@ -204,14 +204,27 @@ async fn forge_errors_retry_with_backoff_then_fail_and_retry_recovers(backend: B
         "backoff holds the lease: {first:#}"
     );
     assert_eq!(first["phase"], "active");
-    for _ in 0..2 {
+    // A forge outage is not counted against max_attempts (3 here): five
+    // more failures and the item waits on.
+    for attempt in 2..=6 {
         h.advance(Duration::from_secs(600)).await;
+        h.wait_for(&id, "the next failure", |item| item["attempts"] == attempt)
+            .await;
     }
+    let waiting = h.item(&id).await;
+    assert_eq!(waiting["phase"], "active", "{waiting:#}");
+    // Once the outage has lasted the budget (six hours), the item fails.
+    h.advance(Duration::from_secs(6 * 3600)).await;
     let failed = h.wait_phase(&id, "failed").await;
     let error = failed["error"].as_str().unwrap();
     assert!(error.contains("500"), "{error}");
     let lookups = h.count("GET", "/merge_requests");
-    assert_eq!(lookups, 3, "bounded: one call per attempt");
+    assert_eq!(
+        i64::try_from(lookups).unwrap(),
+        failed["attempts"].as_i64().unwrap(),
+        "bounded: one call per attempt"
+    );
+    assert_eq!(lookups, 7);
     h.sim.clear_faults();
     let (status, reply) = h
         .post(&format!("/api/v1/work-items/{id}/retry"), None)
@@ -256,7 +269,9 @@ async fn rate_limits_honour_retry_after(backend: Backend) {
         1,
         "not retried before Retry-After"
     );
-    h.advance(Duration::from_secs(61)).await;
+    // Past Retry-After and the jitter an outage's backoff gets (at most a
+    // quarter of it).
+    h.advance(Duration::from_secs(61 + 30)).await;
     h.wait_phase(&id, "completed").await;
     h.finish().await;
 }

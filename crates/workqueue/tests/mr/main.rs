@@ -10,6 +10,7 @@ mod ci_retry;
 mod converge;
 mod faults;
 mod flow;
+mod gates;
 mod github;
 mod github_ci;
 mod hostile;

@@ -42,6 +42,9 @@ fn github() -> Options {
             required_approvals: 0,
             dismiss_stale_reviews: false,
         }),
+        // The pull requests wait for a person's approval, which `approve`
+        // gives.
+        require_review: true,
         ..Options::default()
     }
 }
@@ -548,7 +551,7 @@ async fn a_persons_note_with_the_marker_is_left_alone(backend: Backend) {
     h.person_note(number, &theirs).await;
     h.advance(Duration::from_secs(120)).await;
     h.wait_for(&id, "the status note", |item| {
-        dimension(item, "needs_dashboard")["status"] == "false"
+        dimension(item, "needs_dashboard")["detail"]["note_id"].is_u64()
     })
     .await;
     let notes = h.notes(number).await;

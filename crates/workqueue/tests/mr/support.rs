@@ -54,6 +54,14 @@ pub struct Options {
     pub github: Option<GithubRepo>,
     /// `mr.adopt_existing_branches`.
     pub adopt_existing_branches: bool,
+    /// `mr.require_review`. The service's default is true; off here, so
+    /// that tests of other behaviour merge on the forge's own review rules
+    /// (`gates.rs` tests the review gate).
+    pub require_review: bool,
+    /// `mr.review_overrides`.
+    pub review_overrides: Vec<wq_mr::ReviewOverride>,
+    /// GitLab approvals the project requires (0: none).
+    pub gitlab_approvals_required: u32,
 }
 
 /// The simulated GitHub repository's settings.
@@ -77,6 +85,9 @@ impl Default for Options {
             ci_retry: None,
             github: None,
             adopt_existing_branches: false,
+            require_review: false,
+            review_overrides: Vec::new(),
+            gitlab_approvals_required: 0,
         }
     }
 }
@@ -118,6 +129,7 @@ impl Harness {
                     .gitlab_project(PROJECT)
                     .require_pipeline_success(options.require_pipeline)
                     .merge_trains(options.merge_trains)
+                    .approvals_required(options.gitlab_approvals_required)
                     .webhook(&format!("{url}/webhooks/gitlab"), SECRET);
                 for job in options.jobs {
                     builder = builder.job(job);
@@ -159,6 +171,8 @@ impl Harness {
         config.engine.max_attempts = options.max_attempts;
         config.mr.public_url = url.clone();
         config.mr.adopt_existing_branches = options.adopt_existing_branches;
+        config.mr.require_review = options.require_review;
+        config.mr.review_overrides = options.review_overrides;
         if let Some(yaml) = options.ci_retry {
             config.ci_retry = wq_herder::HerderConfig::from_yaml(yaml).expect("ci_retry yaml");
         }
@@ -609,6 +623,73 @@ impl Harness {
                 )
             })
             .collect()
+    }
+
+    /// `user` approves change request `number` on the harness's forge (its
+    /// webhooks follow).
+    pub fn approve_as(&self, number: u64, user: &str) {
+        if self.forge == GITHUB {
+            self.sim
+                .github_approve(PROJECT, number, user)
+                .expect("approve");
+        } else {
+            self.sim
+                .gitlab_approve(self.project, number, user)
+                .expect("approve");
+        }
+    }
+
+    /// The comments on change request `number` as (id, author, body), on
+    /// the harness's forge.
+    pub async fn comments(&self, number: u64) -> Vec<(u64, String, String)> {
+        let request = if self.forge == GITHUB {
+            self.client
+                .get(format!(
+                    "{}/repos/{PROJECT}/issues/{number}/comments",
+                    self.sim.github_url()
+                ))
+                .header(
+                    "Authorization",
+                    format!("token {}", forge_sim::DEFAULT_TOKEN),
+                )
+        } else {
+            self.client
+                .get(format!(
+                    "{}/projects/{}/merge_requests/{number}/notes",
+                    self.sim.gitlab_url(),
+                    self.project
+                ))
+                .header("PRIVATE-TOKEN", forge_sim::DEFAULT_TOKEN)
+        };
+        let comments: Vec<Value> = request.send().await.unwrap().json().await.unwrap();
+        let author = if self.forge == GITHUB {
+            "/user/login"
+        } else {
+            "/author/username"
+        };
+        comments
+            .iter()
+            .filter(|c| c["system"] != true)
+            .map(|c| {
+                (
+                    c["id"].as_u64().unwrap_or_default(),
+                    c.pointer(author)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    c["body"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// Edits of comment `id` the forge was asked for.
+    pub fn comment_edits(&self, id: u64) -> usize {
+        if self.forge == GITHUB {
+            self.count("PATCH", &format!("/issues/comments/{id}"))
+        } else {
+            self.count("PUT", &format!("/notes/{id}"))
+        }
     }
 
     /// A submission body for `branch` on the harness's forge.

@@ -14,7 +14,7 @@ use crate::model::{ChangeRequest, ChangeState, ChangeUpdate, NewChange, QueueObs
 const CHANGE_QUERY: &str = "query($owner: String!, $name: String!, $number: Int!) { \
 repository(owner: $owner, name: $name) { pullRequest(number: $number) { \
 reviewDecision \
-reviews(last: 100, states: [APPROVED, CHANGES_REQUESTED, DISMISSED]) { nodes { state author { login } } } \
+reviews(last: 100, states: [APPROVED, CHANGES_REQUESTED, DISMISSED]) { nodes { state author { login } commit { oid } } } \
 reviewThreads(first: 100) { totalCount nodes { isResolved } } \
 mergeQueueEntry { state position estimatedTimeToMerge } } } }";
 
@@ -159,7 +159,7 @@ impl GithubClient {
         }
         let head = change.head_sha.clone();
         let (view, checks) = tokio::join!(
-            self.graphql_view(repo, change.number),
+            self.graphql_view(repo, change.number, head.as_deref()),
             self.checks(repo, head.as_deref())
         );
         let (ci, pending_checks) = checks?;
@@ -167,6 +167,7 @@ impl GithubClient {
         change.pending_checks = pending_checks;
         change.review = view.review;
         change.approvals = view.approvals;
+        change.approved_by = view.approved_by;
         change.unresolved_threads = view.unresolved_threads;
         change.queue = view.queue;
         Ok(change)
@@ -174,10 +175,15 @@ impl GithubClient {
 
     /// Reviews, threads and the queue entry from one GraphQL query; a
     /// failed query reads as [`wire::GraphqlView::unknown`].
-    pub(super) async fn graphql_view(&self, repo: &Repo<'_>, number: u64) -> wire::GraphqlView {
+    pub(super) async fn graphql_view(
+        &self,
+        repo: &Repo<'_>,
+        number: u64,
+        head: Option<&str>,
+    ) -> wire::GraphqlView {
         let variables = json!({ "owner": repo.owner, "name": repo.name, "number": number });
         match self.http.graphql(CHANGE_QUERY, variables).await {
-            Ok(answer) => wire::graphql_view(&answer).unwrap_or_else(|| {
+            Ok(answer) => wire::graphql_view(&answer, head).unwrap_or_else(|| {
                 tracing::warn!(
                     owner = repo.owner, repo = repo.name, number,
                     errors = %wire::error_messages(&answer),

@@ -184,6 +184,7 @@ impl PullRequest {
             review: ReviewDecision::ReviewRequired,
             approvals: 0,
             required_approvals: None,
+            approved_by: Vec::new(),
             mergeable: match self.mergeable {
                 Some(true) => Mergeable::Yes,
                 Some(false) => Mergeable::No,
@@ -375,6 +376,8 @@ pub fn errored_at(paths: &[Vec<String>], path: &[&str]) -> bool {
 pub struct GraphqlView {
     pub review: ReviewDecision,
     pub approvals: u32,
+    /// Logins whose latest decisive review approves, sorted.
+    pub approved_by: Vec<String>,
     pub unresolved_threads: u32,
     pub queue: QueueObservation,
 }
@@ -387,6 +390,7 @@ impl GraphqlView {
         Self {
             review: ReviewDecision::ReviewRequired,
             approvals: 0,
+            approved_by: Vec::new(),
             unresolved_threads: 0,
             queue: QueueObservation::Unobserved,
         }
@@ -398,7 +402,7 @@ impl GraphqlView {
 /// [`GraphqlView::unknown`]). Errors below `mergeQueueEntry` only make the
 /// queue `Unobserved`; errors on reviews or threads make the review
 /// unknown the same way.
-pub fn graphql_view(answer: &Value) -> Option<GraphqlView> {
+pub fn graphql_view(answer: &Value, head: Option<&str>) -> Option<GraphqlView> {
     let pr = answer
         .get("data")?
         .get("repository")?
@@ -417,16 +421,30 @@ pub fn graphql_view(answer: &Value) -> Option<GraphqlView> {
     } else {
         queue_observation(pr.get("mergeQueueEntry"))
     };
-    let (approvals, changes_requested) = latest_reviews(pr.pointer("/reviews/nodes"));
+    let reviews = latest_reviews(pr.pointer("/reviews/nodes"));
+    let changes_requested = reviews
+        .values()
+        .any(|(state, _)| *state == "CHANGES_REQUESTED");
+    let approving = || {
+        reviews
+            .iter()
+            .filter(|(_, (state, _))| *state == "APPROVED")
+    };
+    // A person's approval covers the head it was given for: content pushed
+    // after it was not looked at.
+    let approved_by: Vec<String> = approving()
+        .filter(|(_, (_, commit))| head.is_some_and(|head| *commit == head))
+        .map(|(login, _)| (*login).to_owned())
+        .collect();
+    let approvals = approving().count();
     let review = match pr.get("reviewDecision").and_then(Value::as_str) {
         Some("APPROVED") => ReviewDecision::Approved,
         Some("CHANGES_REQUESTED") => ReviewDecision::ChangesRequested,
         Some(_) => ReviewDecision::ReviewRequired,
-        // null: no review is required by branch protection. Approved only
-        // when GitHub shows an approval and no request for changes.
+        // null: branch protection requires no review. A standing request
+        // for changes still holds the merge back.
         None if changes_requested => ReviewDecision::ChangesRequested,
-        None if approvals > 0 => ReviewDecision::Approved,
-        None => ReviewDecision::ReviewRequired,
+        None => ReviewDecision::NotRequired,
     };
     let threads = pr.get("reviewThreads");
     let nodes = threads
@@ -446,30 +464,33 @@ pub fn graphql_view(answer: &Value) -> Option<GraphqlView> {
     let unread = total.saturating_sub(nodes.len() as u64);
     Some(GraphqlView {
         review,
-        approvals,
+        approvals: u32::try_from(approvals).unwrap_or(u32::MAX),
+        approved_by,
         unresolved_threads: u32::try_from(unresolved + unread).unwrap_or(u32::MAX),
         queue,
     })
 }
 
-/// (reviewers whose latest decisive review approves, whether any
-/// reviewer's latest decisive review requests changes). Decisive reviews
-/// are `APPROVED`, `CHANGES_REQUESTED` and `DISMISSED`, oldest first.
-fn latest_reviews(nodes: Option<&Value>) -> (u32, bool) {
-    let mut latest: BTreeMap<&str, &str> = BTreeMap::new();
+/// Each reviewer's latest decisive review (`APPROVED`, `CHANGES_REQUESTED`,
+/// `DISMISSED`; the nodes come oldest first) as (state, commit oid), by
+/// login, sorted.
+fn latest_reviews(nodes: Option<&Value>) -> BTreeMap<&str, (&str, &str)> {
+    let mut latest: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
     for review in nodes.and_then(Value::as_array).into_iter().flatten() {
         let state = review.get("state").and_then(Value::as_str).unwrap_or("");
         let author = review
             .pointer("/author/login")
             .and_then(Value::as_str)
             .unwrap_or("");
-        if matches!(state, "APPROVED" | "CHANGES_REQUESTED" | "DISMISSED") {
-            latest.insert(author, state);
+        let commit = review
+            .pointer("/commit/oid")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !author.is_empty() && matches!(state, "APPROVED" | "CHANGES_REQUESTED" | "DISMISSED") {
+            latest.insert(author, (state, commit));
         }
     }
-    let approvals = latest.values().filter(|s| **s == "APPROVED").count();
-    let changes = latest.values().any(|s| *s == "CHANGES_REQUESTED");
-    (u32::try_from(approvals).unwrap_or(u32::MAX), changes)
+    latest
 }
 
 /// An unknown or non-object GraphQL answer for one field.
@@ -619,12 +640,15 @@ mod tests {
     }
 
     fn view(pr: Value) -> Option<GraphqlView> {
-        graphql_view(&json!({"data": {"repository": {"pullRequest": pr}}}))
+        graphql_view(
+            &json!({"data": {"repository": {"pullRequest": pr}}}),
+            Some("head"),
+        )
     }
 
     #[test]
-    fn null_review_decision_is_approved_only_with_an_approval() {
-        let review = |state: &str, login: &str| json!({"state": state, "author": {"login": login}});
+    fn null_review_decision_is_not_required_unless_changes_are_requested() {
+        let review = |state: &str, login: &str| json!({"state": state, "author": {"login": login}, "commit": {"oid": "head"}});
         let base = |reviews: Vec<Value>| {
             json!({
                 "reviewDecision": null,
@@ -634,13 +658,14 @@ mod tests {
             })
         };
         let none = view(base(vec![])).expect("view");
-        assert_eq!(none.review, ReviewDecision::ReviewRequired);
+        assert_eq!(none.review, ReviewDecision::NotRequired);
         assert_eq!(none.queue, QueueObservation::Absent);
         let approved = view(base(vec![review("APPROVED", "a")])).expect("view");
         assert_eq!(
             (approved.review, approved.approvals),
-            (ReviewDecision::Approved, 1)
+            (ReviewDecision::NotRequired, 1)
         );
+        assert_eq!(approved.approved_by, vec!["a".to_owned()]);
         let changed = view(base(vec![
             review("APPROVED", "a"),
             review("CHANGES_REQUESTED", "b"),
@@ -654,8 +679,18 @@ mod tests {
         .expect("view");
         assert_eq!(
             (dismissed.review, dismissed.approvals),
-            (ReviewDecision::ReviewRequired, 0)
+            (ReviewDecision::NotRequired, 0)
         );
+        assert!(dismissed.approved_by.is_empty());
+        // An approval of an older head is GitHub's, not a review of this
+        // head.
+        let stale = view(base(vec![
+            json!({"state": "APPROVED", "author": {"login": "a"}, "commit": {"oid": "older"}}),
+            review("APPROVED", "b"),
+        ]))
+        .expect("view");
+        assert_eq!(stale.approvals, 2);
+        assert_eq!(stale.approved_by, vec!["b".to_owned()]);
     }
 
     #[test]
@@ -669,12 +704,12 @@ mod tests {
             }}},
             "errors": [{"path": ["repository", "pullRequest", "mergeQueueEntry"], "message": "no access"}],
         });
-        let view = graphql_view(&answer).expect("view");
+        let view = graphql_view(&answer, Some("head")).expect("view");
         assert_eq!(view.unresolved_threads, 1 + 100);
         assert_eq!(view.queue, QueueObservation::Unobserved);
         let failed = json!({"data": {"repository": {"pullRequest": null}}, "errors": [{"path": ["repository", "pullRequest"], "message": "x"}]});
-        assert_eq!(graphql_view(&failed), None);
+        assert_eq!(graphql_view(&failed, None), None);
         let whole = json!({"errors": [{"message": "Something went wrong"}]});
-        assert_eq!(graphql_view(&whole), None);
+        assert_eq!(graphql_view(&whole, None), None);
     }
 }

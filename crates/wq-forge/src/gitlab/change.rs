@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use super::GitlabClient;
 use super::http::Call;
 use super::wire;
-use crate::error::{ForgeError, ForgeResult};
+use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
 use crate::model::{ChangeRequest, ChangeUpdate, NewChange, QueueObservation};
 
 impl GitlabClient {
@@ -104,8 +104,35 @@ impl GitlabClient {
         number: u64,
     ) -> ForgeResult<ChangeRequest> {
         let mr = self.read_mr(project, number).await?;
+        let open = mr.state == "opened";
         let queue = self.queue_for(project, &mr).await;
-        mr.into_change(queue)
+        let mut change = mr.into_change(queue)?;
+        if open {
+            match self.read_approvals(project, number).await {
+                Ok(approvals) => approvals.apply(&mut change),
+                // No approvals endpoint (an instance without them): nobody counts as approving, the status word still
+                // says what GitLab requires.
+                Err(error) if error.kind == ForgeErrorKind::NotFound => {
+                    tracing::warn!(%project, iid = number, %error, "cannot read the approvals of !{number}; none counted");
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(change)
+    }
+
+    /// `GET .../merge_requests/:iid/approvals`: who approved and how many
+    /// approvals are still required. Read for open merge requests only:
+    /// the review gate needs the approvers, and GitLab's status word names
+    /// only the first unmet check (`ci_still_running` hides `not_approved`).
+    async fn read_approvals(&self, project: &str, number: u64) -> ForgeResult<wire::Approvals> {
+        let iid = number.to_string();
+        self.http
+            .json(
+                &Call::get(&["projects", project, "merge_requests", &iid, "approvals"]),
+                "the approvals of a merge request",
+            )
+            .await
     }
 
     pub(super) async fn read_mr(

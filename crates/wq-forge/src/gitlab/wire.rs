@@ -150,10 +150,11 @@ impl MergeRequest {
     /// `detailed_merge_status` word GitLab computes, so they cost no extra
     /// request. GitLab reports the first failing check only: an MR that
     /// lacks approvals *and* has a running pipeline says
-    /// `ci_still_running`, and review then reads `Approved` until the
+    /// `ci_still_running`, and review then reads `NotRequired` until the
     /// pipeline ends. That is safe because every such word also makes
-    /// `mergeable` `No`/`Unknown`. Approval counts would need
-    /// `GET .../approvals`, a second request per read: `approvals` stays 0
+    /// `mergeable` `No`/`Unknown`. The approvals themselves come from
+    /// `GET .../approvals` ([`Approvals::apply`], `get_change` of open
+    /// merge requests); without it `approvals` is 0, `approved_by` empty
     /// and `required_approvals` `None`.
     pub fn into_change(self, queue: QueueObservation) -> ForgeResult<ChangeRequest> {
         let state = match self.state.as_str() {
@@ -183,7 +184,7 @@ impl MergeRequest {
         let review = match merge_status.as_str() {
             "not_approved" | "approvals_syncing" => ReviewDecision::ReviewRequired,
             "requested_changes" => ReviewDecision::ChangesRequested,
-            _ => ReviewDecision::Approved,
+            _ => ReviewDecision::NotRequired,
         };
         let mergeable = match merge_status.as_str() {
             "mergeable" => Mergeable::Yes,
@@ -209,6 +210,7 @@ impl MergeRequest {
             review,
             approvals: 0,
             required_approvals: None,
+            approved_by: Vec::new(),
             mergeable,
             merge_status,
             unresolved_threads: u32::from(unresolved),
@@ -218,6 +220,51 @@ impl MergeRequest {
                 .map(|a| a.username)
                 .filter(|name| !name.is_empty()),
         })
+    }
+}
+
+/// `GET /projects/:id/merge_requests/:iid/approvals`.
+#[derive(Debug, Deserialize)]
+pub struct Approvals {
+    #[serde(default, deserialize_with = "null_default")]
+    pub approved_by: Vec<Approver>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub approvals_required: u32,
+    #[serde(default, deserialize_with = "null_default")]
+    pub approvals_left: u32,
+}
+
+/// One `approved_by` entry.
+#[derive(Debug, Deserialize)]
+pub struct Approver {
+    pub user: NoteAuthor,
+}
+
+impl Approvals {
+    /// Approvers, counts and the review decision onto `change`: approvals
+    /// still missing mean `ReviewRequired` whatever the status word says
+    /// (it names only the first unmet check); all given, `Approved` when
+    /// the project requires some, else the status word's decision stands.
+    pub fn apply(self, change: &mut ChangeRequest) {
+        let mut approved_by: Vec<String> = self
+            .approved_by
+            .into_iter()
+            .map(|a| a.user.username)
+            .filter(|name| !name.is_empty())
+            .collect();
+        approved_by.sort();
+        approved_by.dedup();
+        change.approvals = u32::try_from(approved_by.len()).unwrap_or(u32::MAX);
+        change.approved_by = approved_by;
+        change.required_approvals = Some(self.approvals_required);
+        if change.review == ReviewDecision::ChangesRequested {
+            return;
+        }
+        if self.approvals_left > 0 {
+            change.review = ReviewDecision::ReviewRequired;
+        } else if self.approvals_required > 0 && change.review == ReviewDecision::NotRequired {
+            change.review = ReviewDecision::Approved;
+        }
     }
 }
 
@@ -404,7 +451,7 @@ mod tests {
     #[test]
     fn merge_status_words_map_to_review_mergeable_and_threads() {
         let cases = [
-            ("mergeable", ReviewDecision::Approved, Mergeable::Yes, 0),
+            ("mergeable", ReviewDecision::NotRequired, Mergeable::Yes, 0),
             (
                 "not_approved",
                 ReviewDecision::ReviewRequired,
@@ -423,25 +470,40 @@ mod tests {
                 Mergeable::No,
                 0,
             ),
-            ("checking", ReviewDecision::Approved, Mergeable::Unknown, 0),
-            ("unchecked", ReviewDecision::Approved, Mergeable::Unknown, 0),
-            ("preparing", ReviewDecision::Approved, Mergeable::Unknown, 0),
+            (
+                "checking",
+                ReviewDecision::NotRequired,
+                Mergeable::Unknown,
+                0,
+            ),
+            (
+                "unchecked",
+                ReviewDecision::NotRequired,
+                Mergeable::Unknown,
+                0,
+            ),
+            (
+                "preparing",
+                ReviewDecision::NotRequired,
+                Mergeable::Unknown,
+                0,
+            ),
             (
                 "ci_still_running",
-                ReviewDecision::Approved,
+                ReviewDecision::NotRequired,
                 Mergeable::No,
                 0,
             ),
             (
                 "discussions_not_resolved",
-                ReviewDecision::Approved,
+                ReviewDecision::NotRequired,
                 Mergeable::No,
                 1,
             ),
-            ("need_rebase", ReviewDecision::Approved, Mergeable::No, 0),
+            ("need_rebase", ReviewDecision::NotRequired, Mergeable::No, 0),
             (
                 "some_future_word",
-                ReviewDecision::Approved,
+                ReviewDecision::NotRequired,
                 Mergeable::No,
                 0,
             ),
@@ -556,5 +618,48 @@ mod tests {
         mark_retried(&mut jobs, false);
         let retried: Vec<bool> = jobs.iter().map(|j| j.retried).collect();
         assert_eq!(retried, [false, true, false]);
+    }
+
+    #[test]
+    fn approvals_give_the_approvers_and_override_a_status_word_that_hides_them() {
+        let approvals = |by: &[&str], required: u32, left: u32| -> Approvals {
+            serde_json::from_value(json!({
+                "approved_by": by.iter().map(|u| json!({"user": {"username": u, "id": 1}})).collect::<Vec<_>>(),
+                "approvals_required": required,
+                "approvals_left": left,
+                "approved": left == 0,
+            }))
+            .expect("approvals JSON")
+        };
+        // The pipeline runs: GitLab says ci_still_running, not not_approved.
+        let mut running = mr("ci_still_running", Some("running"))
+            .into_change(QueueObservation::Unobserved)
+            .expect("change");
+        approvals(&["b", "a"], 2, 1).apply(&mut running);
+        assert_eq!(running.review, ReviewDecision::ReviewRequired);
+        assert_eq!(
+            (running.approvals, running.required_approvals),
+            (2, Some(2))
+        );
+        assert_eq!(running.approved_by, vec!["a".to_owned(), "b".to_owned()]);
+
+        let mut done = mr("mergeable", None)
+            .into_change(QueueObservation::Unobserved)
+            .expect("change");
+        approvals(&["a", "b"], 2, 0).apply(&mut done);
+        assert_eq!(done.review, ReviewDecision::Approved);
+
+        let mut optional = mr("mergeable", None)
+            .into_change(QueueObservation::Unobserved)
+            .expect("change");
+        approvals(&["a"], 0, 0).apply(&mut optional);
+        assert_eq!(optional.review, ReviewDecision::NotRequired);
+        assert_eq!(optional.approved_by, vec!["a".to_owned()]);
+
+        let mut changes = mr("requested_changes", None)
+            .into_change(QueueObservation::Unobserved)
+            .expect("change");
+        approvals(&[], 0, 0).apply(&mut changes);
+        assert_eq!(changes.review, ReviewDecision::ChangesRequested);
     }
 }
