@@ -1,6 +1,8 @@
 //! The CI retry herder in the `mr` type (DDR-47, DDR-48): failed jobs
 //! reported by job webhooks (GitLab Job Hooks, GitHub `workflow_job` and
-//! Actions check runs) are collected in the `needs_ci_retry`
+//! Actions check runs), or found by a reconcile that reads a failed head
+//! pipeline whose failed jobs no webhook reported (GitLab does not
+//! redeliver a lost hook), are collected in the `needs_ci_retry`
 //! dimension's `jobs` list; `retry_ci_jobs` judges them with the matcher
 //! engine (`wq-herder`) and retries the transient ones when their delay has
 //! passed.
@@ -11,7 +13,7 @@
 //!
 //! ```mermaid
 //! stateDiagram-v2
-//!     [*] --> pending: a Job webhook reports a failed job
+//!     [*] --> pending: a job webhook reports a failed job, or a reconcile finds it
 //!     pending --> scheduled: a retry matcher matched
 //!     scheduled --> retried: not_before passed, the forge retried it
 //!     pending --> reported: a report matcher matched
@@ -297,6 +299,51 @@ pub(crate) fn on_job(details: &MrDetails, view: &ItemView, job: ReportedJob) -> 
     });
     detail.trim();
     EventResult::ignored().with_dimension(detail.update(view.now))
+}
+
+/// The reconcile side, for when a Job webhook was lost (GitLab does not
+/// redeliver): the failed jobs of the head pipeline a read found failed,
+/// as [`on_job`] would have added them. `None` when every failed job is
+/// tracked already (or has a newer attempt, or ci_retry is off).
+pub(crate) fn from_head_pipeline(
+    details: &MrDetails,
+    view: &ItemView,
+    listed: &[CiJob],
+) -> Option<DimensionUpdate> {
+    if !details.spec.automation.ci_retry {
+        return None;
+    }
+    let mut detail = CiRetryDetail::of(view);
+    let before = detail.jobs.len();
+    for job in listed
+        .iter()
+        .filter(|job| job.status == "failed" && !job.retried)
+    {
+        if detail.jobs.iter().any(|tracked| tracked.id == job.id) {
+            continue;
+        }
+        tracing::info!(item = %view.item.id, job = job.id, pipeline = job.pipeline_id, "failed job found by a read of the head pipeline");
+        detail.jobs.push(TrackedJob {
+            id: job.id,
+            name: job.name.clone(),
+            pipeline_id: job.pipeline_id,
+            head_sha: job.head_sha.clone(),
+            stage: job.stage.clone(),
+            failure_reason: job.failure_reason.clone(),
+            finished_at: job.finished_at,
+            state: JobState::Pending,
+            matcher: None,
+            not_before: None,
+            retried_as: None,
+            retry_count: 0,
+            reason: None,
+        });
+    }
+    if detail.jobs.len() == before {
+        return None;
+    }
+    detail.trim();
+    Some(detail.update(view.now))
 }
 
 /// How long a job of a pipeline newer than the change request's head

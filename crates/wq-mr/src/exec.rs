@@ -612,6 +612,14 @@ impl Run<'_> {
             ChangeState::Open => {}
         }
         let change = self.correct_drift(change).await?;
+        // Webhooks are hints: a failed head pipeline whose failed jobs are
+        // not tracked (their Job Hook was lost) feeds the CI retry from
+        // this read; the reconcile runs again after it.
+        if let Some(feed) = self.untracked_failed_jobs(&change).await {
+            return Ok(ExecOutcome::done()
+                .with_dimension(feed)
+                .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, true)));
+        }
         let busy = self.mr.config.reconcile_busy_interval_seconds;
         let idle = self.mr.config.reconcile_interval_seconds;
         // An active queue entry means the forge accepted the attempt.
@@ -902,6 +910,28 @@ impl Run<'_> {
             )
             .await
             .map_err(store_error)
+    }
+
+    /// The failed jobs of the change request's failed head pipeline that
+    /// the CI retry does not track yet, as its dimension; `None` when there
+    /// are none, the forge lists no pipeline jobs, or the listing failed (a
+    /// later reconcile tries again).
+    async fn untracked_failed_jobs(&self, change: &ChangeRequest) -> Option<DimensionUpdate> {
+        if change.ci != CiStatus::Failed || !self.details.spec.automation.ci_retry {
+            return None;
+        }
+        let ci = self.forge.ci_jobs()?;
+        if ci.head_check() != wq_forge::CiHeadCheck::HeadPipeline {
+            return None;
+        }
+        let pipeline = change.pipeline_id?;
+        match ci.pipeline_jobs(self.project(), pipeline).await {
+            Ok(listed) => crate::ci_retry::from_head_pipeline(self.details, self.view, &listed),
+            Err(error) => {
+                tracing::warn!(item = %self.view.item.id, pipeline, %error, "listing the failed head pipeline's jobs failed");
+                None
+            }
+        }
     }
 
     /// Title and description back to what was submitted.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use forge_sim::{FaultRule, HttpFault, JobOutcome, JobSpec};
+use forge_sim::{FaultRule, HttpFault, JobOutcome, JobSpec, WebhookFaultKind, WebhookFaultRule};
 use reqwest::StatusCode;
 use serde_json::Value;
 use wq_testkit::{Backend, backend_tests};
@@ -19,6 +19,7 @@ backend_tests!(
     a_transient_error_on_a_retry_postpones_the_job_not_the_item,
     a_refused_retry_settles_the_job_and_the_item_stays_active,
     a_merge_request_pipeline_job_failing_before_its_pipeline_is_read_is_retried,
+    a_lost_job_hook_is_made_up_by_the_reconcile,
 );
 
 /// Retries runner system failures at once.
@@ -678,5 +679,59 @@ async fn a_merge_request_pipeline_job_failing_before_its_pipeline_is_read_is_ret
     h.sim.advance(HOUR);
     let item = h.wait_phase(&id, "completed").await;
     assert_eq!(h.mr(iid)["state"], "merged", "{item:#}");
+    h.finish().await;
+}
+
+/// Webhooks are hints: with every Job Hook lost (GitLab does not
+/// redeliver), the reconcile that sees the head pipeline failed reads its
+/// jobs and the flaky one is retried all the same.
+async fn a_lost_job_hook_is_made_up_by_the_reconcile(backend: Backend) {
+    let h = Harness::start_with(
+        backend,
+        Options {
+            jobs: vec![JobSpec::new(
+                "unit",
+                JobOutcome::flaky(1, "runner_system_failure", RUNNER_TRACE),
+            )],
+            ci_retry: Some(RUNNER_AT_ONCE),
+            ..Options::default()
+        },
+    )
+    .await;
+    h.sim.add_webhook_fault(WebhookFaultRule::new(
+        WebhookFaultKind::Drop,
+        Some("Job Hook"),
+        1000,
+    ));
+    let id = h
+        .submit_ok(
+            &change("wq/lost-hook", &[("j.txt", "j\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let item = wait_moving_the_clock(&h, &id, "the retried job's MR merged", |item| {
+        item["phase"] == "completed"
+    })
+    .await;
+    let dropped = h
+        .sim
+        .webhook_deliveries()
+        .into_iter()
+        .filter(|d| d.event == "Job Hook" && d.outcome == "dropped")
+        .count();
+    assert!(dropped > 0, "the Job Hooks were lost");
+    assert!(
+        h.sim
+            .webhook_deliveries()
+            .iter()
+            .all(|d| d.event != "Job Hook" || d.outcome == "dropped"),
+        "no Job Hook reached the service"
+    );
+    assert_eq!(retries(&h), 1, "the flaky job retried once");
+    let listed = jobs(&item);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["state"], "retried");
+    assert_eq!(listed[0]["matcher"], "runner-system-failure");
     h.finish().await;
 }

@@ -361,8 +361,12 @@ impl Harness {
         item["detail"]["mr"]["number"].as_u64().unwrap()
     }
 
-    /// Moves the service's clock and runs what became due.
+    /// Moves the service's clock and runs what became due. Runs still
+    /// going finish first: one that ended after the move would set its
+    /// timers from the moved clock and could leave one due with nothing to
+    /// wake it.
     pub async fn advance(&self, by: Duration) {
+        self.app().engine.wait_idle().await;
         self.clock.advance(time::Duration::try_from(by).unwrap());
         self.settle().await;
     }
