@@ -22,7 +22,10 @@
 //!   ends ([`EngineConfig::backoff`]: doubling from `backoff_base`, 2 s,
 //!   at least the forge's `Retry-After`); the sweep skips leased items, so
 //!   no timer table is needed. Past `max_attempts`, or on a permanent
-//!   error, the item fails.
+//!   error, the item fails. An outage (`ExecError::outage`: a forge down or
+//!   rate limited) is not counted: its backoff gets a jitter
+//!   ([`EngineConfig::jitter`]) and the item fails only once its streak of
+//!   failures (`work_items.failing_since`) has lasted `outage_budget`.
 //! - **Events.** `event_insert` writes the event and `actionable = true` in
 //!   one transaction under the item's advisory lock (PostgreSQL) or the write
 //!   lock (SQLite). The park takes the same lock, so an event arriving while
