@@ -163,6 +163,14 @@ pub trait CiJobs: Send + Sync {
     /// All jobs of a pipeline (every attempt, as the forge lists them).
     async fn pipeline_jobs(&self, project: &str, pipeline_id: u64) -> ForgeResult<Vec<CiJob>>;
 
+    /// All jobs that ran on a commit, for a forge whose head check is
+    /// [`CiHeadCheck::HeadSha`] (GitHub: the jobs of every workflow run of
+    /// the commit). A forge with head pipelines lists none here: its head
+    /// pipeline's jobs come from [`CiJobs::pipeline_jobs`].
+    async fn commit_jobs(&self, _project: &str, _sha: &str) -> ForgeResult<Vec<CiJob>> {
+        Ok(Vec::new())
+    }
+
     /// The end of a job's log: at most its last [`TRACE_TAIL_BYTES`],
     /// streamed (a log is never read whole), starting at a line when cut,
     /// invalid UTF-8 replaced.

@@ -912,23 +912,29 @@ impl Run<'_> {
             .map_err(store_error)
     }
 
-    /// The failed jobs of the change request's failed head pipeline that
-    /// the CI retry does not track yet, as its dimension; `None` when there
-    /// are none, the forge lists no pipeline jobs, or the listing failed (a
-    /// later reconcile tries again).
+    /// The failed jobs of the change request's failed head (GitLab: its
+    /// head pipeline; GitHub: the workflow runs of its head commit) that the
+    /// CI retry does not track yet, as its dimension; `None` when there are
+    /// none, the forge lists no CI jobs, or the listing failed (a later
+    /// reconcile tries again).
     async fn untracked_failed_jobs(&self, change: &ChangeRequest) -> Option<DimensionUpdate> {
         if change.ci != CiStatus::Failed || !self.details.spec.automation.ci_retry {
             return None;
         }
         let ci = self.forge.ci_jobs()?;
-        if ci.head_check() != wq_forge::CiHeadCheck::HeadPipeline {
-            return None;
-        }
-        let pipeline = change.pipeline_id?;
-        match ci.pipeline_jobs(self.project(), pipeline).await {
+        let listed = match ci.head_check() {
+            wq_forge::CiHeadCheck::HeadPipeline => {
+                ci.pipeline_jobs(self.project(), change.pipeline_id?).await
+            }
+            wq_forge::CiHeadCheck::HeadSha => {
+                ci.commit_jobs(self.project(), change.head_sha.as_deref()?)
+                    .await
+            }
+        };
+        match listed {
             Ok(listed) => crate::ci_retry::from_head_pipeline(self.details, self.view, &listed),
             Err(error) => {
-                tracing::warn!(item = %self.view.item.id, pipeline, %error, "listing the failed head pipeline's jobs failed");
+                tracing::warn!(item = %self.view.item.id, %error, "listing the failed head's CI jobs failed");
                 None
             }
         }

@@ -180,6 +180,20 @@ async fn a_flaky_job_fails_with_a_log_and_passes_when_re_run() {
         .await;
     assert_eq!(run["run_attempt"], 2);
     assert_eq!(run["conclusion"], "success");
+    // The commit's runs, as `GET actions/runs?head_sha=` lists them; another commit has none.
+    let (_, runs) = gh
+        .get(&format!("/repos/{REPO}/actions/runs?head_sha={head}"))
+        .await;
+    assert_eq!(runs["total_count"], 1, "{runs}");
+    assert_eq!(runs["workflow_runs"][0]["id"], run_id);
+    assert_eq!(runs["workflow_runs"][0]["head_sha"], head.as_str());
+    let (_, none) = gh
+        .get(&format!(
+            "/repos/{REPO}/actions/runs?head_sha=0000000000000000000000000000000000000000"
+        ))
+        .await;
+    assert_eq!(none["total_count"], 0, "{none}");
+    assert_eq!(none["workflow_runs"], serde_json::json!([]));
     // The pull request's checks pass now: the re-run is the latest check run of `unit`.
     let pr = gh.mergeable(REPO, number).await;
     assert_eq!(pr["mergeable_state"], "clean", "{pr}");

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use forge_sim::{JobOutcome, JobSpec};
+use forge_sim::{JobOutcome, JobSpec, WebhookFaultKind, WebhookFaultRule};
 use reqwest::StatusCode;
 use serde_json::Value;
 use wq_testkit::{Backend, backend_tests};
@@ -16,6 +16,7 @@ backend_tests!(
     a_runner_failure_is_retried_after_its_delays_then_merges,
     a_genuine_failure_is_not_retried,
     a_job_of_a_superseded_head_is_not_retried,
+    lost_job_webhooks_are_made_up_by_the_reconcile,
 );
 
 /// What GitHub writes into the log of a job whose runner was shut down.
@@ -365,5 +366,72 @@ async fn a_job_of_a_superseded_head_is_not_retried(backend: Backend) {
             .contains("is no longer the head commit"),
         "{settled}"
     );
+    h.finish().await;
+}
+
+/// Webhooks are hints: with every `workflow_job` and `check_run` delivery
+/// lost, the reconcile that sees the head's checks failed lists the
+/// commit's workflow jobs, and the flaky one is re-run all the same.
+async fn lost_job_webhooks_are_made_up_by_the_reconcile(backend: Backend) {
+    const AT_ONCE: &str = r#"
+matchers:
+  - name: runner-shutdown
+    messages: ["The runner has received a shutdown signal"]
+    retry_delays: [0]
+"#;
+    let h = start(
+        backend,
+        vec![JobSpec::new(
+            "unit",
+            JobOutcome::flaky(1, "failure", SHUTDOWN_LOG),
+        )],
+        Some(AT_ONCE),
+    )
+    .await;
+    for event in ["workflow_job", "check_run"] {
+        h.sim.add_webhook_fault(WebhookFaultRule::new(
+            WebhookFaultKind::Drop,
+            Some(event),
+            1000,
+        ));
+    }
+    let id = h
+        .submit_ok(
+            &github_change("wq/lost-jobs", &[("src/l.rs", "pub fn l() {}\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    approve(&h, &id).await;
+    // The service's clock stands still unless moved; a zero delay is due
+    // once it passes the job's end.
+    let mut item = h.item(&id).await;
+    for _ in 0..100 {
+        if item["phase"] == "completed" {
+            break;
+        }
+        h.advance(Duration::from_secs(1)).await;
+        item = h.item(&id).await;
+    }
+    assert_eq!(item["phase"], "completed", "{item:#}");
+    let deliveries = h.sim.webhook_deliveries();
+    assert!(
+        deliveries
+            .iter()
+            .any(|d| d.event == "workflow_job" && d.outcome == "dropped"),
+        "the job webhooks were lost"
+    );
+    assert!(
+        deliveries
+            .iter()
+            .filter(|d| d.event == "workflow_job" || d.event == "check_run")
+            .all(|d| d.outcome == "dropped"),
+        "no job webhook reached the service"
+    );
+    assert_eq!(reruns(&h).len(), 1, "the flaky job re-run once");
+    let listed = jobs(&item);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["state"], "retried");
+    assert_eq!(listed[0]["matcher"], "runner-shutdown");
     h.finish().await;
 }

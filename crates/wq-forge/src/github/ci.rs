@@ -4,6 +4,7 @@
 //! | call | requests |
 //! |---|---|
 //! | `pipeline_jobs` | `GET actions/runs/:run/jobs?filter=all` (one more per further page of 100) |
+//! | `commit_jobs` | `GET actions/runs?head_sha=`, then `pipeline_jobs` per run |
 //! | `job_trace` | `GET actions/jobs/:job/logs` (with the token; answers 302), then `GET` of its `Location` without the token, streamed |
 //! | `retry_job` | `GET actions/jobs/:job`, `POST actions/jobs/:job/rerun` (201, no body), `GET actions/runs/:run/jobs?filter=latest` for the new attempt |
 //!
@@ -55,6 +56,18 @@ pub(crate) struct Step {
     pub name: String,
     #[serde(default)]
     pub conclusion: Option<String>,
+}
+
+/// `GET actions/runs?head_sha=`: only the ids are read.
+#[derive(Debug, Deserialize)]
+struct RunList {
+    #[serde(default, deserialize_with = "null_default")]
+    workflow_runs: Vec<RunId>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RunId {
+    id: u64,
 }
 
 /// `GET actions/runs/:run/jobs`.
@@ -204,6 +217,21 @@ impl CiJobs for GithubClient {
             .collect::<ForgeResult<Vec<_>>>()?;
         mark_retried(&jobs, &mut ci);
         Ok(ci)
+    }
+
+    /// The jobs of every workflow run of `sha` (one page of runs: a commit
+    /// has a run per workflow and trigger, far fewer than a hundred).
+    async fn commit_jobs(&self, project: &str, sha: &str) -> ForgeResult<Vec<CiJob>> {
+        let repo = Repo::parse(project)?;
+        let call = Call::repo(Method::GET, &repo, &["actions", "runs"])
+            .query("head_sha", sha)
+            .query("per_page", PER_PAGE.to_string());
+        let runs: RunList = self.http.json(&call, "a list of workflow runs").await?;
+        let mut all = Vec::new();
+        for run in runs.workflow_runs {
+            all.extend(self.pipeline_jobs(project, run.id).await?);
+        }
+        Ok(all)
     }
 
     /// GitHub answers 302 to a short-lived log URL on another host; that

@@ -19,6 +19,7 @@ use crate::state::Shared;
 
 pub fn router() -> Router<Shared> {
     Router::new()
+        .route("/repos/{owner}/{repo}/actions/runs", get(list_runs))
         .route("/repos/{owner}/{repo}/actions/runs/{id}", get(get_run))
         .route(
             "/repos/{owner}/{repo}/actions/runs/{id}/jobs",
@@ -31,6 +32,42 @@ pub fn router() -> Router<Shared> {
         )
         .route("/repos/{owner}/{repo}/actions/jobs/{id}/rerun", post(rerun))
         .route("/_logs/{owner}/{repo}/jobs/{id}", get(log_download))
+}
+
+/// `GET actions/runs?head_sha=&branch=`: the repository's workflow runs, newest first,
+/// narrowed by commit and branch, paged like GitHub's lists (`{total_count, workflow_runs}`).
+async fn list_runs(call: RepoCall, RawQuery(query): RawQuery) -> ApiResult<Response> {
+    let head_sha = query_param(&query, "head_sha");
+    let branch = query_param(&query, "branch");
+    let RepoCall {
+        ctx, target, uri, ..
+    } = call;
+    target.with_repo(|repo, _| {
+        let runs: Vec<_> = repo
+            .actions
+            .runs
+            .iter()
+            .rev()
+            .filter(|run| head_sha.as_ref().is_none_or(|sha| &run.head_sha == sha))
+            .filter(|run| {
+                branch
+                    .as_ref()
+                    .is_none_or(|branch| run.head_branch.as_ref() == Some(branch))
+            })
+            .collect();
+        let total = runs.len();
+        let page = paginate(runs, &ctx.base_url, &uri);
+        let items: Vec<Value> = page
+            .items
+            .into_iter()
+            .map(|run| render::run_json(&ctx, repo, run))
+            .collect();
+        Ok(reply_paged(
+            StatusCode::OK,
+            json!({ "total_count": total, "workflow_runs": items }),
+            page.link,
+        ))
+    })
 }
 
 async fn get_run(call: RepoCall<IdSegment>) -> ApiResult<Response> {
