@@ -177,6 +177,32 @@ impl Run<'_> {
         })
     }
 
+    /// The change request a create call made. An unanswered call (5xx,
+    /// 429, timeout) may have made it all the same: it is looked up at once
+    /// and, when it is workqueue's, recorded now rather than left
+    /// unrecorded should the item fail before its next try.
+    async fn created_or_found(
+        &self,
+        created: wq_forge::ForgeResult<ChangeRequest>,
+    ) -> Result<ChangeRequest, ExecError> {
+        let error = match created {
+            Ok(change) => return Ok(change),
+            Err(error) if error.is_transient() => error,
+            Err(error) => return Err(forge_failure("creating the merge request", error)),
+        };
+        let found = self
+            .forge
+            .find_open_change(self.project(), &self.details.spec.source_branch)
+            .await;
+        match found {
+            Ok(Some(change)) if self.authored_by_us(&change).await? => {
+                tracing::info!(item = %self.view.item.id, number = change.number, %error, "the create call went unanswered but the merge request was made");
+                Ok(change)
+            }
+            _ => Err(forge_failure("creating the merge request", error)),
+        }
+    }
+
     /// A change request workqueue opened but did not record: its author is
     /// the token's forge user and it carries the managed label set at
     /// creation.
@@ -375,8 +401,9 @@ impl Run<'_> {
         let labels = self.labels();
         let description = self.outgoing(&spec.description);
         let (change, created) = match existing {
-            None => (
-                self.forge
+            None => {
+                let created = self
+                    .forge
                     .create_change(&NewChange {
                         project,
                         source_branch: &spec.source_branch,
@@ -385,10 +412,9 @@ impl Run<'_> {
                         description: &description,
                         labels: &labels,
                     })
-                    .await
-                    .map_err(|e| forge_failure("creating the merge request", e))?,
-                true,
-            ),
+                    .await;
+                (self.created_or_found(created).await?, true)
+            }
             Some(open) => (
                 self.sync_metadata(open.change, &labels).await?,
                 open.created,

@@ -14,6 +14,7 @@ use crate::support::{Harness, Intercept, Options, change};
 backend_tests!(
     a_head_pushed_between_check_and_merge_is_not_merged,
     a_crash_after_the_forge_accepted_writes_makes_no_second_mr,
+    an_unanswered_create_is_recorded_in_the_same_run,
     forge_errors_retry_with_backoff_then_fail_and_retry_recovers,
     rate_limits_honour_retry_after,
     retry_merge_is_refused_while_in_flight,
@@ -169,6 +170,37 @@ async fn a_crash_after_the_forge_accepted_writes_makes_no_second_mr(backend: Bac
         2,
         "the lost commit was redone once onto the existing branch, then recorded"
     );
+    h.finish().await;
+}
+
+/// The forge makes the MR but its answer is lost (502): the run looks it
+/// up at once and records it, so the item never holds an MR it opened
+/// without knowing it, even should it fail before another try.
+async fn an_unanswered_create_is_recorded_in_the_same_run(backend: Backend) {
+    let h = Harness::start(backend).await;
+    h.sim.add_fault(
+        FaultRule::pattern(
+            "POST",
+            "/api/v4/projects/*/merge_requests",
+            HttpFault::Status { status: 502 },
+        )
+        .after_handler(),
+    );
+    let id = h
+        .submit_ok(
+            &change("wq/unanswered", &[("u.txt", "u\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let number = h.wait_mr(&id).await;
+    let item = h.item(&id).await;
+    assert_eq!(item["attempts"], 0, "no failure recorded: {item:#}");
+    assert!(item["error"].is_null(), "{item:#}");
+    assert_eq!(h.count("POST", "/merge_requests"), 1);
+    let item = h.wait_phase(&id, "completed").await;
+    assert_eq!(item["detail"]["mr"]["number"], number);
+    assert_eq!(h.all_mrs().await.len(), 1, "one MR");
     h.finish().await;
 }
 
