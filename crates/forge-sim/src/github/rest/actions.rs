@@ -55,19 +55,31 @@ async fn list_runs(call: RepoCall, RawQuery(query): RawQuery) -> ApiResult<Respo
                     .is_none_or(|branch| run.head_branch.as_ref() == Some(branch))
             })
             .collect();
-        let total = runs.len();
-        let page = paginate(runs, &ctx.base_url, &uri);
-        let items: Vec<Value> = page
-            .items
-            .into_iter()
-            .map(|run| render::run_json(&ctx, repo, run))
-            .collect();
-        Ok(reply_paged(
-            StatusCode::OK,
-            json!({ "total_count": total, "workflow_runs": items }),
-            page.link,
+        Ok(counted_page(
+            runs,
+            &ctx.base_url,
+            &uri,
+            "workflow_runs",
+            |run| render::run_json(&ctx, repo, run),
         ))
     })
+}
+
+/// One page of `items` in the Actions lists' shape, `{"total_count": n, key: [...]}`, with
+/// GitHub's `Link` header.
+fn counted_page<T>(
+    items: Vec<T>,
+    base: &str,
+    uri: &axum::http::Uri,
+    key: &str,
+    render: impl Fn(T) -> Value,
+) -> Response {
+    let total = items.len();
+    let page = paginate(items, base, uri);
+    let rendered: Vec<Value> = page.items.into_iter().map(render).collect();
+    let mut body = json!({ "total_count": total });
+    body[key] = Value::Array(rendered);
+    reply_paged(StatusCode::OK, body, page.link)
 }
 
 async fn get_run(call: RepoCall<IdSegment>) -> ApiResult<Response> {
@@ -106,18 +118,9 @@ async fn list_jobs(call: RepoCall<IdSegment>, RawQuery(query): RawQuery) -> ApiR
                 ));
             }
         };
-        let total = jobs.len();
-        let page = paginate(jobs, &ctx.base_url, &uri);
-        let items: Vec<Value> = page
-            .items
-            .into_iter()
-            .map(|job| render::job_json(&ctx, repo, job))
-            .collect();
-        Ok(reply_paged(
-            StatusCode::OK,
-            json!({ "total_count": total, "jobs": items }),
-            page.link,
-        ))
+        Ok(counted_page(jobs, &ctx.base_url, &uri, "jobs", |job| {
+            render::job_json(&ctx, repo, job)
+        }))
     })
 }
 
