@@ -83,6 +83,9 @@ pub struct GitlabProjectSpec {
     /// The project runs merge request pipelines (`refs/merge-requests/<iid>/head`).
     #[serde(default)]
     pub merge_request_pipelines: Option<bool>,
+    /// A push clears the MR's approvals (GitLab's default).
+    #[serde(default)]
+    pub reset_approvals_on_push: Option<bool>,
     #[serde(default)]
     pub jobs: Option<Vec<JobSpec>>,
     #[serde(default)]
@@ -120,6 +123,9 @@ fn apply_settings(
     }
     if let Some(value) = spec.merge_request_pipelines {
         settings.merge_request_pipelines = value;
+    }
+    if let Some(value) = spec.reset_approvals_on_push {
+        settings.reset_approvals_on_push = value;
     }
     Ok(())
 }

@@ -495,6 +495,12 @@ impl GitlabProjectBuilder<'_> {
         self
     }
 
+    /// Whether a push clears the MR's approvals (GitLab's default: yes).
+    pub fn reset_approvals_on_push(mut self, reset: bool) -> Self {
+        self.spec.reset_approvals_on_push = Some(reset);
+        self
+    }
+
     pub fn require_pipeline_success(mut self, required: bool) -> Self {
         self.spec.only_allow_merge_if_pipeline_succeeds = Some(required);
         self

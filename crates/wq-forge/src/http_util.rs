@@ -159,7 +159,10 @@ pub(crate) fn redirect_error(
     status: StatusCode,
     headers: &HeaderMap,
 ) -> ForgeError {
-    let location = header(headers, "location").unwrap_or("(none)");
+    // Without its query and fragment: a redirect may carry a signed URL.
+    let location = header(headers, "location").map_or("(none)", |location| {
+        location.split(['?', '#']).next().unwrap_or(location)
+    });
     ForgeError::rejected(
         Some(status.as_u16()),
         format!(

@@ -779,7 +779,7 @@ impl Run<'_> {
                 Ok(ExecOutcome::done().with_dimension(self.reconcile_in(busy)))
             }
             Err(error) if error.is_transient() => {
-                self.after_transient(&change, (&signature, rule), transient_so_far + 1, &error)
+                self.after_transient(&change, transient_so_far + 1, &error)
                     .await
             }
             Err(error) => {
@@ -793,17 +793,16 @@ impl Run<'_> {
 
     /// The merge call got a transient answer (5xx, 429, timeout): it may or
     /// may not have reached the forge. One re-read decides: merged or
-    /// queued → `accepted`; still open at the checked head and the same
-    /// readiness signature → another call after a backoff (at least the
-    /// forge's `Retry-After`), while `mr.merge_transient_retries` allows;
-    /// anything else → `failed` (a new state is tried on its own, the same
-    /// one waits for `retry-merge`). A re-read that fails leaves the attempt
+    /// queued → `accepted`; still open at the checked head → another call
+    /// after a backoff (at least the forge's `Retry-After`), while
+    /// `mr.merge_transient_retries` allows, once the next reconcile finds
+    /// every gate held; anything else → `failed` (a new state is tried on
+    /// its own, the same one waits for `retry-merge`). A re-read that fails leaves the attempt
     /// `in_flight`: confirmed by a later read or failed at its deadline,
     /// never called again unproven.
     async fn after_transient(
         &self,
         checked: &ChangeRequest,
-        (reserved, rule): (&str, ReviewRule<'_>),
         count: i64,
         error: &wq_forge::ForgeError,
     ) -> Result<ExecOutcome, ExecError> {
@@ -841,9 +840,12 @@ impl Run<'_> {
             return Ok(ExecOutcome::done().with_dimension(self.reconcile_in(busy)));
         }
         let budget = i64::from(config.merge_transient_retries);
-        let unchanged = change.state == ChangeState::Open
-            && change.head_sha.as_deref() == Some(head)
-            && signature(id, self.project(), &change, rule) == reserved;
+        // Open at the checked head: another call is safe once the gates hold
+        // again (the next reconcile checks them before it reserves). The
+        // signature may flicker meanwhile (GitLab says `checking` right
+        // after a merge call): the count carries on only for the same one.
+        let unchanged =
+            change.state == ChangeState::Open && change.head_sha.as_deref() == Some(head);
         if unchanged && count <= budget {
             let delay = transient_backoff(
                 config.merge_transient_backoff_seconds,

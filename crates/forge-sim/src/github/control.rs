@@ -61,6 +61,9 @@ pub struct GithubRepoSpec {
     /// Scripted checks (shared CI job JSON plus `kind`).
     #[serde(default)]
     pub checks: Option<Vec<Value>>,
+    /// Users with no access to the repository (`authorAssociation: NONE`).
+    #[serde(default)]
+    pub outside_users: Option<Vec<String>>,
 }
 
 fn some_null<'de, D: serde::Deserializer<'de>>(
@@ -100,6 +103,12 @@ impl GithubRepoSpec {
         self
     }
 
+    /// Users with no access to the repository: their reviews carry `authorAssociation: NONE`.
+    pub fn outside_users(mut self, users: &[&str]) -> GithubRepoSpec {
+        self.outside_users = Some(users.iter().map(|u| (*u).to_owned()).collect());
+        self
+    }
+
     pub fn dismiss_stale_reviews(mut self, on: bool) -> GithubRepoSpec {
         self.dismiss_stale_reviews = Some(on);
         self
@@ -132,6 +141,9 @@ fn apply_spec(settings: &mut RepoSettings, spec: &GithubRepoSpec) -> Result<(), 
     }
     if let Some(checks) = &spec.required_checks {
         settings.required_checks = checks.clone();
+    }
+    if let Some(users) = &spec.outside_users {
+        settings.outside_users = users.clone();
     }
     if let Some(required) = spec.require_conversation_resolution {
         settings.require_conversation_resolution = required;

@@ -23,6 +23,9 @@ pub struct ProjectSettings {
     /// "merge_request_event"`): a push to a branch with an open MR starts a pipeline on
     /// `refs/merge-requests/<iid>/head` instead of the branch.
     pub merge_request_pipelines: bool,
+    /// GitLab's "Remove all approvals when commits are added to the source branch"
+    /// (`reset_approvals_on_push`, on by default): a new head clears the MR's approvals.
+    pub reset_approvals_on_push: bool,
 }
 
 impl Default for ProjectSettings {
@@ -34,6 +37,7 @@ impl Default for ProjectSettings {
             only_allow_merge_if_pipeline_succeeds: true,
             only_allow_merge_if_all_discussions_are_resolved: true,
             merge_request_pipelines: false,
+            reset_approvals_on_push: true,
         }
     }
 }

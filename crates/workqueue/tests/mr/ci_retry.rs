@@ -621,13 +621,16 @@ async fn a_merge_request_pipeline_job_failing_before_its_pipeline_is_read_is_ret
             },
         )
         .unwrap();
-    // workqueue's first read of the MR fails: it has not seen the head
-    // pipeline when the job fails.
-    h.sim.add_fault(FaultRule::pattern(
-        "GET",
-        "/api/v4/projects/*/merge_requests/*",
-        HttpFault::Status { status: 503 },
-    ));
+    // workqueue cannot read the MR (so neither its head pipeline nor its
+    // failed jobs) until the job is tracked: only the Job Hook can bring it.
+    h.sim.add_fault(
+        FaultRule::pattern(
+            "GET",
+            "/api/v4/projects/*/merge_requests/*",
+            HttpFault::Status { status: 503 },
+        )
+        .times(1000),
+    );
     let id = h
         .submit_ok(
             &change("wq/mr-pipeline", &[("m.txt", "m\n")]),
@@ -663,13 +666,18 @@ async fn a_merge_request_pipeline_job_failing_before_its_pipeline_is_read_is_ret
     let job = &jobs(&item)[0];
     assert_eq!(job["name"], "unit");
     assert_eq!(
-        (&job["state"], &job["matcher"]),
-        (&"scheduled".into(), &"runner-system-failure".into()),
-        "judged as the head pipeline's job, not superseded: {item:#}"
+        job["state"], "pending",
+        "not judged before a read: {item:#}"
+    );
+    assert!(
+        item["detail"]["mr"]["head_pipeline_id"].is_null(),
+        "the head pipeline is still unread: {item:#}"
     );
 
-    // The retry is due once the service's clock passes the job's end; it
-    // passes and the MR merges.
+    // Once the MR can be read, the job is judged as the head pipeline's
+    // (the retry is due once the service's clock passes the job's end); the
+    // retry passes and the MR merges.
+    h.sim.clear_faults();
     h.advance(HOUR).await;
     h.wait_for(&id, "the job retried", |item| {
         jobs(item).first().is_some_and(|j| j["state"] == "retried")

@@ -16,6 +16,8 @@ backend_tests!(
     gitlab_a_persons_approval_is_required_and_the_bots_is_none,
     github_a_repository_without_review_rules_waits_for_a_person,
     github_an_approval_covers_only_the_head_it_was_given_for,
+    gitlab_an_approval_covers_only_the_head_it_was_given_for,
+    gitlab_approvals_that_survive_pushes_count_for_no_head,
     gitlab_without_require_review_the_forges_rules_decide,
     github_without_require_review_the_forges_rules_decide,
     gitlab_two_required_approvals_merge_on_the_second,
@@ -151,6 +153,20 @@ async fn github_a_repository_without_review_rules_waits_for_a_person(backend: Ba
     assert!(!merged(&h, number));
     assert_eq!(h.count("PUT", "/merge-async"), 0, "no merge call");
 
+    // Anyone may review a public repository's pull request: an account
+    // without access to it is nobody's review.
+    h.sim
+        .github_update_repo(
+            PROJECT,
+            forge_sim::github::GithubRepoSpec::default().outside_users(&["passerby"]),
+        )
+        .unwrap();
+    h.approve_as(number, "passerby");
+    h.settle().await;
+    let item = h.item(&id).await;
+    assert_eq!(unmet(&item), ["review_by_person"], "{item:#}");
+    assert!(!merged(&h, number));
+
     h.approve_as(number, "alice");
     h.wait_phase(&id, "completed").await;
     assert!(merged(&h, number));
@@ -158,13 +174,23 @@ async fn github_a_repository_without_review_rules_waits_for_a_person(backend: Ba
 }
 
 /// A caller's push after a person's approval is not what the person looked
-/// at: the review gate waits for an approval of the new head.
-async fn github_an_approval_covers_only_the_head_it_was_given_for(backend: Backend) {
+/// at: the review gate waits for an approval of the new head (GitHub: the
+/// review's commit; GitLab: a push clears the approvals, its default).
+async fn an_approval_covers_only_the_head_it_was_given_for(backend: Backend, forge: &str) {
     let slow_ci = vec![JobSpec::new("unit", JobOutcome::Success).duration_secs(600)];
-    let h = Harness::start_with(backend, options(GITHUB, true, slow_ci)).await;
-    let (id, number) = submit_until(&h, "wq/stale", &["ci_passed", "review_by_person"]).await;
+    let h = Harness::start_with(backend, options(forge, true, slow_ci)).await;
+    // While CI runs, GitLab also says the merge request is not mergeable.
+    let (running, unreviewed): (&[&str], &[&str]) = if forge == GITHUB {
+        (&["ci_passed"], &["ci_passed", "review_by_person"])
+    } else {
+        (
+            &["ci_passed", "mergeable"],
+            &["ci_passed", "review_by_person", "mergeable"],
+        )
+    };
+    let (id, number) = submit_until(&h, "wq/stale", unreviewed).await;
     h.approve_as(number, "alice");
-    h.wait_for(&id, "alice's approval", |item| unmet(item) == ["ci_passed"])
+    h.wait_for(&id, "alice's approval", |item| unmet(item) == running)
         .await;
     let first_head = h.item(&id).await["detail"]["mr"]["head_sha"].clone();
 
@@ -191,6 +217,43 @@ async fn github_an_approval_covers_only_the_head_it_was_given_for(backend: Backe
     h.approve_as(number, "alice");
     h.wait_phase(&id, "completed").await;
     assert!(merged(&h, number));
+    h.finish().await;
+}
+
+async fn github_an_approval_covers_only_the_head_it_was_given_for(backend: Backend) {
+    an_approval_covers_only_the_head_it_was_given_for(backend, GITHUB).await;
+}
+
+async fn gitlab_an_approval_covers_only_the_head_it_was_given_for(backend: Backend) {
+    an_approval_covers_only_the_head_it_was_given_for(backend, "gitlab").await;
+}
+
+/// GitLab ties no approval to a commit: on a project whose approvals
+/// survive pushes, an approval may be of older content, so nobody counts as
+/// having reviewed the head and the change waits (a manual merge, or
+/// `require_review: false` for the project, decides instead).
+async fn gitlab_approvals_that_survive_pushes_count_for_no_head(backend: Backend) {
+    let h = Harness::start_with(backend, options("gitlab", true, quick_ci())).await;
+    h.sim
+        .update_gitlab_project(
+            h.project,
+            forge_sim::GitlabProjectSpec {
+                reset_approvals_on_push: Some(false),
+                ..forge_sim::GitlabProjectSpec::default()
+            },
+        )
+        .unwrap();
+    let (id, number) = submit_until(&h, "wq/kept", &["review_by_person"]).await;
+    h.approve_as(number, "alice");
+    h.settle().await;
+    let item = h.item(&id).await;
+    assert_eq!(item["phase"], "active", "{item:#}");
+    assert_eq!(unmet(&item), ["review_by_person"], "{item:#}");
+    assert!(!merged(&h, number));
+    assert!(
+        h.count("GET", "/approvals") > 0,
+        "the project's approval settings are read"
+    );
     h.finish().await;
 }
 

@@ -14,7 +14,7 @@ use crate::model::{ChangeRequest, ChangeState, ChangeUpdate, NewChange, QueueObs
 const CHANGE_QUERY: &str = "query($owner: String!, $name: String!, $number: Int!) { \
 repository(owner: $owner, name: $name) { pullRequest(number: $number) { \
 reviewDecision \
-reviews(last: 100, states: [APPROVED, CHANGES_REQUESTED, DISMISSED]) { nodes { state author { login } commit { oid } } } \
+reviews(last: 100, states: [APPROVED, CHANGES_REQUESTED, DISMISSED]) { nodes { state author { login } authorAssociation commit { oid } } } \
 reviewThreads(first: 100) { totalCount nodes { isResolved } } \
 mergeQueueEntry { state position estimatedTimeToMerge } } } }";
 

@@ -26,6 +26,8 @@ pub const MAX_PAGES: u32 = 50;
 
 pub use crate::http_util::Call;
 
+/// How much of a log host's error answer is read for its message.
+const ERROR_BODY_BYTES: usize = 4096;
 impl Call {
     /// `repos/{owner}/{repo}/...rest` for a project `owner/repo`.
     pub fn repo(method: Method, repo: &Repo<'_>, rest: &[&str]) -> Self {
@@ -216,12 +218,13 @@ impl Http {
             // (the query is the URL's signature).
             let host = target.host_str().unwrap_or_default().to_owned();
             let what = format!("GET {host} (the log GitHub redirected to)");
+            // reqwest's error names the URL, signature and all: drop it.
             let followed = self
                 .bare
                 .get(target)
                 .send()
                 .await
-                .map_err(|e| self.transport_error(&what, &e))?;
+                .map_err(|e| self.transport_error(&what, &e.without_url()))?;
             let answered = followed.status();
             if answered.is_redirection() {
                 return Err(crate::http_util::redirect_error(
@@ -232,7 +235,16 @@ impl Http {
                 ));
             }
             if !answered.is_success() {
-                let body = followed.bytes().await.unwrap_or_default();
+                // The start of the error body is enough to say why.
+                let mut body = Vec::new();
+                let mut followed = followed;
+                while body.len() < ERROR_BODY_BYTES {
+                    match followed.chunk().await {
+                        Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+                body.truncate(ERROR_BODY_BYTES);
                 return Err(ForgeError::from_status(
                     answered.as_u16(),
                     format!(
@@ -266,7 +278,7 @@ impl Http {
         while let Some(chunk) = response
             .chunk()
             .await
-            .map_err(|e| self.transport_error(&describe, &e))?
+            .map_err(|e| self.transport_error(&describe, &e.without_url()))?
         {
             tail.push(&chunk);
         }

@@ -424,16 +424,18 @@ pub fn graphql_view(answer: &Value, head: Option<&str>) -> Option<GraphqlView> {
     let reviews = latest_reviews(pr.pointer("/reviews/nodes"));
     let changes_requested = reviews
         .values()
-        .any(|(state, _)| *state == "CHANGES_REQUESTED");
+        .any(|review| review.state == "CHANGES_REQUESTED");
     let approving = || {
         reviews
             .iter()
-            .filter(|(_, (state, _))| *state == "APPROVED")
+            .filter(|(_, review)| review.state == "APPROVED")
     };
-    // A person's approval covers the head it was given for: content pushed
-    // after it was not looked at.
+    // A person's approval covers the head it was given for (content pushed
+    // after it was not looked at), and only when the person has access to
+    // the repository.
     let approved_by: Vec<String> = approving()
-        .filter(|(_, (_, commit))| head.is_some_and(|head| *commit == head))
+        .filter(|(_, review)| head.is_some_and(|head| review.commit == head))
+        .filter(|(_, review)| review.by_someone_with_access())
         .map(|(login, _)| (*login).to_owned())
         .collect();
     let approvals = approving().count();
@@ -474,23 +476,46 @@ pub fn graphql_view(answer: &Value, head: Option<&str>) -> Option<GraphqlView> {
 /// Each reviewer's latest decisive review (`APPROVED`, `CHANGES_REQUESTED`,
 /// `DISMISSED`; the nodes come oldest first) as (state, commit oid), by
 /// login, sorted.
-fn latest_reviews(nodes: Option<&Value>) -> BTreeMap<&str, (&str, &str)> {
-    let mut latest: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
+fn latest_reviews(nodes: Option<&Value>) -> BTreeMap<&str, LatestReview<'_>> {
+    let mut latest = BTreeMap::new();
     for review in nodes.and_then(Value::as_array).into_iter().flatten() {
-        let state = review.get("state").and_then(Value::as_str).unwrap_or("");
-        let author = review
-            .pointer("/author/login")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let commit = review
-            .pointer("/commit/oid")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let text = |pointer: &str| {
+            review
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+        };
+        let (state, author) = (text("/state"), text("/author/login"));
         if !author.is_empty() && matches!(state, "APPROVED" | "CHANGES_REQUESTED" | "DISMISSED") {
-            latest.insert(author, (state, commit));
+            latest.insert(
+                author,
+                LatestReview {
+                    state,
+                    commit: text("/commit/oid"),
+                    association: text("/authorAssociation"),
+                },
+            );
         }
     }
     latest
+}
+
+/// A reviewer's latest decisive review.
+struct LatestReview<'a> {
+    state: &'a str,
+    /// The commit it was given for.
+    commit: &'a str,
+    /// The reviewer's `authorAssociation` with the repository.
+    association: &'a str,
+}
+
+impl LatestReview<'_> {
+    /// The reviewer may write to the repository: an approval by anyone
+    /// else (any account may review a public repository's pull request)
+    /// is nobody's review for the gate.
+    fn by_someone_with_access(&self) -> bool {
+        matches!(self.association, "OWNER" | "MEMBER" | "COLLABORATOR")
+    }
 }
 
 /// An unknown or non-object GraphQL answer for one field.
@@ -648,7 +673,7 @@ mod tests {
 
     #[test]
     fn null_review_decision_is_not_required_unless_changes_are_requested() {
-        let review = |state: &str, login: &str| json!({"state": state, "author": {"login": login}, "commit": {"oid": "head"}});
+        let review = |state: &str, login: &str| json!({"state": state, "author": {"login": login}, "authorAssociation": "COLLABORATOR", "commit": {"oid": "head"}});
         let base = |reviews: Vec<Value>| {
             json!({
                 "reviewDecision": null,
@@ -691,6 +716,17 @@ mod tests {
         .expect("view");
         assert_eq!(stale.approvals, 2);
         assert_eq!(stale.approved_by, vec!["b".to_owned()]);
+        // Only a reviewer with access to the repository reviews for the
+        // gate; GitHub counts every approval.
+        let outside = view(base(vec![
+            json!({"state": "APPROVED", "author": {"login": "c"}, "authorAssociation": "NONE", "commit": {"oid": "head"}}),
+            json!({"state": "APPROVED", "author": {"login": "d"}, "authorAssociation": "CONTRIBUTOR", "commit": {"oid": "head"}}),
+            json!({"state": "APPROVED", "author": {"login": "e"}, "authorAssociation": "OWNER", "commit": {"oid": "head"}}),
+            json!({"state": "APPROVED", "author": {"login": "f"}, "authorAssociation": "MEMBER", "commit": {"oid": "head"}}),
+        ]))
+        .expect("view");
+        assert_eq!(outside.approvals, 4);
+        assert_eq!(outside.approved_by, vec!["e".to_owned(), "f".to_owned()]);
     }
 
     #[test]

@@ -108,17 +108,46 @@ impl GitlabClient {
         let queue = self.queue_for(project, &mr).await;
         let mut change = mr.into_change(queue)?;
         if open {
-            match self.read_approvals(project, number).await {
+            let (approvals, settings) = tokio::join!(
+                self.read_approvals(project, number),
+                self.read_approval_settings(project)
+            );
+            match approvals {
                 Ok(approvals) => approvals.apply(&mut change),
-                // No approvals endpoint (an instance without them): nobody counts as approving, the status word still
-                // says what GitLab requires.
+                // No approvals endpoint (an instance without them): nobody
+                // counts as approving; the status word still says what
+                // GitLab requires.
                 Err(error) if error.kind == ForgeErrorKind::NotFound => {
                     tracing::warn!(%project, iid = number, %error, "cannot read the approvals of !{number}; none counted");
                 }
                 Err(error) => return Err(error),
             }
+            // GitLab ties no approval to a commit: an approver approved the
+            // current head only where a push clears approvals. Elsewhere
+            // (the setting off, or not readable) nobody counts as having
+            // approved this head; the forge's own count stays.
+            let resets = match settings {
+                Ok(settings) => settings.reset_approvals_on_push,
+                Err(error) if error.kind == ForgeErrorKind::NotFound => false,
+                Err(error) => return Err(error),
+            };
+            if !resets && !change.approved_by.is_empty() {
+                tracing::info!(%project, iid = number, "approvals survive pushes on this project; approvers not counted for the head");
+                change.approved_by.clear();
+            }
         }
         Ok(change)
+    }
+
+    /// `GET /projects/:id/approvals`: the project's approval settings
+    /// (whether a push clears a merge request's approvals).
+    async fn read_approval_settings(&self, project: &str) -> ForgeResult<wire::ApprovalSettings> {
+        self.http
+            .json(
+                &Call::get(&["projects", project, "approvals"]),
+                "the approval settings of a project",
+            )
+            .await
     }
 
     /// `GET .../merge_requests/:iid/approvals`: who approved and how many

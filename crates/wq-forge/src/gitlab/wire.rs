@@ -234,6 +234,14 @@ pub struct Approvals {
     pub approvals_left: u32,
 }
 
+/// `GET /projects/:id/approvals`: only what ties approvals to a head.
+#[derive(Debug, Deserialize)]
+pub struct ApprovalSettings {
+    /// A push clears the merge request's approvals; absent reads as no.
+    #[serde(default, deserialize_with = "null_default")]
+    pub reset_approvals_on_push: bool,
+}
+
 /// One `approved_by` entry.
 #[derive(Debug, Deserialize)]
 pub struct Approver {

@@ -505,6 +505,25 @@ pub async fn outages_fail_an_item_only_after_the_budget(db: &TestDb) {
         assert_eq!(failed.phase, Phase::Active, "attempt {attempt}");
         at += Duration::minutes(30);
     }
+    // An ordinary failure after the outage counts as the streak's first
+    // counted one: still active (max_attempts 2), the second fails it.
+    for (counted, phase) in [(1, Phase::Active), (2, Phase::Failed)] {
+        let lease = claim(store, item.id, at).await;
+        let failed = store
+            .item_record_failure(RecordFailure {
+                outage: false,
+                error: "forge answered 404".into(),
+                ..outage(lease, at)
+            })
+            .await
+            .unwrap();
+        assert_eq!(failed.phase, phase, "counted failure {counted}");
+        at += Duration::minutes(30);
+        if phase == Phase::Failed {
+            let retried = store.item_retry(item.id, at).await.unwrap();
+            assert_eq!(retried.phase, Phase::Active);
+        }
+    }
     // A success ends the streak; the next outage starts a new one.
     let lease = claim(store, item.id, at).await;
     let lease = store

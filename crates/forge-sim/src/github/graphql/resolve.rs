@@ -563,7 +563,7 @@ impl Exec<'_> {
                     .collect();
                 self.connection(gh, "PullRequestReviewThreadConnection", items, f, path)
             }
-            (Obj::Pr(_, pr), "reviews") => {
+            (Obj::Pr(r, pr), "reviews") => {
                 let states = self.arg(f, "states");
                 let states: Vec<String> = match states {
                     Value::Array(a) => a
@@ -586,6 +586,7 @@ impl Exec<'_> {
                             "body": rv.body,
                             "submittedAt": ts(rv.submitted_at),
                             "author": actor(&rv.user),
+                            "authorAssociation": r.author_association(&rv.user),
                             "commit": { "__typename": "Commit", "oid": rv.commit_id },
                         }))
                     })

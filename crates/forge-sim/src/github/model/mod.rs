@@ -45,6 +45,9 @@ pub struct RepoSettings {
     pub protected_branches: Vec<String>,
     /// Repository rulesets (`GET rules/branches/{branch}` answers their rules).
     pub rulesets: Vec<Ruleset>,
+    /// Users with no access to the repository (a public repository's passers-by): their
+    /// `authorAssociation` is `NONE`. Everyone else but the owner is a `COLLABORATOR`.
+    pub outside_users: Vec<String>,
 }
 
 /// A branch ruleset: the rules (by type) applied to branches its `ref_name` conditions select.
@@ -75,6 +78,7 @@ impl Default for RepoSettings {
             webhook: None,
             protected_branches: Vec::new(),
             rulesets: Vec::new(),
+            outside_users: Vec::new(),
         }
     }
 }
@@ -392,6 +396,17 @@ pub struct GhRepo {
 }
 
 impl GhRepo {
+    /// GraphQL / REST `authorAssociation` of `login` with this repository.
+    pub fn author_association(&self, login: &str) -> &'static str {
+        if login == self.owner {
+            "OWNER"
+        } else if self.settings.outside_users.iter().any(|u| u == login) {
+            "NONE"
+        } else {
+            "COLLABORATOR"
+        }
+    }
+
     /// `owner/name`.
     pub fn full_name(&self) -> String {
         format!("{}/{}", self.owner, self.name)

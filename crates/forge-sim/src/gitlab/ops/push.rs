@@ -89,10 +89,14 @@ pub fn on_branch_updated(
     }
     for iid in &iids {
         let mut oldrev = None;
+        let reset_approvals = ctx.project(pid).settings.reset_approvals_on_push;
         if let Some(mr) = ctx.project_mut(pid).merge_requests.get_mut(iid)
             && mr.sha != after
         {
             oldrev = Some(std::mem::replace(&mut mr.sha, after.to_string()));
+            if reset_approvals {
+                mr.approved_by.clear();
+            }
             mr.updated_at = now;
             mr.merge_error = None;
         }

@@ -688,6 +688,23 @@ pub fn apply_update(
     Ok(())
 }
 
+/// `GET /projects/:id/approvals`: the project's approval settings, as GitLab's "Merge request
+/// approvals" API answers them.
+pub async fn project_approvals(call: ProjectCall) -> ApiResult {
+    call.with_project(|ctx, pid| {
+        let settings = &ctx.project(pid).settings;
+        ok(serde_json::json!({
+            "approvals_before_merge": settings.approvals_required,
+            "reset_approvals_on_push": settings.reset_approvals_on_push,
+            "selective_code_owner_removals": false,
+            "disable_overriding_approvers_per_merge_request": false,
+            "merge_requests_author_approval": true,
+            "merge_requests_disable_committers_approval": false,
+            "require_password_to_approve": false,
+        }))
+    })
+}
+
 pub async fn approvals(call: ProjectCall<MergeRequestSegment>) -> ApiResult {
     let iid = call.segments.iid()?;
     call.with_project(|ctx, pid| {

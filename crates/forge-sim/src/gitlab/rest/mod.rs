@@ -183,6 +183,10 @@ pub fn router(state: Shared) -> Router<Shared> {
             get(repository::compare),
         )
         .route(
+            &format!("{project}/approvals"),
+            get(merge_requests::project_approvals),
+        )
+        .route(
             &format!("{project}/merge_requests"),
             get(merge_requests::list).post(merge_requests::create),
         )

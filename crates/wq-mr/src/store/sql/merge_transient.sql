@@ -1,6 +1,7 @@
 -- reconcile_mr: the merge call got a transient answer (5xx, 429, timeout)
--- and a re-read found the change request open at the checked head, neither
--- merged nor queued. The attempt is `failed` with its error; $4 is when the
+-- and the change request was read again. Written whatever that read found
+-- (open at the checked head, moved, closed); merged or queued are recorded
+-- as accepted elsewhere. The attempt is `failed` with its error; $4 is when the
 -- next automatic call is due, NULL when the budget is spent (then only
 -- retry-merge tries again). $1 id, $2 error, $3 now.
 UPDATE mr_details

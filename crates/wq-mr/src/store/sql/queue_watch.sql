@@ -1,7 +1,7 @@
 -- The merge queue sync: active items on one forge whose merge attempt is in
 -- flight or accepted, or that were last seen in a merge queue; one page of
 -- at most $4 after the cursor ($2 project, $3 mr_number; '' and -1 for the
--- first). Parameters appear in order (SQLite numbers them as they appear).
+-- first).
 SELECT d.work_item_id, d.project, d.mr_number, d.merge_queue_state,
        d.merge_queue_position, d.merge_queue_eta_seconds
 FROM mr_details d

@@ -4,7 +4,8 @@
 -- The streak began at failing_since, or now when this is its first failure
 -- (attempts 0: a success resets the count).
 -- An active item fails when the failure is permanent, when a counted
--- failure (not an outage) brings the count to max_attempts, or when an
+-- failure (not an outage) brings the streak's failures less its outages
+-- (outage_failures) to max_attempts, or when an
 -- outage's streak began before the budget's start: phase 'failed', and the
 -- holder keeps its lease so that its loop goes on to park the item (it
 -- stays actionable until then). Otherwise the lease moves to retry_at, a
@@ -15,10 +16,11 @@ SET attempts = attempts + 1,
     error = $3,
     updated_at = $4,
     failing_since = CASE WHEN attempts = 0 THEN $4 ELSE coalesce(failing_since, $4) END,
+    outage_failures = CASE WHEN attempts = 0 THEN 0 ELSE outage_failures END + CASE WHEN $8 THEN 1 ELSE 0 END,
     phase = CASE
         WHEN phase = 'active' AND (
             $5
-            OR (NOT $8 AND attempts + 1 >= $6)
+            OR (NOT $8 AND attempts + 1 - CASE WHEN attempts = 0 THEN 0 ELSE outage_failures END >= $6)
             OR ($8 AND CASE WHEN attempts = 0 THEN $4 ELSE coalesce(failing_since, $4) END <= $9)
         ) THEN 'failed'
         ELSE phase
@@ -26,7 +28,7 @@ SET attempts = attempts + 1,
     leased_until = CASE
         WHEN phase = 'active' AND (
             $5
-            OR (NOT $8 AND attempts + 1 >= $6)
+            OR (NOT $8 AND attempts + 1 - CASE WHEN attempts = 0 THEN 0 ELSE outage_failures END >= $6)
             OR ($8 AND CASE WHEN attempts = 0 THEN $4 ELSE coalesce(failing_since, $4) END <= $9)
         ) THEN leased_until  -- kept: the holder parks next
         ELSE $7
