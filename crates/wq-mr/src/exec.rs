@@ -640,11 +640,13 @@ impl Run<'_> {
         let change = self.correct_drift(change).await?;
         // Webhooks are hints: a failed head pipeline whose failed jobs are
         // not tracked (their Job Hook was lost) feeds the CI retry from
-        // this read; the reconcile runs again after it.
+        // this read; the reconcile looks again a busy interval later (not
+        // at once: a head with more failed jobs than the list keeps must
+        // not spin).
         if let Some(feed) = self.untracked_failed_jobs(&change).await {
-            return Ok(ExecOutcome::done()
-                .with_dimension(feed)
-                .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, true)));
+            return Ok(ExecOutcome::done().with_dimension(feed).with_dimension(
+                self.reconcile_in(self.mr.config.reconcile_busy_interval_seconds),
+            ));
         }
         let busy = self.mr.config.reconcile_busy_interval_seconds;
         let idle = self.mr.config.reconcile_interval_seconds;
