@@ -26,6 +26,9 @@ pub struct App {
     /// Checks every `/api/v1` caller; [`Authenticator::warm_up`] fetches the
     /// issuers' keys ahead of the first request.
     pub auth: Arc<Authenticator>,
+    /// The registered item types (their webhook receivers feed the queue
+    /// intake too).
+    pub types: TypeRegistry,
 }
 
 /// Opens the configured database and applies the generic migrations.
@@ -132,7 +135,7 @@ pub async fn assemble_with(
     )?;
     let mut state = wq_api::AppState::new(Arc::clone(&store), clock, Arc::clone(&auth))
         .with_engine(Arc::clone(&engine))
-        .with_types(registry);
+        .with_types(registry.clone());
     if let Some(metrics) = metrics {
         state = state.with_metrics(metrics);
     }
@@ -142,7 +145,29 @@ pub async fn assemble_with(
         engine,
         router,
         auth,
+        types: registry,
     })
+}
+
+/// The consumer of `events.sqs` (not started), when the file names a
+/// queue: `client` (built the standard AWS way by [`wq_intake::client`] in
+/// `serve`) hands the queue's deliveries to the same webhook receivers as
+/// `/webhooks/{source}`, waking `engine` for the items they reach.
+pub fn intake(
+    config: &wq_intake::SqsConfig,
+    client: wq_intake::SqsClient,
+    types: &TypeRegistry,
+    engine: &Arc<ProcessingManager>,
+    clock: Arc<dyn Clock>,
+) -> wq_intake::SqsIntake {
+    let engine = Arc::clone(engine);
+    wq_intake::SqsIntake::new(
+        client,
+        config.clone(),
+        types.webhook_receivers().cloned().collect(),
+        Arc::new(move |id| engine.notify(id)),
+        clock,
+    )
 }
 
 /// A database URL without its password, for logs and errors.

@@ -16,6 +16,11 @@
 //!   header_read_timeout_seconds: 10  # a client slower with its headers is cut off
 //!   max_connections: 1024          # more wait in the listen backlog
 //!   shutdown_grace_seconds: 30     # then open connections are dropped
+//! events:
+//!   sqs:                           # forge deliveries through SQS (absent: webhooks only)
+//!     queue_url: https://sqs.eu-west-1.amazonaws.com/123456789012/forge-events
+//!     region: eu-west-1
+//!     trust: signature             # or queue_policy
 //! engine:
 //!   workers: 10
 //!   sweep_interval_seconds: 30
@@ -104,6 +109,21 @@ pub struct Config {
     /// validated by [`wq_auth::AuthConfig::validate`].
     #[garde(skip)]
     pub auth: wq_auth::AuthConfig,
+    /// Forge deliveries through a queue (`events.sqs`), beside the webhook
+    /// receivers.
+    #[garde(dive)]
+    pub events: EventsSection,
+}
+
+/// `events:`
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Validate)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventsSection {
+    /// An SQS queue this replica long-polls for forge deliveries (an SNS
+    /// topic's subscription, or a relay's queue); none by default
+    /// ([`wq_intake::config`] describes the keys).
+    #[garde(dive)]
+    pub sqs: Option<wq_intake::SqsConfig>,
 }
 
 /// `database:`
@@ -726,6 +746,38 @@ mod tests {
             config.check_against(&[]).unwrap_err().to_string(),
             "auth.rules[0] (name \"empty\"): groups: must name at least one group"
         );
+    }
+
+    #[test]
+    fn the_queue_section_is_read_and_checked() {
+        let config = Config::parse(
+            "events:\n  sqs:\n    queue_url: http://127.0.0.1:5000/123456789012/events\n    \
+             region: us-east-1\n    trust: queue_policy\n",
+        )
+        .unwrap();
+        let sqs = config.events.sqs.expect("sqs");
+        assert_eq!(sqs.trust, wq_intake::QueueTrust::QueuePolicy);
+        assert_eq!(sqs.wait_seconds, 20);
+        assert_eq!(sqs.max_messages, 10);
+        let errors = Config::parse(
+            "events:\n  sqs:\n    queue_url: sqs-queue\n    wait_seconds: 21\n    max_messages: 0\n",
+        )
+        .unwrap_err()
+        .to_string();
+        for field in [
+            "events.sqs.queue_url",
+            "events.sqs.wait_seconds",
+            "events.sqs.max_messages",
+        ] {
+            assert!(errors.contains(field), "{field} in {errors}");
+        }
+        let unknown = Config::parse(
+            "events:\n  sqs:\n    queue_url: https://sqs.example/q\n    trust: anyone\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(unknown.contains("trust"), "{unknown}");
+        assert!(Config::default().events.sqs.is_none());
     }
 
     #[test]

@@ -34,11 +34,12 @@ pub async fn serve(config: &Config) -> anyhow::Result<()> {
     let forges = app::forges_from_env(config)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let metrics = wq_api::metrics::prometheus_handle()?;
-    let app = app::assemble(config, forges, clock, Some(metrics)).await?;
+    let app = app::assemble(config, forges, Arc::clone(&clock), Some(metrics)).await?;
     let App {
         engine,
         router,
         auth,
+        types,
         ..
     } = app;
     // The issuers' keys, fetched before the first caller needs them; a
@@ -50,6 +51,13 @@ pub async fn serve(config: &Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {bind}"))?;
     let address = listener.local_addr()?;
     engine.start();
+    let intake = match &config.events.sqs {
+        Some(sqs) => {
+            let client = wq_intake::client(sqs).await;
+            Some(app::intake(sqs, client, &types, &engine, clock).start())
+        }
+        None => None,
+    };
     tracing::info!(%address, handled_types = ?config.engine.handled_types, "listening on http://{address}");
     if config.engine.handled_types.is_empty() {
         let types = types::TYPE_NAMES.join(", ");
@@ -64,6 +72,7 @@ pub async fn serve(config: &Config) -> anyhow::Result<()> {
         listener,
         router,
         &engine,
+        intake,
         &config.server.serve_config(),
         shutdown_signal(),
     )
@@ -77,17 +86,20 @@ pub async fn serve(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Serves `router` and runs `engine` (already started) until `signal`
-/// resolves, then shuts both down at once, each within
-/// `config.shutdown_grace`: no new connections or item runs; open requests
-/// and running steps may finish (the steps then release their leases);
-/// after the grace, connections still open are dropped and item loops
-/// still running are abandoned ([`ProcessingManager::shutdown_within`]:
-/// their leases expire). Answers whether every item loop ended.
+/// Serves `router` and runs `engine` (already started) and the queue
+/// `intake` (started, if any) until `signal` resolves, then shuts them down,
+/// each within `config.shutdown_grace`: no new connections or item runs;
+/// open requests and running steps may finish (the steps then release their
+/// leases); the intake stops first (DDR-36: it stores events the engine
+/// must still see) and releases the messages it did not store; after the
+/// grace, connections still open are dropped and item loops still running
+/// are abandoned ([`ProcessingManager::shutdown_within`]: their leases
+/// expire). Answers whether every item loop ended.
 pub async fn serve_until(
     listener: tokio::net::TcpListener,
     router: axum::Router,
     engine: &ProcessingManager,
+    intake: Option<wq_intake::IntakeHandle>,
     config: &wq_api::ServeConfig,
     signal: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<bool> {
@@ -101,6 +113,9 @@ pub async fn serve_until(
     let engine_down = async {
         let _ = stopping.changed().await;
         tracing::info!("shutting down: no new connections or item runs");
+        if let Some(intake) = intake {
+            intake.shutdown(config.shutdown_grace).await;
+        }
         engine.shutdown_within(config.shutdown_grace).await
     };
     let (served, all_ended) = tokio::join!(http, engine_down);
@@ -233,7 +248,7 @@ mod tests {
         let service = {
             let engine = Arc::clone(&engine);
             tokio::spawn(async move {
-                serve_until(listener, router, &engine, &config, async move {
+                serve_until(listener, router, &engine, None, &config, async move {
                     let _ = stopped.await;
                 })
                 .await

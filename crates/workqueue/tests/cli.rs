@@ -231,9 +231,15 @@ struct Server {
 
 impl Server {
     fn start(config: &str) -> Server {
+        Self::start_with_env(config, &[])
+    }
+
+    /// [`Server::start`] with more environment variables.
+    fn start_with_env(config: &str, env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(BINARY)
             .args(["serve", "--config", config, "--log-format", "json"])
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -566,6 +572,80 @@ fn serve_without_rules_warns_refuses_the_api_and_answers_health() {
             .unwrap_or_else(|| panic!("no warning {start:?} in:\n{}", logs.join("\n")));
         assert_eq!(warning["level"], "WARN");
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `events.sqs`: serve polls the queue with credentials found the
+/// standard AWS way (here the environment), counts what it takes, and
+/// stops cleanly on SIGTERM.
+#[test]
+fn serve_polls_the_configured_queue_with_standard_aws_credentials() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let queues = runtime.block_on(wq_testkit::moto::Queues::new(root, true, 30));
+    let moto = wq_testkit::moto::moto(root);
+    let dir = temp_dir();
+    let database_url = format!("sqlite:{}", dir.join("wq.db").display());
+    let config = write(
+        &dir,
+        "workqueue.yaml",
+        &format!(
+            "database:\n  url: \"{database_url}\"\nserver:\n  bind: \"127.0.0.1:0\"\n\
+             events:\n  sqs:\n    queue_url: \"{}\"\n    region: {}\n    \
+             endpoint: \"{}\"\n    wait_seconds: 1\n",
+            queues.queue,
+            wq_testkit::moto::REGION,
+            moto.url
+        ),
+    );
+    let (key, secret) = wq_testkit::moto::Moto::credentials();
+    let server = Server::start_with_env(
+        &config,
+        &[
+            ("AWS_ACCESS_KEY_ID", key),
+            ("AWS_SECRET_ACCESS_KEY", secret),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ],
+    );
+    // No forge is configured, so no source recognizes a GitLab delivery:
+    // it is counted and left for the dead-letter queue.
+    runtime.block_on(queues.publish("{}", &[("X-Gitlab-Event", "Push Hook")]));
+    let counted = "workqueue_queue_messages_total{queue=\"sqs\",outcome=\"unrecognized\"} 1";
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let metrics = runtime.block_on(async {
+            reqwest::get(format!("{}/metrics", server.url))
+                .await
+                .expect("metrics")
+                .text()
+                .await
+                .expect("metrics text")
+        });
+        if metrics.lines().any(|line| line.starts_with(counted)) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{counted} never appeared:\n{metrics}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (status, logs) = server.terminate();
+    assert!(status.success(), "{}", logs.join("\n"));
+    assert!(
+        logs.iter()
+            .any(|line| line.contains("queue intake started")),
+        "{}",
+        logs.join("\n")
+    );
+    assert!(
+        runtime.block_on(queues.left(&queues.queue)) >= 1,
+        "not deleted"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

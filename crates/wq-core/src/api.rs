@@ -181,22 +181,49 @@ pub enum WebhookError {
     /// 401, nothing stored.
     #[error("unauthenticated: {0}")]
     Unauthenticated(String),
+    /// Authentic but unreadable (not the payload the source sends); nothing
+    /// stored. Over HTTP it is answered 202 and dropped (the forge would
+    /// only send it again); a queue leaves it to its dead-letter policy.
+    #[error("malformed: {0}")]
+    Malformed(String),
     /// 503: could not store it; the forge should redeliver.
     #[error("unavailable: {0}")]
     Unavailable(String),
 }
 
-/// Receives the deliveries of one webhook source (`/webhooks/{source}`).
+/// How a delivery's origin is established.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryTrust {
+    /// By what it carries: the source's token or signature is checked.
+    Verify,
+    /// By the channel it came through (a queue whose access policy admits
+    /// only the forge's relay, by explicit configuration): nothing is
+    /// checked.
+    Channel,
+}
+
+/// Receives the deliveries of one webhook source (`/webhooks/{source}`, or
+/// a queue carrying them).
 #[async_trait]
 pub trait WebhookReceiver: Send + Sync + 'static {
     /// The path segment, e.g. `gitlab`.
     fn source(&self) -> &'static str;
 
-    /// Verifies, resolves the item(s) and stores pending events.
+    /// Whether a delivery with these headers is of this source (its event
+    /// header), for a channel that carries several sources. None by
+    /// default.
+    fn recognizes(&self, headers: &Headers) -> bool {
+        let _ = headers;
+        false
+    }
+
+    /// Verifies (as `trust` says), resolves the item(s) and stores pending
+    /// events.
     async fn receive(
         &self,
         headers: &Headers,
         body: &[u8],
+        trust: DeliveryTrust,
         now: OffsetDateTime,
     ) -> Result<WebhookReceipt, WebhookError>;
 }

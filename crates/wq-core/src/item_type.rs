@@ -461,6 +461,7 @@ mod tests {
             &self,
             _headers: &crate::Headers,
             _body: &[u8],
+            _trust: crate::DeliveryTrust,
             _now: time::OffsetDateTime,
         ) -> Result<crate::WebhookReceipt, crate::WebhookError> {
             Ok(crate::WebhookReceipt::default())

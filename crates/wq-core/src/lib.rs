@@ -11,9 +11,9 @@ pub mod item_type;
 pub mod permission;
 
 pub use api::{
-    CommandReply, CommandSpec, CommandStatus, FieldError, Headers, OWNED_BY_ANOTHER_CALLER,
-    RequestError, Submission, SubmitOutcome, Submitted, WebhookError, WebhookReceipt,
-    WebhookReceiver,
+    CommandReply, CommandSpec, CommandStatus, DeliveryTrust, FieldError, Headers,
+    OWNED_BY_ANOTHER_CALLER, RequestError, Submission, SubmitOutcome, Submitted, WebhookError,
+    WebhookReceipt, WebhookReceiver,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use dimension::{Dimension, DimensionStatus, DimensionUpdate};

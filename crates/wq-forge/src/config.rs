@@ -29,6 +29,15 @@ impl ForgeKind {
             Self::Github => "github",
         }
     }
+
+    /// The (lower-case) header that names a webhook delivery's event:
+    /// present on every delivery of this kind.
+    pub fn event_header(self) -> &'static str {
+        match self {
+            Self::Gitlab => crate::gitlab::webhook::EVENT_HEADER,
+            Self::Github => crate::github::webhook::EVENT_HEADER,
+        }
+    }
 }
 
 /// All configured forges, by the name callers use in submissions.

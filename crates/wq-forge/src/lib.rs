@@ -147,6 +147,16 @@ pub trait Forge: Send + Sync + 'static {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> Result<ForgeEvent, WebhookRejection>;
+
+    /// Parses a delivery that came through a channel the operator trusts
+    /// (a queue whose access policy admits only the forge's relay): the
+    /// token or signature is not checked, everything else is as
+    /// [`Forge::parse_webhook`].
+    fn parse_trusted_webhook(
+        &self,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<ForgeEvent, WebhookRejection>;
 }
 
 /// A forge's CI jobs: list a pipeline's jobs, read a job's log, retry a

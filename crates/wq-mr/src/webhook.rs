@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
-use wq_core::{Headers, ItemId, WebhookError, WebhookReceipt, WebhookReceiver};
+use wq_core::{DeliveryTrust, Headers, ItemId, WebhookError, WebhookReceipt, WebhookReceiver};
 use wq_forge::{Forge, ForgeEvent, ForgeKind, WebhookRejection};
 use wq_store::{NewEvent, StoreError};
 
@@ -15,6 +15,11 @@ use crate::store::Lookup;
 
 /// The stored event type of webhook deliveries.
 pub const WEBHOOK_EVENT: &str = "mr.webhook";
+
+/// On a trusted channel, the header naming the forge instance a delivery
+/// comes from; needed only when several instances of its kind are
+/// configured (nothing authenticates it to one of them).
+pub const FORGE_HEADER: &str = "x-workqueue-forge";
 
 /// One receiver per forge kind that has a configured instance.
 pub(crate) fn receivers(mr: &Arc<MrType>) -> Vec<Arc<dyn WebhookReceiver>> {
@@ -52,6 +57,69 @@ impl ForgeWebhooks {
                 (forge.kind() == self.kind).then(|| (name.to_owned(), forge.clone()))
             })
             .collect()
+    }
+
+    /// The instance whose secret authenticates the delivery, and the event.
+    fn authenticated(
+        &self,
+        pairs: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<(String, ForgeEvent), WebhookError> {
+        for (name, forge) in self.instances() {
+            match forge.parse_webhook(pairs, body) {
+                Ok(event) => return Ok((name, event)),
+                Err(WebhookRejection::Unauthenticated(_)) => continue,
+                Err(WebhookRejection::Malformed(reason)) => {
+                    return Err(WebhookError::Malformed(reason));
+                }
+            }
+        }
+        tracing::warn!(
+            source = self.source(),
+            "webhook refused: no configured forge authenticates it"
+        );
+        Err(WebhookError::Unauthenticated(
+            "no configured forge instance authenticates this delivery".into(),
+        ))
+    }
+
+    /// A delivery from a trusted channel: the instance it names in
+    /// [`FORGE_HEADER`], else the only one of this kind.
+    fn trusted(
+        &self,
+        pairs: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<(String, ForgeEvent), WebhookError> {
+        let instances = self.instances();
+        let named = pairs
+            .iter()
+            .find(|(name, _)| *name == FORGE_HEADER)
+            .map(|(_, value)| *value);
+        let (name, forge) = match named {
+            Some(wanted) => instances
+                .into_iter()
+                .find(|(name, _)| name == wanted)
+                .ok_or_else(|| {
+                    WebhookError::Malformed(format!(
+                        "header {FORGE_HEADER}: no {} instance {wanted:?} is configured",
+                        self.kind.as_str()
+                    ))
+                })?,
+            None if instances.len() == 1 => instances.into_iter().next().expect("one"),
+            None => {
+                return Err(WebhookError::Malformed(format!(
+                    "header {FORGE_HEADER}: missing, and {} {} instances are configured",
+                    instances.len(),
+                    self.kind.as_str()
+                )));
+            }
+        };
+        match forge.parse_trusted_webhook(pairs, body) {
+            Ok(event) => Ok((name, event)),
+            Err(
+                WebhookRejection::Unauthenticated(reason) | WebhookRejection::Malformed(reason),
+            ) => Err(WebhookError::Malformed(reason)),
+        }
     }
 
     /// The active item on `branch`, when the delivery names one.
@@ -199,41 +267,25 @@ impl WebhookReceiver for ForgeWebhooks {
         self.kind.as_str()
     }
 
+    fn recognizes(&self, headers: &Headers) -> bool {
+        let wanted = self.kind.event_header();
+        headers.iter().any(|(name, _)| name == wanted)
+    }
+
     async fn receive(
         &self,
         headers: &Headers,
         body: &[u8],
+        trust: DeliveryTrust,
         now: OffsetDateTime,
     ) -> Result<WebhookReceipt, WebhookError> {
         let pairs: Vec<(&str, &str)> = headers
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let mut parsed = None;
-        for (name, forge) in self.instances() {
-            match forge.parse_webhook(&pairs, body) {
-                Ok(event) => {
-                    parsed = Some((name, event));
-                    break;
-                }
-                Err(WebhookRejection::Unauthenticated(_)) => continue,
-                Err(WebhookRejection::Malformed(reason)) => {
-                    tracing::info!(source = self.source(), forge = %name, %reason, "malformed webhook ignored");
-                    return Ok(WebhookReceipt {
-                        items: Vec::new(),
-                        ignored: Some(format!("malformed: {reason}")),
-                    });
-                }
-            }
-        }
-        let Some((forge, event)) = parsed else {
-            tracing::warn!(
-                source = self.source(),
-                "webhook refused: no configured forge authenticates it"
-            );
-            return Err(WebhookError::Unauthenticated(
-                "no configured forge instance authenticates this delivery".into(),
-            ));
+        let (forge, event) = match trust {
+            DeliveryTrust::Verify => self.authenticated(&pairs, body)?,
+            DeliveryTrust::Channel => self.trusted(&pairs, body)?,
         };
         if let ForgeEvent::Ignored { reason } = &event {
             tracing::info!(source = self.source(), %forge, %reason, "webhook ignored");

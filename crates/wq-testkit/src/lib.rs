@@ -8,6 +8,7 @@
 pub mod app;
 pub mod faults;
 pub mod http;
+pub mod moto;
 pub mod oidc;
 pub mod ping;
 pub mod tokens;

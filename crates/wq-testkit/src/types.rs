@@ -427,6 +427,7 @@ impl WebhookReceiver for ProbeWebhook {
         &self,
         _headers: &Headers,
         _body: &[u8],
+        _trust: wq_core::DeliveryTrust,
         _now: OffsetDateTime,
     ) -> Result<WebhookReceipt, WebhookError> {
         Ok(WebhookReceipt {

@@ -15,5 +15,6 @@ mod github;
 mod github_ci;
 mod hostile;
 mod ownership;
+mod sqs;
 mod support;
 mod webhooks;

@@ -62,6 +62,9 @@ pub struct Options {
     pub review_overrides: Vec<wq_mr::ReviewOverride>,
     /// GitLab approvals the project requires (0: none).
     pub gitlab_approvals_required: u32,
+    /// Where the sim sends its webhooks (`{base}/webhooks/{gitlab|github}`):
+    /// the service itself when `None`, else a relay (to a queue).
+    pub webhook_base: Option<String>,
 }
 
 /// The simulated GitHub repository's settings.
@@ -88,6 +91,7 @@ impl Default for Options {
             require_review: false,
             review_overrides: Vec::new(),
             gitlab_approvals_required: 0,
+            webhook_base: None,
         }
     }
 }
@@ -107,6 +111,8 @@ pub struct Harness {
     pub forge: &'static str,
     /// The running service; `None` only inside [`Harness::crash_and_restart`].
     app: Option<TestApp>,
+    /// The running service's item types (their webhook receivers).
+    types: Arc<std::sync::Mutex<Option<wq_core::TypeRegistry>>>,
     backend: Backend,
     config: Config,
     forges: Forges,
@@ -123,6 +129,7 @@ impl Harness {
         // the address.
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
+        let hooks = options.webhook_base.clone().unwrap_or_else(|| url.clone());
         let (project, forge) = match options.github {
             None => {
                 let mut builder = sim
@@ -130,7 +137,7 @@ impl Harness {
                     .require_pipeline_success(options.require_pipeline)
                     .merge_trains(options.merge_trains)
                     .approvals_required(options.gitlab_approvals_required)
-                    .webhook(&format!("{url}/webhooks/gitlab"), SECRET);
+                    .webhook(&format!("{hooks}/webhooks/gitlab"), SECRET);
                 for job in options.jobs {
                     builder = builder.job(job);
                 }
@@ -155,7 +162,7 @@ impl Harness {
                         .required_approvals(repo.required_approvals)
                         .dismiss_stale_reviews(repo.dismiss_stale_reviews)
                         .checks(&checks)
-                        .webhook(&format!("{url}/webhooks/github"), SECRET),
+                        .webhook(&format!("{hooks}/webhooks/github"), SECRET),
                 )
                 .expect("repository");
                 sim.github_push_human_commit(PROJECT, "main", INITIAL_FILES, "Initial commit")
@@ -203,6 +210,7 @@ impl Harness {
             tokens,
             forge,
             app: None,
+            types: Arc::default(),
             backend,
             config,
             forges,
@@ -220,6 +228,7 @@ impl Harness {
     async fn boot(&self, builder: TestAppBuilder<'_>) -> TestApp {
         let mut config = self.config.clone();
         let forges = self.forges.clone();
+        let types = Arc::clone(&self.types);
         builder
             .clock(self.clock.clone())
             .tokens(self.tokens.clone())
@@ -230,6 +239,7 @@ impl Harness {
                     let app = app::assemble(&config, forges, assembly.clock, None)
                         .await
                         .expect("assemble");
+                    *types.lock().unwrap() = Some(app.types.clone());
                     Assembled {
                         store: app.store,
                         engine: app.engine,
@@ -249,6 +259,18 @@ impl Harness {
             .boot(TestApp::builder(self.backend).resume(halted))
             .await;
         self.app = Some(app);
+    }
+
+    /// A consumer of the queue `config` names, through `client`, feeding
+    /// the running service as `serve` does (not started).
+    pub fn intake(
+        &self,
+        client: wq_intake::SqsClient,
+        config: &wq_intake::SqsConfig,
+    ) -> wq_intake::SqsIntake {
+        let types = self.types.lock().unwrap().clone().expect("assembled");
+        let engine = &self.app().engine;
+        app::intake(config, client, &types, engine, self.clock.clone())
     }
 
     /// The running service: store, engine, clients.
@@ -909,5 +931,13 @@ impl Forge for Intercept {
         body: &[u8],
     ) -> Result<wq_forge::ForgeEvent, wq_forge::WebhookRejection> {
         self.inner.parse_webhook(headers, body)
+    }
+
+    fn parse_trusted_webhook(
+        &self,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<wq_forge::ForgeEvent, wq_forge::WebhookRejection> {
+        self.inner.parse_trusted_webhook(headers, body)
     }
 }

@@ -1,14 +1,14 @@
 //! `POST /webhooks/{source}`: forge deliveries, handed to the receiver
 //! registered for the source. A receiver authenticates (401, nothing
 //! stored), resolves the item and stores a pending event; the engine is
-//! notified. Deliveries about nothing we track, or that cannot be read, are
-//! answered 202 and ignored: a forge must not retry them, and a malformed
-//! body is never a 500.
+//! notified. Deliveries about nothing we track, or that cannot be read
+//! ([`WebhookError::Malformed`]), are answered 202 and ignored: a forge must
+//! not retry them, and a malformed body is never a 500.
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use wq_core::WebhookError;
+use wq_core::{DeliveryTrust, WebhookError};
 
 use crate::error::ApiError;
 use crate::extract::{ApiBytes, ApiPath};
@@ -46,7 +46,10 @@ pub async fn receive(
                 .map(|v| (name.as_str().to_ascii_lowercase(), v.to_owned()))
         })
         .collect();
-    match receiver.receive(&pairs, &body, state.clock.now()).await {
+    match receiver
+        .receive(&pairs, &body, DeliveryTrust::Verify, state.clock.now())
+        .await
+    {
         Ok(receipt) => {
             if let Some(engine) = &state.engine {
                 for id in &receipt.items {
@@ -65,21 +68,32 @@ pub async fn receive(
             };
             Ok((StatusCode::ACCEPTED, Json(ack)))
         }
-        Err(error) => Err(refusal(&source, error)),
+        Err(error) => refusal(&source, error),
     }
 }
 
-/// The answer to a refused delivery. Why goes to the log only: an
-/// unavailable store's error text is not for the sender.
-fn refusal(source: &str, error: WebhookError) -> ApiError {
+/// The answer to a delivery that stored nothing: a malformed one is
+/// ignored (202), the others refused. Why a refusal happened goes to the
+/// log only: an unavailable store's error text is not for the sender.
+fn refusal(source: &str, error: WebhookError) -> Result<(StatusCode, Json<WebhookAck>), ApiError> {
     match error {
+        WebhookError::Malformed(reason) => {
+            tracing::info!(%source, %reason, "malformed webhook ignored");
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(WebhookAck {
+                    status: "ignored".into(),
+                    reason: Some(format!("malformed: {reason}")),
+                }),
+            ))
+        }
         WebhookError::Unauthenticated(reason) => {
             tracing::warn!(%source, %reason, "webhook refused");
-            ApiError::unauthenticated("webhook authentication failed")
+            Err(ApiError::unauthenticated("webhook authentication failed"))
         }
         WebhookError::Unavailable(reason) => {
             tracing::error!(%source, %reason, "webhook not stored: {reason}");
-            ApiError::unavailable(UNSTORED_MESSAGE)
+            Err(ApiError::unavailable(UNSTORED_MESSAGE))
         }
     }
 }
@@ -95,7 +109,8 @@ mod tests {
             WebhookError::Unavailable(
                 "store: database error: connection to 10.0.0.7 refused".into(),
             ),
-        );
+        )
+        .unwrap_err();
         assert_eq!(error.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(error.message(), UNSTORED_MESSAGE);
         let body = serde_json::to_string(&error.envelope()).unwrap();
@@ -105,8 +120,15 @@ mod tests {
         let error = refusal(
             "gitlab",
             WebhookError::Unauthenticated("bad token for forge gitlab-internal".into()),
-        );
+        )
+        .unwrap_err();
         assert_eq!(error.status(), StatusCode::UNAUTHORIZED);
         assert!(!error.message().contains("gitlab-internal"));
+
+        let (status, ack) =
+            refusal("gitlab", WebhookError::Malformed("body: not JSON".into())).unwrap();
+        assert_eq!(status, StatusCode::ACCEPTED);
+        assert_eq!(ack.status, "ignored");
+        assert_eq!(ack.reason.as_deref(), Some("malformed: body: not JSON"));
     }
 }

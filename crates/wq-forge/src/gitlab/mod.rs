@@ -40,7 +40,7 @@ mod http;
 mod merge;
 mod notes;
 mod queue;
-mod webhook;
+pub(crate) mod webhook;
 mod wire;
 
 use async_trait::async_trait;
@@ -153,5 +153,13 @@ impl Forge for GitlabClient {
         body: &[u8],
     ) -> Result<ForgeEvent, WebhookRejection> {
         webhook::parse(self.webhook_secret.as_deref(), headers, body)
+    }
+
+    fn parse_trusted_webhook(
+        &self,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<ForgeEvent, WebhookRejection> {
+        webhook::parse_unverified(headers, body)
     }
 }

@@ -4,8 +4,10 @@
 //! (`POST /webhooks/ping`) and a periodic task ([`TICK_TASK`]).
 //!
 //! An item pongs (`needs_pong`), and each pong is a row of `ping_log`. A
-//! delivery `{"item_id": "..."}` carrying [`TOKEN_HEADER`] stores a
-//! [`WEBHOOK_EVENT`] event, which asks for one more pong. Each tick is a row
+//! delivery `{"item_id": "..."}` carrying [`TOKEN_HEADER`] (or any, through
+//! a trusted channel) stores a [`WEBHOOK_EVENT`] event, which asks for one
+//! more pong; a body without an `item_id` is malformed. A channel carrying
+//! several sources knows a ping delivery by [`EVENT_HEADER`]. Each tick is a row
 //! too, and hands the engine the items queued with
 //! [`PingType::wake_on_tick`].
 
@@ -18,8 +20,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use time::OffsetDateTime;
 use wq_core::{
-    Action, BoxError, DimensionUpdate, EventResult, ExecError, ExecOutcome, Headers, ItemId,
-    ItemType, ItemView, PendingEvent, Periodic, WebhookError, WebhookReceipt, WebhookReceiver,
+    Action, BoxError, DeliveryTrust, DimensionUpdate, EventResult, ExecError, ExecOutcome, Headers,
+    ItemId, ItemType, ItemView, PendingEvent, Periodic, WebhookError, WebhookReceipt,
+    WebhookReceiver,
 };
 use wq_store::{NewEvent, Store, StoreError};
 
@@ -31,6 +34,9 @@ pub const PING: &str = "ping";
 pub const SOURCE: &str = "ping";
 /// The header whose value must be the type's token.
 pub const TOKEN_HEADER: &str = "x-ping-token";
+/// The header that names a delivery as ping's on a channel of several
+/// sources.
+pub const EVENT_HEADER: &str = "x-ping-event";
 /// The event a delivery stores.
 pub const WEBHOOK_EVENT: &str = "ping.webhook";
 /// The periodic task.
@@ -165,17 +171,22 @@ impl WebhookReceiver for PingWebhook {
         SOURCE
     }
 
+    fn recognizes(&self, headers: &Headers) -> bool {
+        headers.iter().any(|(name, _)| name == EVENT_HEADER)
+    }
+
     async fn receive(
         &self,
         headers: &Headers,
         body: &[u8],
+        trust: DeliveryTrust,
         now: OffsetDateTime,
     ) -> Result<WebhookReceipt, WebhookError> {
         let token = headers
             .iter()
             .find(|(name, _)| name == TOKEN_HEADER)
             .map(|(_, value)| value.as_str());
-        if token != Some(self.ping.token.as_str()) {
+        if trust == DeliveryTrust::Verify && token != Some(self.ping.token.as_str()) {
             return Err(WebhookError::Unauthenticated(format!(
                 "missing or wrong {TOKEN_HEADER}"
             )));
@@ -184,10 +195,7 @@ impl WebhookReceiver for PingWebhook {
             .ok()
             .and_then(|body| body["item_id"].as_str().and_then(|id| id.parse().ok()));
         let Some(id) = id else {
-            return Ok(WebhookReceipt {
-                items: Vec::new(),
-                ignored: Some("no item_id".to_owned()),
-            });
+            return Err(WebhookError::Malformed("body: no item_id".to_owned()));
         };
         let inserted = self
             .ping
