@@ -42,6 +42,9 @@ pub enum Command {
     /// Make API tokens for the config file.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Check the audit trail in the configured database.
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Run the whole service with no setup: SQLite, a simulated GitLab and
     /// GitHub in the same process, a few submitted changes followed to their
     /// end.
@@ -67,6 +70,13 @@ pub struct ConfigArg {
     /// ./workqueue.db, listening on 127.0.0.1:8080).
     #[arg(long, short)]
     pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Walk every item's hash chain: prints how many records held, or names
+    /// the first broken link and exits with 1.
+    Verify(ConfigArg),
 }
 
 #[derive(Debug, Subcommand)]
@@ -126,4 +136,7 @@ pub enum ItemsCommand {
     Show { id: ItemId },
     /// Make a failed or cancelled item active again.
     Retry { id: ItemId },
+    /// The item's audit trail: who asked for what, what was written to the
+    /// forge and what it answered.
+    Audit { id: ItemId },
 }

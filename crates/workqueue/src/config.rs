@@ -21,6 +21,10 @@
 //!     queue_url: https://sqs.eu-west-1.amazonaws.com/123456789012/forge-events
 //!     region: eu-west-1
 //!     trust: signature             # or queue_policy
+//! audit:
+//!   archive:
+//!     url: ./audit-archive         # or s3://bucket/prefix
+//!   retention_days: 90
 //! engine:
 //!   workers: 10
 //!   sweep_interval_seconds: 30
@@ -113,6 +117,9 @@ pub struct Config {
     /// receivers.
     #[garde(dive)]
     pub events: EventsSection,
+    /// The audit trail's archive and retention ([`wq_archive::config`]).
+    #[garde(dive)]
+    pub audit: wq_archive::config::AuditSection,
 }
 
 /// `events:`
@@ -778,6 +785,24 @@ mod tests {
         .to_string();
         assert!(unknown.contains("trust"), "{unknown}");
         assert!(Config::default().events.sqs.is_none());
+    }
+
+    #[test]
+    fn the_audit_section_is_read_and_checked() {
+        let config = Config::parse(
+            "audit:\n  archive:\n    url: s3://audit-bucket/prod\n    interval_seconds: 30\n  \
+             retention_days: 30\n",
+        )
+        .unwrap();
+        assert_eq!(config.audit.archive.url, "s3://audit-bucket/prod");
+        assert_eq!(config.audit.archive().retention_days, Some(30));
+        assert_eq!(Config::default().audit.archive.url, "./audit-archive");
+        let errors = Config::parse("audit:\n  retention_days: 0\n  archive:\n    batch_size: 0\n")
+            .unwrap_err()
+            .to_string();
+        for field in ["audit.retention_days", "audit.archive.batch_size"] {
+            assert!(errors.contains(field), "{field} in {errors}");
+        }
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `workqueue items list|show|retry`: a thin client of the REST API. Prints a
+//! `workqueue items list|show|retry|audit`: a thin client of the REST API. Prints a
 //! table (or the API's JSON with `--json`); on failure, the API's error
 //! message. Sends `--token` (or `WORKQUEUE_TOKEN`) as a bearer token.
 
@@ -58,6 +58,32 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<String> {
                 detail_text(&detail)
             })
         }
+        ItemsCommand::Audit { id } => {
+            let mut records = Vec::new();
+            let mut after: Option<i64> = None;
+            loop {
+                let mut query: Vec<(&str, String)> = vec![("limit", "1000".to_owned())];
+                if let Some(after) = after {
+                    query.push(("after", after.to_string()));
+                }
+                let request = client
+                    .http
+                    .get(client.url(&format!("/api/v1/work-items/{id}/audit")))
+                    .query(&query);
+                let (_, page): (serde_json::Value, serde_json::Value) =
+                    client.send(request).await?;
+                records.extend(page["records"].as_array().cloned().unwrap_or_default());
+                match page["next_after"].as_i64() {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+            Ok(if args.json {
+                pretty(&serde_json::json!({ "records": records }))
+            } else {
+                audit_text(&records)
+            })
+        }
         ItemsCommand::Retry { id } => {
             let request = client
                 .http
@@ -73,6 +99,33 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<String> {
             })
         }
     }
+}
+
+/// One line a record: time, actor, kind, then what it changed and said.
+fn audit_text(records: &[serde_json::Value]) -> String {
+    let mut out = String::new();
+    for record in records {
+        let text = |field: &str| record[field].as_str().unwrap_or("").to_owned();
+        let mut line = format!("{}  {:<32} {}", text("at"), text("actor"), text("kind"));
+        for field in ["old_state", "new_state", "metadata"] {
+            let value = &record[field];
+            let empty = value.is_null() || value.as_object().is_some_and(|map| map.is_empty());
+            if !empty {
+                let mut shown = value.clone();
+                // The raw delivery is long; `--json` has it.
+                if let Some(map) = shown.as_object_mut() {
+                    map.remove("raw");
+                }
+                let _ = write!(line, "  {field}={shown}");
+            }
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    if out.is_empty() {
+        out.push_str("no audit records\n");
+    }
+    out
 }
 
 struct ApiClient {

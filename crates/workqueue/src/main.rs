@@ -8,11 +8,11 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Parser;
 
-use workqueue::cli::{Cli, Command, ConfigCommand, TokenCommand};
+use workqueue::cli::{AuditCommand, Cli, Command, ConfigCommand, TokenCommand};
 use workqueue::config::Config;
 #[cfg(feature = "demo")]
 use workqueue::demo;
-use workqueue::{items, logging, serve, token, types};
+use workqueue::{app, items, logging, serve, token, types};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -39,6 +39,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             logging::init(cli.log_format);
             let config = Config::load_or_default(args.config.as_deref())?;
             runtime()?.block_on(serve::serve(&config))
+        }
+        Command::Audit(AuditCommand::Verify(args)) => {
+            logging::init_with_default(cli.log_format, "warn");
+            let config = Config::load_or_default(args.config.as_deref())?;
+            runtime()?.block_on(async {
+                let store = app::open_store(&config).await?;
+                match store.audit_verify().await? {
+                    (checked, None) => {
+                        println!("ok: {checked} audit records, every chain intact");
+                        Ok(())
+                    }
+                    (checked, Some(broken)) => {
+                        println!("broken: {broken} ({checked} records before it held)");
+                        std::process::exit(1);
+                    }
+                }
+            })
         }
         Command::Migrate(args) => {
             logging::init(cli.log_format);

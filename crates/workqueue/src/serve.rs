@@ -36,11 +36,11 @@ pub async fn serve(config: &Config) -> anyhow::Result<()> {
     let metrics = wq_api::metrics::prometheus_handle()?;
     let app = app::assemble(config, forges, Arc::clone(&clock), Some(metrics)).await?;
     let App {
+        store,
         engine,
         router,
         auth,
         types,
-        ..
     } = app;
     // The issuers' keys, fetched before the first caller needs them; a
     // failure is logged and retried on use.
@@ -54,10 +54,19 @@ pub async fn serve(config: &Config) -> anyhow::Result<()> {
     let intake = match &config.events.sqs {
         Some(sqs) => {
             let client = wq_intake::client(sqs).await;
-            Some(app::intake(sqs, client, &types, &engine, clock).start())
+            Some(app::intake(sqs, client, &types, &engine, Arc::clone(&clock)).start())
         }
         None => None,
     };
+    let archive_config = config.audit.archive();
+    let archiver = wq_archive::Archiver::from_config(store, &archive_config, Arc::clone(&clock))
+        .context("audit.archive")?;
+    let (stop_archive, archive_stopping) = tokio::sync::watch::channel(false);
+    let archiving = tokio::spawn(wq_archive::run(
+        archiver,
+        archive_config.interval(),
+        archive_stopping,
+    ));
     tracing::info!(%address, handled_types = ?config.engine.handled_types, "listening on http://{address}");
     if config.engine.handled_types.is_empty() {
         let types = types::TYPE_NAMES.join(", ");
@@ -78,6 +87,8 @@ pub async fn serve(config: &Config) -> anyhow::Result<()> {
     )
     .await
     .context("HTTP server failed")?;
+    let _ = stop_archive.send(true);
+    let _ = archiving.await;
     if all_ended {
         tracing::info!("HTTP server and engine stopped; bye");
     } else {

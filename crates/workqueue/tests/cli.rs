@@ -236,8 +236,12 @@ impl Server {
 
     /// [`Server::start`] with more environment variables.
     fn start_with_env(config: &str, env: &[(&str, &str)]) -> Server {
+        // Beside its config: the default audit archive is a directory of
+        // the working directory.
+        let dir = Path::new(config).parent().expect("the config's directory");
         let mut child = Command::new(BINARY)
             .args(["serve", "--config", config, "--log-format", "json"])
+            .current_dir(dir)
             .env("RUST_LOG", "info")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
@@ -353,6 +357,7 @@ async fn fail(store: &dyn Store, item: &WorkItem) {
             phase: Some(Phase::Failed),
             error: Some("forge said no".to_owned()),
             dimensions: Vec::new(),
+            action: None,
         })
         .await
         .expect("outcome");
@@ -458,6 +463,48 @@ fn serve_answers_the_items_commands_and_stops_on_sigterm() {
             "error: API error 409 (conflict): work item {} is active: only failed or cancelled items can be retried\n",
             active.id
         )
+    );
+
+    // audit: the retried item's trail, its creation, the outcome that
+    // failed it and the retry by the caller, one line each.
+    let output = server.items_as(&token, &["audit", &failed.id.to_string()]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let text = stdout_of(&output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[0].contains("item.created"), "{text}");
+    assert!(lines[1].contains("action.succeeded"), "{text}");
+    assert!(lines[1].contains(r#""phase":"failed""#), "{text}");
+    assert!(lines[2].contains("cli-admin"), "{text}");
+    assert!(lines[2].contains("item.retried"), "{text}");
+    assert!(
+        lines[2].contains(r#"old_state={"phase":"failed"}"#),
+        "{text}"
+    );
+
+    // audit verify: every chain holds; a rewritten record is named.
+    let output = workqueue(&["audit", "verify", "--config", &config]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    assert_eq!(
+        stdout_of(&output),
+        "ok: 4 audit records, every chain intact\n"
+    );
+    runtime.block_on(async {
+        let pool = sqlx::SqlitePool::connect(&database_url)
+            .await
+            .expect("connect");
+        sqlx::query("UPDATE audit_records SET actor = 'intruder' WHERE kind = 'item.retried'")
+            .execute(&pool)
+            .await
+            .expect("tamper");
+        pool.close().await;
+    });
+    let output = workqueue(&["audit", "verify", "--config", &config]);
+    assert_eq!(output.status.code(), Some(1), "{}", stdout_of(&output));
+    assert!(
+        stdout_of(&output).starts_with(&format!("broken: item {} record ", failed.id)),
+        "{}",
+        stdout_of(&output)
     );
 
     // Errors from the API are shown with their field.

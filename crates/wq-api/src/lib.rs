@@ -51,6 +51,8 @@ pub fn router(state: AppState, config: &ApiConfig) -> Router {
             get(routes::items::list).post(routes::items::submit),
         )
         .route("/work-items/{id}", get(routes::items::show))
+        .route("/work-items/{id}/audit", get(routes::items::audit))
+        .route("/audit", get(routes::items::audit_trail))
         .route("/work-items/{id}/retry", post(routes::items::retry))
         .route("/work-items/{id}/{command}", post(routes::items::command))
         // Every route above needs a bearer token; unknown routes stay 404.

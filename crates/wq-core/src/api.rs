@@ -166,6 +166,11 @@ impl CommandStatus {
 /// Webhook headers as (lower-case name, value).
 pub type Headers = Vec<(String, String)>;
 
+/// The header a delivery channel other than `/webhooks/{source}` sets on
+/// what it hands a receiver (`sqs`), for the audit record's actor. Each
+/// channel sets it itself and drops a sender's copy.
+pub const CHANNEL_HEADER: &str = "x-workqueue-channel";
+
 /// What a webhook delivery led to.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WebhookReceipt {

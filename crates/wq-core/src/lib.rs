@@ -11,7 +11,7 @@ pub mod item_type;
 pub mod permission;
 
 pub use api::{
-    CommandReply, CommandSpec, CommandStatus, DeliveryTrust, FieldError, Headers,
+    CHANNEL_HEADER, CommandReply, CommandSpec, CommandStatus, DeliveryTrust, FieldError, Headers,
     OWNED_BY_ANOTHER_CALLER, RequestError, Submission, SubmitOutcome, Submitted, WebhookError,
     WebhookReceipt, WebhookReceiver,
 };

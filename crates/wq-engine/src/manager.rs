@@ -656,7 +656,7 @@ impl ItemRun<'_> {
                     Ok(result) => result,
                     Err(error) => {
                         let message = format!("handling event {}: {}", event.event_type, error);
-                        return self.fail(view, now, message, &error).await;
+                        return self.fail(view, now, "handle_event", message, &error).await;
                     }
                 }
             } else {
@@ -718,7 +718,13 @@ impl ItemRun<'_> {
                 "decider of {type_name} chose unknown action {action}"
             ));
             return self
-                .fail(&snapshot.view, now, error.message.clone(), &error)
+                .fail(
+                    &snapshot.view,
+                    now,
+                    action.name,
+                    error.message.clone(),
+                    &error,
+                )
                 .await;
         }
         metrics::counter!(ACTIONS_TOTAL, "item_type" => type_name, "action" => action.name)
@@ -744,6 +750,7 @@ impl ItemRun<'_> {
                     phase: outcome.phase,
                     error: outcome.reason,
                     dimensions: outcome.dimensions,
+                    action: Some(action.name.to_owned()),
                 });
                 state.snapshot = Some(snapshot);
                 Ok(Step::Continue)
@@ -752,7 +759,8 @@ impl ItemRun<'_> {
                 metrics::counter!(ACTIONS_FAILED_TOTAL, "item_type" => type_name, "action" => action.name)
                     .increment(1);
                 let message = format!("{action}: {error}");
-                self.fail(&snapshot.view, now, message, &error).await
+                self.fail(&snapshot.view, now, action.name, message, &error)
+                    .await
             }
         }
     }
@@ -780,6 +788,7 @@ impl ItemRun<'_> {
                     phase: changes.phase,
                     error: changes.error,
                     dimensions: changes.dimensions,
+                    action: changes.action,
                 })
                 .await?;
         }
@@ -792,6 +801,7 @@ impl ItemRun<'_> {
         &self,
         view: &ItemView,
         now: OffsetDateTime,
+        action: &str,
         message: String,
         error: &wq_core::ExecError,
     ) -> Result<Step, StoreError> {
@@ -818,6 +828,7 @@ impl ItemRun<'_> {
                 retry_at,
                 outage: error.outage,
                 outage_started_before: now - config.outage_budget,
+                action: Some(action.to_owned()),
             })
             .await?;
         if item.phase == Phase::Active {

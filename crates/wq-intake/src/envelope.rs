@@ -51,6 +51,18 @@ pub fn unwrap(
     body: &str,
     attributes: impl IntoIterator<Item = (String, String)>,
 ) -> QueuedDelivery {
+    let mut delivery = unwrapped(body, attributes);
+    // The channel is the intake's to say, never the sender's.
+    delivery
+        .headers
+        .retain(|(name, _)| name != wq_core::CHANNEL_HEADER);
+    delivery
+        .headers
+        .push((wq_core::CHANNEL_HEADER.to_owned(), "sqs".to_owned()));
+    delivery
+}
+
+fn unwrapped(body: &str, attributes: impl IntoIterator<Item = (String, String)>) -> QueuedDelivery {
     let attributes: Headers = attributes
         .into_iter()
         .map(|(name, value)| (name.to_ascii_lowercase(), value))
@@ -116,6 +128,7 @@ mod tests {
             vec![
                 ("x-gitlab-event".to_owned(), "Pipeline Hook".to_owned()),
                 ("x-gitlab-token".to_owned(), "s3cret".to_owned()),
+                ("x-workqueue-channel".to_owned(), "sqs".to_owned()),
             ]
         );
     }
@@ -137,6 +150,12 @@ mod tests {
             ("x-github-event".to_owned(), "pull_request".to_owned())
         );
         assert_eq!(queued.headers[1].0, "x-hub-signature-256");
+        // A sender cannot name the channel.
+        let spoofed = unwrap(body, [("X-Workqueue-Channel".to_owned(), "api".to_owned())]);
+        assert_eq!(
+            spoofed.headers,
+            vec![("x-workqueue-channel".to_owned(), "sqs".to_owned())]
+        );
     }
 
     #[test]

@@ -118,6 +118,19 @@ impl MrType {
                 event_type: MANUAL_MERGE_EVENT.to_owned(),
                 body: serde_json::json!({ "outcome": outcome.as_str(), "caller": caller_identity }),
                 now: self.clock.now(),
+                // The audit record says who merged, and how it went.
+                origin: Some(wq_store::EventOrigin {
+                    actor: caller_identity.to_owned(),
+                    delivery_id: None,
+                    raw: Some(
+                        serde_json::json!({
+                            "command": "merge",
+                            "outcome": outcome.as_str(),
+                            "expected_head_sha": request.expected_head_sha,
+                        })
+                        .to_string(),
+                    ),
+                }),
             })
             .await
         {

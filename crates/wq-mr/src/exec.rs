@@ -740,7 +740,7 @@ impl Run<'_> {
         let reserved = self
             .mr
             .store
-            .reserve_merge(id, &signature, self.now())
+            .reserve_merge(id, &signature, &head, self.now())
             .await
             .map_err(store_error)?;
         if !reserved {

@@ -125,6 +125,7 @@ impl MrType {
                 event_type: QUEUE_OBSERVED_EVENT.to_owned(),
                 body: serde_json::json!({ "observed": observed }),
                 now: self.clock.now(),
+                origin: None,
             })
             .await;
         match inserted {

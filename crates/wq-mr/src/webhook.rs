@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 use wq_core::{DeliveryTrust, Headers, ItemId, WebhookError, WebhookReceipt, WebhookReceiver};
 use wq_forge::{Forge, ForgeEvent, ForgeKind, WebhookRejection};
-use wq_store::{NewEvent, StoreError};
+use wq_store::{EventOrigin, NewEvent, StoreError};
 
 use crate::MrType;
 use crate::store::Lookup;
@@ -119,6 +119,23 @@ impl ForgeWebhooks {
             Err(
                 WebhookRejection::Unauthenticated(reason) | WebhookRejection::Malformed(reason),
             ) => Err(WebhookError::Malformed(reason)),
+        }
+    }
+
+    /// Who delivered it, for the audit record: the channel (`sqs`) or this
+    /// source's webhook, the sender's delivery id and the raw body.
+    fn origin(&self, headers: &Headers, body: &[u8]) -> EventOrigin {
+        let header = |wanted: &str| {
+            headers
+                .iter()
+                .find(|(name, _)| name == wanted)
+                .map(|(_, value)| value.clone())
+        };
+        EventOrigin {
+            actor: header(wq_core::CHANNEL_HEADER)
+                .unwrap_or_else(|| format!("webhook:{}", self.source())),
+            delivery_id: header("x-gitlab-event-uuid").or_else(|| header("x-github-delivery")),
+            raw: Some(String::from_utf8_lossy(body).into_owned()),
         }
     }
 
@@ -320,6 +337,7 @@ impl WebhookReceiver for ForgeWebhooks {
                 event_type: WEBHOOK_EVENT.to_owned(),
                 body: serde_json::json!({ "forge": forge, "event": event }),
                 now,
+                origin: Some(self.origin(headers, body)),
             })
             .await;
         match stored {

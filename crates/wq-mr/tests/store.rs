@@ -109,6 +109,7 @@ impl SetPhase for Arc<dyn Store> {
                 phase: Some(phase),
                 error: None,
                 dimensions: Vec::new(),
+                action: None,
             })
             .await?;
         assert_eq!(item.phase, phase);
@@ -163,7 +164,7 @@ async fn the_queue_watch_pages_through_every_item(backend: Backend) {
         )
         .await
         .unwrap();
-        assert!(mr.reserve_merge(id, "sig", NOW).await.unwrap());
+        assert!(mr.reserve_merge(id, "sig", "head", NOW).await.unwrap());
         expected.push((project.to_owned(), number, id));
     }
     // An item that is not watched (no attempt, not queued).
@@ -438,6 +439,7 @@ async fn upsert_outcomes_and_generations(backend: Backend) {
             retry_at: NOW,
             outage: false,
             outage_started_before: NOW,
+            action: None,
         })
         .await
         .unwrap();
@@ -465,7 +467,7 @@ async fn the_merge_journal(backend: Backend) {
         "no attempt yet"
     );
 
-    assert!(mr.reserve_merge(id, "sig-1", NOW).await.unwrap());
+    assert!(mr.reserve_merge(id, "sig-1", "head", NOW).await.unwrap());
     let journal = mr.get(id).await.unwrap().unwrap().journal;
     assert_eq!(journal.result, Some(MergeResult::InFlight));
     assert_eq!(journal.signature.as_deref(), Some("sig-1"));
@@ -488,7 +490,7 @@ async fn the_merge_journal(backend: Backend) {
     assert!(journal.retry_authorized);
 
     // A reservation consumes the authorization; failed stores the error.
-    assert!(mr.reserve_merge(id, "sig-2", later).await.unwrap());
+    assert!(mr.reserve_merge(id, "sig-2", "head", later).await.unwrap());
     mr.merge_result(
         id,
         MergeResult::Failed,
@@ -528,7 +530,7 @@ async fn only_a_granted_retry_stores_its_event(backend: Backend) {
     assert!(!mr.authorize_merge_retry(id, NOW, NOW).await.unwrap());
     assert_eq!(store.event_next(id).await.unwrap(), None, "refused");
 
-    assert!(mr.reserve_merge(id, "sig-1", NOW).await.unwrap());
+    assert!(mr.reserve_merge(id, "sig-1", "head", NOW).await.unwrap());
     mr.merge_result(
         id,
         MergeResult::Failed,
@@ -549,13 +551,13 @@ async fn only_a_granted_retry_stores_its_event(backend: Backend) {
 async fn a_reservation_is_taken_once_per_signature(backend: Backend) {
     let (_store, mr) = setup(backend).await;
     let (id, _) = upsert(&mr, &spec("1"), NOW).await;
-    assert!(mr.reserve_merge(id, "sig-1", NOW).await.unwrap());
+    assert!(mr.reserve_merge(id, "sig-1", "head", NOW).await.unwrap());
     assert!(
-        !mr.reserve_merge(id, "sig-1", NOW).await.unwrap(),
+        !mr.reserve_merge(id, "sig-1", "head", NOW).await.unwrap(),
         "the second worker with the same reading"
     );
     assert!(
-        !mr.reserve_merge(id, "sig-2", NOW).await.unwrap(),
+        !mr.reserve_merge(id, "sig-2", "head", NOW).await.unwrap(),
         "not while an attempt is in flight"
     );
     mr.merge_result(
@@ -568,12 +570,12 @@ async fn a_reservation_is_taken_once_per_signature(backend: Backend) {
     .await
     .unwrap();
     assert!(
-        !mr.reserve_merge(id, "sig-1", NOW).await.unwrap(),
+        !mr.reserve_merge(id, "sig-1", "head", NOW).await.unwrap(),
         "a failed signature is not tried again by itself"
     );
     assert!(mr.authorize_merge_retry(id, NOW, NOW).await.unwrap());
     assert!(
-        mr.reserve_merge(id, "sig-1", NOW).await.unwrap(),
+        mr.reserve_merge(id, "sig-1", "head", NOW).await.unwrap(),
         "authorized"
     );
     assert!(!mr.get(id).await.unwrap().unwrap().journal.retry_authorized);
@@ -587,7 +589,7 @@ async fn a_reservation_is_taken_once_per_signature(backend: Backend) {
     .await
     .unwrap();
     assert!(
-        mr.reserve_merge(id, "sig-2", NOW).await.unwrap(),
+        mr.reserve_merge(id, "sig-2", "head", NOW).await.unwrap(),
         "a new readiness state"
     );
 }
@@ -693,7 +695,7 @@ async fn postgres_writers_take_the_item_lock_before_its_rows() {
         panic!("a PostgreSQL store");
     };
     let (id, _) = upsert(&mr, &spec("1"), NOW).await;
-    assert!(mr.reserve_merge(id, "sig-1", NOW).await.unwrap());
+    assert!(mr.reserve_merge(id, "sig-1", "head", NOW).await.unwrap());
     mr.merge_result(
         id,
         MergeResult::Failed,
@@ -770,7 +772,7 @@ async fn postgres_writers_take_the_item_lock_before_its_rows() {
 async fn a_transient_answer_allows_one_more_call_when_due(backend: Backend) {
     let (_store, mr) = setup(backend).await;
     let (id, _) = upsert(&mr, &spec("1"), NOW).await;
-    assert!(mr.reserve_merge(id, "sig", NOW).await.unwrap());
+    assert!(mr.reserve_merge(id, "sig", "head", NOW).await.unwrap());
     let due = NOW + time::Duration::seconds(30);
     mr.merge_transient(id, "502", Some(due), NOW).await.unwrap();
     let journal = mr.get(id).await.unwrap().unwrap().journal;
@@ -780,19 +782,19 @@ async fn a_transient_answer_allows_one_more_call_when_due(backend: Backend) {
         (1, Some(due))
     );
     assert!(
-        !mr.reserve_merge(id, "sig", NOW + time::Duration::seconds(10))
+        !mr.reserve_merge(id, "sig", "head", NOW + time::Duration::seconds(10))
             .await
             .unwrap(),
         "not before it is due"
     );
-    assert!(mr.reserve_merge(id, "sig", due).await.unwrap());
+    assert!(mr.reserve_merge(id, "sig", "head", due).await.unwrap());
     let journal = mr.get(id).await.unwrap().unwrap().journal;
     assert_eq!(journal.transient_failures, 1, "carried into its retry");
     assert_eq!(journal.retry_at, None);
     // The budget is spent: only retry-merge or a new state tries again.
     mr.merge_transient(id, "502", None, due).await.unwrap();
     let later = due + time::Duration::hours(1);
-    assert!(!mr.reserve_merge(id, "sig", later).await.unwrap());
+    assert!(!mr.reserve_merge(id, "sig", "head", later).await.unwrap());
     assert_eq!(
         mr.get(id)
             .await
@@ -802,7 +804,7 @@ async fn a_transient_answer_allows_one_more_call_when_due(backend: Backend) {
             .transient_failures,
         2
     );
-    assert!(mr.reserve_merge(id, "sig-2", later).await.unwrap());
+    assert!(mr.reserve_merge(id, "sig-2", "head", later).await.unwrap());
     assert_eq!(
         mr.get(id)
             .await

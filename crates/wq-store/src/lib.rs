@@ -29,11 +29,16 @@
 //!   `pending_until`, `updated_at`; a partial index on `pending_until`.
 //! - `pending_events`: `id`, `work_item_id`, `event_type`, `body`,
 //!   `received_at`.
+//! - `audit_records` (migration 0005): `seq`, `id` (UUIDv7),
+//!   `work_item_id`, `at`, `actor`, `kind`, `old_state`, `new_state`,
+//!   `trigger`, `metadata`, `prev_hash`, `hash`: one append-only hash chain
+//!   per item ([`audit`]); on PostgreSQL `audit_heads` holds each chain's
+//!   last hash.
 //!
 //! Migrations are per backend under `migrations/{sqlite,postgres}/`, with
 //! the same names (0001 the queue, 0002 the loop functions such as
 //! PostgreSQL's `wq_park`, 0003 the place, 0004 `failing_since`, when the
-//! current streak of failures began). An item type's own tables are
+//! current streak of failures began, 0005 the audit trail). An item type's own tables are
 //! migrated by the type (versions 1000 and up) through [`migrator`], which
 //! ignores versions it does not know.
 //!
@@ -66,6 +71,7 @@ use wq_core::{
     Dimension, DimensionUpdate, EventResult, ItemId, ItemView, PendingEvent, Phase, WorkItem,
 };
 
+pub mod audit;
 pub mod codec;
 mod common;
 #[macro_use]
@@ -217,6 +223,8 @@ pub struct ApplyOutcome {
     /// The item's `error` afterwards.
     pub error: Option<String>,
     pub dimensions: Vec<DimensionUpdate>,
+    /// The action whose outcome it is, for its audit record.
+    pub action: Option<String>,
 }
 
 /// An executor or handler failure.
@@ -238,6 +246,8 @@ pub struct RecordFailure {
     pub outage: bool,
     /// `now` minus the outage budget.
     pub outage_started_before: OffsetDateTime,
+    /// The action (or `handle_event`) that failed, for its audit record.
+    pub action: Option<String>,
 }
 
 /// A new raw event for an item.
@@ -247,6 +257,22 @@ pub struct NewEvent {
     pub event_type: String,
     pub body: serde_json::Value,
     pub now: OffsetDateTime,
+    /// Who delivered it, for its audit record (`None`: the service itself).
+    pub origin: Option<EventOrigin>,
+}
+
+/// Where an event came from: its audit record's actor, and the raw
+/// delivery it was read from (DDR-33).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EventOrigin {
+    /// `webhook:<source>`, `sqs`, a caller identity.
+    pub actor: String,
+    /// The sender's id of the delivery (`X-Gitlab-Event-UUID`,
+    /// `X-GitHub-Delivery`).
+    pub delivery_id: Option<String>,
+    /// The raw body as received; the record keeps at most
+    /// [`audit::MAX_RAW_BYTES`] of it.
+    pub raw: Option<String>,
 }
 
 /// Applying one handled event.
@@ -276,6 +302,8 @@ pub struct OutcomeChanges {
     pub phase: Option<Phase>,
     pub error: Option<String>,
     pub dimensions: Vec<DimensionUpdate>,
+    /// The action whose outcome it is, for its audit record.
+    pub action: Option<String>,
 }
 
 /// The loop's exit step.
@@ -501,7 +529,13 @@ pub trait Store: Send + Sync + 'static {
 
     /// Failed or cancelled → active, actionable, attempts 0, error cleared.
     /// Other phases: [`StoreError::Conflict`].
-    async fn item_retry(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<WorkItem>;
+    /// `actor` asked for it (its audit record's actor).
+    async fn item_retry(
+        &self,
+        id: ItemId,
+        now: OffsetDateTime,
+        actor: &str,
+    ) -> StoreResult<WorkItem>;
 
     /// Sets `actionable = true` (e.g. after a content update).
     async fn item_mark_actionable(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()>;
@@ -531,6 +565,62 @@ pub trait Store: Send + Sync + 'static {
     /// events, or with an expired `pending_until` while active; only of
     /// `handled_types` (none when empty).
     async fn sweep_candidates(&self, params: SweepParams) -> StoreResult<Vec<ItemId>>;
+
+    /// Appends an audit record on its own (a change recorded by its type's
+    /// own transaction uses the `append_audit` building block instead), and
+    /// logs it once committed.
+    async fn audit_append(&self, record: audit::NewAudit) -> StoreResult<audit::AuditRecord>;
+
+    /// A page of the audit trail in order ([`audit::AuditQuery`]).
+    async fn audit_list(&self, query: audit::AuditQuery) -> StoreResult<Vec<audit::AuditRecord>>;
+
+    /// The oldest records not archived yet, in order (at most `limit`).
+    async fn audit_unarchived(&self, limit: u32) -> StoreResult<Vec<audit::AuditRecord>>;
+
+    /// Marks the records `seqs` archived at `now` (once shipped).
+    async fn audit_mark_archived(&self, seqs: &[i64], now: OffsetDateTime) -> StoreResult<u64>;
+
+    /// Deletes archived records older than `before` (never unarchived
+    /// ones), keeping each chain's last deleted hash for verification.
+    async fn audit_prune_archived(&self, before: OffsetDateTime) -> StoreResult<u64>;
+
+    /// How many records are not archived yet, and the time of the oldest.
+    async fn audit_unarchived_stats(&self) -> StoreResult<(i64, Option<OffsetDateTime>)>;
+
+    /// Each pruned chain's last deleted hash: where its verification starts.
+    async fn audit_pruned_heads(&self) -> StoreResult<Vec<(ItemId, String)>>;
+
+    /// Walks every item's chain in order, page by page: the first broken
+    /// link, if any, and how many records were checked.
+    async fn audit_verify(&self) -> StoreResult<(u64, Option<audit::BrokenLink>)> {
+        // A chain whose oldest records left after archiving picks up at
+        // the last one that left.
+        let mut heads: std::collections::BTreeMap<ItemId, String> =
+            self.audit_pruned_heads().await?.into_iter().collect();
+        let mut after = 0;
+        let mut checked = 0u64;
+        loop {
+            let page = self
+                .audit_list(audit::AuditQuery {
+                    after,
+                    limit: 1000,
+                    ..audit::AuditQuery::default()
+                })
+                .await?;
+            let Some(last) = page.last() else {
+                return Ok((checked, None));
+            };
+            after = last.seq;
+            if let Err(broken) = audit::verify(&page, &mut heads) {
+                checked += page
+                    .iter()
+                    .take_while(|record| record.seq < broken.seq)
+                    .count() as u64;
+                return Ok((checked, Some(broken)));
+            }
+            checked += page.len() as u64;
+        }
+    }
 }
 
 /// How long [`connect`] waits for a first PostgreSQL connection (sqlx's

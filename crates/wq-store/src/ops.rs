@@ -106,6 +106,36 @@ macro_rules! building_blocks {
                 .await?)
         }
 
+        /// Appends an audit record on the caller's transaction, chained to
+        /// the item's last one ([`crate::audit`]); call it last in the
+        /// transaction, and log the record once it committed
+        /// ([`crate::audit::log`]).
+        pub async fn append_audit(
+            conn: &mut $Conn,
+            record: $crate::audit::NewAudit,
+        ) -> $crate::StoreResult<$crate::audit::AuditRecord> {
+            let prev: String = sqlx::query_scalar(sql!("audit/head.sql"))
+                .bind(DbId(record.item_id))
+                .fetch_one(&mut *conn)
+                .await?;
+            let mut record = record.chained(prev);
+            record.seq = sqlx::query_scalar(sql!("audit/append.sql"))
+                .bind(DbId(wq_core::ItemId(record.id)))
+                .bind(DbId(record.item_id))
+                .bind(DbTime(record.at))
+                .bind(&record.actor)
+                .bind(&record.kind)
+                .bind(record.old_state.as_ref().map(DbJson))
+                .bind(record.new_state.as_ref().map(DbJson))
+                .bind(record.trigger.as_ref().map(DbJson))
+                .bind(DbJson(&record.metadata))
+                .bind(&record.prev_hash)
+                .bind(&record.hash)
+                .fetch_one(&mut *conn)
+                .await?;
+            Ok(record)
+        }
+
         /// Failed or cancelled → active, actionable, attempts 0, error
         /// cleared, on the caller's connection. Other phases:
         /// [`StoreError::Conflict`].
@@ -293,8 +323,119 @@ macro_rules! impl_store {
                 &self,
                 item: $crate::NewItem,
             ) -> $crate::StoreResult<wq_core::WorkItem> {
-                self.write(move |conn| Box::pin(async move { insert_item(conn, &item).await }))
-                    .await
+                let (work_item, record) = self
+                    .write(move |conn| {
+                        Box::pin(async move {
+                            let work_item = insert_item(conn, &item).await?;
+                            let record = append_audit(conn, $crate::audit::created(&item)).await?;
+                            Ok((work_item, record))
+                        })
+                    })
+                    .await?;
+                $crate::audit::log(std::slice::from_ref(&record));
+                Ok(work_item)
+            }
+
+            async fn audit_append(
+                &self,
+                record: $crate::audit::NewAudit,
+            ) -> $crate::StoreResult<$crate::audit::AuditRecord> {
+                let record = self
+                    .write(move |conn| Box::pin(async move { append_audit(conn, record).await }))
+                    .await?;
+                $crate::audit::log(std::slice::from_ref(&record));
+                Ok(record)
+            }
+
+            async fn audit_unarchived(
+                &self,
+                limit: u32,
+            ) -> $crate::StoreResult<Vec<$crate::audit::AuditRecord>> {
+                let rows = sqlx::query(sql!("audit/unarchived.sql"))
+                    .bind(i64::from(limit.clamp(1, 100_000)))
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map($crate::audit::record_from_row).collect()
+            }
+
+            async fn audit_mark_archived(
+                &self,
+                seqs: &[i64],
+                now: time::OffsetDateTime,
+            ) -> $crate::StoreResult<u64> {
+                let seqs = serde_json::Value::from(seqs.to_vec());
+                self.autocommit(move |conn| {
+                    Box::pin(async move {
+                        Ok(sqlx::query(sql!("audit/mark_archived.sql"))
+                            .bind(DbJson(&seqs))
+                            .bind(DbTime(now))
+                            .execute(&mut *conn)
+                            .await?
+                            .rows_affected())
+                    })
+                })
+                .await
+            }
+
+            async fn audit_prune_archived(
+                &self,
+                before: time::OffsetDateTime,
+            ) -> $crate::StoreResult<u64> {
+                self.write(move |conn| {
+                    Box::pin(async move {
+                        sqlx::query(sql!("audit/prune_heads.sql"))
+                            .bind(DbTime(before))
+                            .execute(&mut *conn)
+                            .await?;
+                        Ok(sqlx::query(sql!("audit/prune.sql"))
+                            .bind(DbTime(before))
+                            .execute(&mut *conn)
+                            .await?
+                            .rows_affected())
+                    })
+                })
+                .await
+            }
+
+            async fn audit_unarchived_stats(
+                &self,
+            ) -> $crate::StoreResult<(i64, Option<time::OffsetDateTime>)> {
+                let row = sqlx::query(sql!("audit/unarchived_stats.sql"))
+                    .fetch_one(&self.pool)
+                    .await?;
+                let count: i64 = $crate::codec::DbRow::decode(&row, "count")?;
+                let oldest: Option<DbTime> = $crate::codec::DbRow::decode(&row, "oldest")?;
+                Ok((count, oldest.map(|DbTime(at)| at)))
+            }
+
+            async fn audit_pruned_heads(
+                &self,
+            ) -> $crate::StoreResult<Vec<(wq_core::ItemId, String)>> {
+                let rows = sqlx::query(sql!("audit/pruned_heads.sql"))
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter()
+                    .map(|row| {
+                        let id: DbId = $crate::codec::DbRow::decode(row, "work_item_id")?;
+                        Ok((id.0, $crate::codec::DbRow::decode(row, "hash")?))
+                    })
+                    .collect()
+            }
+
+            async fn audit_list(
+                &self,
+                query: $crate::audit::AuditQuery,
+            ) -> $crate::StoreResult<Vec<$crate::audit::AuditRecord>> {
+                let rows = sqlx::query(sql!("audit/list.sql"))
+                    .bind(query.after)
+                    .bind(query.item_id.map(DbId))
+                    .bind(query.since.map(DbTime))
+                    .bind(query.actor.as_deref())
+                    .bind(query.kind.as_deref())
+                    .bind(i64::from(query.limit.clamp(1, 10_000)))
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map($crate::audit::record_from_row).collect()
             }
 
             async fn item_get(
@@ -413,27 +554,40 @@ macro_rules! impl_store {
                 &self,
                 outcome: $crate::ApplyOutcome,
             ) -> $crate::StoreResult<wq_core::WorkItem> {
-                self.write(move |conn| {
-                    Box::pin(async move {
-                        apply_outcome(
-                            conn,
-                            outcome.lease,
-                            outcome.now,
-                            outcome.phase,
-                            outcome.error.as_deref(),
-                            &outcome.dimensions,
-                        )
-                        .await
+                let (item, record) = self
+                    .write(move |conn| {
+                        Box::pin(async move {
+                            let item = apply_outcome(
+                                conn,
+                                outcome.lease,
+                                outcome.now,
+                                outcome.phase,
+                                outcome.error.as_deref(),
+                                &outcome.dimensions,
+                            )
+                            .await?;
+                            let audit = $crate::audit::succeeded(
+                                outcome.lease.id,
+                                outcome.now,
+                                outcome.action.as_deref(),
+                                outcome.phase,
+                                outcome.error.as_deref(),
+                                &outcome.dimensions,
+                            );
+                            let record = append_audit(conn, audit).await?;
+                            Ok((item, record))
+                        })
                     })
-                })
-                .await
+                    .await?;
+                $crate::audit::log(std::slice::from_ref(&record));
+                Ok(item)
             }
 
             async fn item_record_failure(
                 &self,
                 failure: $crate::RecordFailure,
             ) -> $crate::StoreResult<wq_core::WorkItem> {
-                self.autocommit(move |conn| {
+                let (item, record) = self.write(move |conn| {
                     Box::pin(async move {
                         let id = failure.lease.id;
                         let row = sqlx::query(sql!("items/record_failure.sql"))
@@ -449,19 +603,47 @@ macro_rules! impl_store {
                             .fetch_optional(&mut *conn)
                             .await?
                             .ok_or($crate::StoreError::LeaseLost(id))?;
-                        common::item_from_row(&row)
+                        let item = common::item_from_row(&row)?;
+                        let record = append_audit(conn, $crate::audit::failed(&failure, &item)).await?;
+                        Ok((item, record))
                     })
                 })
-                .await
+                .await?;
+                $crate::audit::log(std::slice::from_ref(&record));
+                Ok(item)
             }
 
             async fn item_retry(
                 &self,
                 id: wq_core::ItemId,
                 now: time::OffsetDateTime,
+                actor: &str,
             ) -> $crate::StoreResult<wq_core::WorkItem> {
-                self.autocommit(move |conn| Box::pin(async move { retry_item(conn, id, now).await }))
-                    .await
+                let actor = actor.to_owned();
+                let (item, record) = self
+                    .write(move |conn| {
+                        Box::pin(async move {
+                            let before = sqlx::query_scalar::<_, String>(sql!("items/phase.sql"))
+                                .bind(DbId(id))
+                                .fetch_optional(&mut *conn)
+                                .await?;
+                            let item = retry_item(conn, id, now).await?;
+                            let record = append_audit(
+                                conn,
+                                $crate::audit::NewAudit::new(id, now, actor, "item.retried")
+                                    .states(
+                                        before.map(|phase| serde_json::json!({"phase": phase})),
+                                        Some(serde_json::json!({"phase": "active"})),
+                                    )
+                                    .trigger(serde_json::json!({"source": "api", "action": "retry"})),
+                            )
+                            .await?;
+                            Ok((item, record))
+                        })
+                    })
+                    .await?;
+                $crate::audit::log(std::slice::from_ref(&record));
+                Ok(item)
             }
 
             async fn item_mark_actionable(
@@ -516,10 +698,19 @@ macro_rules! impl_store {
             }
 
             async fn event_insert(&self, event: $crate::NewEvent) -> $crate::StoreResult<i64> {
-                // Serialised with item_park_with (DDR-34); the wake-up and the
-                // event commit together (DDR-49).
-                self.write(move |conn| Box::pin(async move { insert_event(conn, &event).await }))
-                    .await
+                // Serialised with item_park_with (DDR-34); the wake-up, the
+                // event and its audit record commit together (DDR-49).
+                let (id, record) = self
+                    .write(move |conn| {
+                        Box::pin(async move {
+                            let id = insert_event(conn, &event).await?;
+                            let record = append_audit(conn, $crate::audit::received(&event, id)).await?;
+                            Ok((id, record))
+                        })
+                    })
+                    .await?;
+                $crate::audit::log(std::slice::from_ref(&record));
+                Ok(id)
             }
 
             async fn event_next(
@@ -537,8 +728,17 @@ macro_rules! impl_store {
                 &self,
                 apply: $crate::ApplyEvent,
             ) -> $crate::StoreResult<$crate::EventApplied> {
-                self.write(move |conn| Box::pin(async move { apply_event(conn, &apply).await }))
-                    .await
+                let (outcome, record) = self
+                    .write(move |conn| {
+                        Box::pin(async move {
+                            let outcome = apply_event(conn, &apply).await?;
+                            let record = append_audit(conn, $crate::audit::applied(&apply, outcome)).await?;
+                            Ok((outcome, record))
+                        })
+                    })
+                    .await?;
+                $crate::audit::log(std::slice::from_ref(&record));
+                Ok(outcome)
             }
 
             async fn sweep_candidates(

@@ -542,6 +542,7 @@ impl TestApp {
                 phase: Some(phase),
                 error,
                 dimensions: Vec::new(),
+                action: None,
             })
             .await
             .expect("apply outcome");

@@ -107,8 +107,13 @@ impl Store for FaultyStore {
     async fn item_park_with(&self, params: wq_store::ParkParams) -> StoreResult<Park> {
         self.inner.item_park_with(params).await
     }
-    async fn item_retry(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<WorkItem> {
-        self.inner.item_retry(id, now).await
+    async fn item_retry(
+        &self,
+        id: ItemId,
+        now: OffsetDateTime,
+        actor: &str,
+    ) -> StoreResult<WorkItem> {
+        self.inner.item_retry(id, now, actor).await
     }
     async fn item_mark_actionable(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()> {
         self.inner.item_mark_actionable(id, now).await
@@ -138,5 +143,32 @@ impl Store for FaultyStore {
     }
     async fn sweep_candidates(&self, params: SweepParams) -> StoreResult<Vec<ItemId>> {
         self.inner.sweep_candidates(params).await
+    }
+    async fn audit_append(
+        &self,
+        record: wq_store::audit::NewAudit,
+    ) -> StoreResult<wq_store::audit::AuditRecord> {
+        self.inner.audit_append(record).await
+    }
+    async fn audit_list(
+        &self,
+        query: wq_store::audit::AuditQuery,
+    ) -> StoreResult<Vec<wq_store::audit::AuditRecord>> {
+        self.inner.audit_list(query).await
+    }
+    async fn audit_unarchived(&self, limit: u32) -> StoreResult<Vec<wq_store::audit::AuditRecord>> {
+        self.inner.audit_unarchived(limit).await
+    }
+    async fn audit_mark_archived(&self, seqs: &[i64], now: OffsetDateTime) -> StoreResult<u64> {
+        self.inner.audit_mark_archived(seqs, now).await
+    }
+    async fn audit_prune_archived(&self, before: OffsetDateTime) -> StoreResult<u64> {
+        self.inner.audit_prune_archived(before).await
+    }
+    async fn audit_unarchived_stats(&self) -> StoreResult<(i64, Option<OffsetDateTime>)> {
+        self.inner.audit_unarchived_stats().await
+    }
+    async fn audit_pruned_heads(&self) -> StoreResult<Vec<(ItemId, String)>> {
+        self.inner.audit_pruned_heads().await
     }
 }

@@ -67,6 +67,7 @@ async fn insert_event(store: &Arc<dyn Store>, id: ItemId, event_type: &str, cloc
             event_type: event_type.to_owned(),
             body: serde_json::json!({ "kind": event_type }),
             now: clock.now(),
+            origin: None,
         })
         .await
         .expect("insert event");
@@ -489,7 +490,10 @@ async fn failures_back_off_then_fail_at_the_limit(backend: Backend) {
     assert_eq!(item.attempts, 3);
     assert!(!item.actionable, "a failed item parks");
     assert!(item.error.as_deref().unwrap().contains("step1"));
-    store.item_retry(broken, clock.now()).await.unwrap();
+    store
+        .item_retry(broken, clock.now(), "tester")
+        .await
+        .unwrap();
     assert_eq!(engine.run_item(broken).await, RunOutcome::Parked);
     assert_done(&store, broken, false).await;
 

@@ -90,6 +90,7 @@ async fn a_handled_type_brings_its_table_webhook_and_periodic_task(backend: Back
             event_type: WEBHOOK_EVENT.to_owned(),
             body: serde_json::json!({}),
             now: app.clock.now(),
+            origin: None,
         })
         .await
         .unwrap();

@@ -5,6 +5,7 @@
     reason = "test fixtures read the wall clock"
 )]
 
+mod audit;
 mod auth;
 mod ci_retry;
 mod converge;

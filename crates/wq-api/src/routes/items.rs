@@ -591,7 +591,11 @@ pub async fn retry(
             ),
         ));
     }
-    let item = match state.store.item_retry(id, state.clock.now()).await {
+    let item = match state
+        .store
+        .item_retry(id, state.clock.now(), &caller_identity)
+        .await
+    {
         Ok(item) => item,
         Err(StoreError::NotFound(_)) => return Err(not_found(id)),
         Err(StoreError::Conflict(detail)) => {
@@ -614,6 +618,167 @@ pub async fn retry(
         engine.notify(id);
     }
     Ok(Json(ItemBody::from(item)))
+}
+
+/// Longest page of audit records.
+const MAX_AUDIT_LIMIT: u32 = 1000;
+/// Default page of audit records.
+const DEFAULT_AUDIT_LIMIT: u32 = 100;
+
+/// A page of the audit trail.
+#[derive(Debug, serde::Serialize)]
+pub struct AuditPage {
+    pub records: Vec<wq_store::audit::AuditRecord>,
+    /// Pass as `after` for the next page; absent on the last one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<i64>,
+}
+
+/// The audit query parameters `allowed` names, each at most once; others
+/// are refused by name.
+fn audit_query(
+    pairs: Vec<(String, String)>,
+    allowed: &[&str],
+) -> Result<wq_store::audit::AuditQuery, ApiError> {
+    let mut query = wq_store::audit::AuditQuery {
+        limit: DEFAULT_AUDIT_LIMIT,
+        ..wq_store::audit::AuditQuery::default()
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for (name, value) in pairs {
+        if !allowed.contains(&name.as_str()) {
+            return Err(ApiError::invalid_parameter(
+                name.clone(),
+                format!(
+                    "unknown query parameter {name:?}: expected {}",
+                    allowed.join(", ")
+                ),
+            ));
+        }
+        if !seen.insert(name.clone()) {
+            return Err(ApiError::invalid_parameter(
+                name.clone(),
+                format!("query parameter {name:?} is given more than once"),
+            ));
+        }
+        match name.as_str() {
+            "after" => {
+                query.after = value.parse::<i64>().ok().filter(|after| *after >= 0).ok_or_else(
+                    || {
+                        ApiError::invalid_parameter(
+                            "after",
+                            format!("after must be a record's seq (an integer, 0 or more), got {value:?}"),
+                        )
+                    },
+                )?;
+            }
+            "limit" => {
+                query.limit = value
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|limit| (1..=MAX_AUDIT_LIMIT).contains(limit))
+                    .ok_or_else(|| {
+                        ApiError::invalid_parameter(
+                            "limit",
+                            format!(
+                                "limit must be an integer between 1 and {MAX_AUDIT_LIMIT}, got {value:?}"
+                            ),
+                        )
+                    })?;
+            }
+            "since" => {
+                let since = time::OffsetDateTime::parse(
+                    &value,
+                    &time::format_description::well_known::Rfc3339,
+                )
+                .map_err(|_| {
+                    ApiError::invalid_parameter(
+                        "since",
+                        format!(
+                            "since must be an RFC 3339 time (2026-12-01T12:00:00Z), got {value:?}"
+                        ),
+                    )
+                })?;
+                query.since = Some(since);
+            }
+            "actor" | "kind" => {
+                if value.is_empty() || value.len() > 200 {
+                    return Err(ApiError::invalid_parameter(
+                        name.clone(),
+                        format!("{name} must be 1 to 200 characters"),
+                    ));
+                }
+                if name == "actor" {
+                    query.actor = Some(value);
+                } else {
+                    query.kind = Some(value);
+                }
+            }
+            _ => unreachable!("only allowed names reach here"),
+        }
+    }
+    Ok(query)
+}
+
+async fn audit_page(
+    state: &AppState,
+    query: wq_store::audit::AuditQuery,
+) -> Result<AuditPage, ApiError> {
+    let limit = query.limit as usize;
+    let mut records = state
+        .store
+        .audit_list(wq_store::audit::AuditQuery {
+            limit: query.limit + 1,
+            ..query
+        })
+        .await?;
+    let next_after = if records.len() > limit {
+        records.truncate(limit);
+        records.last().map(|record| record.seq)
+    } else {
+        None
+    };
+    Ok(AuditPage {
+        records,
+        next_after,
+    })
+}
+
+/// `GET /api/v1/work-items/{id}/audit?after=&limit=`: the item's audit
+/// records in order (who asked for what, what was written to the forge and
+/// what it answered). Needs `read` on the item's scope; an item the caller
+/// may not read is a 404.
+pub async fn audit(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(raw_id): ApiPath<String>,
+    ApiQuery(pairs): ApiQuery<Vec<(String, String)>>,
+) -> Result<Json<AuditPage>, ApiError> {
+    caller.authorize(Permission::Read, &Scope::ANY)?;
+    let id = parse_id(&raw_id)?;
+    let mut query = audit_query(pairs, &["after", "limit"])?;
+    let item = state
+        .store
+        .item_get(id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    visible_scope(&state, &caller, &item).await?;
+    query.item_id = Some(id);
+    Ok(Json(audit_page(&state, query).await?))
+}
+
+/// `GET /api/v1/audit?since=&actor=&kind=&after=&limit=`: the whole audit
+/// trail in order, filtered. Needs `admin` without a scope restriction.
+pub async fn audit_trail(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(pairs): ApiQuery<Vec<(String, String)>>,
+) -> Result<Json<AuditPage>, ApiError> {
+    if !caller.principal().permits_everywhere(Permission::Admin) {
+        return Err(ApiError::forbidden(Permission::Admin));
+    }
+    let query = audit_query(pairs, &["since", "actor", "kind", "after", "limit"])?;
+    Ok(Json(audit_page(&state, query).await?))
 }
 
 #[cfg(test)]

@@ -45,6 +45,8 @@ pub async fn receive(
                 .ok()
                 .map(|v| (name.as_str().to_ascii_lowercase(), v.to_owned()))
         })
+        // The channel is this route's to say (none: a direct webhook).
+        .filter(|(name, _)| name != wq_core::CHANNEL_HEADER)
         .collect();
     match receiver
         .receive(&pairs, &body, DeliveryTrust::Verify, state.clock.now())

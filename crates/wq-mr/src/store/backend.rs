@@ -89,6 +89,7 @@ pub(super) trait MrBackend: Send + Sync + std::fmt::Debug {
         &self,
         id: ItemId,
         signature: &str,
+        head_sha: &str,
         now: OffsetDateTime,
     ) -> StoreResult<bool>;
     async fn merge_result(
@@ -160,8 +161,8 @@ macro_rules! mr_backend {
                 BranchOwnership, Lookup, MergeJournal, MergeResult, MrDetails, Observation,
                 QueueWatch, RETRY_MERGE_EVENT, RecordedChange, SUBMISSION_EVENT,
                 SubmissionRecord, UpsertInput, UpsertOutcome, Upserted, classify, from_json,
-                idempotency_key, json_of, queue_entry, refused_to, signed, submission_dimensions,
-                submission_event, unsigned,
+                idempotency_key, json_of, phase_and, queue_entry, refused_to, signed,
+                submission_audit, submission_dimensions, submission_event, unsigned,
             };
 
             static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
@@ -202,13 +203,23 @@ macro_rules! mr_backend {
                     .await
                 }
 
-                /// Runs `statement` through the write door: whether it returned a
-                /// row.
-                async fn returns_row(&self, statement: Query) -> StoreResult<bool> {
-                    self.write(move |conn| Box::pin(async move {
-                        Ok(statement.fetch_optional(&mut *conn).await?.is_some())
-                    }))
-                    .await
+                /// Runs `statements` and appends `audit` (last) in one
+                /// transaction; the record is logged once committed.
+                async fn execute_audited<const N: usize>(
+                    &self,
+                    statements: [Query; N],
+                    audit: wq_store::audit::NewAudit,
+                ) -> StoreResult<()> {
+                    let record = self
+                        .write(move |conn| Box::pin(async move {
+                            for statement in statements {
+                                statement.execute(&mut *conn).await?;
+                            }
+                            blocks::append_audit(&mut *conn, audit).await
+                        }))
+                        .await?;
+                    wq_store::audit::log(std::slice::from_ref(&record));
+                    Ok(())
                 }
 
                 /// One row of the submission history, in the upsert's transaction.
@@ -250,10 +261,12 @@ macro_rules! mr_backend {
                         .bind(Self::at(input.now))
                 }
 
+                /// The upsert in the caller's transaction, and the audit record
+                /// it appended (none when nothing was written).
                 async fn upsert_on(
                     conn: &mut Connection,
                     input: &OwnedInput,
-                ) -> StoreResult<Upserted> {
+                ) -> StoreResult<(Upserted, Option<wq_store::audit::AuditRecord>)> {
                     let spec = &input.spec;
                     let now = input.now;
                     let Some(live) = Self::live(&mut *conn, spec).await? else {
@@ -287,7 +300,9 @@ macro_rules! mr_backend {
                             .await?;
                         let outcome = UpsertOutcome::Created;
                         Self::record_submission(conn, id, generation, input, outcome).await?;
-                        return Ok(Upserted { id, outcome });
+                        let audit = submission_audit(id, generation, input, outcome, None);
+                        let record = blocks::append_audit(&mut *conn, audit).await?;
+                        return Ok((Upserted { id, outcome }, Some(record)));
                     };
                     let id = Self::read_id(&live, 0)?;
                     let phase: Phase = live
@@ -301,13 +316,16 @@ macro_rules! mr_backend {
                     );
                     let owner: Option<String> = live.try_get(5)?;
                     let generation: i64 = live.try_get(6)?;
+                    let previous: Option<String> = live.try_get(2)?;
                     let (caller, admin) = (&input.caller_identity, input.caller_is_admin);
                     if refused_to(outcome, owner.as_deref(), caller, admin) {
-                        return Ok(Upserted { id, outcome: UpsertOutcome::NotOwner });
+                        return Ok((Upserted { id, outcome: UpsertOutcome::NotOwner }, None));
                     }
                     Self::record_submission(conn, id, generation, input, outcome).await?;
+                    let audit = submission_audit(id, generation, input, outcome, Some(phase_and(phase, previous)));
                     if outcome == UpsertOutcome::Unchanged {
-                        return Ok(Upserted { id, outcome });
+                        let record = blocks::append_audit(&mut *conn, audit).await?;
+                        return Ok((Upserted { id, outcome }, Some(record)));
                     }
                     if outcome == UpsertOutcome::Retried {
                         blocks::retry_item(&mut *conn, id, now).await?;
@@ -327,10 +345,12 @@ macro_rules! mr_backend {
                             event_type: SUBMISSION_EVENT.to_owned(),
                             body,
                             now,
+                            origin: None,
                         },
                     )
                     .await?;
-                    Ok(Upserted { id, outcome })
+                    let record = blocks::append_audit(&mut *conn, audit).await?;
+                    Ok((Upserted { id, outcome }, Some(record)))
                 }
 
                 fn details_from_row(row: &DbRow) -> StoreResult<MrDetails> {
@@ -405,10 +425,13 @@ macro_rules! mr_backend {
 
                 async fn upsert(&self, input: &UpsertInput<'_>) -> StoreResult<Upserted> {
                     let input = OwnedInput::new(input);
-                    self.write(move |conn| Box::pin(async move {
-                        Self::upsert_on(conn, &input).await
-                    }))
-                    .await
+                    let (upserted, record) = self
+                        .write(move |conn| Box::pin(async move {
+                            Self::upsert_on(conn, &input).await
+                        }))
+                        .await?;
+                    wq_store::audit::log(record.as_slice());
+                    Ok(upserted)
                 }
 
                 async fn get(&self, id: ItemId) -> StoreResult<Option<MrDetails>> {
@@ -479,7 +502,18 @@ macro_rules! mr_backend {
                     id: ItemId,
                     change: &RecordedChange<'_>,
                 ) -> StoreResult<()> {
-                    self.execute([sqlx::query(include_str!("sql/record_change.sql"))
+                    let kind = if change.created { "forge.change_created" } else { "forge.change_updated" };
+                    let audit = wq_store::audit::NewAudit::new(id, change.now, wq_store::audit::ENGINE, kind)
+                        .trigger(serde_json::json!({"source": "worker", "action": "ensure_mr"}))
+                        .metadata(serde_json::json!({
+                            "number": change.number,
+                            "url": change.url,
+                            "head_sha": change.head_sha,
+                            "content_hash": change.pushed_content_hash,
+                            "target_branch": change.target_branch,
+                            "labels": json_of(&change.labels),
+                        }));
+                    self.execute_audited([sqlx::query(include_str!("sql/record_change.sql"))
                         .bind(Self::id(id))
                         .bind(signed(Some(change.number)))
                         .bind(change.url)
@@ -488,7 +522,7 @@ macro_rules! mr_backend {
                         .bind(Self::at(change.now))
                         .bind(change.created)
                         .bind(change.target_branch)
-                        .bind(Self::json(json_of(&change.labels)))])
+                        .bind(Self::json(json_of(&change.labels)))], audit)
                     .await
                 }
 
@@ -561,7 +595,14 @@ macro_rules! mr_backend {
                     (content_hash, target_branch): (&str, &str),
                     now: OffsetDateTime,
                 ) -> StoreResult<()> {
-                    self.execute([
+                    let audit = wq_store::audit::NewAudit::new(id, now, wq_store::audit::ENGINE, "forge.push")
+                        .trigger(serde_json::json!({"source": "worker", "action": "ensure_mr"}))
+                        .metadata(serde_json::json!({
+                            "commit_sha": head_sha,
+                            "content_hash": content_hash,
+                            "target_branch": target_branch,
+                        }));
+                    self.execute_audited([
                         sqlx::query(include_str!("sql/record_push.sql"))
                             .bind(Self::id(id))
                             .bind(head_sha)
@@ -572,7 +613,7 @@ macro_rules! mr_backend {
                             .bind(Self::id(id))
                             .bind(head_sha)
                             .bind(Self::at(now)),
-                    ])
+                    ], audit)
                     .await
                 }
 
@@ -599,14 +640,27 @@ macro_rules! mr_backend {
                     &self,
                     id: ItemId,
                     signature: &str,
+                    head_sha: &str,
                     now: OffsetDateTime,
                 ) -> StoreResult<bool> {
-                    self.returns_row(sqlx::query(include_str!("sql/reserve_merge.sql"))
+                    let statement = sqlx::query(include_str!("sql/reserve_merge.sql"))
                         .bind(Self::id(id))
-                        .bind(signature)
+                        .bind(signature.to_owned())
                         .bind(Self::at(now))
-                        .bind(false))
-                    .await
+                        .bind(false);
+                    let audit = wq_store::audit::NewAudit::new(id, now, wq_store::audit::ENGINE, "forge.merge_reserved")
+                        .trigger(serde_json::json!({"source": "worker", "action": "reconcile_mr"}))
+                        .metadata(serde_json::json!({"signature": signature, "expected_head_sha": head_sha}));
+                    let record = self
+                        .write(move |conn| Box::pin(async move {
+                            if statement.fetch_optional(&mut *conn).await?.is_none() {
+                                return Ok(None);
+                            }
+                            Ok(Some(blocks::append_audit(&mut *conn, audit).await?))
+                        }))
+                        .await?;
+                    wq_store::audit::log(record.as_slice());
+                    Ok(record.is_some())
                 }
 
                 async fn merge_result(
@@ -618,13 +672,21 @@ macro_rules! mr_backend {
                     now: OffsetDateTime,
                 ) -> StoreResult<()> {
                     let (kind, message) = error.unzip();
-                    self.execute([sqlx::query(include_str!("sql/merge_result.sql"))
+                    let audit = wq_store::audit::NewAudit::new(id, now, wq_store::audit::ENGINE, "forge.merge_answered")
+                        .trigger(serde_json::json!({"source": "worker", "action": "reconcile_mr"}))
+                        .metadata(serde_json::json!({
+                            "result": result.as_str(),
+                            "head_sha": queue_head_sha,
+                            "error_kind": kind,
+                            "error": message,
+                        }));
+                    self.execute_audited([sqlx::query(include_str!("sql/merge_result.sql"))
                         .bind(Self::id(id))
                         .bind(result.as_str())
                         .bind(queue_head_sha)
                         .bind(kind)
                         .bind(message)
-                        .bind(Self::at(now))])
+                        .bind(Self::at(now))], audit)
                     .await
                 }
 
@@ -635,11 +697,17 @@ macro_rules! mr_backend {
                     retry_at: Option<OffsetDateTime>,
                     now: OffsetDateTime,
                 ) -> StoreResult<()> {
-                    self.execute([sqlx::query(include_str!("sql/merge_transient.sql"))
+                    let audit = wq_store::audit::NewAudit::new(id, now, wq_store::audit::ENGINE, "forge.merge_transient")
+                        .trigger(serde_json::json!({"source": "worker", "action": "reconcile_mr"}))
+                        .metadata(serde_json::json!({
+                            "error": error,
+                            "retry_at": retry_at.map(|at| at.unix_timestamp()),
+                        }));
+                    self.execute_audited([sqlx::query(include_str!("sql/merge_transient.sql"))
                         .bind(Self::id(id))
                         .bind(error.to_owned())
                         .bind(Self::at(now))
-                        .bind(retry_at.map(Self::at))])
+                        .bind(retry_at.map(Self::at))], audit)
                     .await
                 }
 
@@ -721,6 +789,7 @@ macro_rules! mr_backend {
                         event_type: RETRY_MERGE_EVENT.to_owned(),
                         body: serde_json::json!({}),
                         now,
+                        origin: None,
                     };
                     let authorize = sqlx::query(include_str!("sql/authorize_retry.sql"))
                         .bind(Self::id(id))

@@ -439,13 +439,18 @@ impl MrStore {
     /// merge call; consumes a retry authorization. `false`: not reserved
     /// (an attempt is in flight, or this signature was tried and no retry
     /// is authorized), so the caller must not call the forge.
+    /// `head_sha` is the head the merge call will be bound to (recorded in
+    /// the audit record of the reservation).
     pub async fn reserve_merge(
         &self,
         id: ItemId,
         signature: &str,
+        head_sha: &str,
         now: OffsetDateTime,
     ) -> StoreResult<bool> {
-        self.backend.reserve_merge(id, signature, now).await
+        self.backend
+            .reserve_merge(id, signature, head_sha, now)
+            .await
     }
 
     /// Records an attempt's outcome. `accepted` clears only an `auto_merge`
@@ -547,4 +552,68 @@ pub fn submission_dimensions(change: &str) -> Vec<wq_core::DimensionUpdate> {
         ],
         _ => Vec::new(),
     }
+}
+
+/// The live item's phase and stored content hash, before a resubmission.
+fn phase_and(phase: Phase, content_hash: Option<String>) -> serde_json::Value {
+    serde_json::json!({"phase": phase.as_str(), "content_hash": content_hash})
+}
+
+/// `submission.<outcome>`: who submitted which content (hash, generation)
+/// for which branch, and the files by name and size.
+fn submission_audit(
+    id: ItemId,
+    generation: i64,
+    input: &backend::OwnedInput,
+    outcome: UpsertOutcome,
+    before: Option<serde_json::Value>,
+) -> wq_store::audit::NewAudit {
+    let spec = &input.spec;
+    let files: Vec<serde_json::Value> = spec
+        .file_actions
+        .iter()
+        .map(|action| {
+            serde_json::json!({
+                "action": action.op,
+                "path": action.path,
+                "previous_path": action.previous_path,
+                "bytes": action.content.as_ref().map(Vec::len),
+            })
+        })
+        .collect();
+    let phase = if outcome == UpsertOutcome::Unchanged {
+        before
+            .as_ref()
+            .and_then(|before| before["phase"].as_str())
+            .unwrap_or("active")
+            .to_owned()
+    } else {
+        "active".to_owned()
+    };
+    wq_store::audit::NewAudit::new(
+        id,
+        input.now,
+        input.caller_identity.clone(),
+        format!("submission.{}", outcome.as_str()),
+    )
+    .states(
+        before,
+        Some(serde_json::json!({
+            "phase": phase,
+            "content_hash": input.content_hash,
+            "generation": generation,
+        })),
+    )
+    .trigger(serde_json::json!({"source": "api", "action": "submit"}))
+    .metadata(serde_json::json!({
+        "forge": spec.forge,
+        "project": spec.project.as_str(),
+        "source_branch": spec.source_branch.as_str(),
+        "target_branch": spec.target_branch.as_str(),
+        "title": spec.title,
+        "metadata_hash": input.metadata_hash,
+        "caller_is_admin": input.caller_is_admin,
+        "auto_merge": spec.automation.auto_merge,
+        "files": files,
+    }))
 }

@@ -96,6 +96,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "failing_since",
             sql: include_str!("../../migrations/postgres/0004_failing_since.sql"),
         },
+        EmbeddedMigration {
+            version: 5,
+            description: "audit",
+            sql: include_str!("../../migrations/postgres/0005_audit.sql"),
+        },
     ])
 });
 
@@ -280,6 +285,38 @@ fn rfc3339(at: OffsetDateTime) -> String {
         .expect("a UTC timestamp formats as RFC 3339")
 }
 
+/// One call of `wq_park` (see `items/park_with.sql`).
+struct ParkCall {
+    lease: Lease,
+    now: OffsetDateTime,
+    write_outcome: bool,
+    phase: Option<Phase>,
+    error: Option<String>,
+    dimensions: DbJson<serde_json::Value>,
+}
+
+impl ParkCall {
+    async fn run(&self, conn: &mut PgConnection) -> StoreResult<Park> {
+        let answer: String = sqlx::query_scalar(sql!("items/park_with.sql"))
+            .bind(DbId(self.lease.id))
+            .bind(DbTime(self.lease.until))
+            .bind(DbTime(self.now))
+            .bind(lock_key(self.lease.id))
+            .bind(self.write_outcome)
+            .bind(self.phase.map(Phase::as_str))
+            .bind(self.error.as_deref())
+            .bind(&self.dimensions)
+            .fetch_one(&mut *conn)
+            .await?;
+        match answer.as_str() {
+            "parked" => Ok(Park::Parked),
+            "events_pending" => Ok(Park::EventsPending),
+            "lease_lost" => Err(StoreError::LeaseLost(self.lease.id)),
+            other => Err(StoreError::Corrupt(format!("wq_park answered {other:?}"))),
+        }
+    }
+}
+
 impl_store!(PgStore, Postgres, {
     async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.pool).await?;
@@ -360,23 +397,39 @@ impl_store!(PgStore, Postgres, {
                 row
             })
             .collect();
-        let answer: String = sqlx::query_scalar(sql!("items/park_with.sql"))
-            .bind(DbId(lease.id))
-            .bind(DbTime(lease.until))
-            .bind(DbTime(now))
-            .bind(lock_key(lease.id))
-            .bind(write_outcome)
-            .bind(outcome.phase.map(Phase::as_str))
-            .bind(outcome.error.as_deref())
-            .bind(DbJson(serde_json::Value::Array(dimensions)))
-            .fetch_one(&self.pool)
-            .await?;
-        match answer.as_str() {
-            "parked" => Ok(Park::Parked),
-            "events_pending" => Ok(Park::EventsPending),
-            "lease_lost" => Err(StoreError::LeaseLost(lease.id)),
-            other => Err(StoreError::Corrupt(format!("wq_park answered {other:?}"))),
+        let call = ParkCall {
+            lease,
+            now,
+            write_outcome,
+            phase: outcome.phase,
+            error: outcome.error.clone(),
+            dimensions: DbJson(serde_json::Value::Array(dimensions)),
+        };
+        if !write_outcome {
+            let mut conn = self.pool.acquire().await?;
+            return call.run(&mut conn).await;
         }
+        // An outcome is written with its audit record, after the park
+        // (whose locks come first), in one transaction.
+        let audit = crate::audit::succeeded(
+            lease.id,
+            now,
+            outcome.action.as_deref(),
+            outcome.phase,
+            outcome.error.as_deref(),
+            &outcome.dimensions,
+        );
+        let (parked, record) = self
+            .write(move |conn| {
+                Box::pin(async move {
+                    let parked = call.run(&mut *conn).await?;
+                    let record = append_audit(&mut *conn, audit).await?;
+                    Ok((parked, record))
+                })
+            })
+            .await?;
+        crate::audit::log(std::slice::from_ref(&record));
+        Ok(parked)
     }
 });
 

@@ -120,6 +120,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "failing_since",
             sql: include_str!("../../migrations/sqlite/0004_failing_since.sql"),
         },
+        EmbeddedMigration {
+            version: 5,
+            description: "audit",
+            sql: include_str!("../../migrations/sqlite/0005_audit.sql"),
+        },
     ])
 });
 
@@ -359,7 +364,11 @@ async fn has_pending_events(conn: &mut SqliteConnection, id: ItemId) -> StoreRes
 /// IMMEDIATE`, so no event can commit between the check and the update,
 /// DDR-34): lease check, the outcome if any, then park unless events wait.
 /// With events pending the outcome stays written and the lease held.
-async fn park_with(conn: &mut SqliteConnection, params: &ParkParams) -> StoreResult<Park> {
+async fn park_with(
+    conn: &mut SqliteConnection,
+    params: &ParkParams,
+    records: &mut Vec<crate::audit::AuditRecord>,
+) -> StoreResult<Park> {
     let lease = params.lease;
     match &params.outcome {
         Some(outcome) => {
@@ -372,6 +381,17 @@ async fn park_with(conn: &mut SqliteConnection, params: &ParkParams) -> StoreRes
                 &outcome.dimensions,
             )
             .await?;
+            // The park's own writes take no other lock: the record goes
+            // with the outcome.
+            let audit = crate::audit::succeeded(
+                lease.id,
+                params.now,
+                outcome.action.as_deref(),
+                outcome.phase,
+                outcome.error.as_deref(),
+                &outcome.dimensions,
+            );
+            records.push(append_audit(&mut *conn, audit).await?);
         }
         None => {
             lease_state(&mut *conn, lease).await?;
@@ -423,8 +443,17 @@ impl_store!(SqliteStore, Sqlite, {
     async fn item_park_with(&self, params: ParkParams) -> StoreResult<Park> {
         // Inside the batch's BEGIN IMMEDIATE: event_insert cannot commit
         // between the check and the update (DDR-34).
-        self.write(move |conn| Box::pin(async move { park_with(conn, &params).await }))
-            .await
+        let (park, records) = self
+            .write(move |conn| {
+                Box::pin(async move {
+                    let mut records = Vec::new();
+                    let park = park_with(conn, &params, &mut records).await?;
+                    Ok((park, records))
+                })
+            })
+            .await?;
+        crate::audit::log(&records);
+        Ok(park)
     }
 });
 

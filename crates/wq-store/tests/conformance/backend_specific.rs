@@ -213,6 +213,7 @@ async fn sqlite_a_failing_write_does_not_roll_back_its_batch() {
                     phase: Some(Phase::Completed),
                     error: None,
                     dimensions: vec![DimensionUpdate::new("needs_mr", false)],
+                    action: None,
                 })
                 .await
         }));
@@ -227,6 +228,7 @@ async fn sqlite_a_failing_write_does_not_roll_back_its_batch() {
                             phase: Some(Phase::Cancelled),
                             error: Some("stale".into()),
                             dimensions: vec![DimensionUpdate::new("stale", true)],
+                            action: None,
                         }),
                     })
                     .await
@@ -237,6 +239,7 @@ async fn sqlite_a_failing_write_does_not_roll_back_its_batch() {
                         event_type: "push".into(),
                         body: serde_json::json!({}),
                         now,
+                        origin: None,
                     })
                     .await
                     .map(|_| ()),

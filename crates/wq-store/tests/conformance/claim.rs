@@ -114,6 +114,7 @@ pub async fn stale_lease_gets_lease_lost_on_every_loop_write(db: &TestDb) {
                 phase: Some(Phase::Completed),
                 error: None,
                 dimensions: vec![dimension.clone()],
+                action: None,
             })
             .await,
         item.id,
@@ -130,6 +131,7 @@ pub async fn stale_lease_gets_lease_lost_on_every_loop_write(db: &TestDb) {
                 retry_at: stale_now,
                 outage: false,
                 outage_started_before: stale_now,
+                action: None,
             })
             .await,
         item.id,
@@ -247,6 +249,7 @@ pub async fn apply_outcome_resets_attempts_and_applies_phase_and_dimensions(db: 
             retry_at,
             outage: false,
             outage_started_before: now,
+            action: None,
         })
         .await
         .unwrap();
@@ -263,6 +266,7 @@ pub async fn apply_outcome_resets_attempts_and_applies_phase_and_dimensions(db: 
             dimensions: vec![
                 DimensionUpdate::new("needs_mr", false).detail(serde_json::json!({ "mr": 12 })),
             ],
+            action: None,
         })
         .await
         .unwrap();
@@ -283,6 +287,7 @@ pub async fn apply_outcome_resets_attempts_and_applies_phase_and_dimensions(db: 
                 DimensionUpdate::new("needs_merge", false),
                 DimensionUpdate::new("needs_mr", false),
             ],
+            action: None,
         })
         .await
         .unwrap();
@@ -317,6 +322,7 @@ pub async fn record_failure_counts_backs_off_and_fails(db: &TestDb) {
                 retry_at,
                 outage: false,
                 outage_started_before: at,
+                action: None,
             })
             .await
             .unwrap();
@@ -347,6 +353,7 @@ pub async fn record_failure_counts_backs_off_and_fails(db: &TestDb) {
             retry_at: at + Duration::minutes(1),
             outage: false,
             outage_started_before: at,
+            action: None,
         })
         .await
         .unwrap();
@@ -379,6 +386,7 @@ pub async fn record_failure_counts_backs_off_and_fails(db: &TestDb) {
             retry_at: now + Duration::minutes(1),
             outage: false,
             outage_started_before: now,
+            action: None,
         })
         .await
         .unwrap();
@@ -495,6 +503,7 @@ pub async fn outages_fail_an_item_only_after_the_budget(db: &TestDb) {
         retry_at: at + Duration::minutes(5),
         outage: true,
         outage_started_before: at - budget,
+        action: None,
     };
     // Many more outage failures than max_attempts, within the budget.
     let mut at = start;
@@ -520,7 +529,7 @@ pub async fn outages_fail_an_item_only_after_the_budget(db: &TestDb) {
         assert_eq!(failed.phase, phase, "counted failure {counted}");
         at += Duration::minutes(30);
         if phase == Phase::Failed {
-            let retried = store.item_retry(item.id, at).await.unwrap();
+            let retried = store.item_retry(item.id, at, "tester").await.unwrap();
             assert_eq!(retried.phase, Phase::Active);
         }
     }
@@ -533,6 +542,7 @@ pub async fn outages_fail_an_item_only_after_the_budget(db: &TestDb) {
             phase: None,
             error: None,
             dimensions: vec![],
+            action: None,
         })
         .await
         .map(|_| lease)

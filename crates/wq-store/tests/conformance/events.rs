@@ -26,6 +26,7 @@ pub async fn event_insert_wakes_the_item(db: &TestDb) {
             event_type: "pipeline".into(),
             body: serde_json::json!({}),
             now,
+            origin: None,
         })
         .await;
     assert!(
@@ -51,6 +52,7 @@ pub async fn event_next_returns_the_oldest_event(db: &TestDb) {
             event_type: "merge_request".into(),
             body: body.clone(),
             now,
+            origin: None,
         })
         .await
         .unwrap();

@@ -330,7 +330,7 @@ pub async fn idempotency_key_is_unique_among_live_items(db: &TestDb) {
     );
 
     // Cancelled frees it.
-    store.item_retry(first.id, now).await.unwrap();
+    store.item_retry(first.id, now, "tester").await.unwrap();
     move_to(store, first.id, Phase::Cancelled, now).await;
     let second = store
         .item_insert(new_item(TYPE_A, Some("mr:p:b:1"), now))
@@ -358,7 +358,7 @@ pub async fn retry_reactivates_failed_and_cancelled_items(db: &TestDb) {
     let failed = insert(store, TYPE_A, now).await.id;
     let lease = fail_permanently(store, failed, now).await;
     store.item_park(lease, now).await.unwrap();
-    let retried = store.item_retry(failed, later).await.unwrap();
+    let retried = store.item_retry(failed, later, "tester").await.unwrap();
     assert_eq!(retried.phase, Phase::Active);
     assert!(retried.actionable);
     assert_eq!(retried.attempts, 0);
@@ -369,13 +369,13 @@ pub async fn retry_reactivates_failed_and_cancelled_items(db: &TestDb) {
 
     let cancelled = insert(store, TYPE_A, now).await.id;
     let lease = move_to(store, cancelled, Phase::Cancelled, now).await;
-    let retried = store.item_retry(cancelled, later).await.unwrap();
+    let retried = store.item_retry(cancelled, later, "tester").await.unwrap();
     assert_eq!(retried.phase, Phase::Active);
     assert_eq!(retried.leased_until, None, "a held lease is dropped");
     assert_lease_lost(store.item_park(lease, now).await, cancelled, "old holder");
 
     let active = insert(store, TYPE_A, now).await.id;
-    match store.item_retry(active, later).await {
+    match store.item_retry(active, later, "tester").await {
         Err(StoreError::Conflict(message)) => assert_eq!(
             message,
             "work item is active; only failed or cancelled items can be retried"
@@ -384,13 +384,13 @@ pub async fn retry_reactivates_failed_and_cancelled_items(db: &TestDb) {
     }
     let completed = insert(store, TYPE_A, now).await.id;
     move_to(store, completed, Phase::Completed, now).await;
-    match store.item_retry(completed, later).await {
+    match store.item_retry(completed, later, "tester").await {
         Err(StoreError::Conflict(message)) => assert!(message.contains("completed")),
         other => panic!("expected Conflict, got {other:?}"),
     }
     let missing = ItemId::new_v7();
     assert!(matches!(
-        store.item_retry(missing, later).await,
+        store.item_retry(missing, later, "tester").await,
         Err(StoreError::NotFound(found)) if found == missing
     ));
 
@@ -406,7 +406,7 @@ pub async fn retry_reactivates_failed_and_cancelled_items(db: &TestDb) {
         .item_insert(new_item(TYPE_A, Some("k"), now))
         .await
         .unwrap();
-    let result = store.item_retry(old, later).await;
+    let result = store.item_retry(old, later, "tester").await;
     assert!(
         matches!(result, Err(StoreError::Duplicate(_))),
         "{result:?}"

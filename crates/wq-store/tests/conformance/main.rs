@@ -64,6 +64,30 @@ impl TestDb {
         }
     }
 
+    /// Rewrites a stored audit record's actor behind the store's back.
+    async fn tamper_audit(&self, seq: i64) {
+        let statement = match &self.backend {
+            Backend::Sqlite(_) => "UPDATE audit_records SET actor = 'intruder' WHERE seq = ?1",
+            Backend::Postgres(_) => "UPDATE audit_records SET actor = 'intruder' WHERE seq = $1",
+        };
+        match &self.backend {
+            Backend::Sqlite(store) => {
+                sqlx::query(statement)
+                    .bind(seq)
+                    .execute(store.writer())
+                    .await
+                    .expect("tamper");
+            }
+            Backend::Postgres(store) => {
+                sqlx::query(statement)
+                    .bind(seq)
+                    .execute(store.pool())
+                    .await
+                    .expect("tamper");
+            }
+        }
+    }
+
     /// Breaks the DDR-49 invariant on purpose: an item with pending events
     /// but `actionable = false` (as after a crash in older code), so the
     /// sweep's event branch can be seen on its own.
@@ -140,6 +164,10 @@ conformance_suite!(
     sweep_excludes_leased_items_and_other_types,
     sweep_respects_limit_and_empty_types,
     concurrent_claims_have_exactly_one_winner,
+    audit_records_chain_per_item_and_verify,
+    concurrent_audit_appends_chain_without_forking,
+    audit_list_filters_by_item_since_actor_and_kind,
+    every_loop_write_leaves_its_record_in_its_transaction,
 );
 
 // --- helpers -----------------------------------------------------------------
@@ -214,6 +242,7 @@ async fn move_to(store: &dyn Store, id: ItemId, phase: Phase, now: OffsetDateTim
             phase: Some(phase),
             error: None,
             dimensions: Vec::new(),
+            action: None,
         })
         .await
         .expect("apply outcome");
@@ -232,6 +261,7 @@ async fn fail_permanently(store: &dyn Store, id: ItemId, now: OffsetDateTime) ->
             retry_at: now + Duration::minutes(1),
             outage: false,
             outage_started_before: now,
+            action: None,
         })
         .await
         .expect("record failure");
@@ -246,6 +276,7 @@ async fn add_event(store: &dyn Store, id: ItemId, event_type: &str, now: OffsetD
             event_type: event_type.to_owned(),
             body: serde_json::json!({ "kind": event_type }),
             now,
+            origin: None,
         })
         .await
         .expect("event insert")
@@ -278,6 +309,7 @@ fn assert_lease_lost<T: std::fmt::Debug>(result: Result<T, StoreError>, id: Item
 
 // --- cases ---------------------------------------------------------------------
 
+mod audit;
 mod claim;
 mod events;
 mod items;
@@ -286,6 +318,7 @@ mod sweep;
 
 /// Every case, by name, for `conformance_suite!`.
 mod cases {
+    pub use super::audit::*;
     pub use super::claim::*;
     pub use super::events::*;
     pub use super::items::*;

@@ -51,6 +51,7 @@ pub async fn park_parks_and_clears_expired_timers(db: &TestDb) {
             phase: Some(Phase::Completed),
             error: None,
             dimensions: Vec::new(),
+            action: None,
         })
         .await
         .unwrap();
@@ -145,6 +146,7 @@ pub async fn park_with_outcome_writes_it_and_parks(db: &TestDb) {
             retry_at,
             outage: false,
             outage_started_before: now,
+            action: None,
         })
         .await
         .unwrap();
@@ -161,6 +163,7 @@ pub async fn park_with_outcome_writes_it_and_parks(db: &TestDb) {
                 dimensions: vec![
                     DimensionUpdate::new("needs_mr", false).detail(serde_json::json!({ "mr": 7 })),
                 ],
+                action: None,
             }),
         })
         .await
@@ -204,6 +207,7 @@ pub async fn park_with_outcome_while_events_are_pending_keeps_the_lease(db: &Tes
                 phase: Some(Phase::Completed),
                 error: None,
                 dimensions: vec![DimensionUpdate::new("needs_mr", false)],
+                action: None,
             }),
         })
         .await
@@ -255,6 +259,7 @@ pub async fn park_with_stale_lease_writes_nothing(db: &TestDb) {
                     phase: Some(Phase::Completed),
                     error: Some("stale".into()),
                     dimensions: vec![DimensionUpdate::new("needs_mr", false)],
+                    action: None,
                 }),
             })
             .await;

@@ -205,6 +205,7 @@ impl WebhookReceiver for PingWebhook {
                 event_type: WEBHOOK_EVENT.to_owned(),
                 body: serde_json::json!({}),
                 now,
+                origin: None,
             })
             .await;
         match inserted {

@@ -1,0 +1,147 @@
+//! The audit trail of one change, from the caller's submission to the
+//! merge: who submitted which content, the commit workqueue pushed, the
+//! merge request it opened, the deliveries it received, the merge it asked
+//! for with the head it checked, and the forge's answer; each record
+//! chained to the last, readable as the rules allow.
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use wq_testkit::{Backend, backend_tests, bearer_client};
+
+use forge_sim::{JobOutcome, JobSpec};
+
+use crate::support::{Harness, Options, change};
+
+backend_tests!(a_change_s_trail_runs_from_the_caller_to_the_merge);
+
+fn of_kind<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    records
+        .iter()
+        .filter(|record| record["kind"] == kind)
+        .collect()
+}
+
+async fn a_change_s_trail_runs_from_the_caller_to_the_merge(backend: Backend) {
+    // The pipeline runs an hour of the sim's time, so its webhook is what
+    // brings the merge.
+    let options = Options {
+        jobs: vec![JobSpec::new("unit", JobOutcome::Success).duration_secs(3600)],
+        ..Options::default()
+    };
+    let h = Harness::start_with(backend, options).await;
+    let team = bearer_client(&h.tokens.team);
+    let (status, body) = h
+        .submit_as(&team, &change("wq/audited", &[("a.txt", "audited\n")]))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["item"]["id"].as_str().unwrap().to_owned();
+    h.wait_mr(&id).await;
+    h.settle().await;
+    h.sim.advance(std::time::Duration::from_secs(3600));
+    let item = h.wait_phase(&id, "completed").await;
+    let detail = &item["detail"];
+
+    let trail: Value = h
+        .api
+        .get(format!("{}/api/v1/work-items/{id}/audit", h.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let records = trail["records"].as_array().expect("records").clone();
+    // Caller → content hash.
+    let submitted = of_kind(&records, "submission.created");
+    assert_eq!(submitted.len(), 1, "{records:#?}");
+    assert!(
+        submitted[0]["actor"].as_str().unwrap().starts_with("team"),
+        "{}",
+        submitted[0]
+    );
+    assert_eq!(
+        submitted[0]["new_state"]["content_hash"],
+        detail["content_hash"]
+    );
+    assert_eq!(submitted[0]["metadata"]["files"][0]["path"], "a.txt");
+    // → the pushed commit → the merge request.
+    let pushed = of_kind(&records, "forge.push");
+    assert_eq!(pushed.len(), 1, "{records:#?}");
+    let head = detail["mr"]["head_sha"].as_str().unwrap();
+    assert_eq!(pushed[0]["metadata"]["commit_sha"], head);
+    assert_eq!(
+        pushed[0]["metadata"]["content_hash"],
+        detail["content_hash"]
+    );
+    let opened = of_kind(&records, "forge.change_created");
+    assert_eq!(opened[0]["metadata"]["number"], detail["mr"]["number"]);
+    // Deliveries, by the webhook that brought them, with their raw body.
+    let received = of_kind(&records, "event.received");
+    assert!(!received.is_empty(), "{records:#?}");
+    assert!(
+        received
+            .iter()
+            .all(|record| record["actor"] == "webhook:gitlab")
+    );
+    assert!(
+        received.iter().all(|record| record["metadata"]["raw"]
+            .as_str()
+            .is_some_and(|raw| raw.contains("object_kind"))),
+        "{received:#?}"
+    );
+    // → the merge bound to the checked head → the forge's answer.
+    let reserved = of_kind(&records, "forge.merge_reserved");
+    assert_eq!(reserved.len(), 1, "{records:#?}");
+    assert_eq!(reserved[0]["metadata"]["expected_head_sha"], head);
+    let answered = of_kind(&records, "forge.merge_answered");
+    assert_eq!(answered.len(), 1, "{records:#?}");
+    assert_eq!(answered[0]["metadata"]["result"], "accepted");
+    assert_eq!(answered[0]["metadata"]["head_sha"], head);
+    // In that order, each chained to the one before.
+    let position = |kind: &str| records.iter().position(|r| r["kind"] == kind).unwrap();
+    assert!(position("submission.created") < position("forge.push"));
+    assert!(position("forge.push") < position("forge.change_created"));
+    assert!(position("forge.merge_reserved") < position("forge.merge_answered"));
+    for pair in records.windows(2) {
+        assert_eq!(pair[1]["prev_hash"], pair[0]["hash"]);
+    }
+    let (checked, broken) = h.app().store.audit_verify().await.unwrap();
+    assert!(broken.is_none(), "{broken:?}");
+    assert_eq!(checked as usize, records.len());
+
+    // Read as the rules allow: a caller who may not read the item gets a
+    // 404, the whole trail needs admin everywhere.
+    let elsewhere = bearer_client(&h.tokens.elsewhere);
+    let hidden = elsewhere
+        .get(format!("{}/api/v1/work-items/{id}/audit", h.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(hidden.status(), StatusCode::NOT_FOUND);
+    let refused = team
+        .get(format!("{}/api/v1/audit", h.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    let by_kind: Value = h
+        .api
+        .get(format!("{}/api/v1/audit?kind=forge.push&limit=5", h.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(by_kind["records"].as_array().unwrap().len(), 1);
+    let bad = h
+        .api
+        .get(format!("{}/api/v1/audit?since=yesterday", h.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    let body: Value = bad.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "since", "{body}");
+    h.finish().await;
+}

@@ -1,0 +1,493 @@
+//! The audit trail (DDR-17, DDR-28): who asked for what, what workqueue did
+//! and what the forge answered, one append-only record per change.
+//!
+//! - **In the change's transaction.** A record is appended on the
+//!   connection of the change it records ([`crate::postgres::append_audit`],
+//!   [`crate::sqlite::append_audit`]): no change without its record, no
+//!   record of a change that did not commit. Appends come last in their
+//!   transaction (on PostgreSQL they lock the chain head, the last lock any
+//!   transaction takes).
+//! - **Tamper-evident.** Each item's records form a chain: a record carries
+//!   the SHA-256 of the item's previous record (`prev_hash`, empty for the
+//!   first) and of its own canonical JSON ([`canonical`]: keys sorted, no
+//!   whitespace, the time in RFC 3339 with microseconds). [`verify`] walks
+//!   the chains and names the first broken link.
+//! - **Logged.** Each committed record is one INFO line on the `audit`
+//!   target with its fields ([`log`]).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use uuid::Uuid;
+use wq_core::ItemId;
+
+use crate::codec::{DbId, DbJson, DbRow, DbTime};
+use crate::{StoreResult, to_micros};
+
+/// The actor of what the engine does on its own.
+pub const ENGINE: &str = "engine";
+/// Longest raw delivery body a record keeps (longer ones are cut at a
+/// character boundary and say so).
+pub const MAX_RAW_BYTES: usize = 64 * 1024;
+
+/// `item.created`: by the identity recorded on the item.
+pub fn created(item: &crate::NewItem) -> NewAudit {
+    let actor = item.caller_identity.as_deref().unwrap_or(ENGINE);
+    NewAudit::new(item.id, item.now, actor, "item.created")
+        .states(
+            None,
+            Some(serde_json::json!({"phase": "active", "item_type": item.item_type})),
+        )
+        .metadata(serde_json::json!({
+            "idempotency_key": item.idempotency_key,
+            "forge": item.place.as_ref().map(|(forge, _)| forge),
+            "project": item.place.as_ref().map(|(_, project)| project),
+        }))
+}
+
+/// `event.received`: the stored event `event_id` and the delivery it came
+/// from.
+pub fn received(event: &crate::NewEvent, event_id: i64) -> NewAudit {
+    let origin = event.origin.clone().unwrap_or_default();
+    let actor = if origin.actor.is_empty() {
+        ENGINE.to_owned()
+    } else {
+        origin.actor
+    };
+    let mut metadata = serde_json::json!({
+        "event_id": event_id,
+        "event_type": event.event_type,
+    });
+    if let Some(delivery_id) = origin.delivery_id {
+        metadata["delivery_id"] = Value::String(delivery_id);
+    }
+    if let Some(raw) = origin.raw {
+        let (kept, truncated) = bounded(&raw, MAX_RAW_BYTES);
+        metadata["raw"] = Value::String(kept.to_owned());
+        if truncated {
+            metadata["raw_truncated_from"] = Value::from(raw.len());
+        }
+    }
+    NewAudit::new(event.item_id, event.now, actor, "event.received")
+        .trigger(serde_json::json!({"source": "delivery"}))
+        .metadata(metadata)
+}
+
+/// The dimension rows an outcome or event wrote, without their details.
+fn dimensions_summary(dimensions: &[wq_core::DimensionUpdate]) -> Value {
+    dimensions
+        .iter()
+        .map(|update| {
+            serde_json::json!({
+                "dimension": update.dimension,
+                "variant": update.variant,
+                "status": update.status.as_str(),
+                "pending_until": update.pending_until.map(rfc3339),
+            })
+        })
+        .collect()
+}
+
+/// `action.succeeded`: an executor's outcome, written under its lease.
+pub fn succeeded(
+    item_id: ItemId,
+    now: OffsetDateTime,
+    action: Option<&str>,
+    phase: Option<wq_core::Phase>,
+    error: Option<&str>,
+    dimensions: &[wq_core::DimensionUpdate],
+) -> NewAudit {
+    let mut new_state = serde_json::json!({ "dimensions": dimensions_summary(dimensions) });
+    if let Some(phase) = phase {
+        new_state["phase"] = Value::String(phase.as_str().to_owned());
+    }
+    if let Some(error) = error {
+        new_state["error"] = Value::String(error.to_owned());
+    }
+    NewAudit::new(item_id, now, ENGINE, "action.succeeded")
+        .states(None, Some(new_state))
+        .trigger(serde_json::json!({"source": "worker", "action": action}))
+}
+
+/// `action.failed`: a counted failure (or an outage), and the item after it.
+pub fn failed(failure: &crate::RecordFailure, after: &wq_core::WorkItem) -> NewAudit {
+    NewAudit::new(failure.lease.id, failure.now, ENGINE, "action.failed")
+        .states(
+            None,
+            Some(serde_json::json!({
+                "phase": after.phase.as_str(),
+                "attempts": after.attempts,
+            })),
+        )
+        .trigger(serde_json::json!({
+            "source": "worker",
+            "action": failure.action,
+            "error": failure.error,
+        }))
+        .metadata(serde_json::json!({
+            "outage": failure.outage,
+            "permanent": failure.permanent,
+            "retry_at": rfc3339(failure.retry_at),
+        }))
+}
+
+/// `event.applied`: a stored event's result, applied (or discarded, for an
+/// item no longer active).
+pub fn applied(apply: &crate::ApplyEvent, outcome: crate::EventApplied) -> NewAudit {
+    let result = &apply.result;
+    let mut new_state = serde_json::json!({ "dimensions": dimensions_summary(&result.dimensions) });
+    if let Some(phase) = result.phase {
+        new_state["phase"] = Value::String(phase.as_str().to_owned());
+    }
+    let outcome = match outcome {
+        crate::EventApplied::Applied => "applied",
+        crate::EventApplied::StalePhase => "stale_phase",
+        crate::EventApplied::ItemNotActive => "item_not_active",
+    };
+    NewAudit::new(apply.lease.id, apply.now, ENGINE, "event.applied")
+        .states(None, Some(new_state))
+        .trigger(serde_json::json!({"source": "worker", "event_id": apply.event_id}))
+        .metadata(serde_json::json!({ "outcome": outcome }))
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary.
+fn bounded(text: &str, max: usize) -> (&str, bool) {
+    if text.len() <= max {
+        return (text, false);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (&text[..end], true)
+}
+
+/// A record to append.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewAudit {
+    pub item_id: ItemId,
+    pub at: OffsetDateTime,
+    /// Who: the caller identity of the granting rule, `engine`,
+    /// `webhook:<source>`, `sqs`.
+    pub actor: String,
+    /// What kind of change (`submission.created`, `action.succeeded`,
+    /// `forge.merge`, ...).
+    pub kind: String,
+    pub old_state: Option<Value>,
+    pub new_state: Option<Value>,
+    /// What caused it.
+    pub trigger: Option<Value>,
+    /// Context (`{}` when none).
+    pub metadata: Value,
+}
+
+impl NewAudit {
+    /// A record of `kind` by `actor` about `item_id`, with nothing else.
+    pub fn new(
+        item_id: ItemId,
+        at: OffsetDateTime,
+        actor: impl Into<String>,
+        kind: impl Into<String>,
+    ) -> Self {
+        Self {
+            item_id,
+            at: to_micros(at),
+            actor: actor.into(),
+            kind: kind.into(),
+            old_state: None,
+            new_state: None,
+            trigger: None,
+            metadata: Value::Object(serde_json::Map::new()),
+        }
+    }
+
+    pub fn states(mut self, old: Option<Value>, new: Option<Value>) -> Self {
+        self.old_state = old;
+        self.new_state = new;
+        self
+    }
+
+    pub fn trigger(mut self, trigger: Value) -> Self {
+        self.trigger = Some(trigger);
+        self
+    }
+
+    pub fn metadata(mut self, metadata: Value) -> Self {
+        self.metadata = metadata;
+        self
+    }
+
+    /// The record this becomes after `prev_hash`, with a new id.
+    pub fn chained(self, prev_hash: String) -> AuditRecord {
+        let mut record = AuditRecord {
+            seq: 0,
+            id: Uuid::now_v7(),
+            item_id: self.item_id,
+            at: to_micros(self.at),
+            actor: self.actor,
+            kind: self.kind,
+            old_state: self.old_state,
+            new_state: self.new_state,
+            trigger: self.trigger,
+            metadata: self.metadata,
+            prev_hash,
+            hash: String::new(),
+        };
+        record.hash = record.digest();
+        record
+    }
+}
+
+/// A stored record.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditRecord {
+    /// Its place in the whole trail (the archive's cursor).
+    pub seq: i64,
+    pub id: Uuid,
+    pub item_id: ItemId,
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    pub actor: String,
+    pub kind: String,
+    pub old_state: Option<Value>,
+    pub new_state: Option<Value>,
+    pub trigger: Option<Value>,
+    pub metadata: Value,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+impl AuditRecord {
+    /// The SHA-256 (hex) of its canonical JSON: every field but `seq` (the
+    /// store's) and `hash` itself.
+    pub fn digest(&self) -> String {
+        hex_digest(canonical(&self.hashed()).as_bytes())
+    }
+
+    fn hashed(&self) -> Value {
+        serde_json::json!({
+            "id": self.id.to_string(),
+            "item_id": self.item_id.to_string(),
+            "at": rfc3339(self.at),
+            "actor": self.actor,
+            "kind": self.kind,
+            "old_state": self.old_state,
+            "new_state": self.new_state,
+            "trigger": self.trigger,
+            "metadata": self.metadata,
+            "prev_hash": self.prev_hash,
+        })
+    }
+}
+
+fn rfc3339(at: OffsetDateTime) -> String {
+    to_micros(at)
+        .format(&Rfc3339)
+        .expect("a stored time formats as RFC 3339")
+}
+
+fn hex_digest(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// A stored record from its row.
+pub(crate) fn record_from_row(row: &impl DbRow) -> StoreResult<AuditRecord> {
+    let json = |name: &str| -> StoreResult<Option<Value>> {
+        Ok(row
+            .decode::<Option<DbJson<Value>>>(name)?
+            .map(|json| json.0))
+    };
+    Ok(AuditRecord {
+        seq: row.decode("seq")?,
+        id: row.decode::<DbId>("id")?.0.0,
+        item_id: row.decode::<DbId>("work_item_id")?.0,
+        at: row.decode::<DbTime>("at")?.0,
+        actor: row.decode("actor")?,
+        kind: row.decode("kind")?,
+        old_state: json("old_state")?,
+        new_state: json("new_state")?,
+        trigger: json("trigger")?,
+        metadata: json("metadata")?.unwrap_or(Value::Null),
+        prev_hash: row.decode("prev_hash")?,
+        hash: row.decode("hash")?,
+    })
+}
+
+/// Canonical JSON text: object keys sorted (byte order), no whitespace,
+/// whatever order the value was built in.
+pub fn canonical(value: &Value) -> String {
+    fn sorted(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let ordered: BTreeMap<&String, Value> = map
+                    .iter()
+                    .map(|(key, value)| (key, sorted(value)))
+                    .collect();
+                let mut out = serde_json::Map::new();
+                for (key, value) in ordered {
+                    out.insert(key.clone(), value);
+                }
+                Value::Object(out)
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    // A map serialises its keys in insertion order (or sorted, without
+    // serde_json's `preserve_order`): built sorted, it is sorted either way.
+    serde_json::to_string(&sorted(value)).expect("JSON values serialise")
+}
+
+/// The first broken link of a chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BrokenLink {
+    pub item_id: ItemId,
+    pub seq: i64,
+    pub id: Uuid,
+    pub reason: String,
+}
+
+impl std::fmt::Display for BrokenLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "item {} record {} (seq {}): {}",
+            self.item_id, self.id, self.seq, self.reason
+        )
+    }
+}
+
+/// Walks records in `seq` order, following each item's chain from `heads`
+/// (the last hash seen per item, carried between pages; a chain not seen
+/// yet starts at `""`). Answers the first broken link.
+pub fn verify<'a>(
+    records: impl IntoIterator<Item = &'a AuditRecord>,
+    heads: &mut BTreeMap<ItemId, String>,
+) -> Result<(), BrokenLink> {
+    for record in records {
+        let broken = |reason: String| BrokenLink {
+            item_id: record.item_id,
+            seq: record.seq,
+            id: record.id,
+            reason,
+        };
+        let expected = heads.get(&record.item_id).map_or("", String::as_str);
+        if record.prev_hash != expected {
+            return Err(broken(format!(
+                "prev_hash {:?} is not the previous record's hash {expected:?}",
+                record.prev_hash
+            )));
+        }
+        let digest = record.digest();
+        if record.hash != digest {
+            return Err(broken(format!(
+                "hash {:?} does not match its content ({digest})",
+                record.hash
+            )));
+        }
+        heads.insert(record.item_id, record.hash.clone());
+    }
+    Ok(())
+}
+
+/// Logs committed records, one INFO line each (DDR-28).
+pub fn log(records: &[AuditRecord]) {
+    for record in records {
+        tracing::info!(
+            target: "audit",
+            item_id = %record.item_id,
+            audit_id = %record.id,
+            actor = %record.actor,
+            kind = %record.kind,
+            old_state = %json_field(record.old_state.as_ref()),
+            new_state = %json_field(record.new_state.as_ref()),
+            trigger = %json_field(record.trigger.as_ref()),
+            metadata = %record.metadata,
+            "audit {} {} by {}",
+            record.kind,
+            record.item_id,
+            record.actor
+        );
+    }
+}
+
+fn json_field(value: Option<&Value>) -> String {
+    value.map_or_else(|| "null".to_owned(), Value::to_string)
+}
+
+/// A page of the trail ([`crate::Store::audit_list`]).
+#[derive(Debug, Clone, Default)]
+pub struct AuditQuery {
+    /// Records after this sequence number (0: from the start).
+    pub after: i64,
+    pub item_id: Option<ItemId>,
+    pub since: Option<OffsetDateTime>,
+    pub actor: Option<String>,
+    pub kind: Option<String>,
+    pub limit: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(prev: &str) -> AuditRecord {
+        NewAudit::new(
+            ItemId::new_v7(),
+            OffsetDateTime::UNIX_EPOCH,
+            "ci-bot",
+            "submission.created",
+        )
+        .metadata(serde_json::json!({"z": 1, "a": {"y": [2, {"c": 3, "b": 4}]}}))
+        .chained(prev.to_owned())
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_depth() {
+        let value = serde_json::json!({"b": {"d": 1, "c": [{"f": 2, "e": 3}]}, "a": null});
+        assert_eq!(
+            canonical(&value),
+            r#"{"a":null,"b":{"c":[{"e":3,"f":2}],"d":1}}"#
+        );
+    }
+
+    #[test]
+    fn a_chain_verifies_and_any_change_breaks_it_at_that_record() {
+        let first = record("");
+        let mut second = NewAudit::new(first.item_id, first.at, "engine", "action.succeeded")
+            .chained(first.hash.clone());
+        second.seq = 2;
+        let chain = vec![first.clone(), second.clone()];
+        assert_eq!(verify(&chain, &mut BTreeMap::new()), Ok(()));
+
+        let mut tampered = chain.clone();
+        tampered[0].actor = "someone-else".into();
+        let broken = verify(&tampered, &mut BTreeMap::new()).unwrap_err();
+        assert_eq!(broken.id, first.id);
+        assert!(broken.reason.contains("does not match"), "{broken}");
+
+        // A rewritten record with a fresh hash breaks the next link.
+        let mut rewritten = chain.clone();
+        rewritten[0].actor = "someone-else".into();
+        rewritten[0].hash = rewritten[0].digest();
+        let broken = verify(&rewritten, &mut BTreeMap::new()).unwrap_err();
+        assert_eq!(broken.id, second.id);
+        assert!(broken.reason.contains("prev_hash"), "{broken}");
+
+        // A removed first record too.
+        let broken = verify(&chain[1..], &mut BTreeMap::new()).unwrap_err();
+        assert_eq!(broken.id, second.id);
+    }
+
+    #[test]
+    fn the_hash_is_of_the_content_not_of_the_key_order() {
+        let a = record("");
+        let mut b = a.clone();
+        b.metadata = serde_json::json!({"a": {"y": [2, {"b": 4, "c": 3}]}, "z": 1});
+        assert_eq!(a.digest(), b.digest());
+    }
+}

@@ -1,0 +1,303 @@
+//! Cases: the audit trail's chains, its listing and its verification.
+
+use wq_store::audit::{AuditQuery, NewAudit};
+
+use super::*;
+
+fn record(id: ItemId, at: OffsetDateTime, actor: &str, kind: &str) -> NewAudit {
+    NewAudit::new(id, at, actor, kind)
+        .states(
+            Some(serde_json::json!({"phase": "active"})),
+            Some(serde_json::json!({"phase": "active", "n": 1})),
+        )
+        .trigger(serde_json::json!({"source": "api"}))
+        .metadata(serde_json::json!({"content_hash": "ab12"}))
+}
+
+pub async fn audit_records_chain_per_item_and_verify(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let now = t0();
+    let a = insert(store, TYPE_A, now).await.id;
+    let b = insert(store, TYPE_A, now).await.id;
+    let mut appended = Vec::new();
+    for (step, id) in [a, b, a, a, b].into_iter().enumerate() {
+        let at = now + Duration::seconds(step as i64);
+        appended.push(
+            store
+                .audit_append(record(id, at, "ci-bot", "submission.created"))
+                .await
+                .expect("append"),
+        );
+    }
+    let of_a = store
+        .audit_list(AuditQuery {
+            item_id: Some(a),
+            limit: 100,
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    // The item's creation, then what was appended.
+    assert_eq!(of_a.len(), 4);
+    assert_eq!(of_a[0].kind, "item.created");
+    assert_eq!(of_a[0].actor, "tester", "by the identity on the item");
+    assert_eq!(of_a[0].prev_hash, "", "a chain starts empty");
+    for pair in of_a.windows(2) {
+        assert_eq!(pair[1].prev_hash, pair[0].hash);
+        assert!(pair[0].seq < pair[1].seq);
+    }
+    assert_eq!(of_a[1], appended[0], "stored as appended");
+    assert_eq!(of_a[1].at, to_micros(now));
+    assert_eq!(store.audit_verify().await.unwrap(), (7, None));
+
+    // Rewriting a stored record is found, at that record.
+    db.tamper_audit(of_a[2].seq).await;
+    let (checked, broken) = store.audit_verify().await.unwrap();
+    let broken = broken.expect("broken");
+    assert_eq!(broken.id, of_a[2].id);
+    assert_eq!(broken.item_id, a);
+    assert!(broken.reason.contains("does not match"), "{broken}");
+    assert_eq!(checked, 4, "the records before it held");
+}
+
+pub async fn concurrent_audit_appends_chain_without_forking(db: &TestDb) {
+    let store = db.store();
+    let now = t0();
+    let id = insert(store.as_ref(), TYPE_A, now).await.id;
+    let barrier = Arc::new(Barrier::new(16));
+    let writers: Vec<_> = (0..16)
+        .map(|n| {
+            let store = store.clone();
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store
+                    .audit_append(record(id, now, &format!("writer-{n}"), "event.received"))
+                    .await
+                    .expect("append")
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    let records = store
+        .audit_list(AuditQuery {
+            item_id: Some(id),
+            limit: 100,
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    // The creation and the 16.
+    assert_eq!(records.len(), 17);
+    let mut prevs: Vec<&str> = records.iter().map(|r| r.prev_hash.as_str()).collect();
+    prevs.sort_unstable();
+    prevs.dedup();
+    assert_eq!(prevs.len(), 17, "no two records share a predecessor");
+    assert_eq!(store.audit_verify().await.unwrap(), (17, None));
+}
+
+pub async fn audit_list_filters_by_item_since_actor_and_kind(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let now = t0();
+    let a = insert(store, TYPE_A, now).await.id;
+    let b = insert(store, TYPE_A, now).await.id;
+    store
+        .audit_append(record(a, now, "ci-bot", "submission.created"))
+        .await
+        .unwrap();
+    store
+        .audit_append(record(
+            b,
+            now + Duration::minutes(5),
+            "engine",
+            "action.succeeded",
+        ))
+        .await
+        .unwrap();
+    let third = store
+        .audit_append(record(
+            a,
+            now + Duration::minutes(10),
+            "engine",
+            "forge.merge",
+        ))
+        .await
+        .unwrap();
+    let list = |query: AuditQuery| async move {
+        store
+            .audit_list(AuditQuery {
+                limit: 100,
+                ..query
+            })
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|record| (record.item_id, record.kind))
+            .collect::<Vec<_>>()
+    };
+    // Two creations and three appended.
+    assert_eq!(list(AuditQuery::default()).await.len(), 5);
+    assert_eq!(
+        list(AuditQuery {
+            actor: Some("engine".into()),
+            ..AuditQuery::default()
+        })
+        .await,
+        vec![(b, "action.succeeded".into()), (a, "forge.merge".into())]
+    );
+    assert_eq!(
+        list(AuditQuery {
+            since: Some(now + Duration::minutes(5)),
+            kind: Some("forge.merge".into()),
+            ..AuditQuery::default()
+        })
+        .await,
+        vec![(a, "forge.merge".into())]
+    );
+    assert_eq!(
+        list(AuditQuery {
+            after: third.seq,
+            ..AuditQuery::default()
+        })
+        .await,
+        vec![]
+    );
+    let page = store
+        .audit_list(AuditQuery {
+            limit: 2,
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(page.len(), 2);
+}
+
+/// The kinds of an item's records, in order.
+async fn kinds(store: &dyn Store, id: ItemId) -> Vec<String> {
+    store
+        .audit_list(AuditQuery {
+            item_id: Some(id),
+            limit: 100,
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|record| record.kind)
+        .collect()
+}
+
+pub async fn every_loop_write_leaves_its_record_in_its_transaction(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let now = t0();
+    let id = insert(store, TYPE_A, now).await.id;
+    let mut lease = claim(store, id, now).await;
+    let dimension = DimensionUpdate::new("needs_mr", false);
+    store
+        .item_apply_outcome(ApplyOutcome {
+            lease,
+            now,
+            phase: None,
+            error: None,
+            dimensions: vec![dimension.clone()],
+            action: Some("ensure_mr".into()),
+        })
+        .await
+        .unwrap();
+    let failed = store
+        .item_record_failure(RecordFailure {
+            lease,
+            now,
+            error: "forge said 500".into(),
+            max_attempts: 5,
+            permanent: false,
+            retry_at: now + Duration::seconds(1),
+            outage: true,
+            outage_started_before: now - Duration::hours(6),
+            action: Some("reconcile_mr".into()),
+        })
+        .await
+        .unwrap();
+    lease.until = failed.leased_until.expect("backing off under the lease");
+    let event_id = add_event(store, id, "pipeline", now).await;
+    store
+        .event_apply(ApplyEvent {
+            lease,
+            event_id,
+            now,
+            result: EventResult::ignored(),
+        })
+        .await
+        .unwrap();
+    let parked = store
+        .item_park_with(ParkParams {
+            lease,
+            now,
+            outcome: Some(OutcomeChanges {
+                phase: Some(Phase::Completed),
+                action: Some("reconcile_mr".into()),
+                ..OutcomeChanges::default()
+            }),
+        })
+        .await
+        .unwrap();
+    assert_eq!(parked, Park::Parked);
+    assert_eq!(
+        kinds(store, id).await,
+        [
+            "item.created",
+            "action.succeeded",
+            "action.failed",
+            "event.received",
+            "event.applied",
+            "action.succeeded",
+        ]
+    );
+    let records = store
+        .audit_list(AuditQuery {
+            item_id: Some(id),
+            limit: 100,
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(records[1].trigger.as_ref().unwrap()["action"], "ensure_mr");
+    assert_eq!(
+        records[1].new_state.as_ref().unwrap()["dimensions"][0]["dimension"],
+        "needs_mr"
+    );
+    assert_eq!(
+        records[2].trigger.as_ref().unwrap()["error"],
+        "forge said 500"
+    );
+    assert_eq!(records[2].metadata["outage"], true);
+    assert_eq!(records[3].metadata["event_id"], event_id);
+    assert_eq!(records[4].trigger.as_ref().unwrap()["event_id"], event_id);
+    assert_eq!(records[5].new_state.as_ref().unwrap()["phase"], "completed");
+
+    // A write refused for a lost lease leaves no record.
+    let stale = Lease {
+        id,
+        until: now - Duration::hours(1),
+    };
+    assert!(matches!(
+        store
+            .item_apply_outcome(ApplyOutcome {
+                lease: stale,
+                now,
+                phase: None,
+                error: None,
+                dimensions: Vec::new(),
+                action: Some("ensure_mr".into()),
+            })
+            .await,
+        Err(StoreError::LeaseLost(_))
+    ));
+    assert_eq!(kinds(store, id).await.len(), 6);
+    assert_eq!(store.audit_verify().await.unwrap(), (6, None));
+}
