@@ -150,18 +150,18 @@ impl Run<'_> {
             tracing::info!(item = %id, number = change.number, "the merge request was closed before the update; not replacing it");
             return Ok(closed_on_forge());
         }
-        let done = self.merged(change).await?;
-        let spec = &self.details.spec;
-        let unpushed = self.details.pushed_content_hash.as_deref()
-            != Some(self.details.content_hash.as_str())
-            || self
-                .details
-                .pushed_target_branch
-                .as_deref()
-                .is_some_and(|target| target != spec.target_branch.as_str());
-        if !unpushed {
-            return Ok(done);
-        }
+        self.merged(change).await
+    }
+
+    /// The item completes because its change request merged. Through
+    /// [`MrStore::hand_over`], in one transaction with the branch lock: a
+    /// submission that reached the item while this run was under way (its
+    /// view older than it) becomes the next generation instead of being
+    /// lost with the finished item.
+    ///
+    /// [`MrStore::hand_over`]: crate::store::MrStore::hand_over
+    async fn complete(&self, number: u64) -> Result<ExecOutcome, ExecError> {
+        let id = self.view.item.id;
         let successor = self
             .mr
             .store
@@ -170,10 +170,10 @@ impl Run<'_> {
             .map_err(store_error)?;
         Ok(match successor {
             Some(next) => {
-                tracing::info!(item = %id, number = change.number, successor = %next, "merged before the update; the new content is the next generation");
-                done.with_wake(next)
+                tracing::info!(item = %id, number, successor = %next, "merged before the update; the new content is the next generation");
+                completed().with_wake(next)
             }
-            None => done,
+            None => completed(),
         })
     }
 
@@ -766,7 +766,7 @@ impl Run<'_> {
                 self.record(MergeResult::Accepted, Some(&head), None)
                     .await?;
                 tracing::info!(item = %id, number, head = %head, "merged");
-                Ok(completed())
+                self.complete(number).await
             }
             Ok(MergeOutcome::Queued) => {
                 self.record(MergeResult::Accepted, Some(&head), None)
@@ -827,7 +827,7 @@ impl Run<'_> {
             ChangeState::Merged => {
                 self.accepted_after_transient(&message, head).await?;
                 tracing::info!(item = %id, number = change.number, "the merge call answered {error} but the merge request is merged");
-                return Ok(completed());
+                return self.complete(change.number).await;
             }
             // Merging now: the in-flight attempt is confirmed by a later
             // read.
@@ -920,7 +920,7 @@ impl Run<'_> {
             self.record(MergeResult::Accepted, change.head_sha.as_deref(), None)
                 .await?;
         }
-        Ok(completed())
+        self.complete(change.number).await
     }
 
     async fn record(
