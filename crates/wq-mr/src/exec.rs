@@ -204,16 +204,31 @@ impl Run<'_> {
     }
 
     /// A change request workqueue opened but did not record: its author is
-    /// the token's forge user and it carries the managed label set at
-    /// creation.
+    /// the token's forge user, and it carries the managed label set at
+    /// creation or its head is a commit workqueue pushed on the branch line.
+    /// On GitHub the label is a call after the create, which a fault or a
+    /// crash can separate from it: the pull request is workqueue's all the
+    /// same.
     async fn authored_by_us(&self, change: &ChangeRequest) -> Result<bool, ExecError> {
-        let managed = &self.mr.config.managed_label;
-        if managed.is_empty() || !change.labels.contains(managed) {
-            return Ok(false);
-        }
         let Some(author) = change.author.as_deref() else {
             return Ok(false);
         };
+        let managed = &self.mr.config.managed_label;
+        let labelled = !managed.is_empty() && change.labels.contains(managed);
+        if !labelled {
+            let Some(head) = change.head_sha.as_deref() else {
+                return Ok(false);
+            };
+            let ownership = self
+                .mr
+                .store
+                .branch_ownership(self.view.item.id, head)
+                .await
+                .map_err(store_error)?;
+            if !ownership.pushed {
+                return Ok(false);
+            }
+        }
         let me = self
             .forge
             .current_user()
