@@ -384,6 +384,10 @@ pub struct RelayCounts {
     pub lost: AtomicU64,
 }
 
+/// The reviewer's GitLab approvals: by (forge, project, MR), the sim time
+/// of the approval of each head.
+type Approvals = BTreeMap<(String, String, u64), BTreeMap<String, OffsetDateTime>>;
+
 /// Live replicas' base URLs, by replica index (`None` while down).
 type Live = Arc<Mutex<Vec<Option<String>>>>;
 
@@ -947,9 +951,11 @@ pub async fn run(settings: Settings) -> Report {
 
     // The reviewer: approves each head some time after first seeing it.
     let stop_reviewer = Arc::new(AtomicBool::new(false));
+    let approvals: Arc<Mutex<Approvals>> = Arc::default();
     let reviewer = {
         let sim = sim.clone();
         let stop = stop_reviewer.clone();
+        let approvals = approvals.clone();
         let gitlab_ids = gitlab_ids.clone();
         let mut review_rng = StdRng::seed_from_u64(settings.seed ^ 0x5eed);
         tokio::spawn(async move {
@@ -1007,7 +1013,35 @@ pub async fn run(settings: Settings) -> Report {
                     let at = *due.entry(head.clone()).or_insert(now + delay);
                     if at <= now {
                         let result = if head.0 == "gitlab" {
-                            sim.gitlab_approve(gitlab_ids[head.1.as_str()], head.2, REVIEWER)
+                            // GitLab keeps no sha with an approval: noted
+                            // here, at a sim time no later than the approval,
+                            // on the head the MR has once it is approved (a
+                            // push in between resets the approval).
+                            let project = gitlab_ids[head.1.as_str()];
+                            let before = sim.state().clock.now();
+                            let approved = sim.gitlab_approve(project, head.2, REVIEWER);
+                            if approved.is_ok() {
+                                let gitlab = forge_sim::state::lock(&sim.state().gitlab);
+                                let mr = gitlab
+                                    .projects
+                                    .get(&project)
+                                    .and_then(|p| p.merge_requests.get(&head.2));
+                                if let Some(mr) = mr
+                                    && mr.approved_by.iter().any(|u| u.username == REVIEWER)
+                                {
+                                    let sha = mr.sha.clone();
+                                    drop(gitlab);
+                                    approvals
+                                        .lock()
+                                        .unwrap()
+                                        .entry(("gitlab".to_owned(), head.1.clone(), head.2))
+                                        .or_default()
+                                        .entry(sha)
+                                        .and_modify(|at| *at = (*at).min(before))
+                                        .or_insert(before);
+                                }
+                            }
+                            approved
                         } else {
                             sim.github_approve(&head.1, head.2, REVIEWER).map(|_| ())
                         };
@@ -1021,10 +1055,8 @@ pub async fn run(settings: Settings) -> Report {
             }
         })
     };
-    let approvals: Arc<Mutex<BTreeMap<(String, String, u64), BTreeMap<String, OffsetDateTime>>>> =
-        Arc::default();
-    // GitLab keeps no sha with an approval: a watcher notes the head each
-    // approval was given on, at the sim time it first sees it.
+    // Also a watcher: the head each GitLab approval stands on, at the sim
+    // time it first sees it (the reviewer's own note is earlier and wins).
     let approval_watch = {
         let sim = sim.clone();
         let stop = stop_reviewer.clone();
@@ -1388,9 +1420,7 @@ async fn waiting_for_retry_merge(pool: &sqlx::PgPool) -> Vec<String> {
 
 /// A copy of the approvals seen so far (never held while the sim is
 /// locked: the watcher locks the sim first).
-fn approvals_now(
-    approvals: &Mutex<BTreeMap<(String, String, u64), BTreeMap<String, OffsetDateTime>>>,
-) -> BTreeMap<(String, String, u64), BTreeMap<String, OffsetDateTime>> {
+fn approvals_now(approvals: &Mutex<Approvals>) -> Approvals {
     approvals.lock().unwrap().clone()
 }
 
@@ -1422,7 +1452,7 @@ async fn stored_items(pool: &sqlx::PgPool) -> Vec<StoredItem> {
 fn change_facts(
     sim: &SimHandle,
     gitlab_ids: &BTreeMap<&'static str, u64>,
-    gitlab_approvals: &BTreeMap<(String, String, u64), BTreeMap<String, OffsetDateTime>>,
+    gitlab_approvals: &Approvals,
 ) -> Vec<ChangeFact> {
     let mut facts = Vec::new();
     {
