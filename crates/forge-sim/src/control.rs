@@ -404,6 +404,7 @@ pub fn router() -> Router<Shared> {
                 .delete(clear_faults_route),
         )
         .route("/faults/cancel_hangs", post(cancel_hangs_route))
+        .route("/faults/seed", post(seed_faults_route))
         .route("/webhook_faults", post(add_webhook_fault_route))
         .route(
             "/webhooks",
@@ -641,6 +642,20 @@ async fn clear_faults_route(State(state): State<Shared>) -> ControlResult {
 
 async fn cancel_hangs_route(State(state): State<Shared>) -> ControlResult {
     state.faults.cancel_hangs();
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Deserialize)]
+struct SeedBody {
+    seed: u64,
+}
+
+/// `POST /_sim/faults/seed {"seed": n}`: restarts the draws of probabilistic rules.
+async fn seed_faults_route(
+    State(state): State<Shared>,
+    Json(body): Json<SeedBody>,
+) -> ControlResult {
+    state.faults.seed(body.seed);
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

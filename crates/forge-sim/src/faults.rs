@@ -2,10 +2,16 @@
 //!
 //! HTTP faults match on method and raw (still percent-encoded) path, by prefix or by a segment glob
 //! (`*` one segment, `**` any rest), and fire a deterministic number of times after skipping a
-//! number of matches. Control routes (`/_sim/...`) are never faulted nor logged.
+//! number of matches. A rule with a `probability` fires on each match with that chance instead
+//! (still at most `count` times), drawn from one seeded generator ([`Faults::seed`]): the same
+//! seed and the same order of requests fire the same faults. Control routes (`/_sim/...`) are
+//! never faulted nor logged.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -71,6 +77,10 @@ pub struct FaultRule {
     /// Run the real handler first (the change happens) and then replace the response.
     #[serde(default)]
     pub after_handler: bool,
+    /// Fire on each matching request (once `skip` is used up) with this chance, 0.0 to 1.0,
+    /// instead of on every one; `count` still caps the fires. Always when absent.
+    #[serde(default)]
+    pub probability: Option<f64>,
     /// How many times it fired so far.
     #[serde(default)]
     pub fired: u32,
@@ -92,6 +102,7 @@ impl FaultRule {
             count: 1,
             skip: 0,
             after_handler: false,
+            probability: None,
             fired: 0,
         }
     }
@@ -117,6 +128,13 @@ impl FaultRule {
 
     pub fn after_handler(mut self) -> FaultRule {
         self.after_handler = true;
+        self
+    }
+
+    /// Fires on each match with chance `probability` (see [`FaultRule::probability`]); combine
+    /// with [`FaultRule::times`]`(u32::MAX)` for a rate that lasts.
+    pub fn probability(mut self, probability: f64) -> FaultRule {
+        self.probability = Some(probability);
         self
     }
 
@@ -168,6 +186,8 @@ pub enum WebhookFaultKind {
     Duplicate,
     /// Held back; once `count` deliveries are held (or on release) they go out in reverse order.
     Hold,
+    /// Sent `delay_ms` later while later deliveries go on: delivered out of order.
+    Delay,
 }
 
 /// One webhook fault rule.
@@ -182,8 +202,19 @@ pub struct WebhookFaultRule {
     /// How many matching deliveries are affected.
     #[serde(default = "default_count")]
     pub count: u32,
+    /// Affect each matching delivery with this chance, 0.0 to 1.0 (still at most `count`);
+    /// every one when absent.
+    #[serde(default)]
+    pub probability: Option<f64>,
+    /// How long a `delay` holds a delivery back.
+    #[serde(default = "default_delay_ms")]
+    pub delay_ms: u64,
     #[serde(default)]
     pub fired: u32,
+}
+
+fn default_delay_ms() -> u64 {
+    1000
 }
 
 impl WebhookFaultRule {
@@ -193,14 +224,50 @@ impl WebhookFaultRule {
             kind,
             event: event.map(str::to_string),
             count,
+            probability: None,
+            delay_ms: default_delay_ms(),
             fired: 0,
         }
+    }
+
+    /// Affects each matching delivery with chance `probability`, without a count limit.
+    pub fn probability(mut self, probability: f64) -> WebhookFaultRule {
+        self.probability = Some(probability);
+        self.count = u32::MAX;
+        self
+    }
+
+    /// How long a [`WebhookFaultKind::Delay`] holds a delivery back.
+    pub fn delay(mut self, delay: Duration) -> WebhookFaultRule {
+        self.delay_ms = delay.as_millis() as u64;
+        self
+    }
+}
+
+/// A webhook fault that applies to one delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebhookFaultHit {
+    pub rule: u64,
+    pub kind: WebhookFaultKind,
+    /// The rule is spent with this delivery.
+    pub last: bool,
+    /// For [`WebhookFaultKind::Delay`].
+    pub delay: Duration,
+}
+
+/// Whether a rule with `probability` fires this time (always without one).
+fn draw(rng: &mut StdRng, probability: Option<f64>) -> bool {
+    match probability {
+        None => true,
+        Some(p) => rng.random_bool(p.clamp(0.0, 1.0)),
     }
 }
 
 /// All configured faults.
 pub struct Faults {
     inner: Mutex<FaultRules>,
+    /// Draws for rules with a `probability`.
+    rng: Mutex<StdRng>,
     hang_cancel: tokio::sync::watch::Sender<u64>,
     /// How many requests hang in a `timeout` fault right now.
     hanging: tokio::sync::watch::Sender<usize>,
@@ -217,6 +284,7 @@ impl Default for Faults {
     fn default() -> Self {
         Faults {
             inner: Mutex::new(FaultRules::default()),
+            rng: Mutex::new(StdRng::seed_from_u64(0)),
             hang_cancel: tokio::sync::watch::Sender::new(0),
             hanging: tokio::sync::watch::Sender::new(0),
         }
@@ -224,6 +292,11 @@ impl Default for Faults {
 }
 
 impl Faults {
+    /// Restarts the generator that decides probabilistic rules (seed 0 at start).
+    pub fn seed(&self, seed: u64) {
+        *lock(&self.rng) = StdRng::seed_from_u64(seed);
+    }
+
     /// Adds an HTTP fault rule and returns its id.
     pub fn add_http(&self, mut rule: FaultRule) -> u64 {
         let mut inner = lock(&self.inner);
@@ -267,12 +340,16 @@ impl Faults {
     /// The fault to apply to this request, if any (consumes one use of the rule).
     pub fn take_http(&self, method: &str, path: &str) -> Option<FaultRule> {
         let mut inner = lock(&self.inner);
+        let mut rng = lock(&self.rng);
         for rule in inner.http.iter_mut() {
             if rule.fired >= rule.count || !rule.matches(method, path) {
                 continue;
             }
             if rule.skip > 0 {
                 rule.skip -= 1;
+                continue;
+            }
+            if !draw(&mut rng, rule.probability) {
                 continue;
             }
             rule.fired += 1;
@@ -282,8 +359,9 @@ impl Faults {
     }
 
     /// The webhook fault to apply to a delivery of `event`, if any (consumes one use).
-    pub fn take_webhook(&self, event: &str) -> Option<(u64, WebhookFaultKind, bool)> {
+    pub fn take_webhook(&self, event: &str) -> Option<WebhookFaultHit> {
         let mut inner = lock(&self.inner);
+        let mut rng = lock(&self.rng);
         for rule in inner.webhook.iter_mut() {
             if rule.fired >= rule.count {
                 continue;
@@ -293,9 +371,16 @@ impl Faults {
             {
                 continue;
             }
+            if !draw(&mut rng, rule.probability) {
+                continue;
+            }
             rule.fired += 1;
-            let last = rule.fired >= rule.count;
-            return Some((rule.id, rule.kind, last));
+            return Some(WebhookFaultHit {
+                rule: rule.id,
+                kind: rule.kind,
+                last: rule.fired >= rule.count,
+                delay: Duration::from_millis(rule.delay_ms),
+            });
         }
         None
     }
@@ -472,5 +557,105 @@ mod tests {
         assert!(faults.take_http("GET", "/api/v4/x/1").is_some());
         assert!(faults.take_http("get", "/api/v4/x/2").is_some());
         assert!(faults.take_http("GET", "/api/v4/x/3").is_none());
+    }
+
+    /// Which of 10,000 matching requests a rule of `probability` fires on, with `seed`.
+    fn fires(seed: u64, probability: f64) -> Vec<usize> {
+        let faults = Faults::default();
+        faults.seed(seed);
+        faults.add_http(
+            FaultRule::new("GET", "/x", HttpFault::Status { status: 503 })
+                .probability(probability)
+                .times(u32::MAX),
+        );
+        (0..10_000)
+            .filter(|_| faults.take_http("GET", "/x").is_some())
+            .collect()
+    }
+
+    #[test]
+    fn probabilistic_rules_fire_at_their_rate_and_replay_with_their_seed() {
+        let faults = Faults::default();
+        faults.seed(7);
+        faults.add_http(
+            FaultRule::new("GET", "/x", HttpFault::Status { status: 503 })
+                .probability(0.05)
+                .times(u32::MAX),
+        );
+        let fired: Vec<bool> = (0..10_000)
+            .map(|_| faults.take_http("GET", "/x").is_some())
+            .collect();
+        let count = fired.iter().filter(|f| **f).count();
+        assert!((350..650).contains(&count), "{count} of 10000 at 5%");
+        // Another path never draws.
+        assert!(faults.take_http("GET", "/y").is_none());
+
+        let again = Faults::default();
+        again.seed(7);
+        again.add_http(
+            FaultRule::new("GET", "/x", HttpFault::Status { status: 503 })
+                .probability(0.05)
+                .times(u32::MAX),
+        );
+        let replay: Vec<bool> = (0..10_000)
+            .map(|_| again.take_http("GET", "/x").is_some())
+            .collect();
+        assert_eq!(fired, replay, "the same seed fires the same requests");
+        assert_ne!(fires(1, 0.5), fires(2, 0.5), "another seed, other requests");
+        assert!(fires(3, 0.0).is_empty());
+        assert_eq!(fires(3, 1.0).len(), 10_000);
+    }
+
+    #[test]
+    fn a_probabilistic_rule_keeps_its_count() {
+        let faults = Faults::default();
+        faults.add_http(
+            FaultRule::new(
+                "GET",
+                "/x",
+                HttpFault::RateLimit {
+                    retry_after_secs: 2,
+                },
+            )
+            .probability(0.5)
+            .times(3),
+        );
+        let fired = (0..1_000)
+            .filter(|_| faults.take_http("GET", "/x").is_some())
+            .count();
+        assert_eq!(fired, 3);
+    }
+
+    #[test]
+    fn probabilistic_webhook_rules_pass_the_others_on() {
+        let faults = Faults::default();
+        faults.seed(11);
+        faults
+            .add_webhook(WebhookFaultRule::new(WebhookFaultKind::Drop, None, 1).probability(0.05));
+        faults.add_webhook(
+            WebhookFaultRule::new(WebhookFaultKind::Delay, None, 1)
+                .probability(0.5)
+                .delay(Duration::from_millis(250)),
+        );
+        let hits: Vec<Option<WebhookFaultHit>> = (0..10_000)
+            .map(|_| faults.take_webhook("Merge Request Hook"))
+            .collect();
+        let dropped = hits
+            .iter()
+            .filter(|h| h.is_some_and(|h| h.kind == WebhookFaultKind::Drop))
+            .count();
+        let delayed: Vec<_> = hits
+            .iter()
+            .flatten()
+            .filter(|h| h.kind == WebhookFaultKind::Delay)
+            .collect();
+        assert!((350..650).contains(&dropped), "{dropped} dropped at 5%");
+        // Half of what was not dropped.
+        assert!((4_400..5_100).contains(&delayed.len()), "{}", delayed.len());
+        assert!(
+            delayed
+                .iter()
+                .all(|h| h.delay == Duration::from_millis(250) && !h.last)
+        );
     }
 }

@@ -415,6 +415,11 @@ impl SimHandle {
         self.state.faults.add_http(rule)
     }
 
+    /// Restarts the generator deciding probabilistic faults (HTTP and webhook) from `seed`.
+    pub fn seed_faults(&self, seed: u64) {
+        self.state.faults.seed(seed);
+    }
+
     /// Adds a webhook fault; returns its id.
     pub fn add_webhook_fault(&self, rule: WebhookFaultRule) -> u64 {
         self.state.faults.add_webhook(rule)

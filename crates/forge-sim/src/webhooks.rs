@@ -1,5 +1,6 @@
 //! Webhook delivery for both forges: a queue drained in order by one background task, honouring
-//! webhook faults (drop, duplicate, hold-and-reorder), with a delivery log for the control API.
+//! webhook faults (drop, duplicate, hold-and-reorder, delay), with a delivery log for the control
+//! API. A delayed delivery is queued again once its delay is over, behind what was sent meanwhile.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -35,7 +36,7 @@ pub struct Delivery {
     pub id: u64,
     pub url: String,
     pub event: String,
-    /// `delivered`, `failed`, `dropped`, `held`.
+    /// `delivered`, `failed`, `dropped`, `held`, `delayed` (then one of the others).
     pub outcome: String,
     /// The receiver's HTTP status when it answered.
     pub status: Option<u16>,
@@ -193,20 +194,32 @@ impl WebhookDispatcher {
                 } else {
                     state.faults.take_webhook(&webhook.event)
                 };
-                match fault {
-                    Some((_, WebhookFaultKind::Drop, _)) => {
+                match fault.map(|hit| (hit.kind, hit)) {
+                    Some((WebhookFaultKind::Drop, _)) => {
                         dispatcher.record(&webhook, "dropped", None, None, now);
                         dispatcher.finish_one();
                     }
-                    Some((_, WebhookFaultKind::Hold, last)) => {
+                    Some((WebhookFaultKind::Hold, hit)) => {
                         dispatcher.record(&webhook, "held", None, None, now);
                         released.insert(webhook.id);
                         lock(&dispatcher.held).push(webhook);
-                        if last {
+                        if hit.last {
                             dispatcher.release_held();
                         }
                     }
-                    Some((_, WebhookFaultKind::Duplicate, _)) => {
+                    Some((WebhookFaultKind::Delay, hit)) => {
+                        dispatcher.record(&webhook, "delayed", None, None, now);
+                        released.insert(webhook.id);
+                        // Still pending: a flush waits for it.
+                        let later = state.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(hit.delay).await;
+                            if later.webhooks.sender.send(webhook).is_err() {
+                                later.webhooks.finish_one();
+                            }
+                        });
+                    }
+                    Some((WebhookFaultKind::Duplicate, _)) => {
                         deliver(&client, &state, &webhook).await;
                         deliver(&client, &state, &webhook).await;
                         dispatcher.finish_one();

@@ -150,18 +150,18 @@ impl Run<'_> {
             tracing::info!(item = %id, number = change.number, "the merge request was closed before the update; not replacing it");
             return Ok(closed_on_forge());
         }
-        let done = self.merged(change).await?;
-        let spec = &self.details.spec;
-        let unpushed = self.details.pushed_content_hash.as_deref()
-            != Some(self.details.content_hash.as_str())
-            || self
-                .details
-                .pushed_target_branch
-                .as_deref()
-                .is_some_and(|target| target != spec.target_branch.as_str());
-        if !unpushed {
-            return Ok(done);
-        }
+        self.merged(change).await
+    }
+
+    /// The item completes because its change request merged. Through
+    /// [`MrStore::hand_over`], in one transaction with the branch lock: a
+    /// submission that reached the item while this run was under way (its
+    /// view older than it) becomes the next generation instead of being
+    /// lost with the finished item.
+    ///
+    /// [`MrStore::hand_over`]: crate::store::MrStore::hand_over
+    async fn complete(&self, number: u64) -> Result<ExecOutcome, ExecError> {
+        let id = self.view.item.id;
         let successor = self
             .mr
             .store
@@ -170,10 +170,10 @@ impl Run<'_> {
             .map_err(store_error)?;
         Ok(match successor {
             Some(next) => {
-                tracing::info!(item = %id, number = change.number, successor = %next, "merged before the update; the new content is the next generation");
-                done.with_wake(next)
+                tracing::info!(item = %id, number, successor = %next, "merged before the update; the new content is the next generation");
+                completed().with_wake(next)
             }
-            None => done,
+            None => completed(),
         })
     }
 
@@ -204,16 +204,31 @@ impl Run<'_> {
     }
 
     /// A change request workqueue opened but did not record: its author is
-    /// the token's forge user and it carries the managed label set at
-    /// creation.
+    /// the token's forge user, and it carries the managed label set at
+    /// creation or its head is a commit workqueue pushed on the branch line.
+    /// On GitHub the label is a call after the create, which a fault or a
+    /// crash can separate from it: the pull request is workqueue's all the
+    /// same.
     async fn authored_by_us(&self, change: &ChangeRequest) -> Result<bool, ExecError> {
-        let managed = &self.mr.config.managed_label;
-        if managed.is_empty() || !change.labels.contains(managed) {
-            return Ok(false);
-        }
         let Some(author) = change.author.as_deref() else {
             return Ok(false);
         };
+        let managed = &self.mr.config.managed_label;
+        let labelled = !managed.is_empty() && change.labels.contains(managed);
+        if !labelled {
+            let Some(head) = change.head_sha.as_deref() else {
+                return Ok(false);
+            };
+            let ownership = self
+                .mr
+                .store
+                .branch_ownership(self.view.item.id, head)
+                .await
+                .map_err(store_error)?;
+            if !ownership.pushed {
+                return Ok(false);
+            }
+        }
         let me = self
             .forge
             .current_user()
@@ -766,7 +781,7 @@ impl Run<'_> {
                 self.record(MergeResult::Accepted, Some(&head), None)
                     .await?;
                 tracing::info!(item = %id, number, head = %head, "merged");
-                Ok(completed())
+                self.complete(number).await
             }
             Ok(MergeOutcome::Queued) => {
                 self.record(MergeResult::Accepted, Some(&head), None)
@@ -827,7 +842,7 @@ impl Run<'_> {
             ChangeState::Merged => {
                 self.accepted_after_transient(&message, head).await?;
                 tracing::info!(item = %id, number = change.number, "the merge call answered {error} but the merge request is merged");
-                return Ok(completed());
+                return self.complete(change.number).await;
             }
             // Merging now: the in-flight attempt is confirmed by a later
             // read.
@@ -920,7 +935,7 @@ impl Run<'_> {
             self.record(MergeResult::Accepted, change.head_sha.as_deref(), None)
                 .await?;
         }
-        Ok(completed())
+        self.complete(change.number).await
     }
 
     async fn record(

@@ -578,3 +578,78 @@ async fn serves_concurrent_requests() {
         .await;
     assert_eq!(branches.as_array().map(Vec::len), Some(21));
 }
+
+#[tokio::test]
+async fn a_delayed_webhook_is_delivered_after_later_ones_and_flush_waits_for_it() {
+    let sim = start_sim().await;
+    let receiver = Receiver::start().await;
+    let (project, api) = project_with_mr(&sim, &receiver).await;
+    let rule = sim.add_webhook_fault(
+        WebhookFaultRule::new(WebhookFaultKind::Delay, Some("Note Hook"), 1)
+            .delay(Duration::from_millis(300)),
+    );
+    note(&api, project, "A").await;
+    note(&api, project, "B").await;
+    assert!(sim.flush_webhooks(Duration::from_secs(5)).await);
+    assert_eq!(note_bodies(&receiver), vec!["B", "A"], "A was held back");
+    let deliveries = sim.webhook_deliveries();
+    let outcomes: Vec<&str> = deliveries
+        .iter()
+        .filter(|d| d.event == "Note Hook")
+        .map(|d| d.outcome.as_str())
+        .collect();
+    assert_eq!(outcomes, ["delayed", "delivered", "delivered"]);
+    let listed: Value = reqwest::get(format!("{}/faults", sim.control_url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        listed.to_string().contains(&format!("\"id\":{rule}")),
+        "{listed}"
+    );
+}
+
+#[tokio::test]
+async fn probabilistic_faults_hit_a_share_of_requests_and_rate_limits_say_when_to_retry() {
+    let sim = start_sim().await;
+    let seeded = reqwest::Client::new()
+        .post(format!("{}/faults/seed", sim.control_url()))
+        .json(&json!({"seed": 42}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(seeded.status(), StatusCode::NO_CONTENT);
+    let project = sim.gitlab_project("g/p").create().expect("project");
+    let api = ApiClient::gitlab(&sim);
+    let path = format!("/projects/{project}/repository/branches");
+    sim.add_fault(
+        FaultRule::new(
+            "GET",
+            &format!("/api/v4{path}"),
+            HttpFault::RateLimit {
+                retry_after_secs: 3,
+            },
+        )
+        .probability(0.3)
+        .times(u32::MAX),
+    );
+    let mut limited = 0;
+    for _ in 0..200 {
+        let (status, headers, _) = api.get_with_headers(&path).await;
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            limited += 1;
+            assert_eq!(headers["retry-after"], "3");
+        } else {
+            assert_eq!(status, StatusCode::OK);
+        }
+    }
+    assert!((30..90).contains(&limited), "{limited} of 200 at 30%");
+    let faulted = sim
+        .requests()
+        .iter()
+        .filter(|r| r.fault.as_deref() == Some("rate_limit 3s"))
+        .count();
+    assert_eq!(faulted, limited, "the request log names each fault");
+}

@@ -3,6 +3,7 @@
 //! the forge, and a change request merged or closed before an update is
 //! never replaced silently.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use forge_sim::{FaultRule, HttpFault, JobOutcome, JobSpec, WebhookFaultKind, WebhookFaultRule};
@@ -11,7 +12,7 @@ use serde_json::{Value, json};
 use wq_testkit::{Backend, backend_tests};
 
 use crate::support::{
-    GITHUB, GithubRepo, Harness, Options, PROJECT, change, github_change, manual,
+    GITHUB, GithubRepo, Harness, Intercept, Options, PROJECT, change, github_change, manual,
 };
 
 backend_tests!(
@@ -27,6 +28,7 @@ backend_tests!(
     github_a_new_target_branch_is_pushed_and_set,
     github_a_pr_merged_before_the_update_is_seen_hands_the_content_to_generation_2,
     gitlab_an_mr_closed_before_the_update_is_seen_is_not_replaced,
+    an_update_stored_during_the_merge_call_becomes_generation_2,
 );
 
 /// GitLab's merge call.
@@ -481,5 +483,75 @@ async fn gitlab_an_mr_closed_before_the_update_is_seen_is_not_replaced(backend: 
         "nothing pushed"
     );
     h.sim.clear_faults();
+    h.finish().await;
+}
+
+/// An update answered while the run that merges is inside its merge call:
+/// the merge completes the item with the content it checked, and the
+/// update, which that run never saw, is the next generation (not lost with
+/// the finished item). The update turns `auto_merge` off, so that the next
+/// generation stays open to be looked at.
+async fn an_update_stored_during_the_merge_call_becomes_generation_2(backend: Backend) {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let held = gate.clone();
+    let at_gate = Arc::new(tokio::sync::Notify::new());
+    let reached = at_gate.clone();
+    let h = Harness::start_with(
+        backend,
+        Options {
+            wrap: Some(Box::new(move |inner, _sim, _project| {
+                Arc::new(Intercept {
+                    inner,
+                    before_merge: Box::new(move || {
+                        let reached = reached.clone();
+                        Box::pin(async move { reached.notify_one() })
+                    }),
+                    gate: Some(held),
+                    crash: None,
+                })
+            })),
+            ..Options::default()
+        },
+    )
+    .await;
+    let branch = "wq/update-in-merge";
+    let id = h
+        .submit_ok(
+            &change(branch, &[("a.txt", "a\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    tokio::time::timeout(Duration::from_secs(30), at_gate.notified())
+        .await
+        .expect("the merge call reaches the gate");
+    let first = h.item(&id).await["detail"]["mr"]["number"].clone();
+    let updated = h
+        .submit_ok(
+            &manual(change(branch, &[("b.txt", "b\n")])),
+            StatusCode::OK,
+            "updated",
+        )
+        .await;
+    assert_eq!(updated, id);
+    gate.add_permits(1);
+    let old = h.wait_phase(&id, "completed").await;
+    assert_eq!(old["detail"]["mr"]["number"], first, "{old:#}");
+    assert!(h.change_state(first.as_u64().unwrap()).3, "merged");
+    // The branch's live item is the next generation, with the update.
+    let next = h
+        .submit_ok(
+            &manual(change(branch, &[("b.txt", "b\n")])),
+            StatusCode::OK,
+            "unchanged",
+        )
+        .await;
+    assert_ne!(next, id);
+    let second = h.wait_mr(&next).await;
+    assert_ne!(Some(second), first.as_u64());
+    let item = h.item(&next).await;
+    assert_eq!(item["detail"]["generation"], 2, "{item:#}");
+    assert_eq!(item["detail"]["files"][0]["file_path"], "b.txt");
+    assert_eq!(h.change_state(second).2, "opened");
     h.finish().await;
 }

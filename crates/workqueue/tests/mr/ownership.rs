@@ -33,6 +33,7 @@ backend_tests!(
     gitlab_a_persons_commit_on_workqueues_branch_is_not_overwritten,
     github_a_persons_commit_on_workqueues_branch_is_not_overwritten,
     a_refused_push_leaves_no_claim_on_the_branch,
+    github_a_pr_whose_label_call_failed_is_still_workqueues,
 );
 
 fn github() -> Options {
@@ -568,5 +569,40 @@ async fn a_persons_note_with_the_marker_is_left_alone(backend: Backend) {
         1,
         "one status note of the bot's own: {notes:#?}"
     );
+    h.finish().await;
+}
+
+/// GitHub labels a pull request in a call after the create: when that call
+/// fails (or the process dies between the two), the pull request the bot
+/// opened on the head workqueue pushed is still workqueue's, recorded at
+/// once and merged; the item does not fail with `branch_not_managed`.
+async fn github_a_pr_whose_label_call_failed_is_still_workqueues(backend: Backend) {
+    let h = Harness::start_with(backend, github()).await;
+    h.sim.add_fault(FaultRule::pattern(
+        "POST",
+        "/repos/*/*/issues/*/labels",
+        HttpFault::Status { status: 503 },
+    ));
+    let id = h
+        .submit_ok(
+            &h.change("wq/unlabelled", &[("u.txt", "u\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let item = h
+        .wait_for(
+            &id,
+            "the pull request recorded, or the item failed",
+            |item| item["detail"]["mr"]["number"].is_u64() || item["phase"] == "failed",
+        )
+        .await;
+    assert_eq!(item["phase"], "active", "{item:#}");
+    let number = item["detail"]["mr"]["number"].as_u64().unwrap();
+    assert_eq!(h.count("POST", "/pulls"), 1, "one pull request");
+    h.approve_as(number, "alice");
+    h.wait_phase(&id, "completed").await;
+    assert!(h.change_state(number).3, "merged");
+    assert_eq!(h.count("POST", "/pulls"), 1, "still one pull request");
     h.finish().await;
 }

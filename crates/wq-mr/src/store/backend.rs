@@ -730,6 +730,16 @@ macro_rules! mr_backend {
                         {
                             return Ok(None);
                         }
+                        // Read under the branch lock: a submission committed
+                        // before it is seen here, one after it finds the item
+                        // completed and starts the next generation itself.
+                        let unpushed: bool = sqlx::query_scalar(include_str!("sql/unpushed.sql"))
+                            .bind(Self::id(id))
+                            .fetch_one(&mut *conn)
+                            .await?;
+                        if !unpushed {
+                            return Ok(None);
+                        }
                         let generation: i64 =
                             sqlx::query_scalar(include_str!("sql/next_generation.sql"))
                                 .bind(&spec.forge)

@@ -482,14 +482,17 @@ impl MrStore {
         self.backend.merge_transient(id, error, retry_at, now).await
     }
 
-    /// The item's change request merged while newer content waited: in one
-    /// transaction, the item ends `completed` (only while it is active and
-    /// leased: a run that lost its item writes nothing) and a new
-    /// generation of the branch line takes the latest submitted state,
-    /// owned by `caller`, with a `created` row in its submission history.
-    /// PostgreSQL takes the branch lock and the item's lock first, as the
-    /// upsert does, so a submission sees the old live item or the new one,
-    /// never both. `None`: nothing was written.
+    /// The item's change request merged: in one transaction, the item ends
+    /// `completed` (only while it is active and leased: a run that lost its
+    /// item writes nothing) and, when its latest submitted state never
+    /// reached the forge (content or target branch other than the last
+    /// push's, read in that transaction), a new generation of the branch
+    /// line takes that state, owned by `caller`, with a `created` row in
+    /// its submission history. PostgreSQL takes the branch lock and the
+    /// item's lock first, as the upsert does, so a submission sees the old
+    /// live item or the new one, never both, and an update committed while
+    /// the run that saw the merge was under way is not lost. `None`: no
+    /// successor (nothing waited, or nothing was written).
     pub async fn hand_over(
         &self,
         id: ItemId,
