@@ -43,6 +43,8 @@ async fn two_hundred_items_settle_with_every_invariant_holding_through_faults_an
         report.invariants
     );
     assert!(report.settled, "seed {seed}: the run did not settle");
+    assert_eq!(report.audit_broken, None, "seed {seed}");
+    assert!(report.audit_records > 0);
 }
 
 fn at(seconds: i64) -> OffsetDateTime {

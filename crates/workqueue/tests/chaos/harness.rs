@@ -498,6 +498,12 @@ impl Fleet {
         // JSON is YAML.
         json!({
             "database": {"url": self.database_url, "max_connections": 8},
+            // The replicas archive the audit trail into the run's directory
+            // (one of them at a time).
+            "audit": {"archive": {
+                "url": self.dir.join("audit-archive").display().to_string(),
+                "interval_seconds": 2,
+            }},
             "server": {"bind": format!("127.0.0.1:{port}"), "shutdown_grace_seconds": 0},
             "engine": {
                 "workers": 8,
@@ -549,6 +555,7 @@ impl Fleet {
             .open(&log_path)
             .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_workqueue"))
+            .current_dir(&self.dir)
             .arg("serve")
             .arg("--config")
             .arg(&config)
@@ -737,6 +744,9 @@ pub struct Report {
     pub calls: BTreeMap<String, (usize, usize, usize)>,
     pub webhooks: BTreeMap<String, usize>,
     pub relay: BTreeMap<&'static str, u64>,
+    /// Audit records checked, and the first broken link if any.
+    pub audit_records: u64,
+    pub audit_broken: Option<String>,
     pub log_dir: PathBuf,
 }
 
@@ -777,6 +787,11 @@ impl Report {
                 *calls as f64 / (*merged).max(1) as f64
             );
         }
+        println!(
+            "  audit: {} records verified, broken links: {}",
+            self.audit_records,
+            self.audit_broken.as_deref().unwrap_or("none")
+        );
         println!("  replica logs: {}", self.log_dir.display());
     }
 }
@@ -1334,6 +1349,14 @@ pub async fn run(settings: Settings) -> Report {
     let changes = change_facts(&sim, &gitlab_ids, &approvals_now(&approvals));
     let invariants = check(&changes, &expected, &stored);
     fleet.lock().await.kill_all();
+    // Every item's audit chain, written through kills and concurrent
+    // replicas, still links record to record.
+    let audit = wq_store::connect(&database_url, 2)
+        .await
+        .expect("store")
+        .audit_verify()
+        .await
+        .expect("audit verify");
 
     // Figures.
     let mut latencies: Vec<f64> = expected
@@ -1400,6 +1423,8 @@ pub async fn run(settings: Settings) -> Report {
         calls,
         webhooks,
         relay,
+        audit_records: audit.0,
+        audit_broken: audit.1.map(|broken| broken.to_string()),
         log_dir: dir,
     }
 }
