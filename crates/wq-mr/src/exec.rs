@@ -634,12 +634,23 @@ impl Run<'_> {
         let Some(number) = self.details.mr_number else {
             return Ok(ExecOutcome::done().with_dimension(DimensionUpdate::new(NEEDS_MR, true)));
         };
-        let change = self
+        let mut change = self
             .forge
             .get_change(self.project(), number)
             .await
             .map_err(|e| forge_failure("reading the merge request", e))?;
-        let queue = resolve_queue(self.details.queue.as_ref(), &change);
+        let mut queue = resolve_queue(self.details.queue.as_ref(), &change);
+        // Left the queue but still open: the queue may have merged it while
+        // the read was under way (its parts are several requests), so one
+        // more read decides before anything is tried again.
+        if self.details.queue.is_some() && queue.is_none() && change.state == ChangeState::Open {
+            change = self
+                .forge
+                .get_change(self.project(), number)
+                .await
+                .map_err(|e| forge_failure("reading the merge request", e))?;
+            queue = resolve_queue(self.details.queue.as_ref(), &change);
+        }
         self.observe(&change, queue.as_ref()).await?;
         let journal = &self.details.journal;
         match change.state {
