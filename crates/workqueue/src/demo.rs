@@ -318,6 +318,10 @@ async fn follow(
         println!("- {:<30} submitted as item {id}", change.label);
         pending.push((id, change.label, change.expect));
     }
+    let first_merged = pending
+        .iter()
+        .find(|(_, _, expect)| *expect == "completed")
+        .map(|(id, label, _)| (id.clone(), *label));
     let deadline = Instant::now() + DEMO_TIMEOUT;
     let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut approved: Vec<(String, u64)> = Vec::new();
@@ -387,6 +391,71 @@ async fn follow(
     println!(
         "\nmain of {PROJECT} is now at {}",
         &head[..head.len().min(12)]
+    );
+    if let Some((id, label)) = first_merged {
+        print_trail(&client, url, &id, label).await?;
+    }
+    Ok(())
+}
+
+/// The first 12 characters of a SHA or hash in `value`.
+fn short(value: &Value) -> &str {
+    let text = value.as_str().unwrap_or("?");
+    &text[..text.len().min(12)]
+}
+
+/// Prints the audit trail of one merged change as a chain: the caller and
+/// the content they submitted, the commit pushed, the change request
+/// opened, the merge bound to the checked head and the forge's answer;
+/// and checks that every record names the hash of the one before.
+async fn print_trail(
+    client: &reqwest::Client,
+    url: &str,
+    id: &str,
+    label: &str,
+) -> anyhow::Result<()> {
+    let trail: Value = client
+        .get(format!("{url}/api/v1/work-items/{id}/audit"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let records = trail["records"].as_array().cloned().unwrap_or_default();
+    let first = |kind: &str| records.iter().find(|r| r["kind"] == kind);
+    println!("\nthe audit trail of {label:?} (item {id}):");
+    if let Some(r) = first("submission.created") {
+        println!(
+            "  submitted by {:<22} content {}",
+            r["actor"].as_str().unwrap_or("?"),
+            short(&r["new_state"]["content_hash"])
+        );
+    }
+    if let Some(r) = first("forge.push") {
+        println!("  pushed commit {}", short(&r["metadata"]["commit_sha"]));
+    }
+    if let Some(r) = first("forge.change_created") {
+        println!("  opened merge request !{}", r["metadata"]["number"]);
+    }
+    if let Some(r) = first("forge.merge_reserved") {
+        println!(
+            "  merge asked for head {}",
+            short(&r["metadata"]["expected_head_sha"])
+        );
+    }
+    if let Some(r) = first("forge.merge_answered") {
+        println!(
+            "  the forge answered {}",
+            r["metadata"]["result"].as_str().unwrap_or("?")
+        );
+    }
+    let linked = records
+        .windows(2)
+        .all(|pair| pair[1]["prev_hash"] == pair[0]["hash"]);
+    anyhow::ensure!(linked, "the audit trail of item {id} is not one chain");
+    println!(
+        "  {} records, each naming the hash of the one before (workqueue audit verify checks them all)",
+        records.len()
     );
     Ok(())
 }

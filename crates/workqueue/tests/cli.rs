@@ -713,6 +713,12 @@ fn the_demo_follows_every_change_to_its_end() {
         "cancelled: empty diff",
         "refused before any forge write",
         "all changes reached their end state",
+        "the audit trail of",
+        "pushed commit",
+        "opened merge request !",
+        "merge asked for head",
+        "the forge answered accepted",
+        "each naming the hash of the one before",
     ] {
         assert!(stdout.contains(expected), "{expected:?} missing:\n{stdout}");
     }
