@@ -76,11 +76,11 @@ async fn start(database_url: &str, sim: &SimHandle, process: bool) -> (Service, 
     let mut config = Config::default();
     config.database.url = database_url.to_owned();
     config.database.max_connections = 20;
-    config.engine.handled_types = if process {
+    config.engine.handled_types = Some(if process {
         vec!["mr".into()]
     } else {
         Vec::new()
-    };
+    });
     config.mr.public_url = url.clone();
     config.auth.static_tokens = vec![StaticTokenConfig::for_token(
         "bench",

@@ -131,7 +131,7 @@ pub async fn assemble_with(
         Arc::clone(&store),
         Arc::new(registry.clone()),
         Arc::clone(&clock),
-        config.engine.engine_config(),
+        config.engine.engine_config(registry.names()),
     )?;
     let mut state = wq_api::AppState::new(Arc::clone(&store), clock, Arc::clone(&auth))
         .with_engine(Arc::clone(&engine))

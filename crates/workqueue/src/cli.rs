@@ -31,7 +31,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the service: migrations, the processing engine and the HTTP API.
-    Serve(ConfigArg),
+    Serve(ServeArgs),
     /// Apply database migrations and exit.
     Migrate(ConfigArg),
     /// Work with the configuration file.
@@ -70,6 +70,18 @@ pub struct ConfigArg {
     /// ./workqueue.db, listening on 127.0.0.1:8080).
     #[arg(long, short)]
     pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Process no item type here: serve the API and webhooks only, for a
+    /// replica beside others that process (the same as writing
+    /// `engine.handled_types: []`). Without it, the types the file names,
+    /// or every registered type when it names none.
+    #[arg(long)]
+    pub api_only: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -32,7 +32,7 @@
 //!   deadline_seconds: 60
 //!   max_attempts: 5
 //!   outage_budget_seconds: 21600   # a forge down or rate limited: retried this long
-//!   handled_types: []
+//!   # handled_types: [mr]          # absent: every registered type; []: API only
 //! auth:
 //!   static_tokens:                 # from `workqueue token new --name nightly`
 //!     - name: nightly
@@ -271,9 +271,11 @@ pub struct EngineSection {
     #[garde(custom(between(60, 604_800)))]
     pub outage_budget_seconds: u64,
     /// Item types this instance processes; each must be registered in
-    /// `types::registry()` (default: none, so nothing is processed).
-    #[garde(inner(length(min = 1, max = 100)))]
-    pub handled_types: Vec<String>,
+    /// `types::build`. Absent (the default): every registered type, so a
+    /// single instance works alone. Written out empty (`[]`, or `serve
+    /// --api-only`): none, an API-only replica (DDR-25).
+    #[garde(inner(inner(length(min = 1, max = 100))))]
+    pub handled_types: Option<Vec<String>>,
 }
 
 impl Default for EngineSection {
@@ -285,15 +287,33 @@ impl Default for EngineSection {
             deadline_seconds: DEFAULT_DEADLINE_SECONDS,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             outage_budget_seconds: DEFAULT_OUTAGE_BUDGET_SECONDS,
-            handled_types: Vec::new(),
+            handled_types: None,
         }
     }
 }
 
 impl EngineSection {
-    /// The engine's settings; those the file does not expose keep the
-    /// engine's defaults.
-    pub fn engine_config(&self) -> wq_engine::EngineConfig {
+    /// The item types this instance processes out of the `registered` ones:
+    /// those the file names, or every registered type when it names none.
+    pub fn handled_types<'a>(&self, registered: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+        match &self.handled_types {
+            Some(named) => named.clone(),
+            None => registered.into_iter().map(str::to_owned).collect(),
+        }
+    }
+
+    /// An API-only replica: `handled_types` written out empty.
+    pub fn api_only(&self) -> bool {
+        self.handled_types.as_ref().is_some_and(Vec::is_empty)
+    }
+
+    /// The engine's settings over the `registered` item types (see
+    /// [`EngineSection::handled_types`]); those the file does not expose
+    /// keep the engine's defaults.
+    pub fn engine_config<'a>(
+        &self,
+        registered: impl IntoIterator<Item = &'a str>,
+    ) -> wq_engine::EngineConfig {
         wq_engine::EngineConfig {
             workers: self.workers,
             sweep_interval: Duration::from_secs(self.sweep_interval_seconds),
@@ -301,7 +321,7 @@ impl EngineSection {
             deadline: Duration::from_secs(self.deadline_seconds),
             max_attempts: self.max_attempts,
             outage_budget: Duration::from_secs(self.outage_budget_seconds),
-            handled_types: self.handled_types.clone(),
+            handled_types: self.handled_types(registered),
             ..wq_engine::EngineConfig::default()
         }
     }
@@ -363,7 +383,8 @@ impl Config {
         if let Err(errors) = self.auth_settings() {
             anyhow::bail!("{errors}");
         }
-        for (index, name) in self.engine.handled_types.iter().enumerate() {
+        let named = self.engine.handled_types.as_deref().unwrap_or_default();
+        for (index, name) in named.iter().enumerate() {
             if !type_names.contains(&name.as_str()) {
                 let known: Vec<&str> = type_names.to_vec();
                 let known = if known.is_empty() {
@@ -434,14 +455,11 @@ fn describe_into(error: &serde_saphyr::Error, text: &str, found: &mut Vec<(Posit
         } => {
             for issue in issues {
                 let message = issue.message.clone().unwrap_or_else(|| issue.code.clone());
+                let path = without_option_segments(&issue.path);
                 let location = locations
-                    .locations_for(&issue.path)
+                    .locations_for(&path)
                     .map(|found| found.reference_location);
-                let line = format!(
-                    "{}: {message}{}",
-                    dotted(&issue.path),
-                    at_location(location)
-                );
+                let line = format!("{}: {message}{}", dotted(&path), at_location(location));
                 found.push((position(location), line));
             }
         }
@@ -485,6 +503,23 @@ fn at_location(location: Option<serde_saphyr::Location>) -> String {
         }
         _ => String::new(),
     }
+}
+
+/// A validation path without the empty keys an `Option`'s inner rules add
+/// (`engine.handled_types.""[0]` is `engine.handled_types[0]` in the file).
+fn without_option_segments(
+    path: &serde_saphyr::path_map::PathKey,
+) -> serde_saphyr::path_map::PathKey {
+    use serde_saphyr::path_map::{PathKey, PathKind};
+    path.segments()
+        .fold(PathKey::new(), |cleaned, (kind, name)| match kind {
+            PathKind::Key if name.is_empty() => cleaned,
+            PathKind::Key => cleaned.join_key(name),
+            PathKind::Index => match name.parse() {
+                Ok(index) => cleaned.join_index(index),
+                Err(_) => cleaned.join_key(name),
+            },
+        })
 }
 
 /// `engine.handled_types[0]` from a validation path.
@@ -602,12 +637,39 @@ mod tests {
         assert_eq!(config.database.max_connections, 10);
         assert_eq!(config.server.bind, "127.0.0.1:8080");
         assert_eq!(config.server.body_limit_bytes, 8 * 1024 * 1024);
-        assert!(config.engine.handled_types.is_empty());
+        assert_eq!(config.engine.handled_types, None);
+    }
+
+    /// Without a file, or with one that leaves `engine.handled_types` out,
+    /// the instance processes every registered type; an empty list written
+    /// out is an API-only replica.
+    #[test]
+    fn absent_handled_types_are_every_registered_type_and_empty_is_api_only() {
+        let registered = ["mr", "cve"];
+        let config = Config::default();
+        assert_eq!(config.engine.handled_types(registered), ["mr", "cve"]);
+        assert_eq!(
+            config.engine.engine_config(registered).handled_types,
+            ["mr", "cve"]
+        );
+        assert!(!config.engine.api_only());
+        let config = Config::parse("engine:\n  workers: 2\n").unwrap();
+        assert_eq!(config.engine.handled_types(registered), ["mr", "cve"]);
+        let config = Config::parse("engine:\n  handled_types: []\n").unwrap();
+        assert!(config.engine.handled_types(registered).is_empty());
+        assert!(config.engine.api_only());
+        let config = Config::parse("engine:\n  handled_types: [cve]\n").unwrap();
+        assert_eq!(config.engine.handled_types(registered), ["cve"]);
+        assert!(!config.engine.api_only());
     }
 
     #[test]
     fn engine_defaults_match_the_engine() {
-        let mapped = EngineSection::default().engine_config();
+        let mapped = EngineSection {
+            handled_types: Some(Vec::new()),
+            ..EngineSection::default()
+        }
+        .engine_config([]);
         let engine = wq_engine::EngineConfig::default();
         assert_eq!(mapped.workers, engine.workers);
         assert_eq!(mapped.sweep_interval, engine.sweep_interval);
@@ -638,7 +700,7 @@ mod tests {
             config.server.api_config().request_timeout,
             Duration::from_secs(5)
         );
-        let engine = config.engine.engine_config();
+        let engine = config.engine.engine_config(["mr", "cve"]);
         assert_eq!(engine.workers, 3);
         assert_eq!(engine.sweep_interval, Duration::from_secs(7));
         assert_eq!(engine.lease, Duration::from_secs(11));

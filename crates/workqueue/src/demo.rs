@@ -184,7 +184,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let database = std::env::temp_dir().join(format!("workqueue-demo-{}.db", std::process::id()));
     let mut config = Config::default();
     config.database.url = format!("sqlite:{}", database.display());
-    config.engine.handled_types = vec![wq_mr::TYPE_NAME.to_owned()];
+    config.engine.handled_types = Some(vec![wq_mr::TYPE_NAME.to_owned()]);
     config.engine.sweep_interval_seconds = 5;
     config.mr.public_url = url.clone();
     config.mr.queue_sync_interval_seconds = 1;

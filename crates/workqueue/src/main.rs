@@ -37,7 +37,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve(args) => {
             logging::init(cli.log_format);
-            let config = Config::load_or_default(args.config.as_deref())?;
+            let mut config = Config::load_or_default(args.config.config.as_deref())?;
+            if args.api_only {
+                config.engine.handled_types = Some(Vec::new());
+            }
             runtime()?.block_on(serve::serve(&config))
         }
         Command::Audit(AuditCommand::Verify(args)) => {

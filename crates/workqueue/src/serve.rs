@@ -67,13 +67,13 @@ pub async fn serve(config: &Config) -> anyhow::Result<()> {
         archive_config.interval(),
         archive_stopping,
     ));
-    tracing::info!(%address, handled_types = ?config.engine.handled_types, "listening on http://{address}");
-    if config.engine.handled_types.is_empty() {
-        let types = types::TYPE_NAMES.join(", ");
+    let handled = &engine.config().handled_types;
+    tracing::info!(%address, handled_types = ?handled, "listening on http://{address}");
+    if handled.is_empty() {
         tracing::warn!(
-            "engine.handled_types is empty: this replica serves the API and webhooks but \
-             processes no item; submissions wait for a replica that handles their type \
-             (set engine.handled_types: [{types}] to process them here)"
+            "API-only replica (engine.handled_types: [] or --api-only): it serves the API and \
+             webhooks but processes no item; submissions wait for a replica that handles their \
+             type (leave engine.handled_types out to process every type here)"
         );
     }
 

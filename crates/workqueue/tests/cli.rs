@@ -227,6 +227,8 @@ struct Server {
     child: Child,
     url: String,
     logs: Option<JoinHandle<Vec<String>>>,
+    /// Every JSON log line, as it is written.
+    events: mpsc::Receiver<serde_json::Value>,
 }
 
 impl Server {
@@ -236,11 +238,25 @@ impl Server {
 
     /// [`Server::start`] with more environment variables.
     fn start_with_env(config: &str, env: &[(&str, &str)]) -> Server {
+        Self::start_with(&["--config", config], env)
+    }
+
+    /// `workqueue serve ARGS...` with more environment variables, in the
+    /// config's directory (or a new one without `--config`).
+    fn start_with(args: &[&str], env: &[(&str, &str)]) -> Server {
         // Beside its config: the default audit archive is a directory of
         // the working directory.
-        let dir = Path::new(config).parent().expect("the config's directory");
+        let dir = match args.iter().position(|arg| *arg == "--config") {
+            Some(index) => Path::new(args[index + 1])
+                .parent()
+                .expect("the config's directory")
+                .to_owned(),
+            None => temp_dir(),
+        };
         let mut child = Command::new(BINARY)
-            .args(["serve", "--config", config, "--log-format", "json"])
+            .arg("serve")
+            .args(args)
+            .args(["--log-format", "json"])
             .current_dir(dir)
             .env("RUST_LOG", "info")
             .envs(env.iter().copied())
@@ -250,14 +266,16 @@ impl Server {
             .expect("spawn workqueue serve");
         let stderr = child.stderr.take().expect("piped stderr");
         let (address_tx, address_rx) = mpsc::channel::<String>();
+        let (events_tx, events) = mpsc::channel::<serde_json::Value>();
         let logs = std::thread::spawn(move || {
             let mut lines = Vec::new();
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
-                if let Ok(event) = serde_json::from_str::<serde_json::Value>(&line)
-                    && let Some(address) = event["address"].as_str()
-                {
-                    let _ = address_tx.send(address.to_owned());
+                if let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) {
+                    if let Some(address) = event["address"].as_str() {
+                        let _ = address_tx.send(address.to_owned());
+                    }
+                    let _ = events_tx.send(event);
                 }
                 lines.push(line);
             }
@@ -278,6 +296,26 @@ impl Server {
             child,
             url: format!("http://{address}"),
             logs: Some(logs),
+            events,
+        }
+    }
+
+    /// Waits for the first log event (from now on) that `wanted` accepts:
+    /// the service's own signal that something happened.
+    fn wait_log(
+        &self,
+        what: &str,
+        wanted: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(event) if wanted(&event) => return event,
+                Ok(event) => seen.push(event.to_string()),
+                Err(_) => panic!("serve never logged {what}; it logged:\n{}", seen.join("\n")),
+            }
         }
     }
 
@@ -606,19 +644,23 @@ fn serve_without_rules_warns_refuses_the_api_and_answers_health() {
 
     let (status, logs) = server.terminate();
     assert!(status.success(), "{}", logs.join("\n"));
-    // No rule, and no item type handled: both said at start.
-    for start in ["auth.rules grants nothing", "engine.handled_types is empty"] {
-        let warning = logs
-            .iter()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .find(|event| {
-                event["message"]
-                    .as_str()
-                    .is_some_and(|message| message.starts_with(start))
-            })
-            .unwrap_or_else(|| panic!("no warning {start:?} in:\n{}", logs.join("\n")));
-        assert_eq!(warning["level"], "WARN");
-    }
+    // No rule: said at start. Every type is handled: no API-only warning.
+    assert!(
+        !logs.iter().any(|line| line.contains("API-only replica")),
+        "{}",
+        logs.join("\n")
+    );
+    let start = "auth.rules grants nothing";
+    let warning = logs
+        .iter()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|event| {
+            event["message"]
+                .as_str()
+                .is_some_and(|message| message.starts_with(start))
+        })
+        .unwrap_or_else(|| panic!("no warning {start:?} in:\n{}", logs.join("\n")));
+    assert_eq!(warning["level"], "WARN");
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -969,4 +1011,174 @@ fn migrate_backfills_the_place_of_older_merge_requests() {
         }
         std::fs::remove_dir_all(&dir).ok();
     }
+}
+
+/// A forge-sim GitLab project `team/app` whose one CI job passes, with a
+/// first commit on `main`; its id.
+fn sim_project(sim: &forge_sim::SimHandle) -> u64 {
+    let project = sim
+        .gitlab_project("team/app")
+        .job(forge_sim::JobSpec::new(
+            "unit",
+            forge_sim::JobOutcome::Success,
+        ))
+        .create()
+        .expect("project");
+    sim.gitlab_push(project, "main", &[("README.md", Some("# app\n"))], "init")
+        .expect("initial push");
+    project
+}
+
+const SIM_SECRET: &str = "hook-secret";
+
+/// The environment `serve` reads the sim's secrets from.
+const SIM_ENV: &[(&str, &str)] = &[
+    ("WQ_TEST_FORGE_TOKEN", forge_sim::DEFAULT_TOKEN),
+    ("WQ_TEST_WEBHOOK_SECRET", SIM_SECRET),
+];
+
+/// The `forges:` and `mr:` sections for the sim (merges need no person's
+/// review, so a passing pipeline is enough).
+fn sim_sections(sim: &forge_sim::SimHandle) -> String {
+    format!(
+        "forges:\n  gitlab:\n    kind: gitlab\n    url: \"{}\"\n    token_env: WQ_TEST_FORGE_TOKEN\n    \
+         webhook_secret_env: WQ_TEST_WEBHOOK_SECRET\n    timeout_seconds: 5\n\
+         mr:\n  require_review: false\n  note_min_interval_seconds: 1\n  reconcile_busy_interval_seconds: 2\n",
+        sim.gitlab_url()
+    )
+}
+
+/// A submission body for the sim's project: a new file named after the
+/// branch.
+fn sim_change(branch: &str) -> serde_json::Value {
+    serde_json::json!({
+        "item_type": "mr", "forge": "gitlab", "project": "team/app",
+        "source_branch": branch, "target_branch": "main",
+        "title": format!("Change on {branch}"), "description": "From the cli test.",
+        "file_actions": [{
+            "action": "create",
+            "file_path": format!("src/{}.rs", branch.replace('/', "_")),
+            "content": "pub fn f() {}\n",
+        }],
+    })
+}
+
+/// `items show ID --json` as the admin.
+fn show_json(server: &Server, token: &str, id: &str) -> serde_json::Value {
+    let output = server.items_as(token, &["show", id, "--json"]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    serde_json::from_slice(&output.stdout).expect("JSON output")
+}
+
+/// The audit line that records `id` reaching `phase`.
+fn reached(event: &serde_json::Value, id: &str, phase: &str) -> bool {
+    event["target"] == "audit"
+        && event["item_id"] == id
+        && event["new_state"]
+            .as_str()
+            .is_some_and(|state| state.contains(&format!("\"phase\":\"{phase}\"")))
+}
+
+/// Issue 18, first point: a config that leaves `engine.handled_types` out
+/// processes every registered type, so a submission is taken to its end;
+/// `serve --api-only` takes it but processes nothing: it waits, as stored,
+/// until a replica that processes its type runs.
+#[test]
+fn serve_processes_every_type_unless_api_only() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let sim = runtime
+        .block_on(forge_sim::ForgeSim::start(forge_sim::SimConfig::default()))
+        .expect("forge-sim");
+    let project = sim_project(&sim);
+    let dir = temp_dir();
+    let database_url = format!("sqlite:{}", dir.join("wq.db").display());
+    let (token, entry) = new_token("cli-admin");
+    // No `engine:` section at all.
+    let config = write(
+        &dir,
+        "workqueue.yaml",
+        &format!(
+            "database:\n  url: \"{database_url}\"\nserver:\n  bind: \"127.0.0.1:0\"\n{}{}",
+            auth_section(&entry),
+            sim_sections(&sim)
+        ),
+    );
+    let submit = |server: &Server, body: &serde_json::Value| -> String {
+        runtime.block_on(async {
+            let response = reqwest::Client::new()
+                .post(format!("{}/api/v1/work-items", server.url))
+                .bearer_auth(&token)
+                .json(body)
+                .send()
+                .await
+                .expect("submit");
+            assert_eq!(response.status().as_u16(), 201);
+            let reply: serde_json::Value = response.json().await.expect("reply");
+            reply["item"]["id"].as_str().expect("id").to_owned()
+        })
+    };
+
+    // API only: the submission is stored and the engine declines it.
+    let mut env = SIM_ENV.to_vec();
+    env.push(("RUST_LOG", "info,wq_engine=debug"));
+    let api_only = Server::start_with(&["--config", &config, "--api-only"], &env);
+    let id = submit(&api_only, &sim_change("wq/waits"));
+    api_only.wait_log("the declined claim", |event| {
+        event["id"] == id.as_str()
+            && event["message"] == "not claimed: this replica handles no item type"
+    });
+    let item = show_json(&api_only, &token, &id);
+    assert_eq!(item["phase"], "active", "{item:#}");
+    assert_eq!(item["actionable"], true, "{item:#}");
+    assert_eq!(item["attempts"], 0, "{item:#}");
+    assert_eq!(item["leased_until"], serde_json::Value::Null, "{item:#}");
+    assert_eq!(item["detail"]["mr"]["number"], serde_json::Value::Null);
+    assert!(sim.gitlab_mr(project, 1).is_none(), "nothing on the forge");
+    assert!(sim.gitlab_branch_head(project, "wq/waits").is_none());
+    let (status, logs) = api_only.terminate();
+    assert!(status.success(), "{}", logs.join("\n"));
+    assert!(
+        logs.iter().any(|line| line.contains("API-only replica")),
+        "{}",
+        logs.join("\n")
+    );
+
+    // The same file without the flag processes `mr`: the waiting item
+    // (found by the sweep at start) and a new one are merged.
+    let server = Server::start_with_env(&config, SIM_ENV);
+    sim.set_gitlab_webhook(
+        project,
+        &format!("{}/webhooks/gitlab", server.url),
+        SIM_SECRET,
+    )
+    .expect("webhook");
+    server.wait_log("the waiting item completed", |event| {
+        reached(event, &id, "completed")
+    });
+    let second = submit(&server, &sim_change("wq/second"));
+    server.wait_log("the second item completed", |event| {
+        reached(event, &second, "completed")
+    });
+    for id in [&id, &second] {
+        let item = show_json(&server, &token, id);
+        assert_eq!(item["phase"], "completed", "{item:#}");
+        assert_eq!(item["detail"]["merge"]["last_result"], "accepted");
+        let number = item["detail"]["mr"]["number"].as_u64().expect("an MR");
+        assert_eq!(
+            sim.gitlab_mr(project, number).expect("the MR")["state"],
+            "merged"
+        );
+    }
+    let (status, logs) = server.terminate();
+    assert!(status.success(), "{}", logs.join("\n"));
+    assert!(
+        !logs.iter().any(|line| line.contains("API-only replica")),
+        "{}",
+        logs.join("\n")
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -17,7 +17,7 @@ use workqueue::config::Config;
 async fn a_registered_type_is_wired_like_mr(backend: Backend) {
     let mut config = Config::default();
     config.database.url = backend.fresh_url().await;
-    config.engine.handled_types = vec![PING.to_owned()];
+    config.engine.handled_types = Some(vec![PING.to_owned()]);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let mut ping = None;
     let built = app::assemble_with(&config, clock, None, |store| {

@@ -485,6 +485,7 @@ impl ProcessingManager {
 
     async fn run_item_inner(&self, id: ItemId) -> RunOutcome {
         if self.config.handled_types.is_empty() {
+            tracing::debug!(%id, "not claimed: this replica handles no item type");
             return RunOutcome::NotClaimed;
         }
         let now = self.clock.now();

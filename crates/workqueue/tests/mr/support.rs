@@ -171,7 +171,7 @@ impl Harness {
             }
         };
         let mut config = Config::default();
-        config.engine.handled_types = vec!["mr".into()];
+        config.engine.handled_types = Some(vec!["mr".into()]);
         config.engine.sweep_interval_seconds = 3600;
         // Tests run the merge queue sync themselves (`Engine::run_periodic`).
         config.mr.queue_sync_interval_seconds = 3600;
