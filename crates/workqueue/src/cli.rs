@@ -67,7 +67,8 @@ pub struct DemoArgs {
 #[derive(Debug, Args)]
 pub struct ConfigArg {
     /// The YAML configuration file; without one, the defaults (SQLite in
-    /// ./workqueue.db, listening on 127.0.0.1:8080).
+    /// ./workqueue.db, listening on 127.0.0.1:8080). Either way the
+    /// environment's `WORKQUEUE__SECTION__KEY` variables override settings.
     #[arg(long, short)]
     pub config: Option<PathBuf>,
 }
@@ -93,8 +94,11 @@ pub enum AuditCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
-    /// Parse and validate FILE: prints "ok", or the errors and exits with 1.
-    Check { file: PathBuf },
+    /// Parse and validate FILE (or no file) with the `WORKQUEUE__SECTION__KEY`
+    /// environment overrides: prints the effective configuration (defaults
+    /// filled in, secrets redacted) and "ok" on stderr, or the errors and
+    /// exits with 1.
+    Check { file: Option<PathBuf> },
 }
 
 #[derive(Debug, Subcommand)]

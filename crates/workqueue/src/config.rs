@@ -62,7 +62,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use garde::Validate;
-use serde::Deserialize;
+
+pub mod effective;
+pub mod overrides;
+
+pub use overrides::{ENV_PREFIX, EnvOverride};
+use serde::{Deserialize, Serialize};
 
 /// Where the data lives: a SQLite file next to the binary by default.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite:./workqueue.db";
@@ -90,7 +95,7 @@ pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
 pub const DEFAULT_OUTAGE_BUDGET_SECONDS: u64 = 6 * 3600;
 
 /// The whole file.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize, Validate)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     #[garde(dive)]
@@ -123,7 +128,7 @@ pub struct Config {
 }
 
 /// `events:`
-#[derive(Debug, Clone, PartialEq, Default, Deserialize, Validate)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct EventsSection {
     /// An SQS queue this replica long-polls for forge deliveries (an SNS
@@ -134,7 +139,7 @@ pub struct EventsSection {
 }
 
 /// `database:`
-#[derive(Debug, Clone, PartialEq, Deserialize, Validate)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct DatabaseConfig {
     /// `sqlite:PATH`, `sqlite::memory:` or `postgres://...`
@@ -168,7 +173,7 @@ impl DatabaseConfig {
 }
 
 /// `server:`
-#[derive(Debug, Clone, PartialEq, Deserialize, Validate)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
     /// `HOST:PORT` to listen on (default [`DEFAULT_BIND`]).
@@ -242,7 +247,7 @@ impl ServerConfig {
 }
 
 /// `engine:` (mapped to [`wq_engine::EngineConfig`]).
-#[derive(Debug, Clone, PartialEq, Deserialize, Validate)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineSection {
     /// Items processed at once, 1 to 1000 (default [`DEFAULT_WORKERS`]).
@@ -369,12 +374,74 @@ impl Config {
         })
     }
 
-    /// The file at `path`, or the defaults without one.
+    /// The file at `path`, or the defaults without one (no environment
+    /// overrides: [`Config::load_with_env`] applies them).
     pub fn load_or_default(path: Option<&Path>) -> anyhow::Result<Config> {
         match path {
             Some(path) => Config::load(path),
             None => Ok(Config::default()),
         }
+    }
+
+    /// The file at `path` (or the defaults without one), then the
+    /// `WORKQUEUE__SECTION__KEY` variables of this process over it
+    /// ([`overrides`]); the whole validated. Answers the config and the
+    /// overrides applied.
+    pub fn load_with_env(path: Option<&Path>) -> anyhow::Result<(Config, Vec<EnvOverride>)> {
+        Config::load_with_vars(path, std::env::vars_os())
+    }
+
+    /// [`Config::load_with_env`] with the variables `vars`.
+    pub fn load_with_vars(
+        path: Option<&Path>,
+        vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    ) -> anyhow::Result<(Config, Vec<EnvOverride>)> {
+        let text = match path {
+            Some(path) => std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read config file {}", path.display()))?,
+            None => String::new(),
+        };
+        let what = || match path {
+            Some(path) => format!("config file {}", path.display()),
+            None => "configuration (no file)".to_owned(),
+        };
+        let env_errors = |errors: Vec<String>| {
+            anyhow::anyhow!(
+                "invalid environment overrides of the {}:{}",
+                what(),
+                ConfigErrors(errors).indented()
+            )
+        };
+        let config = Config::parse(&text)
+            .map_err(|errors| anyhow::anyhow!("invalid {}:{}", what(), errors.indented()))?;
+        let overrides = overrides::from_vars(vars).map_err(env_errors)?;
+        if overrides.is_empty() {
+            return Ok((config, overrides));
+        }
+        let mut tree: serde_json::Value = if is_blank_yaml(&text) {
+            serde_json::Value::Null
+        } else {
+            serde_saphyr::from_str(&text)
+                .with_context(|| format!("reading the {} as a tree", what()))?
+        };
+        overrides::apply(&mut tree, &overrides).map_err(env_errors)?;
+        let merged = serde_saphyr::to_string(&tree).context("writing the merged configuration")?;
+        let config = Config::parse(&merged).map_err(|errors| {
+            env_errors(
+                errors
+                    .0
+                    .iter()
+                    .map(|line| overrides::attribute(line, &overrides))
+                    .collect(),
+            )
+        })?;
+        Ok((config, overrides))
+    }
+
+    /// The configuration as YAML with every default filled in and secrets
+    /// redacted ([`effective`]).
+    pub fn effective_yaml(&self) -> anyhow::Result<String> {
+        effective::render(self)
     }
 
     /// Checks what the file alone cannot: every handled type is registered
@@ -865,6 +932,106 @@ mod tests {
         for field in ["audit.retention_days", "audit.archive.batch_size"] {
             assert!(errors.contains(field), "{field} in {errors}");
         }
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+        pairs
+            .iter()
+            .map(|(name, value)| ((*name).into(), (*value).into()))
+            .collect()
+    }
+
+    /// File < environment: a variable replaces the file's value, adds one
+    /// the file leaves out, and reaches into maps (a forge by its name).
+    #[test]
+    fn environment_variables_override_the_file() {
+        let dir = std::env::temp_dir().join(format!("wq-config-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("workqueue.yaml");
+        std::fs::write(
+            &path,
+            "engine:\n  workers: 2\nforges:\n  gitlab:\n    kind: gitlab\n    \
+             url: https://gitlab.example.com\n    token_env: GITLAB_TOKEN\n",
+        )
+        .unwrap();
+        let (config, overrides) = Config::load_with_vars(
+            Some(&path),
+            env(&[
+                ("WORKQUEUE__ENGINE__WORKERS", "7"),
+                ("WORKQUEUE__ENGINE__HANDLED_TYPES", "[]"),
+                ("WORKQUEUE__DATABASE__URL", "postgres://wq:pw@db/wq"),
+                ("WORKQUEUE__FORGES__GITLAB__URL", "https://gitlab.internal"),
+                ("WORKQUEUE__MR__MANAGED_LABEL", "42"),
+                (
+                    "WORKQUEUE__MR__REVIEW_OVERRIDES",
+                    "[{forge: gitlab, require_review: false}]",
+                ),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(overrides.len(), 6);
+        assert_eq!(config.engine.workers, 7);
+        assert!(config.engine.api_only());
+        assert_eq!(config.database.url, "postgres://wq:pw@db/wq");
+        let gitlab = &config.forges.instances["gitlab"];
+        assert_eq!(gitlab.url, "https://gitlab.internal");
+        assert_eq!(
+            gitlab.token_env.as_deref(),
+            Some("GITLAB_TOKEN"),
+            "kept from the file"
+        );
+        assert_eq!(
+            config.mr.managed_label, "42",
+            "a number is text for a text setting"
+        );
+        assert_eq!(config.mr.review_overrides.len(), 1);
+        assert!(!config.mr.review_overrides[0].require_review);
+        assert_eq!(config.engine.lease_seconds, DEFAULT_LEASE_SECONDS);
+
+        // Without a file, and without variables.
+        let (config, _) =
+            Config::load_with_vars(None, env(&[("WORKQUEUE__SERVER__BIND", "0.0.0.0:9000")]))
+                .unwrap();
+        assert_eq!(config.server.bind, "0.0.0.0:9000");
+        let (config, overrides) = Config::load_with_vars(Some(&path), env(&[])).unwrap();
+        assert!(overrides.is_empty());
+        assert_eq!(config, Config::load(&path).unwrap());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// An invalid value, an unknown key or a path through a scalar names
+    /// the variable.
+    #[test]
+    fn an_invalid_override_names_the_variable() {
+        let message = |pairs: &[(&str, &str)]| {
+            format!(
+                "{:#}",
+                Config::load_with_vars(None, env(pairs)).unwrap_err()
+            )
+        };
+        assert_eq!(
+            message(&[("WORKQUEUE__ENGINE__WORKERS", "0")]),
+            "invalid environment overrides of the configuration (no file): \
+             WORKQUEUE__ENGINE__WORKERS: engine.workers: must be between 1 and 1000, got 0"
+        );
+        let unknown = message(&[("WORKQUEUE__ENGINE__WROKERS", "2")]);
+        assert!(
+            unknown.contains("WORKQUEUE__ENGINE__WROKERS: engine.wrokers: unknown field"),
+            "{unknown}"
+        );
+        let typed = message(&[("WORKQUEUE__SERVER__BODY_LIMIT_BYTES", "lots")]);
+        assert!(
+            typed.contains("WORKQUEUE__SERVER__BODY_LIMIT_BYTES: server.body_limit_bytes: "),
+            "{typed}"
+        );
+        let crossing = message(&[
+            ("WORKQUEUE__ENGINE__WORKERS", "2"),
+            ("WORKQUEUE__ENGINE__WORKERS__MAX", "2"),
+        ]);
+        assert!(
+            crossing.contains("WORKQUEUE__ENGINE__WORKERS__MAX: engine.workers is not a map"),
+            "{crossing}"
+        );
     }
 
     #[test]

@@ -5,11 +5,10 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use clap::Parser;
 
 use workqueue::cli::{AuditCommand, Cli, Command, ConfigCommand, TokenCommand};
-use workqueue::config::Config;
+use workqueue::config::{Config, overrides};
 #[cfg(feature = "demo")]
 use workqueue::demo;
 use workqueue::{app, items, logging, serve, token, types};
@@ -28,16 +27,31 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Config(ConfigCommand::Check { file }) => {
-            let config = Config::load(&file)?;
-            config
-                .check_against(types::TYPE_NAMES)
-                .with_context(|| format!("invalid config file {}", file.display()))?;
-            println!("ok");
+            let (config, overrides) = Config::load_with_env(file.as_deref())?;
+            let source = match &file {
+                Some(file) => format!("config file {}", file.display()),
+                None => "configuration (no file)".to_owned(),
+            };
+            config.check_against(types::TYPE_NAMES).map_err(|error| {
+                let message = overrides::attribute(&format!("{error:#}"), &overrides);
+                anyhow::anyhow!("invalid {source}: {message}")
+            })?;
+            print!("{}", config.effective_yaml()?);
+            let names: Vec<&str> = overrides.iter().map(|o| o.variable.as_str()).collect();
+            if names.is_empty() {
+                eprintln!("ok: {source} is valid (printed with defaults, secrets redacted)");
+            } else {
+                eprintln!(
+                    "ok: {source} with {} is valid (printed with defaults, secrets redacted)",
+                    names.join(", ")
+                );
+            }
             Ok(())
         }
         Command::Serve(args) => {
             logging::init(cli.log_format);
-            let mut config = Config::load_or_default(args.config.config.as_deref())?;
+            let (mut config, overrides) = Config::load_with_env(args.config.config.as_deref())?;
+            log_overrides(&overrides);
             if args.api_only {
                 config.engine.handled_types = Some(Vec::new());
             }
@@ -45,7 +59,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Audit(AuditCommand::Verify(args)) => {
             logging::init_with_default(cli.log_format, "warn");
-            let config = Config::load_or_default(args.config.as_deref())?;
+            let (config, overrides) = Config::load_with_env(args.config.as_deref())?;
+            log_overrides(&overrides);
             runtime()?.block_on(async {
                 let store = app::open_store(&config).await?;
                 match store.audit_verify().await? {
@@ -62,7 +77,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Migrate(args) => {
             logging::init(cli.log_format);
-            let config = Config::load_or_default(args.config.as_deref())?;
+            let (config, overrides) = Config::load_with_env(args.config.as_deref())?;
+            log_overrides(&overrides);
             runtime()?.block_on(serve::migrate(&config))
         }
         #[cfg(feature = "demo")]
@@ -80,6 +96,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{output}");
             Ok(())
         }
+    }
+}
+
+/// Names (never the values of) the environment variables that changed the
+/// file's settings.
+fn log_overrides(overrides: &[workqueue::config::EnvOverride]) {
+    if !overrides.is_empty() {
+        let variables: Vec<&str> = overrides.iter().map(|o| o.variable.as_str()).collect();
+        tracing::info!(?variables, "settings overridden by the environment");
     }
 }
 

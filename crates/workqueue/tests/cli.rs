@@ -86,7 +86,16 @@ fn config_check_accepts_a_good_file_and_names_bad_fields() {
     );
     let output = workqueue(&["config", "check", &good]);
     assert!(output.status.success(), "{}", stderr_of(&output));
-    assert_eq!(stdout_of(&output), "ok\n");
+    assert_eq!(
+        stderr_of(&output),
+        format!("ok: config file {good} is valid (printed with defaults, secrets redacted)\n")
+    );
+    // The effective configuration: the file's values and every default.
+    let effective = workqueue::config::Config::parse(&stdout_of(&output)).expect("a config");
+    assert_eq!(effective.engine.workers, 4);
+    assert_eq!(effective.server.bind, "127.0.0.1:9000");
+    assert_eq!(effective.engine.lease_seconds, 60);
+    assert!(stdout_of(&output).contains("lease_seconds: 60\n"));
 
     let bad = write(
         &dir,
@@ -211,6 +220,67 @@ fn config_check_accepts_a_good_file_and_names_bad_fields() {
     let tokens = write(&dir, "tokens.yaml", &auth_section(&entry));
     let output = workqueue(&["config", "check", &tokens]);
     assert!(output.status.success(), "{}", stderr_of(&output));
+
+    // Environment overrides win over the file, and their errors name them;
+    // secrets are redacted from what is printed.
+    let secret = write(
+        &dir,
+        "secret.yaml",
+        "database:\n  url: \"postgres://wq:filepass@db/wq\"\nengine:\n  workers: 4\n",
+    );
+    let output = Command::new(BINARY)
+        .args(["config", "check", &secret])
+        .env("WORKQUEUE__ENGINE__WORKERS", "9")
+        .env(
+            "WORKQUEUE__AUDIT__ARCHIVE__ENDPOINT",
+            "http://minio:envpass@127.0.0.1:9000",
+        )
+        .output()
+        .expect("run the workqueue binary");
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let printed = stdout_of(&output);
+    assert!(printed.contains("workers: 9\n"), "{printed}");
+    assert!(printed.contains("postgres://wq:***@db/wq"), "{printed}");
+    assert!(
+        printed.contains("http://minio:***@127.0.0.1:9000"),
+        "{printed}"
+    );
+    assert!(
+        !printed.contains("filepass") && !printed.contains("envpass"),
+        "{printed}"
+    );
+    assert!(
+        stderr_of(&output).contains(
+            "with WORKQUEUE__AUDIT__ARCHIVE__ENDPOINT, WORKQUEUE__ENGINE__WORKERS is valid"
+        ),
+        "{}",
+        stderr_of(&output)
+    );
+    let output = Command::new(BINARY)
+        .args(["config", "check", &secret])
+        .env("WORKQUEUE__ENGINE__WORKERS", "0")
+        .output()
+        .expect("run the workqueue binary");
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr_of(&output),
+        format!(
+            "error: invalid environment overrides of the config file {secret}: \
+             WORKQUEUE__ENGINE__WORKERS: engine.workers: must be between 1 and 1000, got 0\n"
+        )
+    );
+    // serve reads them too.
+    let output = Command::new(BINARY)
+        .args(["serve", "--config", &secret])
+        .env("WORKQUEUE__SERVER__BIND", "nowhere")
+        .output()
+        .expect("run the workqueue binary");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr_of(&output).contains("WORKQUEUE__SERVER__BIND: server.bind: must be an IP address"),
+        "{}",
+        stderr_of(&output)
+    );
 
     let output = workqueue(&[
         "config",
@@ -1079,10 +1149,11 @@ fn reached(event: &serde_json::Value, id: &str, phase: &str) -> bool {
             .is_some_and(|state| state.contains(&format!("\"phase\":\"{phase}\"")))
 }
 
-/// Issue 18, first point: a config that leaves `engine.handled_types` out
-/// processes every registered type, so a submission is taken to its end;
-/// `serve --api-only` takes it but processes nothing: it waits, as stored,
-/// until a replica that processes its type runs.
+/// Issue 18, first point: `serve` without a config file (its settings from
+/// `WORKQUEUE__...` variables) processes every registered type, so a
+/// submission is taken to its end; `serve --api-only` takes it but
+/// processes nothing: it waits, as stored, until a replica that processes
+/// its type runs.
 #[test]
 fn serve_processes_every_type_unless_api_only() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -1147,9 +1218,33 @@ fn serve_processes_every_type_unless_api_only() {
         logs.join("\n")
     );
 
-    // The same file without the flag processes `mr`: the waiting item
-    // (found by the sweep at start) and a new one are merged.
-    let server = Server::start_with_env(&config, SIM_ENV);
+    // No config file at all, the same settings from the environment: it
+    // processes `mr`, the waiting item (found by the sweep at start) and a
+    // new one are merged.
+    let sha256 = entry
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("sha256: "))
+        .expect("the token's hash");
+    let auth = serde_json::json!({
+        "static_tokens": [{"name": "cli-admin", "sha256": sha256, "groups": ["admins"]}],
+        "rules": [{"name": "admins", "groups": ["admins"], "permissions": ["admin"]}],
+    });
+    let forges = serde_json::json!({"gitlab": {
+        "kind": "gitlab", "url": sim.gitlab_url(), "token_env": "WQ_TEST_FORGE_TOKEN",
+        "webhook_secret_env": "WQ_TEST_WEBHOOK_SECRET", "timeout_seconds": 5,
+    }});
+    let (auth, forges) = (auth.to_string(), forges.to_string());
+    let mut env = SIM_ENV.to_vec();
+    env.extend([
+        ("WORKQUEUE__DATABASE__URL", database_url.as_str()),
+        ("WORKQUEUE__SERVER__BIND", "127.0.0.1:0"),
+        ("WORKQUEUE__AUTH", auth.as_str()),
+        ("WORKQUEUE__FORGES", forges.as_str()),
+        ("WORKQUEUE__MR__REQUIRE_REVIEW", "false"),
+        ("WORKQUEUE__MR__NOTE_MIN_INTERVAL_SECONDS", "1"),
+        ("WORKQUEUE__MR__RECONCILE_BUSY_INTERVAL_SECONDS", "2"),
+    ]);
+    let server = Server::start_with(&[], &env);
     sim.set_gitlab_webhook(
         project,
         &format!("{}/webhooks/gitlab", server.url),

@@ -33,7 +33,7 @@ pub const DEFAULT_BATCH: u32 = 1000;
 pub const DEFAULT_RETENTION_DAYS: u32 = 90;
 
 /// `audit:`
-#[derive(Debug, Clone, PartialEq, Deserialize, Validate)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuditSection {
     #[garde(dive)]
@@ -64,7 +64,7 @@ impl AuditSection {
 }
 
 /// `audit.archive:`
-#[derive(Debug, Clone, PartialEq, Deserialize, Validate)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct ArchiveConfig {
     /// A local directory (a path, or `file:///...`) or `s3://bucket/prefix`.

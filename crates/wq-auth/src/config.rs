@@ -140,7 +140,7 @@ pub const SUBJECT_CLAIMS: &[&str] = &[
 ];
 
 /// `auth:`
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
     /// Settings shared by every JWT issuer.
@@ -157,7 +157,7 @@ pub struct AuthConfig {
 }
 
 /// `auth.jwt:`
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct JwtConfig {
     /// Clock skew accepted on `exp`, `nbf` and `iat`, 0 to 600
@@ -186,7 +186,7 @@ impl Default for JwtConfig {
 }
 
 /// `auth.openshift:`
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OpenShiftConfig {
     /// Base URL of the OpenShift API (`https://api.cluster:6443`); https,
@@ -235,7 +235,7 @@ fn default_openshift_lookup_wait_milliseconds() -> u64 {
 }
 
 /// `auth.oauth_proxy:`
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OAuthProxyConfig {
     /// Accept `X-Forwarded-Access-Token` on `/me` (default false). Only turn
@@ -244,7 +244,7 @@ pub struct OAuthProxyConfig {
 }
 
 /// One entry of `auth.static_tokens:`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StaticTokenConfig {
     /// Unique name, shown in logs.
@@ -275,7 +275,7 @@ impl StaticTokenConfig {
 }
 
 /// One entry of `auth.rules:`: EITHER `groups` OR `issuer` + `claims`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
     /// Unique name, recorded with the caller identity.

@@ -41,7 +41,7 @@ impl ForgeKind {
 }
 
 /// All configured forges, by the name callers use in submissions.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize)]
 #[serde(transparent)]
 pub struct ForgesConfig {
     pub instances: BTreeMap<String, ForgeConfig>,
@@ -51,7 +51,7 @@ pub struct ForgesConfig {
 /// file names (`token_env`, `webhook_secret_env`); `token` and
 /// `webhook_secret` exist for tests and the demo, which build the config in
 /// code. `Debug` shows neither secret (`Some("<redacted>")`).
-#[derive(Clone, PartialEq, Deserialize)]
+#[derive(Clone, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ForgeConfig {
     pub kind: ForgeKind,

@@ -58,7 +58,7 @@ pub const JOB_STATUSES: &[&str] = &[
 ///       messages: [OOMKilled, "/^Killed$/"]
 ///       tail_lines: 100
 /// ```
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HerderConfig {
     /// The matcher tree. When absent the default set
@@ -69,7 +69,7 @@ pub struct HerderConfig {
 
 /// One matcher as written. Every field is optional; the crate docs give the
 /// semantics and which fields children inherit.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MatcherConfig {
     /// Unique across the whole tree; the verdict names the matcher by it.
@@ -105,7 +105,8 @@ pub struct MatcherConfig {
 
 /// A string or a list of strings (`job_name: test` or `job_name: [a, b]`).
 /// Plain numbers and booleans are taken as their text.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(transparent)]
 pub struct StringList(pub Vec<String>);
 
 impl StringList {
@@ -241,6 +242,19 @@ impl ConfigNumber {
                 .filter(|value| (min..=max).contains(value))
                 .ok_or_else(refuse),
             ConfigNumber::Float(_) | ConfigNumber::Text(_) => Err(refuse()),
+        }
+    }
+}
+
+impl serde::Serialize for ConfigNumber {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ConfigNumber::Integer(value) => match i64::try_from(*value) {
+                Ok(value) => serializer.serialize_i64(value),
+                Err(_) => serializer.serialize_str(&value.to_string()),
+            },
+            ConfigNumber::Float(value) => serializer.serialize_f64(*value),
+            ConfigNumber::Text(value) => serializer.serialize_str(value),
         }
     }
 }

@@ -28,7 +28,7 @@ pub const DEFAULT_MAX_MESSAGES: i32 = 10;
 pub const DEFAULT_VISIBILITY_TIMEOUT_SECONDS: u64 = 60;
 
 /// How a queued delivery's origin is established.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum QueueTrust {
     /// Each message carries the forge's token or signature header (as a
@@ -41,7 +41,7 @@ pub enum QueueTrust {
 }
 
 /// `events.sqs:`
-#[derive(Debug, Clone, PartialEq, Deserialize, Validate)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize, Validate)]
 #[serde(deny_unknown_fields)]
 pub struct SqsConfig {
     /// The queue's URL.

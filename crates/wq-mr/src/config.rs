@@ -6,7 +6,7 @@ use wq_forge::MergeMethod;
 use crate::spec::{ConfigErrors, FieldError, SubmissionConfig, SubmissionRules};
 
 /// Settings of the `mr` type. Every field has a default.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MrConfig {
     /// What a submission may contain.
@@ -61,7 +61,7 @@ pub struct MrConfig {
 }
 
 /// One entry of `mr.review_overrides`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReviewOverride {
     /// A configured forge's name.
