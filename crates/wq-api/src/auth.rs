@@ -188,7 +188,7 @@ pub fn command_permissions(types: &TypeRegistry) -> Vec<Permission> {
         .names()
         .filter_map(|name| types.get(name))
         .flat_map(|item_type| item_type.commands())
-        .map(|spec| spec.permission)
+        .flat_map(|spec| std::iter::once(spec.permission).chain(spec.owner_permission))
         .collect();
     let permissions: Vec<Permission> = Permission::ALL
         .into_iter()
@@ -257,14 +257,17 @@ mod tests {
             CommandSpec {
                 name: "merge",
                 permission: Permission::Merge,
+                owner_permission: None,
             },
             CommandSpec {
                 name: "retry-merge",
                 permission: Permission::Retry,
+                owner_permission: None,
             },
             CommandSpec {
                 name: "again",
                 permission: Permission::Retry,
+                owner_permission: None,
             },
         ]);
         assert_eq!(

@@ -133,6 +133,10 @@ pub struct CommandSpec {
     pub name: &'static str,
     /// The permission a caller needs on the item's scope.
     pub permission: Permission,
+    /// The permission that is enough, on the item's scope, for the item's
+    /// submitter (its owner: the caller identity it was submitted with);
+    /// `None`: the submitter too needs `permission`.
+    pub owner_permission: Option<Permission>,
 }
 
 /// A command's answer.

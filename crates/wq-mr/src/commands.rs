@@ -1,5 +1,7 @@
 //! Item commands (`POST /api/v1/work-items/{id}/{command}`): a person's
-//! manual merge and the explicit retry of a failed automatic merge attempt.
+//! manual merge, the explicit retry of a failed automatic merge attempt,
+//! and `cancel`: stop managing the item and close its change request with
+//! a note.
 
 use wq_core::{CommandReply, FieldError, ItemId, Phase, RequestError};
 
@@ -47,6 +49,62 @@ impl ManualMerge {
                 ),
             }
         })
+    }
+}
+
+/// The event `cancel` stores; the item's loop applies it (`needs_cancel`)
+/// and runs the `cancel_mr` executor before anything else.
+pub const CANCEL_EVENT: &str = "mr.cancel";
+
+/// Longest `reason` a cancel takes, in characters.
+pub const MAX_CANCEL_REASON_CHARS: usize = 500;
+
+/// The body of `POST /api/v1/work-items/{id}/cancel`; optional.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelRequest {
+    /// Shown in the status note and the item's `error`.
+    reason: Option<String>,
+}
+
+impl CancelRequest {
+    fn parse(body: serde_json::Value) -> Result<Self, RequestError> {
+        let invalid = |field: &str, message: &str| {
+            RequestError::Invalid(vec![FieldError::new(field, message)])
+        };
+        if body.is_null() {
+            return Ok(Self::default());
+        }
+        if !body.is_object() {
+            return Err(invalid("body", "must be a JSON object"));
+        }
+        let request: Self =
+            serde_path_to_error::deserialize(body).map_err(|error| {
+                match error.path().iter().next() {
+                    Some(serde_path_to_error::Segment::Map { key }) if key == "reason" => {
+                        invalid("reason", "must be a string")
+                    }
+                    Some(serde_path_to_error::Segment::Map { key }) => {
+                        invalid(key, "unknown field (known: reason)")
+                    }
+                    _ => invalid("body", "must be a JSON object"),
+                }
+            })?;
+        if let Some(reason) = &request.reason
+            && (reason.trim().is_empty()
+                || reason.chars().count() > MAX_CANCEL_REASON_CHARS
+                || reason.chars().any(char::is_control)
+                || crate::spec::check_format_characters(reason).is_err())
+        {
+            return Err(invalid(
+                "reason",
+                &format!(
+                    "must be one line of 1 to {MAX_CANCEL_REASON_CHARS} characters, without \
+                     control or format characters"
+                ),
+            ));
+        }
+        Ok(request)
     }
 }
 
@@ -146,6 +204,74 @@ impl MrType {
             body: serde_json::json!({ "status": outcome.as_str() }),
             // The stored event is for the item to read now.
             wake: recorded,
+        })
+    }
+
+    /// `POST /api/v1/work-items/{id}/cancel`: stop managing the item. The
+    /// request is stored as an event (with the caller in the audit trail)
+    /// and the item's loop carries it out before anything else: the status
+    /// note says who cancelled it and why, the change request is closed,
+    /// the phase becomes `cancelled` (202). An item already cancelled
+    /// answers 200 and changes nothing; a completed or failed one is a 409.
+    /// A merge the forge is already carrying out may still win: the item
+    /// then completes.
+    pub(crate) async fn cancel(
+        &self,
+        id: ItemId,
+        body: serde_json::Value,
+        caller_identity: &str,
+    ) -> Result<CommandReply, RequestError> {
+        let request = CancelRequest::parse(body)?;
+        let item = self
+            .items
+            .item_get(id)
+            .await
+            .map_err(RequestError::from)?
+            .ok_or_else(|| RequestError::NotFound(format!("work item {id} not found")))?;
+        match item.phase {
+            Phase::Cancelled => {
+                return Ok(CommandReply {
+                    status: wq_core::CommandStatus::Done,
+                    body: serde_json::json!({
+                        "status": "cancelled",
+                        "message": "the item is already cancelled; nothing changed",
+                    }),
+                    wake: false,
+                });
+            }
+            Phase::Active => {}
+            phase => {
+                return Err(RequestError::Conflict(format!(
+                    "work item {id} is {}; only active items can be cancelled",
+                    phase.as_str()
+                )));
+            }
+        }
+        self.items
+            .event_insert(wq_store::NewEvent {
+                item_id: id,
+                event_type: CANCEL_EVENT.to_owned(),
+                body: serde_json::json!({ "caller": caller_identity, "reason": request.reason }),
+                now: self.clock.now(),
+                origin: Some(wq_store::EventOrigin {
+                    actor: caller_identity.to_owned(),
+                    delivery_id: None,
+                    raw: Some(
+                        serde_json::json!({ "command": "cancel", "reason": request.reason })
+                            .to_string(),
+                    ),
+                }),
+            })
+            .await
+            .map_err(RequestError::from)?;
+        tracing::info!(item = %id, caller = caller_identity, "cancel asked for");
+        Ok(CommandReply {
+            status: wq_core::CommandStatus::Accepted,
+            body: serde_json::json!({
+                "status": "accepted",
+                "message": "the item is being cancelled: its merge request is closed with a note",
+            }),
+            wake: true,
         })
     }
 

@@ -3,12 +3,14 @@
 
 use wq_core::{ItemView, Phase};
 
-use crate::dims::{MrAction, NEEDS_CI_RETRY};
+use crate::dims::{MrAction, NEEDS_CANCEL, NEEDS_CI_RETRY};
 
-/// The next action: `ensure_mr` → `check_empty_diff` →
+/// The next action: `cancel_mr` → `ensure_mr` → `check_empty_diff` →
 /// `post_dashboard_note` → `retry_ci_jobs` → `reconcile_mr`. Pure; called
-/// only by the loop. `needs_ci_retry` is the one row whose absence means
-/// nothing to do: it exists once a failed job was reported.
+/// only by the loop. `needs_cancel` and `needs_ci_retry` are the rows whose
+/// absence means nothing to do: they exist once a caller asked for the
+/// cancel, or a failed job was reported. A cancel asked for goes before
+/// everything else: no push, merge or retry runs after it.
 pub fn decide(view: &ItemView) -> Option<MrAction> {
     if view.item.phase != Phase::Active {
         return None;
@@ -16,7 +18,7 @@ pub fn decide(view: &ItemView) -> Option<MrAction> {
     MrAction::ALL
         .into_iter()
         .find(|action| match action.dimension() {
-            NEEDS_CI_RETRY => view.needs_present(NEEDS_CI_RETRY, ""),
+            dimension @ (NEEDS_CI_RETRY | NEEDS_CANCEL) => view.needs_present(dimension, ""),
             dimension => view.needs(dimension),
         })
 }
@@ -145,6 +147,26 @@ mod tests {
                     (NEEDS_RECONCILE, true, None),
                 ],
                 Some(MrAction::EnsureMr),
+            ),
+            // A cancel asked for goes before everything, a content update
+            // and a due merge included; done, it asks for nothing.
+            (
+                &[
+                    (NEEDS_CANCEL, true, None),
+                    (NEEDS_MR, true, None),
+                    (NEEDS_RECONCILE, true, None),
+                ],
+                Some(MrAction::CancelMr),
+            ),
+            (
+                &[
+                    (NEEDS_CANCEL, false, None),
+                    (NEEDS_MR, false, None),
+                    (NEEDS_EMPTY_CHECK, true, LATER),
+                    (NEEDS_DASHBOARD, false, None),
+                    (NEEDS_RECONCILE, true, LATER),
+                ],
+                None,
             ),
         ];
         for (rows, expected) in cases {

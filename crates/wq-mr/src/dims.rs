@@ -12,10 +12,14 @@ pub const NEEDS_DASHBOARD: &str = "needs_dashboard";
 pub const NEEDS_RECONCILE: &str = "needs_reconcile";
 /// Failed CI jobs to judge and retry (DDR-47); absent means none.
 pub const NEEDS_CI_RETRY: &str = "needs_ci_retry";
+/// A caller asked to stop managing the item (`cancel`); absent means none.
+/// Its detail says who and why.
+pub const NEEDS_CANCEL: &str = "needs_cancel";
 
 /// An action of the `mr` type; one executor each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MrAction {
+    CancelMr,
     EnsureMr,
     CheckEmptyDiff,
     PostDashboardNote,
@@ -25,7 +29,8 @@ pub enum MrAction {
 
 impl MrAction {
     /// Every action, in the decider's priority order.
-    pub const ALL: [MrAction; 5] = [
+    pub const ALL: [MrAction; 6] = [
+        Self::CancelMr,
         Self::EnsureMr,
         Self::CheckEmptyDiff,
         Self::PostDashboardNote,
@@ -35,6 +40,7 @@ impl MrAction {
 
     pub const fn as_str(self) -> &'static str {
         match self {
+            Self::CancelMr => "cancel_mr",
             Self::EnsureMr => "ensure_mr",
             Self::CheckEmptyDiff => "check_empty_diff",
             Self::PostDashboardNote => "post_dashboard_note",
@@ -46,6 +52,7 @@ impl MrAction {
     /// The `needs_*` dimension that asks for this action.
     pub const fn dimension(self) -> &'static str {
         match self {
+            Self::CancelMr => NEEDS_CANCEL,
             Self::EnsureMr => NEEDS_MR,
             Self::CheckEmptyDiff => NEEDS_EMPTY_CHECK,
             Self::PostDashboardNote => NEEDS_DASHBOARD,

@@ -13,8 +13,8 @@ use wq_forge::ForgeEvent;
 
 use crate::MrType;
 use crate::ci_retry::{ReportedJob, on_job};
-use crate::commands::MANUAL_MERGE_EVENT;
-use crate::dims::NEEDS_RECONCILE;
+use crate::commands::{CANCEL_EVENT, MANUAL_MERGE_EVENT};
+use crate::dims::{NEEDS_CANCEL, NEEDS_RECONCILE};
 use crate::errors::store_error;
 use crate::queue_sync::QUEUE_OBSERVED_EVENT;
 use crate::store::{RETRY_MERGE_EVENT, SUBMISSION_EVENT, submission_dimensions};
@@ -37,6 +37,13 @@ pub(crate) async fn handle(
             Ok(result)
         }
         RETRY_MERGE_EVENT | MANUAL_MERGE_EVENT | QUEUE_OBSERVED_EVENT => Ok(reconcile()),
+        // Asked once or several times, the same row: one cancel runs.
+        CANCEL_EVENT => Ok(EventResult::ignored().with_dimension(
+            DimensionUpdate::new(NEEDS_CANCEL, true).detail(serde_json::json!({
+                "by": event.body["caller"],
+                "reason": event.body["reason"],
+            })),
+        )),
         WEBHOOK_EVENT => {
             let Ok(forge_event) = serde_json::from_value::<ForgeEvent>(event.body["event"].clone())
             else {

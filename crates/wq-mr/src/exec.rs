@@ -13,7 +13,7 @@ use wq_forge::{
 };
 
 use crate::dashboard::{self, StatusNote};
-use crate::dims::{NEEDS_DASHBOARD, NEEDS_EMPTY_CHECK, NEEDS_MR, NEEDS_RECONCILE};
+use crate::dims::{NEEDS_CANCEL, NEEDS_DASHBOARD, NEEDS_EMPTY_CHECK, NEEDS_MR, NEEDS_RECONCILE};
 use crate::errors::{forge_failure, store_error};
 use crate::merge::{ReviewRule, resolve_queue, signature, unmet_gates};
 use crate::store::{MergeResult, MrDetails, Observation, RecordedChange};
@@ -517,6 +517,66 @@ impl Run<'_> {
             .await
             .map_err(|e| forge_failure("closing the merge request", e))?;
         Ok(())
+    }
+
+    /// A caller's `cancel` ([`crate::commands`]): the status note says who
+    /// cancelled the item and why, then the change request is closed and
+    /// the item cancelled; workqueue stops managing it. Run again after a
+    /// crash, it finds the note by its marker (same text: not written
+    /// again) and the change request it closed, and only records the end.
+    /// One that merged first completes the item instead; one workqueue did
+    /// not open is left alone. Nothing runs after it: the decider puts it
+    /// first, and a cancelled item has nothing left to decide.
+    pub(crate) async fn cancel_mr(&self) -> Result<ExecOutcome, ExecError> {
+        let asked = self
+            .view
+            .dimension(NEEDS_CANCEL, "")
+            .map(|row| row.detail.clone())
+            .unwrap_or_default();
+        let by = asked["by"].as_str().unwrap_or("a caller");
+        let reason = match asked["reason"].as_str() {
+            Some(reason) => format!("cancelled by {by}: {reason}"),
+            None => format!("cancelled by {by}"),
+        };
+        let cancelled = ExecOutcome::done()
+            .with_phase(Phase::Cancelled, Some(reason))
+            .with_dimension(DimensionUpdate::new(NEEDS_CANCEL, false))
+            .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, false));
+        let open = match self.open_change().await? {
+            Existing::None => return Ok(cancelled),
+            Existing::Ended(change) if change.state == ChangeState::Merged => {
+                tracing::info!(item = %self.view.item.id, number = change.number, "cancel asked for a merged merge request: completed");
+                return Ok(self
+                    .merged(&change)
+                    .await?
+                    .with_dimension(DimensionUpdate::new(NEEDS_CANCEL, false)));
+            }
+            // Closed: by this executor before a crash, or by a person.
+            Existing::Ended(_) => return Ok(cancelled),
+            Existing::Locked => {
+                // Being merged right now: look again shortly.
+                return Err(ExecError::transient(
+                    "the merge request is being merged (locked); the cancel waits for its end",
+                ));
+            }
+            Existing::Open(open) => open,
+        };
+        if !open.ours {
+            tracing::info!(item = %self.view.item.id, number = open.change.number, "cancel: the open merge request is not workqueue's; left open");
+            return Ok(cancelled);
+        }
+        let number = open.change.number;
+        let next = dashboard::projected(self.view, &cancelled);
+        let note = StatusNote::of(
+            &self.mr.config.public_url,
+            &next,
+            self.details,
+            self.person_review(),
+        );
+        self.write_note(number, &note).await?;
+        self.close(number).await?;
+        tracing::info!(item = %self.view.item.id, number, "cancelled: the merge request was closed");
+        Ok(cancelled)
     }
 
     /// Periodic (DDR-43, DDR-48): an MR whose target already contains its

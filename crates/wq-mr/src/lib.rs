@@ -585,10 +585,19 @@ impl ItemType for MrType {
             CommandSpec {
                 name: "retry-merge",
                 permission: wq_core::Permission::Retry,
+                owner_permission: None,
             },
             CommandSpec {
                 name: "merge",
                 permission: wq_core::Permission::Merge,
+                owner_permission: None,
+            },
+            // An admin, or the item's submitter with `submit` (which it
+            // was submitted with).
+            CommandSpec {
+                name: "cancel",
+                permission: wq_core::Permission::Admin,
+                owner_permission: Some(wq_core::Permission::Submit),
             },
         ]
     }
@@ -603,6 +612,7 @@ impl ItemType for MrType {
         match command {
             "retry-merge" => self.retry_merge(id).await,
             "merge" => self.manual_merge(id, body, caller_identity).await,
+            "cancel" => self.cancel(id, body, caller_identity).await,
             other => Err(RequestError::NotFound(format!(
                 "item type mr has no command {other:?}"
             ))),

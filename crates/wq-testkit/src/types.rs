@@ -339,10 +339,12 @@ impl ItemType for ProbeType {
             CommandSpec {
                 name: PROBE_COMMAND,
                 permission: Permission::Retry,
+                owner_permission: None,
             },
             CommandSpec {
                 name: PANIC_COMMAND,
                 permission: Permission::Retry,
+                owner_permission: None,
             },
         ]
     }

@@ -777,6 +777,9 @@ pub enum CrashAt {
     AfterMergeCall,
     /// After the forge accepted the first push, before its head is recorded.
     AfterPush,
+    /// After the forge closed the change request, before anything else is
+    /// recorded.
+    AfterClose,
 }
 
 /// A [`CrashAt`] that happens once, the first time the process gets there.
@@ -869,7 +872,16 @@ impl Forge for Intercept {
         number: u64,
         update: &wq_forge::ChangeUpdate<'_>,
     ) -> wq_forge::ForgeResult<wq_forge::ChangeRequest> {
-        self.inner.update_change(project, number, update).await
+        let updated = self.inner.update_change(project, number, update).await;
+        if update.open == Some(false)
+            && self
+                .crash
+                .as_ref()
+                .is_some_and(|crash| crash.fire_at(CrashAt::AfterClose))
+        {
+            panic!("the process dies after the forge closed the change request: {updated:?}");
+        }
+        updated
     }
     async fn get_change(
         &self,

@@ -478,7 +478,9 @@ pub async fn submit(
 
 /// `POST /api/v1/work-items/{id}/{command}`: a command the item's type
 /// offers (e.g. `retry-merge`), for callers granted the permission the
-/// command names on the item's scope. A caller granted none of the
+/// command names on the item's scope, or, for the item's submitter, the
+/// command's `owner_permission` when it names one (`cancel`: `admin`, or
+/// `submit` for the submitter). A caller granted none of the
 /// permissions any command needs is refused before the item or the command
 /// is looked up.
 pub async fn command(
@@ -510,7 +512,19 @@ pub async fn command(
         .iter()
         .find(|spec| spec.name == command)
         .ok_or_else(no_such_command)?;
-    let caller_identity = caller.authorize(spec.permission, &scope.scope())?;
+    // The submitter may need less than others (`owner_permission`).
+    let caller_identity = match spec.owner_permission {
+        Some(owner_permission)
+            if caller
+                .principal()
+                .authorize(spec.permission, &scope.scope())
+                .is_err()
+                && is_owner(caller.principal(), &item) =>
+        {
+            caller.authorize(owner_permission, &scope.scope())?
+        }
+        _ => caller.authorize(spec.permission, &scope.scope())?,
+    };
     // An optional JSON body; commands without parameters take none.
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         serde_json::Value::Null
