@@ -1,5 +1,6 @@
 //! The command line (clap derive): `serve`, `migrate`, `config check`,
-//! `items list|show|retry`, `token new`, and `demo` in a build with the
+//! `items list|show|submit|retry|merge|retry-merge|cancel|audit`, `token
+//! new`, `audit verify`, `completions`, and `demo` in a build with the
 //! `demo` feature (the default).
 
 use std::path::PathBuf;
@@ -45,6 +46,12 @@ pub enum Command {
     /// Check the audit trail in the configured database.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Print a completion script for SHELL on stdout (e.g. `workqueue
+    /// completions bash > /etc/bash_completion.d/workqueue`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Run the whole service with no setup: SQLite, a simulated GitLab and
     /// GitHub in the same process, a few submitted changes followed to their
     /// end.
@@ -113,6 +120,24 @@ pub enum TokenCommand {
     },
 }
 
+/// `items merge --method`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MergeMethodArg {
+    Merge,
+    Squash,
+    Rebase,
+}
+
+impl MergeMethodArg {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Merge => "merge",
+            Self::Squash => "squash",
+            Self::Rebase => "rebase",
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct ItemsArgs {
     /// Base URL of the workqueue API.
@@ -148,10 +173,44 @@ pub enum ItemsCommand {
         #[arg(long)]
         before: Option<ItemId>,
     },
-    /// Show one item with its dimensions.
+    /// Show one item: its fields, its merge request, the gates, the merge
+    /// queue entry, the merge journal and its dimensions.
     Show { id: ItemId },
+    /// Submit a change: FILE (or `-` for stdin) holds the body of `POST
+    /// /api/v1/work-items`, as JSON or YAML.
+    Submit {
+        file: String,
+        /// Then follow the item until it ends (progress on a terminal);
+        /// exits with 1 unless it completed.
+        #[arg(long)]
+        wait: bool,
+    },
     /// Make a failed or cancelled item active again.
     Retry { id: ItemId },
+    /// Merge the item's merge request now (needs `merge`), bypassing
+    /// workqueue's gates but not the forge's.
+    Merge {
+        id: ItemId,
+        /// How to merge; the configured or the project's method without it.
+        #[arg(long, value_enum)]
+        method: Option<MergeMethodArg>,
+        /// The forge merges only this head (a full commit SHA).
+        #[arg(long)]
+        expected_head: Option<String>,
+    },
+    /// Allow one more automatic merge evaluation after a failed attempt.
+    RetryMerge { id: ItemId },
+    /// Stop managing the item and close its merge request with a note
+    /// (`admin`, or the item's submitter).
+    Cancel {
+        id: ItemId,
+        /// Shown in the note and the item's error.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Then wait until the item is cancelled (progress on a terminal).
+        #[arg(long)]
+        wait: bool,
+    },
     /// The item's audit trail: who asked for what, what was written to the
     /// forge and what it answered.
     Audit { id: ItemId },

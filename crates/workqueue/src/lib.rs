@@ -9,6 +9,7 @@ pub mod config;
 pub mod demo;
 pub mod items;
 pub mod logging;
+pub mod progress;
 pub mod serve;
 pub mod token;
 pub mod types;

@@ -63,7 +63,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             log_overrides(&overrides);
             runtime()?.block_on(async {
                 let store = app::open_store(&config).await?;
-                match store.audit_verify().await? {
+                let progress =
+                    workqueue::progress::Progress::spinner("walking the audit hash chains");
+                let verified = store.audit_verify().await;
+                progress.finish();
+                match verified? {
                     (checked, None) => {
                         println!("ok: {checked} audit records, every chain intact");
                         Ok(())
@@ -86,6 +90,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // The demo prints its own progress; logs only for trouble.
             logging::init_with_default(cli.log_format, "warn");
             runtime()?.block_on(demo::run(args))
+        }
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "workqueue", &mut std::io::stdout());
+            Ok(())
         }
         Command::Token(TokenCommand::New { name }) => {
             print!("{}", token::new_token_text(&name)?);

@@ -396,6 +396,29 @@ impl Server {
         workqueue(&all)
     }
 
+    /// `workqueue items --url URL --token TOKEN ARGS...` with `input` on
+    /// stdin.
+    fn items_stdin(&self, token: &str, args: &[&str], input: &str) -> Output {
+        use std::io::Write as _;
+        let mut child = Command::new(BINARY)
+            .args(["items", "--url", &self.url, "--token", token])
+            .args(args)
+            .env_remove("WORKQUEUE_URL")
+            .env_remove("WORKQUEUE_TOKEN")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run the workqueue binary");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write stdin");
+        child.wait_with_output().expect("wait for the client")
+    }
+
     /// The same with `--token TOKEN`.
     fn items_as(&self, token: &str, args: &[&str]) -> Output {
         let mut all = vec!["--token", token];
@@ -1178,26 +1201,20 @@ fn serve_processes_every_type_unless_api_only() {
             sim_sections(&sim)
         ),
     );
-    let submit = |server: &Server, body: &serde_json::Value| -> String {
-        runtime.block_on(async {
-            let response = reqwest::Client::new()
-                .post(format!("{}/api/v1/work-items", server.url))
-                .bearer_auth(&token)
-                .json(body)
-                .send()
-                .await
-                .expect("submit");
-            assert_eq!(response.status().as_u16(), 201);
-            let reply: serde_json::Value = response.json().await.expect("reply");
-            reply["item"]["id"].as_str().expect("id").to_owned()
-        })
-    };
-
     // API only: the submission is stored and the engine declines it.
     let mut env = SIM_ENV.to_vec();
     env.push(("RUST_LOG", "info,wq_engine=debug"));
     let api_only = Server::start_with(&["--config", &config, "--api-only"], &env);
-    let id = submit(&api_only, &sim_change("wq/waits"));
+    let file = write(&dir, "change.json", &sim_change("wq/waits").to_string());
+    let output = api_only.items_as(&token, &["submit", &file]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let said = stdout_of(&output);
+    let id = said
+        .strip_prefix("created ")
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(id, _)| id.to_owned())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert_eq!(said, format!("created {id}: mr item, phase active\n"));
     api_only.wait_log("the declined claim", |event| {
         event["id"] == id.as_str()
             && event["message"] == "not claimed: this replica handles no item type"
@@ -1254,10 +1271,25 @@ fn serve_processes_every_type_unless_api_only() {
     server.wait_log("the waiting item completed", |event| {
         reached(event, &id, "completed")
     });
-    let second = submit(&server, &sim_change("wq/second"));
-    server.wait_log("the second item completed", |event| {
-        reached(event, &second, "completed")
-    });
+    // From stdin, as YAML, followed to its end: the client exits once the
+    // item completed, and off a terminal it draws no progress.
+    let yaml = "item_type: mr\nforge: gitlab\nproject: team/app\nsource_branch: wq/second\n\
+                target_branch: main\ntitle: Second\nfile_actions:\n  - action: create\n    \
+                file_path: src/second.rs\n    content: \"pub fn g() {}\\n\"\n";
+    let output = server.items_stdin(&token, &["submit", "-", "--wait"], yaml);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let shown = stdout_of(&output);
+    assert!(shown.contains("phase:           completed\n"), "{shown}");
+    let second = shown
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix("id:"))
+        .map(|id| id.trim().to_owned())
+        .expect("the item's id");
+    assert_eq!(
+        stderr_of(&output),
+        format!("created {second}: mr item, phase active\n")
+    );
     for id in [&id, &second] {
         let item = show_json(&server, &token, id);
         assert_eq!(item["phase"], "completed", "{item:#}");
@@ -1276,4 +1308,191 @@ fn serve_processes_every_type_unless_api_only() {
         logs.join("\n")
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A manual change (no automatic merge) on the sim's `team/tools`.
+fn manual_change(branch: &str) -> String {
+    serde_json::json!({
+        "item_type": "mr", "forge": "gitlab", "project": "team/tools",
+        "source_branch": branch, "target_branch": "main",
+        "title": format!("Manual {branch}"), "description": "From the cli test.",
+        "file_actions": [{
+            "action": "create",
+            "file_path": format!("{}.txt", branch.replace('/', "_")),
+            "content": "x\n",
+        }],
+        "automation": {"auto_merge": false},
+    })
+    .to_string()
+}
+
+/// Issue 18, the CLI: `items submit`, `show` in text (the merge request,
+/// the gates, the queue entry, the journal), `merge` (a refused head,
+/// then a squash), `retry-merge` and `cancel --wait`, against `serve` and
+/// forge-sim.
+#[test]
+fn the_items_commands_merge_cancel_and_show_a_change() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let sim = runtime
+        .block_on(forge_sim::ForgeSim::start(forge_sim::SimConfig::default()))
+        .expect("forge-sim");
+    let project = sim
+        .gitlab_project("team/tools")
+        .require_pipeline_success(false)
+        .no_ci()
+        .create()
+        .expect("project");
+    sim.gitlab_push(project, "main", &[("README.md", Some("# tools\n"))], "init")
+        .expect("initial push");
+    let dir = temp_dir();
+    let database_url = format!("sqlite:{}", dir.join("wq.db").display());
+    let (token, entry) = new_token("cli-admin");
+    let config = write(
+        &dir,
+        "workqueue.yaml",
+        &format!(
+            "database:\n  url: \"{database_url}\"\nserver:\n  bind: \"127.0.0.1:0\"\n{}{}",
+            auth_section(&entry),
+            sim_sections(&sim)
+        ),
+    );
+    let server = Server::start_with_env(&config, SIM_ENV);
+    let submit = |branch: &str| -> String {
+        let file = write(
+            &dir,
+            &format!("{}.json", branch.replace('/', "_")),
+            &manual_change(branch),
+        );
+        let output = server.items_as(&token, &["submit", &file]);
+        assert!(output.status.success(), "{}", stderr_of(&output));
+        let said = stdout_of(&output);
+        let id = said
+            .strip_prefix("created ")
+            .and_then(|rest| rest.split_once(':'))
+            .map(|(id, _)| id.to_owned())
+            .unwrap_or_else(|| panic!("{said}"));
+        server.wait_log("the merge request created", |event| {
+            event["target"] == "audit"
+                && event["item_id"] == id.as_str()
+                && event["kind"] == "forge.change_created"
+        });
+        id
+    };
+
+    let merged = submit("wq/merged");
+    // No attempt yet: nothing to retry; a head that is not the MR's is
+    // refused by the forge, and nothing changes.
+    let output = server.items_as(&token, &["retry-merge", &merged]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr_of(&output),
+        "error: API error 409 (conflict): no merge attempt has been made; nothing to retry\n"
+    );
+    let output = server.items_as(
+        &token,
+        &["merge", &merged, "--expected-head", &"0".repeat(40)],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr_of(&output).contains("the forge did not merge"),
+        "{}",
+        stderr_of(&output)
+    );
+    let output = server.items_as(&token, &["merge", &merged, "--method", "bogus"]);
+    assert_eq!(output.status.code(), Some(2), "clap refuses the value");
+    assert!(stderr_of(&output).contains("possible values: merge, squash, rebase"));
+
+    // show, in text: the MR, the gates, no queue entry, no attempt yet.
+    let output = server.items_as(&token, &["show", &merged]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let text = stdout_of(&output);
+    for expected in [
+        "change:          gitlab team/tools wq/merged Manual wq/merged -> main\n",
+        "merge request:   1 http://",
+        "automation:      auto_merge false, ci_retry true, generation 1\n",
+        "gates:           ",
+        "merge queue:     not queued\n",
+        "merge journal:   no merge attempt yet\n",
+        "DIMENSION",
+        "needs_mr",
+    ] {
+        assert!(text.contains(expected), "{expected:?} in:\n{text}");
+    }
+
+    // merge: squashed by the forge; the item completes.
+    let output = server.items_as(&token, &["merge", &merged, "--method", "squash"]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    assert_eq!(stdout_of(&output), format!("{merged}: merged\n"));
+    server.wait_log("the merged item completed", |event| {
+        reached(event, &merged, "completed")
+    });
+    assert_eq!(
+        sim.gitlab_mr(project, 1).expect("the MR")["state"],
+        "merged"
+    );
+    let output = server.items_as(&token, &["show", &merged]);
+    let text = stdout_of(&output);
+    assert!(text.contains("phase:           completed\n"), "{text}");
+
+    // cancel --wait: the second change's MR is closed with a note.
+    let cancelled = submit("wq/cancelled");
+    let output = server.items_as(
+        &token,
+        &["cancel", &cancelled, "--reason", "not needed", "--wait"],
+    );
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    assert_eq!(
+        stdout_of(&output),
+        format!(
+            "{cancelled}: cancelled: cancelled by cli-admin (token cli-admin, rule admins): not needed\n"
+        )
+    );
+    assert_eq!(
+        stderr_of(&output),
+        format!(
+            "{cancelled}: the item is being cancelled: its merge request is closed with a note\n"
+        )
+    );
+    assert_eq!(
+        sim.gitlab_mr(project, 2).expect("the MR")["state"],
+        "closed"
+    );
+    let output = server.items_as(&token, &["cancel", &cancelled]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    assert_eq!(
+        stdout_of(&output),
+        format!("{cancelled}: the item is already cancelled; nothing changed\n")
+    );
+
+    let (status, logs) = server.terminate();
+    assert!(status.success(), "{}", logs.join("\n"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `workqueue completions SHELL` prints a script naming the subcommands.
+#[test]
+fn completions_name_the_subcommands() {
+    for shell in ["bash", "zsh", "fish"] {
+        let output = workqueue(&["completions", shell]);
+        assert!(output.status.success(), "{}", stderr_of(&output));
+        let script = stdout_of(&output);
+        for name in [
+            "serve",
+            "migrate",
+            "items",
+            "submit",
+            "retry-merge",
+            "cancel",
+            "completions",
+            "api-only",
+        ] {
+            assert!(script.contains(name), "{shell}: {name} missing");
+        }
+    }
+    let output = workqueue(&["completions", "tcsh"]);
+    assert_eq!(output.status.code(), Some(2));
 }
