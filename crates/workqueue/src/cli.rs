@@ -46,6 +46,12 @@ pub enum Command {
     /// Check the audit trail in the configured database.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Ask a running service whether it is alive: exits with 0 when URL
+    /// answers 2xx within 5 s, else 1 (the container's health check).
+    Health {
+        #[arg(long, default_value = "http://127.0.0.1:8080/healthz")]
+        url: String,
+    },
     /// Print a completion script for SHELL on stdout (e.g. `workqueue
     /// completions bash > /etc/bash_completion.d/workqueue`).
     Completions {

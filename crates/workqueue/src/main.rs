@@ -91,6 +91,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             logging::init_with_default(cli.log_format, "warn");
             runtime()?.block_on(demo::run(args))
         }
+        Command::Health { url } => runtime()?.block_on(async {
+            let client = reqwest::Client::builder()
+                .timeout(std::time::Duration::from_secs(5))
+                .redirect(reqwest::redirect::Policy::none())
+                .build()?;
+            let response = client
+                .get(&url)
+                .send()
+                .await
+                .map_err(|error| anyhow::anyhow!("{url}: {error}"))?;
+            let status = response.status();
+            if !status.is_success() {
+                anyhow::bail!("{url} answered {status}");
+            }
+            println!("ok: {url} answered {status}");
+            Ok(())
+        }),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut command, "workqueue", &mut std::io::stdout());

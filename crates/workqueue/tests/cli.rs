@@ -734,6 +734,13 @@ fn serve_without_rules_warns_refuses_the_api_and_answers_health() {
             .status()
     });
     assert_eq!(health.as_u16(), 200);
+    // The container's health check.
+    let output = workqueue(&["health", "--url", &format!("{}/healthz", server.url)]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    assert!(stdout_of(&output).starts_with("ok: "));
+    let output = workqueue(&["health", "--url", &format!("{}/nothing", server.url)]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr_of(&output).contains("404"), "{}", stderr_of(&output));
 
     let (status, logs) = server.terminate();
     assert!(status.success(), "{}", logs.join("\n"));
