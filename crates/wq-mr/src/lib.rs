@@ -8,14 +8,14 @@
 //! - [`decider`]: the next action (DDR-45, DDR-48).
 //! - `actions`: an action to its executor; the status note follows every
 //!   step's outcome.
-//! - `exec`: the executors `ensure_mr`, `check_empty_diff`,
+//! - `exec`: the executors `cancel_mr`, `ensure_mr`, `check_empty_diff`,
 //!   `post_dashboard_note`, `reconcile_mr` (DDR-15, DDR-43, DDR-46).
 //! - [`ci_retry`]: failed CI jobs judged by the herder and retried
 //!   (`retry_ci_jobs`, DDR-47).
 //! - `dashboard`: the status note's text, and when to edit it.
 //! - [`merge`]: readiness gates, signature and the merge-attempt journal.
 //! - `events`: the event handler (DDR-33, DDR-37, DDR-38).
-//! - `commands`: the `merge` and `retry-merge` item commands.
+//! - `commands`: the `merge`, `retry-merge` and `cancel` item commands.
 //! - `queue_sync`: the batched merge queue read ([`MrType::sync_queues`]),
 //!   the type's periodic task [`QUEUE_SYNC_TASK`].
 //! - [`webhook`]: the webhook receivers that resolve deliveries to items.
@@ -95,11 +95,13 @@
 //!
 //! # Dimensions and the decider
 //!
-//! In priority order (absent = needed, except `needs_ci_retry`, which exists
+//! In priority order (absent = needed, except `needs_cancel`, which exists
+//! once a caller asked for a cancel, and `needs_ci_retry`, which exists
 //! once a failed job was reported):
 //!
 //! | dimension | action | what it does |
 //! |---|---|---|
+//! | `needs_cancel` | `cancel_mr` | the `cancel` command (`admin`, or `submit` for the item's submitter) stored an `mr.cancel` event; applied, it asks for this before anything else, so no push, merge or retry follows. The status note is edited to say who cancelled it and why, the MR closed (only workqueue's; a merged one completes the item instead), the item cancelled. After a crash the note (same text) and the closed MR are found and not written again |
 //! | `needs_mr` | `ensure_mr` | reads the recorded MR first: merged → the item completes and content not yet on the forge becomes the next generation (below), closed → cancelled, never a second MR; else finds the open MR by source branch and checks it is workqueue's; when the content (or its target) is not the recorded head: checks the branch head is workqueue's (below), refuses a branch the forge protects, marks a push intent, commits the file actions (create the branch from the target, or force it), records the pushed head at once; compares target and source (`straight=true`: identical trees mean nothing to merge, DDR-43), creates the MR or converges it (title, description, target branch, labels incl. `managed-by::workqueue`: added, and only those workqueue applied earlier removed) |
 //! | `needs_empty_check` | `check_empty_diff` | every 30 min (`pending_until`): an MR whose target already has its changes is closed, the item cancelled with the reason |
 //! | `needs_dashboard` | `post_dashboard_note` | one status note, found again by a hidden marker *and* its author (the token's forge user, so a person's comment quoting the marker is never edited) after a crash; edited in place when its text changes: the state in one line, every gate met or not, the last merge attempt, the CI retry decisions (which job was retried by which matcher, which was not and why), the item's link. The detail keeps the note id, its text's hash and when it was written |
