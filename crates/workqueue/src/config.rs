@@ -418,12 +418,11 @@ impl Config {
         if overrides.is_empty() {
             return Ok((config, overrides));
         }
-        let mut tree: serde_json::Value = if is_blank_yaml(&text) {
-            serde_json::Value::Null
-        } else {
-            serde_saphyr::from_str(&text)
-                .with_context(|| format!("reading the {} as a tree", what()))?
-        };
+        // The overrides go over the file as it was read (typed, defaults
+        // filled in): a text value stays text (`managed_label: 1.10`), and
+        // any setting can be named, written in the file or not.
+        let mut tree =
+            serde_json::to_value(&config).context("writing the file's settings as a tree")?;
         overrides::apply(&mut tree, &overrides).map_err(env_errors)?;
         let merged = serde_saphyr::to_string(&tree).context("writing the merged configuration")?;
         let config = Config::parse(&merged).map_err(|errors| {
@@ -951,7 +950,8 @@ mod tests {
         std::fs::write(
             &path,
             "engine:\n  workers: 2\nforges:\n  gitlab:\n    kind: gitlab\n    \
-             url: https://gitlab.example.com\n    token_env: GITLAB_TOKEN\n",
+             url: https://gitlab.example.com\n    token_env: GITLAB_TOKEN\n\
+             audit:\n  archive:\n    url: 1.10\n",
         )
         .unwrap();
         let (config, overrides) = Config::load_with_vars(
@@ -987,6 +987,10 @@ mod tests {
         assert_eq!(config.mr.review_overrides.len(), 1);
         assert!(!config.mr.review_overrides[0].require_review);
         assert_eq!(config.engine.lease_seconds, DEFAULT_LEASE_SECONDS);
+        assert_eq!(
+            config.audit.archive.url, "1.10",
+            "the file's text stays text"
+        );
 
         // Without a file, and without variables.
         let (config, _) =

@@ -1,9 +1,9 @@
 //! Environment variables that override settings of the file:
 //! `WORKQUEUE__SECTION__KEY=value`, nested with `__` (`WORKQUEUE__ENGINE__WORKERS=4`,
 //! `WORKQUEUE__FORGES__GITLAB__URL=https://gitlab.example.com`). The file
-//! is read first; each variable then replaces (or adds) the one value its
-//! path names, so the environment wins over the file, and the result is
-//! validated as a whole, like a file.
+//! is read first (defaults filled in); each variable then replaces (or
+//! adds) the one value its path names, so the environment wins over the
+//! file, and the result is validated as a whole, like a file.
 //!
 //! - Names are case-insensitive: every segment is lowercased, so it names
 //!   a config key (or a map key such as a forge's name) written in lower
@@ -118,7 +118,7 @@ fn parse_value(raw: &str) -> Result<Value, String> {
     })
 }
 
-/// Sets every override in `tree` (the file as a value), in order; an error
+/// Sets every override in `tree` (the file's settings as a value), in order; an error
 /// names the variable whose path crosses a value that is not a map.
 pub fn apply(tree: &mut Value, overrides: &[EnvOverride]) -> Result<(), Vec<String>> {
     let mut errors = Vec::new();
@@ -142,7 +142,7 @@ fn set(tree: &mut Value, path: &[String], value: Value) -> Result<(), String> {
     for (depth, segment) in path.iter().enumerate() {
         let Value::Object(map) = node else {
             return Err(format!(
-                "{} is not a map in the file, so it has no key {segment:?}",
+                "{} is not a map, so it has no key {segment:?}",
                 path[..depth].join(".")
             ));
         };
@@ -285,9 +285,7 @@ mod tests {
         let crossing = from_vars(vars(&[("WORKQUEUE__SERVER__BIND", "x")])).unwrap();
         assert_eq!(
             apply(&mut tree, &crossing).unwrap_err(),
-            vec![
-                "WORKQUEUE__SERVER__BIND: server is not a map in the file, so it has no key \"bind\""
-            ]
+            vec!["WORKQUEUE__SERVER__BIND: server is not a map, so it has no key \"bind\""]
         );
     }
 
