@@ -278,7 +278,7 @@ fn state_summary(detail: &ItemDetail) -> String {
         return format!("phase {}", detail.item.phase);
     };
     let Some(number) = mr["mr"]["number"].as_u64() else {
-        return "creating the merge request".to_owned();
+        return "no merge request yet".to_owned();
     };
     let unmet = unmet_gates(detail);
     match unmet {

@@ -1503,3 +1503,89 @@ fn completions_name_the_subcommands() {
     let output = workqueue(&["completions", "tcsh"]);
     assert_eq!(output.status.code(), Some(2));
 }
+
+/// `--wait` draws its spinner on a terminal (here the pseudo-terminal of
+/// util-linux `script`): an item submitted to an API-only replica waits,
+/// and the spinner says so until the client is stopped. (Off a terminal it
+/// draws nothing: `serve_processes_every_type_unless_api_only`.)
+#[test]
+fn progress_is_drawn_on_a_terminal_only() {
+    use std::io::Read as _;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let sim = runtime
+        .block_on(forge_sim::ForgeSim::start(forge_sim::SimConfig::default()))
+        .expect("forge-sim");
+    sim_project(&sim);
+    let dir = temp_dir();
+    let database_url = format!("sqlite:{}", dir.join("wq.db").display());
+    let (token, entry) = new_token("cli-admin");
+    let config = write(
+        &dir,
+        "workqueue.yaml",
+        &format!(
+            "database:\n  url: \"{database_url}\"\nserver:\n  bind: \"127.0.0.1:0\"\n\
+             engine:\n  handled_types: []\n{}{}",
+            auth_section(&entry),
+            sim_sections(&sim)
+        ),
+    );
+    let server = Server::start_with_env(&config, SIM_ENV);
+    let file = write(&dir, "change.json", &sim_change("wq/spinner").to_string());
+    let command = format!(
+        "{BINARY} items --url {} --token {token} submit {file} --wait",
+        server.url
+    );
+    let mut terminal = Command::new("script")
+        .args(["--quiet", "--return", "--command", &command, "/dev/null"])
+        .env_remove("WORKQUEUE_URL")
+        .env_remove("WORKQUEUE_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("util-linux script");
+    let mut screen = terminal.stdout.take().expect("piped stdout");
+    let (seen_tx, seen) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        let mut shown = String::new();
+        let mut buffer = [0_u8; 4096];
+        while let Ok(read) = screen.read(&mut buffer) {
+            if read == 0 {
+                break;
+            }
+            shown.push_str(&String::from_utf8_lossy(&buffer[..read]));
+            let _ = seen_tx.send(shown.clone());
+        }
+    });
+    // The spinner's line: the elapsed time and what the item waits for.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut last = String::new();
+    let shown = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match seen.recv_timeout(left) {
+            Ok(shown) if shown.contains(" [0s] ") && shown.contains(": no merge request yet") => {
+                break shown;
+            }
+            Ok(shown) => last = shown,
+            Err(_) => {
+                let _ = terminal.kill();
+                let tail: String = last
+                    .chars()
+                    .skip(last.chars().count().saturating_sub(500))
+                    .collect();
+                panic!("no spinner on the terminal; it showed, last: {tail:?}");
+            }
+        }
+    };
+    assert!(shown.contains("created "), "{shown}");
+    let _ = terminal.kill();
+    let _ = terminal.wait();
+    let (status, logs) = server.terminate();
+    assert!(status.success(), "{}", logs.join("\n"));
+    std::fs::remove_dir_all(&dir).ok();
+}

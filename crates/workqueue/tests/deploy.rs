@@ -298,6 +298,26 @@ fn the_configmap_config_passes_config_check_with_the_deployments_environment() {
         effective.engine.handled_types.is_none(),
         "both replicas process every type"
     );
+    // The check can fail: the same file with a broken setting is refused.
+    let broken = dir.join("broken.yaml");
+    std::fs::write(
+        &broken,
+        config.replace("bind: 0.0.0.0:8080", "bind: everywhere"),
+    )
+    .unwrap();
+    let output = Command::new(BINARY)
+        .args(["config", "check"])
+        .arg(&broken)
+        .env_clear()
+        .envs(&env)
+        .output()
+        .expect("run the workqueue binary");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("server.bind: must be an IP address"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     for forge in effective.forges.instances.values() {
         for variable in [&forge.token_env, &forge.webhook_secret_env] {
             let variable = variable.as_deref().expect("named");
