@@ -1,7 +1,7 @@
 //! The decider (DDR-45, DDR-48): a priority scan over `needs_*` rows; an
 //! absent row asks for action, a deferred one waits.
 
-use wq_core::{ItemView, Phase};
+use wq_core::{DimensionStatus, ItemView, Phase};
 
 use crate::dims::{MrAction, NEEDS_CANCEL, NEEDS_CI_RETRY};
 
@@ -10,10 +10,16 @@ use crate::dims::{MrAction, NEEDS_CANCEL, NEEDS_CI_RETRY};
 /// only by the loop. `needs_cancel` and `needs_ci_retry` are the rows whose
 /// absence means nothing to do: they exist once a caller asked for the
 /// cancel, or a failed job was reported. A cancel asked for goes before
-/// everything else: no push, merge or retry runs after it.
+/// everything else, and while it waits (a change request being merged)
+/// nothing else runs: no push, merge or retry after it.
 pub fn decide(view: &ItemView) -> Option<MrAction> {
     if view.item.phase != Phase::Active {
         return None;
+    }
+    if let Some(cancel) = view.dimension(NEEDS_CANCEL, "")
+        && cancel.status == DimensionStatus::True
+    {
+        return cancel.is_actionable(view.now).then_some(MrAction::CancelMr);
     }
     MrAction::ALL
         .into_iter()
@@ -157,6 +163,16 @@ mod tests {
                     (NEEDS_RECONCILE, true, None),
                 ],
                 Some(MrAction::CancelMr),
+            ),
+            // Waiting (the change request is being merged), it still holds
+            // everything else back.
+            (
+                &[
+                    (NEEDS_CANCEL, true, LATER),
+                    (NEEDS_MR, true, None),
+                    (NEEDS_RECONCILE, true, None),
+                ],
+                None,
             ),
             (
                 &[

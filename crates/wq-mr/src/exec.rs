@@ -554,9 +554,15 @@ impl Run<'_> {
             // Closed: by this executor before a crash, or by a person.
             Existing::Ended(_) => return Ok(cancelled),
             Existing::Locked => {
-                // Being merged right now: look again shortly.
-                return Err(ExecError::transient(
-                    "the merge request is being merged (locked); the cancel waits for its end",
+                // Being merged right now (GitLab `locked`): look again
+                // shortly, without counting a failure; it may complete.
+                return Ok(ExecOutcome::done().with_dimension(
+                    DimensionUpdate::new(NEEDS_CANCEL, true)
+                        .detail(asked)
+                        .pending_until(
+                            self.now()
+                                + MrType::seconds(self.mr.config.reconcile_busy_interval_seconds),
+                        ),
                 ));
             }
             Existing::Open(open) => open,
