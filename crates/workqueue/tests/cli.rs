@@ -299,6 +299,9 @@ struct Server {
     logs: Option<JoinHandle<Vec<String>>>,
     /// Every JSON log line, as it is written.
     events: mpsc::Receiver<serde_json::Value>,
+    /// The working directory made for a run without `--config`, removed
+    /// with the server.
+    own_dir: Option<PathBuf>,
 }
 
 impl Server {
@@ -316,12 +319,18 @@ impl Server {
     fn start_with(args: &[&str], env: &[(&str, &str)]) -> Server {
         // Beside its config: the default audit archive is a directory of
         // the working directory.
-        let dir = match args.iter().position(|arg| *arg == "--config") {
-            Some(index) => Path::new(args[index + 1])
-                .parent()
-                .expect("the config's directory")
-                .to_owned(),
-            None => temp_dir(),
+        let (dir, own_dir) = match args.iter().position(|arg| *arg == "--config") {
+            Some(index) => (
+                Path::new(args[index + 1])
+                    .parent()
+                    .expect("the config's directory")
+                    .to_owned(),
+                None,
+            ),
+            None => {
+                let dir = temp_dir();
+                (dir.clone(), Some(dir))
+            }
         };
         let mut child = Command::new(BINARY)
             .arg("serve")
@@ -367,6 +376,7 @@ impl Server {
             url: format!("http://{address}"),
             logs: Some(logs),
             events,
+            own_dir,
         }
     }
 
@@ -449,6 +459,9 @@ impl Drop for Server {
         if self.logs.is_some() {
             let _ = self.child.kill();
             let _ = self.child.wait();
+        }
+        if let Some(dir) = &self.own_dir {
+            std::fs::remove_dir_all(dir).ok();
         }
     }
 }
