@@ -358,6 +358,7 @@ async fn fail(store: &dyn Store, item: &WorkItem) {
             error: Some("forge said no".to_owned()),
             dimensions: Vec::new(),
             action: None,
+            records: Vec::new(),
         })
         .await
         .expect("outcome");

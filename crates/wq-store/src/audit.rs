@@ -92,7 +92,8 @@ fn dimensions_summary(dimensions: &[wq_core::DimensionUpdate]) -> Value {
         .collect()
 }
 
-/// `action.succeeded`: an executor's outcome, written under its lease.
+/// `action.succeeded`: an executor's outcome, written under its lease,
+/// then the executor's own records (what it wrote outside, and the answer).
 pub fn succeeded(
     item_id: ItemId,
     now: OffsetDateTime,
@@ -100,7 +101,8 @@ pub fn succeeded(
     phase: Option<wq_core::Phase>,
     error: Option<&str>,
     dimensions: &[wq_core::DimensionUpdate],
-) -> NewAudit {
+    records: &[wq_core::OutcomeRecord],
+) -> Vec<NewAudit> {
     let mut new_state = serde_json::json!({ "dimensions": dimensions_summary(dimensions) });
     if let Some(phase) = phase {
         new_state["phase"] = Value::String(phase.as_str().to_owned());
@@ -108,8 +110,26 @@ pub fn succeeded(
     if let Some(error) = error {
         new_state["error"] = Value::String(error.to_owned());
     }
-    NewAudit::new(item_id, now, ENGINE, "action.succeeded")
-        .states(None, Some(new_state))
+    let trigger = serde_json::json!({"source": "worker", "action": action});
+    let mut all = Vec::with_capacity(1 + records.len());
+    all.push(
+        NewAudit::new(item_id, now, ENGINE, "action.succeeded")
+            .states(None, Some(new_state))
+            .trigger(trigger.clone()),
+    );
+    all.extend(records.iter().map(|record| {
+        NewAudit::new(item_id, now, ENGINE, record.kind.clone())
+            .trigger(trigger.clone())
+            .metadata(record.metadata.clone())
+    }));
+    all
+}
+
+/// `action.started`: an action with outside effects is about to run. A
+/// crash before its outcome leaves this record without an
+/// `action.succeeded` or `action.failed` after it.
+pub fn started(item_id: ItemId, now: OffsetDateTime, action: &str) -> NewAudit {
+    NewAudit::new(item_id, now, ENGINE, "action.started")
         .trigger(serde_json::json!({"source": "worker", "action": action}))
 }
 

@@ -125,6 +125,16 @@ async fn a_repository_without_a_queue_merges_directly(backend: Backend) {
         "the checked head is the merged one"
     );
     assert!(item["detail"]["merge_queue"].is_null());
+    // The trail ends with the commit the queue merged.
+    let records = h.audit(&id).await;
+    let ends: Vec<_> = records
+        .iter()
+        .filter(|r| r["kind"] == "forge.merged")
+        .collect();
+    assert_eq!(ends.len(), 1, "{records:#?}");
+    let main = h.branch_head("main").expect("main");
+    assert_eq!(ends[0]["metadata"]["merge_commit_sha"], main.as_str());
+    assert_eq!(merged["merge_commit_sha"], main.as_str());
     // The branch and its one commit came through the Git data API.
     assert_eq!(h.count("POST", "/git/commits"), 1);
     assert_eq!(h.count("POST", "/pulls"), 1);
@@ -195,6 +205,12 @@ async fn a_crash_after_a_direct_merge_completes_with_the_attempt_accepted(backen
             && pr(&h, number)["merged"] == true
     })
     .await;
+    // The kill between the merge call and its record shows on the trail:
+    // the reconcile that called started and never finished.
+    let before = h.audit(&id).await;
+    let open = Harness::unfinished(&before).expect("an unfinished action");
+    assert_eq!(open["trigger"]["action"], "reconcile_mr", "{open}");
+    assert_eq!(Harness::count_kind(&before, "forge.merge_answered"), 0);
 
     h.crash_and_restart().await;
     h.advance(Duration::from_secs(61)).await;
@@ -204,6 +220,32 @@ async fn a_crash_after_a_direct_merge_completes_with_the_attempt_accepted(backen
         "{item:#}"
     );
     assert_eq!(merge_calls(&h), 1, "never resubmitted");
+    // Converged with nothing lost and nothing recorded twice: the crashed
+    // run's records stay as they were, one reservation, one answer, one
+    // merge commit, and the chain holds.
+    let after = h.audit(&id).await;
+    assert_eq!(&after[..before.len()], &before[..]);
+    assert!(Harness::unfinished(&after).is_none(), "{after:#?}");
+    for (kind, times) in [
+        ("forge.push", 1),
+        ("forge.change_created", 1),
+        ("forge.merge_reserved", 1),
+        ("forge.merge_answered", 1),
+        ("forge.merged", 1),
+    ] {
+        assert_eq!(
+            Harness::count_kind(&after, kind),
+            times,
+            "{kind}: {after:#?}"
+        );
+    }
+    let merged = after.iter().find(|r| r["kind"] == "forge.merged").unwrap();
+    assert_eq!(
+        merged["metadata"]["merge_commit_sha"],
+        h.branch_head("main").unwrap().as_str()
+    );
+    let (_, broken) = h.app().store.audit_verify().await.unwrap();
+    assert!(broken.is_none(), "{broken:?}");
     h.finish().await;
 }
 

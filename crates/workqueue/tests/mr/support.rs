@@ -368,6 +368,42 @@ impl Harness {
         }
     }
 
+    /// The action on the item's trail that started and never finished (no
+    /// `action.succeeded` or `action.failed` after it), if any.
+    pub fn unfinished(records: &[Value]) -> Option<&Value> {
+        let mut open = None;
+        for record in records {
+            match record["kind"].as_str() {
+                Some("action.started") => open = Some(record),
+                Some("action.succeeded" | "action.failed") => open = None,
+                _ => {}
+            }
+        }
+        open
+    }
+
+    /// How many records of `kind` the trail holds.
+    pub fn count_kind(records: &[Value], kind: &str) -> usize {
+        records.iter().filter(|r| r["kind"] == kind).count()
+    }
+
+    /// The item's audit trail, oldest first.
+    pub async fn audit(&self, id: &str) -> Vec<Value> {
+        let trail: Value = self
+            .api
+            .get(format!(
+                "{}/api/v1/work-items/{id}/audit?limit=1000",
+                self.url
+            ))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        trail["records"].as_array().expect("records").clone()
+    }
+
     pub async fn wait_phase(&self, id: &str, phase: &str) -> Value {
         self.wait_for(id, phase, |item| item["phase"] == phase)
             .await
