@@ -652,23 +652,12 @@ impl Run<'_> {
         let Some(number) = self.details.mr_number else {
             return Ok(ExecOutcome::done().with_dimension(DimensionUpdate::new(NEEDS_MR, true)));
         };
-        let mut change = self
+        let change = self
             .forge
             .get_change(self.project(), number)
             .await
             .map_err(|e| forge_failure("reading the merge request", e))?;
-        let mut queue = resolve_queue(self.details.queue.as_ref(), &change);
-        // Left the queue but still open: the queue may have merged it while
-        // the read was under way (its parts are several requests), so one
-        // more read decides before anything is tried again.
-        if self.details.queue.is_some() && queue.is_none() && change.state == ChangeState::Open {
-            change = self
-                .forge
-                .get_change(self.project(), number)
-                .await
-                .map_err(|e| forge_failure("reading the merge request", e))?;
-            queue = resolve_queue(self.details.queue.as_ref(), &change);
-        }
+        let queue = resolve_queue(self.details.queue.as_ref(), &change);
         self.observe(&change, queue.as_ref()).await?;
         let journal = &self.details.journal;
         match change.state {
@@ -772,6 +761,29 @@ impl Run<'_> {
                 // Already tried for exactly this state: wait for a change or
                 // an explicit retry.
                 None => return Ok(ExecOutcome::done().with_dimension(rearm)),
+            }
+        }
+        // After an accepted attempt, open and out of the queue may be a read
+        // that straddled the queue's merge (a read is several requests, and
+        // the stored queue entry may be gone already): a second read
+        // confirms the state before another call.
+        if journal.result == Some(MergeResult::Accepted) {
+            let again = self
+                .forge
+                .get_change(self.project(), number)
+                .await
+                .map_err(|e| forge_failure("reading the merge request", e))?;
+            if again.state == ChangeState::Merged {
+                tracing::info!(item = %id, number, "a second read finds the merge request merged; no new attempt");
+                self.observe(&again, None).await?;
+                return self.merged(&again).await;
+            }
+            if again.state != ChangeState::Open
+                || resolve_queue(None, &again).is_some()
+                || crate::merge::signature(id, self.project(), &again, rule) != signature
+            {
+                tracing::info!(item = %id, number, "a second read disagrees with the first; no new attempt before the next reconcile");
+                return Ok(ExecOutcome::done().with_dimension(self.reconcile_in(busy)));
             }
         }
         // Transient answers so far for this signature (carried only into its

@@ -395,6 +395,7 @@ async fn a_push_whose_record_was_lost_stays_workqueues(backend: Backend) {
                     before_merge: Box::new(|| Box::pin(async {})),
                     gate: None,
                     crash: Some(CrashOnce::new(CrashAt::AfterPush)),
+                    torn_read: None,
                 })
             })),
             ..Options::default()
