@@ -719,6 +719,7 @@ fn the_demo_follows_every_change_to_its_end() {
         "opened merge request !",
         "merge asked for head",
         "the forge answered accepted",
+        "merged as commit",
         "each naming the hash of the one before",
     ] {
         assert!(stdout.contains(expected), "{expected:?} missing:\n{stdout}");

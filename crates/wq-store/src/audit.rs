@@ -14,6 +14,14 @@
 //!   the chains and names the first broken link.
 //! - **Logged.** Each committed record is one INFO line on the `audit`
 //!   target with its fields ([`log`]).
+//! - **Started and finished.** An action with outside effects
+//!   (`ItemType::has_outside_effects`) is preceded by [`started`]; its
+//!   outcome writes `action.succeeded` (or `action.failed`) and the
+//!   executor's own records after it ([`succeeded`]). A start without a
+//!   finish after it is an action a crash interrupted.
+//! - **Raw deliveries.** An event's delivery id and raw body (bounded by
+//!   [`MAX_RAW_BYTES`]) are kept on its `pending_events` row and in its
+//!   `event.received` record, which outlives the applied event.
 
 use std::collections::BTreeMap;
 
@@ -174,8 +182,9 @@ pub fn applied(apply: &crate::ApplyEvent, outcome: crate::EventApplied) -> NewAu
         .metadata(serde_json::json!({ "outcome": outcome }))
 }
 
-/// At most `max` bytes of `text`, cut at a character boundary.
-fn bounded(text: &str, max: usize) -> (&str, bool) {
+/// `text` cut at a character boundary to at most `max` bytes, and whether
+/// it was cut.
+pub fn bounded(text: &str, max: usize) -> (&str, bool) {
     if text.len() <= max {
         return (text, false);
     }

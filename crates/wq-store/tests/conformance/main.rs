@@ -169,6 +169,7 @@ conformance_suite!(
     audit_list_filters_by_item_since_actor_and_kind,
     every_loop_write_leaves_its_record_in_its_transaction,
     an_action_starts_on_the_record_with_the_outcome_before_it,
+    an_event_keeps_its_raw_delivery,
 );
 
 // --- helpers -----------------------------------------------------------------
