@@ -361,6 +361,7 @@ fn main() {
             "| | submit created, req/s | submit unchanged, req/s | webhook→merge p50 | p90 | max |"
         );
         println!("|---|---|---|---|---|---|");
+        let mut costs = Vec::new();
         for backend in backends.split(',') {
             let fresh = || async {
                 match backend {
@@ -377,6 +378,20 @@ fn main() {
                 percentile(&latencies, 0.9),
                 latencies.last().copied().unwrap_or_default(),
             );
+            // The audit trail's cost: the same submissions without it.
+            wq_store::testing::set_audit(false);
+            let (created_off, unchanged_off) =
+                bench_submit(&fresh().await, &sim, submissions).await;
+            wq_store::testing::set_audit(true);
+            println!("| {backend}, audit off | {created_off:.0} | {unchanged_off:.0} | | | |");
+            costs.push(format!(
+                "{backend}: audit costs {:.1}% of created and {:.1}% of unchanged submissions",
+                (1.0 - created / created_off) * 100.0,
+                (1.0 - unchanged / unchanged_off) * 100.0,
+            ));
+        }
+        for cost in costs {
+            println!("{cost}");
         }
     });
 }

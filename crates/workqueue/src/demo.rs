@@ -449,6 +449,12 @@ async fn print_trail(
             r["metadata"]["result"].as_str().unwrap_or("?")
         );
     }
+    if let Some(r) = first("forge.merged") {
+        println!(
+            "  merged as commit {}",
+            short(&r["metadata"]["merge_commit_sha"])
+        );
+    }
     let linked = records
         .windows(2)
         .all(|pair| pair[1]["prev_hash"] == pair[0]["hash"]);

@@ -502,6 +502,7 @@ async fn fail(store: &dyn Store, item: &WorkItem) {
             error: Some("forge said no".to_owned()),
             dimensions: Vec::new(),
             action: None,
+            records: Vec::new(),
         })
         .await
         .expect("outcome");
@@ -873,6 +874,7 @@ fn the_demo_follows_every_change_to_its_end() {
         "opened merge request !",
         "merge asked for head",
         "the forge answered accepted",
+        "merged as commit",
         "each naming the hash of the one before",
     ] {
         assert!(stdout.contains(expected), "{expected:?} missing:\n{stdout}");

@@ -16,6 +16,13 @@ pub struct PendingEvent {
     pub body: serde_json::Value,
     #[serde(with = "time::serde::rfc3339")]
     pub received_at: OffsetDateTime,
+    /// The forge's id of the delivery the event came from, when it said.
+    #[serde(default)]
+    pub delivery_id: Option<String>,
+    /// The delivery's raw body as received (bounded), kept with the event
+    /// (DDR-33); the handler reads `body`.
+    #[serde(default)]
+    pub raw: Option<String>,
 }
 
 /// What an event means for its item. Handlers only return this; the generic

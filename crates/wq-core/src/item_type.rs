@@ -54,6 +54,18 @@ pub struct ExecOutcome {
     /// Other items the executor enqueued in its own transaction (a
     /// successor item, say): the engine asks for them to be processed.
     pub wake: Vec<crate::ItemId>,
+    /// What the executor did outside workqueue and what it was answered
+    /// (a note posted, a job retried, a merge commit): appended to the
+    /// item's audit trail in the transaction that writes this outcome.
+    pub records: Vec<OutcomeRecord>,
+}
+
+/// One audit record an executor asks for with its outcome: its `kind`
+/// (`forge.note_posted`, say) and what it says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutcomeRecord {
+    pub kind: String,
+    pub metadata: serde_json::Value,
 }
 
 impl ExecOutcome {
@@ -75,6 +87,16 @@ impl ExecOutcome {
     pub fn with_phase(mut self, phase: Phase, reason: Option<String>) -> Self {
         self.phase = Some(phase);
         self.reason = reason;
+        self
+    }
+
+    /// Adds an audit record of `kind` saying `metadata`, written with the
+    /// outcome.
+    pub fn with_record(mut self, kind: impl Into<String>, metadata: serde_json::Value) -> Self {
+        self.records.push(OutcomeRecord {
+            kind: kind.into(),
+            metadata,
+        });
         self
     }
 }
@@ -210,6 +232,17 @@ pub trait ItemType: Send + Sync + 'static {
 
     /// Names of the actions this type can execute.
     fn actions(&self) -> &'static [&'static str];
+
+    /// Whether `action` may write outside workqueue (a forge). Before such
+    /// an action runs, the engine records `action.started` (with the
+    /// outcome still pending, in one transaction), so that a crash between
+    /// the outside write and its recorded outcome shows in the audit trail
+    /// as an action that started and never finished. Actions without
+    /// outside effects skip that write.
+    fn has_outside_effects(&self, action: Action) -> bool {
+        let _ = action;
+        false
+    }
 
     /// Pure: the next action for this state, or `None` to park (DDR-4).
     /// Called only by the processing loop (DDR-49).

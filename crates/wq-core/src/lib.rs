@@ -20,7 +20,7 @@ pub use dimension::{Dimension, DimensionStatus, DimensionUpdate};
 pub use event::{EventResult, PendingEvent};
 pub use item::{ItemId, ItemView, Phase, WorkItem};
 pub use item_type::{
-    Action, BoxError, BoxFuture, ExecError, ExecOutcome, ItemType, MigrateError, Periodic,
-    PeriodicResult, RegistryError, TypeRegistry, TypeRegistryBuilder,
+    Action, BoxError, BoxFuture, ExecError, ExecOutcome, ItemType, MigrateError, OutcomeRecord,
+    Periodic, PeriodicResult, RegistryError, TypeRegistry, TypeRegistryBuilder,
 };
 pub use permission::Permission;

@@ -19,11 +19,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use wq_core::{
-    Clock, EventResult, ItemId, ItemType, ItemView, Periodic, PeriodicResult, Phase, TypeRegistry,
+    Action, Clock, EventResult, ItemId, ItemType, ItemView, Periodic, PeriodicResult, Phase,
+    TypeRegistry,
 };
 use wq_store::{
-    ApplyEvent, ApplyOutcome, ClaimParams, EventApplied, Leadership, Lease, OutcomeChanges, Park,
-    ParkParams, RecordFailure, Snapshot, Store, StoreError, SweepParams,
+    ApplyEvent, ApplyOutcome, BeginAction, ClaimParams, EventApplied, Leadership, Lease,
+    OutcomeChanges, Park, ParkParams, RecordFailure, Snapshot, Store, StoreError, SweepParams,
 };
 
 use crate::config::EngineConfig;
@@ -710,11 +711,17 @@ impl ItemRun<'_> {
             });
         };
 
-        if self.flush(state, now).await? == Flow::Crash {
+        let type_name = self.item_type.name();
+        let known = TypeRegistry::knows_action(self.item_type.as_ref(), action);
+        let flow = if known && self.item_type.has_outside_effects(action) {
+            self.begin(state, now, action).await?
+        } else {
+            self.flush(state, now).await?
+        };
+        if flow == Flow::Crash {
             return Ok(Step::Done(RunOutcome::Crashed));
         }
-        let type_name = self.item_type.name();
-        if !TypeRegistry::knows_action(self.item_type.as_ref(), action) {
+        if !known {
             let error = wq_core::ExecError::permanent(format!(
                 "decider of {type_name} chose unknown action {action}"
             ));
@@ -752,6 +759,7 @@ impl ItemRun<'_> {
                     error: outcome.reason,
                     dimensions: outcome.dimensions,
                     action: Some(action.name.to_owned()),
+                    records: outcome.records,
                 });
                 state.snapshot = Some(snapshot);
                 Ok(Step::Continue)
@@ -790,10 +798,39 @@ impl ItemRun<'_> {
                     error: changes.error,
                     dimensions: changes.dimensions,
                     action: changes.action,
+                    records: changes.records,
                 })
                 .await?;
         }
         Ok(self.hook(FailPoint::AfterOutcome).await)
+    }
+
+    /// Records that `action`, which has outside effects, starts: with the
+    /// pending outcome, if any, in one transaction.
+    async fn begin(
+        &self,
+        state: &mut LoopState,
+        now: OffsetDateTime,
+        action: Action,
+    ) -> Result<Flow, StoreError> {
+        let outcome = state.pending.take();
+        let wrote_outcome = outcome.is_some();
+        {
+            let lease = self.lease.lock().await;
+            self.manager
+                .store
+                .item_begin_action(BeginAction {
+                    lease: *lease,
+                    now,
+                    action: action.name.to_owned(),
+                    outcome,
+                })
+                .await?;
+        }
+        if wrote_outcome {
+            return Ok(self.hook(FailPoint::AfterOutcome).await);
+        }
+        Ok(Flow::Continue)
     }
 
     /// Records a failure. A failed item loops on to park; an item still

@@ -252,6 +252,11 @@ pub struct ChangeRequest {
     /// Who opened it (GitLab `author.username`, GitHub `user.login`), when
     /// the forge said.
     pub author: Option<String>,
+    /// Once merged: the commit the target branch got (GitLab
+    /// `merge_commit_sha`, else `squash_commit_sha`; GitHub
+    /// `merge_commit_sha`, read only once merged since before that it names
+    /// a test merge).
+    pub merge_commit_sha: Option<String>,
 }
 
 /// The forge user a client's token acts as.
@@ -281,18 +286,20 @@ pub struct MergeParams<'a> {
 }
 
 /// What the forge did with a merge call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MergeOutcome {
-    Merged,
+    /// Merged, with the commit the target branch got when the forge said
+    /// (GitLab `merge_commit_sha` or `squash_commit_sha`, GitHub `sha`).
+    Merged { commit_sha: Option<String> },
     /// Entered the merge queue or merge train.
     Queued,
 }
 
 impl MergeOutcome {
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &'static str {
         match self {
-            Self::Merged => "merged",
+            Self::Merged { .. } => "merged",
             Self::Queued => "queued",
         }
     }

@@ -723,7 +723,15 @@ async fn get_change_reads_checks_statuses_reviews_threads_and_draft_in_four_requ
         .merge_change(REPO, bare, &MergeParams::default())
         .await
         .expect("merge");
-    assert_eq!(outcome, MergeOutcome::Merged);
+    assert!(
+        matches!(
+            outcome,
+            MergeOutcome::Merged {
+                commit_sha: Some(_)
+            }
+        ),
+        "{outcome:?}"
+    );
     sim.clear_requests();
     let change = github.get_change(REPO, bare).await.expect("get");
     assert_eq!(requests(&sim).len(), 1);
@@ -951,7 +959,15 @@ async fn merge_async_merged_already_merged_and_failures() {
         )
         .await
         .expect("merge");
-    assert_eq!(outcome, MergeOutcome::Merged);
+    assert!(
+        matches!(
+            outcome,
+            MergeOutcome::Merged {
+                commit_sha: Some(_)
+            }
+        ),
+        "{outcome:?}"
+    );
     let pr = sim.github_pr(REPO, n).expect("pr");
     assert_eq!(pr["merged"], true);
     let (_, main) = rest(
@@ -970,13 +986,15 @@ async fn merge_async_merged_already_merged_and_failures() {
     );
 
     // Already merged: merged again.
-    assert_eq!(
+    assert!(matches!(
         github
             .merge_change(REPO, n, &MergeParams::default())
             .await
             .expect("again"),
-        MergeOutcome::Merged
-    );
+        MergeOutcome::Merged {
+            commit_sha: Some(_)
+        }
+    ));
 
     // A failed request carries GitHub's message.
     let (failing, _) = open_change(&github, "wq/rules").await;
@@ -1058,7 +1076,15 @@ async fn pending_merges_are_polled_at_least_a_second_apart() {
         )
         .await
         .expect("merge");
-    assert_eq!(outcome, MergeOutcome::Merged);
+    assert!(
+        matches!(
+            outcome,
+            MergeOutcome::Merged {
+                commit_sha: Some(_)
+            }
+        ),
+        "{outcome:?}"
+    );
     let served = merge_requests(&sim);
     assert_eq!(served[0].0, "PUT");
     assert!(
@@ -1350,7 +1376,7 @@ async fn merge_answers_the_simulator_cannot_give_fail_closed() {
 
     // Merged and enqueued after a pending read.
     for (word, outcome) in [
-        ("merged", MergeOutcome::Merged),
+        ("merged", MergeOutcome::Merged { commit_sha: None }),
         ("enqueued", MergeOutcome::Queued),
     ] {
         let (url, seen) = scripted_github(vec![

@@ -100,13 +100,17 @@ async fn follow_with_note(
     );
     if ends {
         match run.write_note(number, &note).await {
-            Ok(id) => {
-                let written = dashboard::written(id, &note, run.mr.clock.now());
+            Ok(write) => {
+                let written = dashboard::written(write.id, &note, run.mr.clock.now());
                 outcome
                     .dimensions
                     .retain(|u| u.dimension != NEEDS_DASHBOARD);
-                outcome = outcome
-                    .with_dimension(DimensionUpdate::new(NEEDS_DASHBOARD, false).detail(written));
+                outcome = write.recorded(
+                    number,
+                    outcome.with_dimension(
+                        DimensionUpdate::new(NEEDS_DASHBOARD, false).detail(written),
+                    ),
+                );
             }
             Err(error) => {
                 tracing::warn!(item = %run.view.item.id, %error, "the final status note was not written");

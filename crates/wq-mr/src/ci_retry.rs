@@ -369,7 +369,26 @@ pub(crate) async fn retry_ci_jobs(
     let before = CiRetryDetail::of(view);
     let mut detail = before.clone();
     judge_all(herder, forge, details, &mut detail, now).await?;
-    let outcome = ExecOutcome::done().with_dimension(detail.update(now));
+    let mut outcome = ExecOutcome::done().with_dimension(detail.update(now));
+    // Each job this run retried, with the forge's answer (the new job).
+    for job in detail.jobs.iter().filter(|job| {
+        job.state == JobState::Retried
+            && !before
+                .jobs
+                .iter()
+                .any(|old| old.id == job.id && old.state == JobState::Retried)
+    }) {
+        outcome = outcome.with_record(
+            "forge.job_retried",
+            serde_json::json!({
+                "job_id": job.id,
+                "name": job.name,
+                "pipeline_id": job.pipeline_id,
+                "matcher": job.matcher,
+                "new_job_id": job.retried_as,
+            }),
+        );
+    }
     // The status note says why jobs were (not) retried: refresh it when
     // that changed.
     Ok(if detail.note_section() != before.note_section() {

@@ -6,6 +6,7 @@
 //! note) instead of creating a second branch, MR or note; what someone else
 //! made is never written over (issue #12).
 
+use sha2::{Digest, Sha256};
 use wq_core::{DimensionUpdate, ExecError, ExecOutcome, ItemView, Phase};
 use wq_forge::{
     ChangeRequest, ChangeState, ChangeUpdate, CiStatus, CommitMode, CommitRequest, Forge,
@@ -160,7 +161,11 @@ impl Run<'_> {
     /// lost with the finished item.
     ///
     /// [`MrStore::hand_over`]: crate::store::MrStore::hand_over
-    async fn complete(&self, number: u64) -> Result<ExecOutcome, ExecError> {
+    async fn complete(
+        &self,
+        number: u64,
+        merge_commit_sha: Option<&str>,
+    ) -> Result<ExecOutcome, ExecError> {
         let id = self.view.item.id;
         let successor = self
             .mr
@@ -168,12 +173,17 @@ impl Run<'_> {
             .hand_over(id, self.view.item.caller_identity.as_deref(), self.now())
             .await
             .map_err(store_error)?;
+        // The last link of the item's chain: the commit its change became.
+        let done = completed().with_record(
+            "forge.merged",
+            serde_json::json!({"number": number, "merge_commit_sha": merge_commit_sha}),
+        );
         Ok(match successor {
             Some(next) => {
                 tracing::info!(item = %id, number, successor = %next, "merged before the update; the new content is the next generation");
-                completed().with_wake(next)
+                done.with_wake(next)
             }
-            None => completed(),
+            None => done,
         })
     }
 
@@ -637,29 +647,33 @@ impl Run<'_> {
             self.details,
             self.person_review(),
         );
-        let id = self.write_note(number, &note).await?;
-        Ok(ExecOutcome::done().with_dimension(
-            DimensionUpdate::new(NEEDS_DASHBOARD, false).detail(dashboard::written(
-                id,
-                &note,
-                self.now(),
-            )),
+        let written = self.write_note(number, &note).await?;
+        Ok(written.recorded(
+            number,
+            ExecOutcome::done().with_dimension(
+                DimensionUpdate::new(NEEDS_DASHBOARD, false).detail(dashboard::written(
+                    written.id,
+                    &note,
+                    self.now(),
+                )),
+            ),
         ))
     }
 
     /// Posts `note`, or edits the bot's note that carries its marker when
-    /// the text differs; returns the note's id.
+    /// the text differs; says which it did.
     pub(crate) async fn write_note(
         &self,
         number: u64,
         note: &StatusNote,
-    ) -> Result<u64, ExecError> {
+    ) -> Result<NoteWrite, ExecError> {
         let notes = self
             .forge
             .list_notes(self.project(), number)
             .await
             .map_err(|e| forge_failure("listing notes", e))?;
         let body = self.outgoing(&note.body).into_owned();
+        let body_sha256 = hex::encode(Sha256::digest(body.as_bytes()));
         // Only a note the bot wrote is the status note: a person's comment
         // quoting the marker is left alone.
         let me = self
@@ -667,28 +681,32 @@ impl Run<'_> {
             .current_user()
             .await
             .map_err(|e| forge_failure("reading the forge user of the token", e))?;
-        Ok(
-            match notes
-                .into_iter()
-                .find(|n| n.author == me.username && n.body.contains(&note.marker))
-            {
-                Some(found) if found.body == body => found.id,
-                Some(found) => {
-                    self.forge
-                        .update_note(self.project(), number, found.id, &body)
-                        .await
-                        .map_err(|e| forge_failure("updating the status note", e))?;
-                    found.id
-                }
-                None => {
-                    self.forge
-                        .create_note(self.project(), number, &body)
-                        .await
-                        .map_err(|e| forge_failure("posting the status note", e))?
-                        .id
-                }
-            },
-        )
+        let found = notes
+            .into_iter()
+            .find(|n| n.author == me.username && n.body.contains(&note.marker));
+        let (id, kind) = match found {
+            Some(found) if found.body == body => (found.id, None),
+            Some(found) => {
+                self.forge
+                    .update_note(self.project(), number, found.id, &body)
+                    .await
+                    .map_err(|e| forge_failure("updating the status note", e))?;
+                (found.id, Some("forge.note_edited"))
+            }
+            None => {
+                let posted = self
+                    .forge
+                    .create_note(self.project(), number, &body)
+                    .await
+                    .map_err(|e| forge_failure("posting the status note", e))?;
+                (posted.id, Some("forge.note_posted"))
+            }
+        };
+        Ok(NoteWrite {
+            id,
+            kind,
+            body_sha256,
+        })
     }
 
     /// One read of the change request converges everything (DDR-46): merged
@@ -700,23 +718,12 @@ impl Run<'_> {
         let Some(number) = self.details.mr_number else {
             return Ok(ExecOutcome::done().with_dimension(DimensionUpdate::new(NEEDS_MR, true)));
         };
-        let mut change = self
+        let change = self
             .forge
             .get_change(self.project(), number)
             .await
             .map_err(|e| forge_failure("reading the merge request", e))?;
-        let mut queue = resolve_queue(self.details.queue.as_ref(), &change);
-        // Left the queue but still open: the queue may have merged it while
-        // the read was under way (its parts are several requests), so one
-        // more read decides before anything is tried again.
-        if self.details.queue.is_some() && queue.is_none() && change.state == ChangeState::Open {
-            change = self
-                .forge
-                .get_change(self.project(), number)
-                .await
-                .map_err(|e| forge_failure("reading the merge request", e))?;
-            queue = resolve_queue(self.details.queue.as_ref(), &change);
-        }
+        let queue = resolve_queue(self.details.queue.as_ref(), &change);
         self.observe(&change, queue.as_ref()).await?;
         let journal = &self.details.journal;
         match change.state {
@@ -822,6 +829,29 @@ impl Run<'_> {
                 None => return Ok(ExecOutcome::done().with_dimension(rearm)),
             }
         }
+        // After an accepted attempt, open and out of the queue may be a read
+        // that straddled the queue's merge (a read is several requests, and
+        // the stored queue entry may be gone already): a second read
+        // confirms the state before another call.
+        if journal.result == Some(MergeResult::Accepted) {
+            let again = self
+                .forge
+                .get_change(self.project(), number)
+                .await
+                .map_err(|e| forge_failure("reading the merge request", e))?;
+            if again.state == ChangeState::Merged {
+                tracing::info!(item = %id, number, "a second read finds the merge request merged; no new attempt");
+                self.observe(&again, None).await?;
+                return self.merged(&again).await;
+            }
+            if again.state != ChangeState::Open
+                || resolve_queue(None, &again).is_some()
+                || crate::merge::signature(id, self.project(), &again, rule) != signature
+            {
+                tracing::info!(item = %id, number, "a second read disagrees with the first; no new attempt before the next reconcile");
+                return Ok(ExecOutcome::done().with_dimension(self.reconcile_in(busy)));
+            }
+        }
         // Transient answers so far for this signature (carried only into its
         // automatic retry; the reserve resets the count otherwise).
         let transient_so_far = if journal.retry_at.is_some() && same_signature {
@@ -854,11 +884,11 @@ impl Run<'_> {
             )
             .await;
         match result {
-            Ok(MergeOutcome::Merged) => {
+            Ok(MergeOutcome::Merged { commit_sha }) => {
                 self.record(MergeResult::Accepted, Some(&head), None)
                     .await?;
-                tracing::info!(item = %id, number, head = %head, "merged");
-                self.complete(number).await
+                tracing::info!(item = %id, number, head = %head, commit = ?commit_sha, "merged");
+                self.complete(number, commit_sha.as_deref()).await
             }
             Ok(MergeOutcome::Queued) => {
                 self.record(MergeResult::Accepted, Some(&head), None)
@@ -919,7 +949,9 @@ impl Run<'_> {
             ChangeState::Merged => {
                 self.accepted_after_transient(&message, head).await?;
                 tracing::info!(item = %id, number = change.number, "the merge call answered {error} but the merge request is merged");
-                return self.complete(change.number).await;
+                return self
+                    .complete(change.number, change.merge_commit_sha.as_deref())
+                    .await;
             }
             // Merging now: the in-flight attempt is confirmed by a later
             // read.
@@ -1012,7 +1044,8 @@ impl Run<'_> {
             self.record(MergeResult::Accepted, change.head_sha.as_deref(), None)
                 .await?;
         }
-        self.complete(change.number).await
+        self.complete(change.number, change.merge_commit_sha.as_deref())
+            .await
     }
 
     async fn record(
@@ -1121,6 +1154,32 @@ fn converged_labels(current: &[String], applied: &[String], wanted: &[String]) -
 
 fn same_set(a: &[String], b: &[String]) -> bool {
     a.len() == b.len() && a.iter().all(|label| b.contains(label))
+}
+
+/// What [`Run::write_note`] did to the status note.
+pub(crate) struct NoteWrite {
+    pub id: u64,
+    /// `forge.note_posted` or `forge.note_edited`; `None` when the note
+    /// already said the same.
+    pub kind: Option<&'static str>,
+    pub body_sha256: String,
+}
+
+impl NoteWrite {
+    /// `outcome` with the audit record of this write, if it wrote.
+    pub(crate) fn recorded(&self, number: u64, outcome: ExecOutcome) -> ExecOutcome {
+        match self.kind {
+            Some(kind) => outcome.with_record(
+                kind,
+                serde_json::json!({
+                    "number": number,
+                    "note_id": self.id,
+                    "body_sha256": self.body_sha256,
+                }),
+            ),
+            None => outcome,
+        }
+    }
 }
 
 fn completed() -> ExecOutcome {

@@ -454,6 +454,12 @@ impl ItemType for MrType {
         decider::decide(view).map(Action::from)
     }
 
+    /// Every `mr` action may write to the forge: a push, a merge request
+    /// made or edited, a note, a job retried, a merge, a close.
+    fn has_outside_effects(&self, action: Action) -> bool {
+        action.name.parse::<dims::MrAction>().is_ok()
+    }
+
     async fn execute(&self, action: Action, view: &ItemView) -> Result<ExecOutcome, ExecError> {
         actions::execute(self, action, view).await
     }

@@ -246,6 +246,7 @@ mod tests {
             unresolved_threads: 0,
             queue: QueueObservation::Unobserved,
             author: Some("workqueue-bot".into()),
+            merge_commit_sha: None,
         }
     }
 

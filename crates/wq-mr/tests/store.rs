@@ -110,6 +110,7 @@ impl SetPhase for Arc<dyn Store> {
                 error: None,
                 dimensions: Vec::new(),
                 action: None,
+                records: Vec::new(),
             })
             .await?;
         assert_eq!(item.phase, phase);

@@ -14,6 +14,14 @@
 //!   the chains and names the first broken link.
 //! - **Logged.** Each committed record is one INFO line on the `audit`
 //!   target with its fields ([`log`]).
+//! - **Started and finished.** An action with outside effects
+//!   (`ItemType::has_outside_effects`) is preceded by [`started`]; its
+//!   outcome writes `action.succeeded` (or `action.failed`) and the
+//!   executor's own records after it ([`succeeded`]). A start without a
+//!   finish after it is an action a crash interrupted.
+//! - **Raw deliveries.** An event's delivery id and raw body (bounded by
+//!   [`MAX_RAW_BYTES`]) are kept on its `pending_events` row and in its
+//!   `event.received` record, which outlives the applied event.
 
 use std::collections::BTreeMap;
 
@@ -92,7 +100,8 @@ fn dimensions_summary(dimensions: &[wq_core::DimensionUpdate]) -> Value {
         .collect()
 }
 
-/// `action.succeeded`: an executor's outcome, written under its lease.
+/// `action.succeeded`: an executor's outcome, written under its lease,
+/// then the executor's own records (what it wrote outside, and the answer).
 pub fn succeeded(
     item_id: ItemId,
     now: OffsetDateTime,
@@ -100,7 +109,8 @@ pub fn succeeded(
     phase: Option<wq_core::Phase>,
     error: Option<&str>,
     dimensions: &[wq_core::DimensionUpdate],
-) -> NewAudit {
+    records: &[wq_core::OutcomeRecord],
+) -> Vec<NewAudit> {
     let mut new_state = serde_json::json!({ "dimensions": dimensions_summary(dimensions) });
     if let Some(phase) = phase {
         new_state["phase"] = Value::String(phase.as_str().to_owned());
@@ -108,8 +118,26 @@ pub fn succeeded(
     if let Some(error) = error {
         new_state["error"] = Value::String(error.to_owned());
     }
-    NewAudit::new(item_id, now, ENGINE, "action.succeeded")
-        .states(None, Some(new_state))
+    let trigger = serde_json::json!({"source": "worker", "action": action});
+    let mut all = Vec::with_capacity(1 + records.len());
+    all.push(
+        NewAudit::new(item_id, now, ENGINE, "action.succeeded")
+            .states(None, Some(new_state))
+            .trigger(trigger.clone()),
+    );
+    all.extend(records.iter().map(|record| {
+        NewAudit::new(item_id, now, ENGINE, record.kind.clone())
+            .trigger(trigger.clone())
+            .metadata(record.metadata.clone())
+    }));
+    all
+}
+
+/// `action.started`: an action with outside effects is about to run. A
+/// crash before its outcome leaves this record without an
+/// `action.succeeded` or `action.failed` after it.
+pub fn started(item_id: ItemId, now: OffsetDateTime, action: &str) -> NewAudit {
+    NewAudit::new(item_id, now, ENGINE, "action.started")
         .trigger(serde_json::json!({"source": "worker", "action": action}))
 }
 
@@ -154,8 +182,9 @@ pub fn applied(apply: &crate::ApplyEvent, outcome: crate::EventApplied) -> NewAu
         .metadata(serde_json::json!({ "outcome": outcome }))
 }
 
-/// At most `max` bytes of `text`, cut at a character boundary.
-fn bounded(text: &str, max: usize) -> (&str, bool) {
+/// `text` cut at a character boundary to at most `max` bytes, and whether
+/// it was cut.
+pub fn bounded(text: &str, max: usize) -> (&str, bool) {
     if text.len() <= max {
         return (text, false);
     }

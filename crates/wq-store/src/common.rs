@@ -100,6 +100,8 @@ pub(crate) fn event_from_row(row: &impl DbRow) -> StoreResult<PendingEvent> {
         event_type: row.decode("event_type")?,
         body: row.decode::<DbJson<serde_json::Value>>("body")?.0,
         received_at: row.decode::<DbTime>("received_at")?.0,
+        delivery_id: row.decode("delivery_id")?,
+        raw: row.decode("raw")?,
     })
 }
 

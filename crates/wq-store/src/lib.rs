@@ -225,6 +225,21 @@ pub struct ApplyOutcome {
     pub dimensions: Vec<DimensionUpdate>,
     /// The action whose outcome it is, for its audit record.
     pub action: Option<String>,
+    /// The executor's own records (what it wrote outside and the answer),
+    /// appended after the outcome's.
+    pub records: Vec<wq_core::OutcomeRecord>,
+}
+
+/// An action with outside effects is about to run
+/// ([`wq_core::ItemType::has_outside_effects`]): its `action.started`
+/// record, after the previous action's outcome when one is still pending,
+/// in one transaction under the lease.
+#[derive(Debug, Clone)]
+pub struct BeginAction {
+    pub lease: Lease,
+    pub now: OffsetDateTime,
+    pub action: String,
+    pub outcome: Option<OutcomeChanges>,
 }
 
 /// An executor or handler failure.
@@ -304,6 +319,8 @@ pub struct OutcomeChanges {
     pub dimensions: Vec<DimensionUpdate>,
     /// The action whose outcome it is, for its audit record.
     pub action: Option<String>,
+    /// The executor's own records ([`ApplyOutcome::records`]).
+    pub records: Vec<wq_core::OutcomeRecord>,
 }
 
 /// The loop's exit step.
@@ -506,6 +523,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Writes a successful executor's changes, resets `attempts`.
     async fn item_apply_outcome(&self, outcome: ApplyOutcome) -> StoreResult<WorkItem>;
+
+    /// Records that an action with outside effects starts, with the
+    /// pending outcome of the one before (if any) in the same transaction.
+    /// Without a pending outcome, `attempts` is left as it is.
+    async fn item_begin_action(&self, begin: BeginAction) -> StoreResult<()>;
 
     /// Counts a failure; fails the item past the limit or when permanent.
     async fn item_record_failure(&self, failure: RecordFailure) -> StoreResult<WorkItem>;

@@ -5,6 +5,21 @@
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use uuid::Uuid;
 
+static AUDIT_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Turns the audit trail off (`false`) or on again, process-wide, so that
+/// a benchmark can measure its cost in one run: while off, no record is
+/// written (the changes themselves still are). Only with the `testing`
+/// feature; a production build always writes the trail.
+pub fn set_audit(enabled: bool) {
+    AUDIT_OFF.store(!enabled, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether [`set_audit`] left the trail on (the default).
+pub fn audit_enabled() -> bool {
+    !AUDIT_OFF.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The environment variable naming the PostgreSQL admin URL for tests.
 pub const TEST_PG_URL_ENV: &str = "WQ_TEST_PG_URL";
 

@@ -55,13 +55,23 @@ async fn main() {
     };
     for backend in backends {
         println!("\n## {backend:?}");
-        loop_throughput(backend, backlog).await;
+        // The audit trail's cost: the same loop with and without it.
+        let with = loop_throughput(backend, backlog).await;
+        wq_store::testing::set_audit(false);
+        println!("(audit trail off)");
+        let without = loop_throughput(backend, backlog).await;
+        wq_store::testing::set_audit(true);
+        println!(
+            "audit cost: {:.1}% of loop throughput ({with:.0} items/s with, {without:.0} without)",
+            (1.0 - with / without) * 100.0
+        );
         api_reads(backend).await;
         sweep_scaling(backend, &sizes).await;
     }
 }
 
-async fn loop_throughput(backend: Backend, backlog: u64) {
+/// Items per second.
+async fn loop_throughput(backend: Backend, backlog: u64) -> f64 {
     let url = backend.fresh_url().await;
     let store = open_store(&url).await;
     println!("durability: {}", wq_store::testing::durability(&url).await);
@@ -114,6 +124,7 @@ async fn loop_throughput(backend: Backend, backlog: u64) {
         backlog as f64 / elapsed.as_secs_f64(),
         env_number("WQ_BENCH_WORKERS", EngineConfig::default().workers as u64)
     );
+    backlog as f64 / elapsed.as_secs_f64()
 }
 
 async fn api_reads(backend: Backend) {

@@ -543,6 +543,7 @@ impl TestApp {
                 error,
                 dimensions: Vec::new(),
                 action: None,
+                records: Vec::new(),
             })
             .await
             .expect("apply outcome");

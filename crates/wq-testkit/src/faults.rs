@@ -101,6 +101,9 @@ impl Store for FaultyStore {
     async fn item_apply_outcome(&self, outcome: ApplyOutcome) -> StoreResult<WorkItem> {
         self.inner.item_apply_outcome(outcome).await
     }
+    async fn item_begin_action(&self, begin: wq_store::BeginAction) -> StoreResult<()> {
+        self.inner.item_begin_action(begin).await
+    }
     async fn item_record_failure(&self, failure: RecordFailure) -> StoreResult<WorkItem> {
         self.inner.item_record_failure(failure).await
     }

@@ -97,11 +97,49 @@ async fn a_change_s_trail_runs_from_the_caller_to_the_merge(backend: Backend) {
     assert_eq!(answered.len(), 1, "{records:#?}");
     assert_eq!(answered[0]["metadata"]["result"], "accepted");
     assert_eq!(answered[0]["metadata"]["head_sha"], head);
+    // → the merge commit the target branch got.
+    let merged = of_kind(&records, "forge.merged");
+    assert_eq!(merged.len(), 1, "{records:#?}");
+    let main = h.branch_head("main").expect("main");
+    assert_eq!(merged[0]["metadata"]["merge_commit_sha"], main.as_str());
+    assert_ne!(main, head, "a merge commit, not the change's head");
+    // The status note, posted and then edited, each write with its note.
+    let posted = of_kind(&records, "forge.note_posted");
+    assert_eq!(posted.len(), 1, "{records:#?}");
+    let note_id = &posted[0]["metadata"]["note_id"];
+    assert!(note_id.is_u64(), "{}", posted[0]);
+    let edited = of_kind(&records, "forge.note_edited");
+    assert!(!edited.is_empty(), "the final note edits the first");
+    assert!(edited.iter().all(|r| &r["metadata"]["note_id"] == note_id));
+    // Every action that may write to the forge started on the record, and
+    // finished: none is left open.
+    let mut open: Option<&Value> = None;
+    for record in &records {
+        match record["kind"].as_str().unwrap() {
+            "action.started" => {
+                assert!(open.is_none(), "{open:?} never finished");
+                open = Some(record);
+            }
+            "action.succeeded" | "action.failed" => {
+                if let Some(started) = open.take() {
+                    assert_eq!(started["trigger"]["action"], record["trigger"]["action"]);
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(open.is_none(), "{open:?} never finished");
+    assert!(
+        of_kind(&records, "action.started").len() >= 3,
+        "{records:#?}"
+    );
     // In that order, each chained to the one before.
     let position = |kind: &str| records.iter().position(|r| r["kind"] == kind).unwrap();
-    assert!(position("submission.created") < position("forge.push"));
+    assert!(position("submission.created") < position("action.started"));
+    assert!(position("action.started") < position("forge.push"));
     assert!(position("forge.push") < position("forge.change_created"));
     assert!(position("forge.merge_reserved") < position("forge.merge_answered"));
+    assert!(position("forge.merge_answered") < position("forge.merged"));
     for pair in records.windows(2) {
         assert_eq!(pair[1]["prev_hash"], pair[0]["hash"]);
     }

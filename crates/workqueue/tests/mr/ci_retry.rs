@@ -166,6 +166,20 @@ async fn a_runner_failure_is_retried_after_its_delays_then_merges(backend: Backe
     let listed = jobs(&item);
     assert_eq!(listed.len(), 2, "the third attempt passed: {listed:?}");
     assert!(listed.iter().all(|j| j["state"] == "retried"), "{listed:?}");
+    // Each retry is on the audit trail with the forge's answer.
+    let records = h.audit(&id).await;
+    let retried: Vec<_> = records
+        .iter()
+        .filter(|r| r["kind"] == "forge.job_retried")
+        .map(|r| &r["metadata"])
+        .collect();
+    assert_eq!(retried.len(), 2, "{records:#?}");
+    for (record, job) in retried.iter().zip(&listed) {
+        assert_eq!(record["job_id"], job["id"]);
+        assert_eq!(record["new_job_id"], job["retried_as"]);
+        assert_eq!(record["matcher"], "runner-system-failure");
+        assert_eq!(record["name"], "unit");
+    }
     // The status note says what was retried and by which rule.
     let note = status_note(&h, item["detail"]["mr"]["number"].as_u64().unwrap()).await;
     for job in &listed {

@@ -508,6 +508,7 @@ async fn an_update_stored_during_the_merge_call_becomes_generation_2(backend: Ba
                     }),
                     gate: Some(held),
                     crash: None,
+                    torn_read: None,
                 })
             })),
             ..Options::default()

@@ -64,6 +64,7 @@ async fn a_head_pushed_between_check_and_merge_is_not_merged(backend: Backend) {
                     }),
                     gate: None,
                     crash: None,
+                    torn_read: None,
                 })
             })),
             ..Options::default()
@@ -326,6 +327,7 @@ async fn retry_merge_is_refused_while_in_flight(backend: Backend) {
                     }),
                     gate: Some(held),
                     crash: None,
+                    torn_read: None,
                 })
             })),
             ..Options::default()

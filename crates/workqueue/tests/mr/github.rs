@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use wq_testkit::{Backend, backend_tests};
 
 use crate::support::{
-    CrashAt, CrashOnce, GITHUB, GithubRepo, Harness, Intercept, Options, PROJECT, bearer_client,
-    dimension, github_change, manual,
+    CrashAt, CrashOnce, GITHUB, GithubRepo, Harness, Intercept, Options, PROJECT, TornRead,
+    bearer_client, dimension, github_change, manual,
 };
 
 backend_tests!(
@@ -28,6 +28,7 @@ backend_tests!(
     webhooks_without_a_valid_signature_are_refused,
     the_queue_sync_reads_every_queued_pr_in_one_request,
     a_target_that_catches_up_closes_the_pull_request,
+    a_read_straddling_the_queue_s_merge_never_merges_again,
 );
 
 fn options(merge_queue: bool) -> Options {
@@ -107,6 +108,58 @@ async fn a_queue_repository_enqueues_shows_the_entry_and_completes_when_merged(b
     assert!(item["detail"]["merge_queue"].is_null(), "{item:#}");
     assert_eq!(pr(&h, number)["merged"], true);
     assert_eq!(merge_calls(&h), 1, "one merge call in all");
+    // The queue's merge commit ends the trail, read from the merged PR.
+    let records = h.audit(&id).await;
+    let ends: Vec<_> = records
+        .iter()
+        .filter(|r| r["kind"] == "forge.merged")
+        .collect();
+    assert_eq!(ends.len(), 1, "{records:#?}");
+    assert_eq!(
+        ends[0]["metadata"]["merge_commit_sha"],
+        h.branch_head("main").unwrap().as_str()
+    );
+    h.finish().await;
+}
+
+/// A pull request's read takes several requests; one that straddles the
+/// queue's merge sees it open (with another merge status, so another
+/// readiness signature) and out of the queue. That read is checked again
+/// before anything is tried: no second merge call.
+async fn a_read_straddling_the_queue_s_merge_never_merges_again(backend: Backend) {
+    let torn = Arc::new(TornRead::default());
+    let mut options = options(true);
+    let given = torn.clone();
+    options.wrap = Some(Box::new(move |inner, _, _| {
+        Arc::new(Intercept {
+            inner,
+            before_merge: Box::new(|| Box::pin(async {})),
+            gate: None,
+            crash: None,
+            torn_read: Some(given.clone()),
+        })
+    }));
+    let h = Harness::start_with(backend, options).await;
+    let (id, number) =
+        submit_and_wait_for_review(&h, &github_change("wq/torn", &[("t.txt", "t\n")])).await;
+    h.sim.github_lock_queue(PROJECT, true).unwrap();
+    h.sim.github_approve(PROJECT, number, "reviewer").unwrap();
+    h.settle().await;
+    h.advance(Duration::from_secs(61)).await;
+    h.wait_for(&id, "the queue entry", |item| {
+        item["detail"]["merge_queue"]["position"] == 1
+    })
+    .await;
+    assert_eq!(merge_calls(&h), 1);
+    h.sim.github_lock_queue(PROJECT, false).unwrap();
+    h.advance(Duration::from_secs(61)).await;
+    h.wait_phase(&id, "completed").await;
+    assert_eq!(
+        torn.given.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the straddled read was given"
+    );
+    assert_eq!(merge_calls(&h), 1, "one merge call in all");
     h.finish().await;
 }
 
@@ -125,6 +178,16 @@ async fn a_repository_without_a_queue_merges_directly(backend: Backend) {
         "the checked head is the merged one"
     );
     assert!(item["detail"]["merge_queue"].is_null());
+    // The trail ends with the commit the merge gave `main`.
+    let records = h.audit(&id).await;
+    let ends: Vec<_> = records
+        .iter()
+        .filter(|r| r["kind"] == "forge.merged")
+        .collect();
+    assert_eq!(ends.len(), 1, "{records:#?}");
+    let main = h.branch_head("main").expect("main");
+    assert_eq!(ends[0]["metadata"]["merge_commit_sha"], main.as_str());
+    assert_eq!(merged["merge_commit_sha"], main.as_str());
     // The branch and its one commit came through the Git data API.
     assert_eq!(h.count("POST", "/git/commits"), 1);
     assert_eq!(h.count("POST", "/pulls"), 1);
@@ -140,6 +203,7 @@ fn crashing(merge_queue: bool, at: CrashAt) -> Options {
             before_merge: Box::new(|| Box::pin(async {})),
             gate: None,
             crash: Some(CrashOnce::new(at)),
+            torn_read: None,
         })
     }));
     options
@@ -195,6 +259,12 @@ async fn a_crash_after_a_direct_merge_completes_with_the_attempt_accepted(backen
             && pr(&h, number)["merged"] == true
     })
     .await;
+    // The kill between the merge call and its record shows on the trail:
+    // the reconcile that called started and never finished.
+    let before = h.audit(&id).await;
+    let open = Harness::unfinished(&before).expect("an unfinished action");
+    assert_eq!(open["trigger"]["action"], "reconcile_mr", "{open}");
+    assert_eq!(Harness::count_kind(&before, "forge.merge_answered"), 0);
 
     h.crash_and_restart().await;
     h.advance(Duration::from_secs(61)).await;
@@ -204,6 +274,32 @@ async fn a_crash_after_a_direct_merge_completes_with_the_attempt_accepted(backen
         "{item:#}"
     );
     assert_eq!(merge_calls(&h), 1, "never resubmitted");
+    // Converged with nothing lost and nothing recorded twice: the crashed
+    // run's records stay as they were, one reservation, one answer, one
+    // merge commit, and the chain holds.
+    let after = h.audit(&id).await;
+    assert_eq!(&after[..before.len()], &before[..]);
+    assert!(Harness::unfinished(&after).is_none(), "{after:#?}");
+    for (kind, times) in [
+        ("forge.push", 1),
+        ("forge.change_created", 1),
+        ("forge.merge_reserved", 1),
+        ("forge.merge_answered", 1),
+        ("forge.merged", 1),
+    ] {
+        assert_eq!(
+            Harness::count_kind(&after, kind),
+            times,
+            "{kind}: {after:#?}"
+        );
+    }
+    let merged = after.iter().find(|r| r["kind"] == "forge.merged").unwrap();
+    assert_eq!(
+        merged["metadata"]["merge_commit_sha"],
+        h.branch_head("main").unwrap().as_str()
+    );
+    let (_, broken) = h.app().store.audit_verify().await.unwrap();
+    assert!(broken.is_none(), "{broken:?}");
     h.finish().await;
 }
 
@@ -299,6 +395,7 @@ async fn a_head_pushed_after_the_gates_passed_is_never_merged(backend: Backend) 
             }),
             gate: None,
             crash: None,
+            torn_read: None,
         })
     }));
     let h = Harness::start_with(backend, options).await;

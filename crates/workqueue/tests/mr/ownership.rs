@@ -395,6 +395,7 @@ async fn a_push_whose_record_was_lost_stays_workqueues(backend: Backend) {
                     before_merge: Box::new(|| Box::pin(async {})),
                     gate: None,
                     crash: Some(CrashOnce::new(CrashAt::AfterPush)),
+                    torn_read: None,
                 })
             })),
             ..Options::default()
@@ -417,10 +418,21 @@ async fn a_push_whose_record_was_lost_stays_workqueues(backend: Backend) {
         serde_json::Value::Null,
         "{item:#}"
     );
+    // The kill between the push and its record: an `ensure_mr` that
+    // started and never finished, and no push on the trail.
+    let before = h.audit(&id).await;
+    let open = Harness::unfinished(&before).expect("an unfinished action");
+    assert_eq!(open["trigger"]["action"], "ensure_mr", "{open}");
+    assert_eq!(Harness::count_kind(&before, "forge.push"), 0);
     h.crash_and_restart().await;
     // The crashed run's lease expires; the item runs again.
     h.advance(Duration::from_secs(600)).await;
     let number = h.wait_mr(&id).await;
+    h.settle().await;
+    let after = h.audit(&id).await;
+    assert_eq!(&after[..before.len()], &before[..]);
+    assert_eq!(Harness::count_kind(&after, "forge.push"), 1, "{after:#?}");
+    assert_eq!(Harness::count_kind(&after, "forge.change_created"), 1);
     let item = h.item(&id).await;
     assert_eq!(item["phase"], "active", "{item:#}");
     assert_ne!(

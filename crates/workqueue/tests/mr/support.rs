@@ -368,6 +368,42 @@ impl Harness {
         }
     }
 
+    /// The action on the item's trail that started and never finished (no
+    /// `action.succeeded` or `action.failed` after it), if any.
+    pub fn unfinished(records: &[Value]) -> Option<&Value> {
+        let mut open = None;
+        for record in records {
+            match record["kind"].as_str() {
+                Some("action.started") => open = Some(record),
+                Some("action.succeeded" | "action.failed") => open = None,
+                _ => {}
+            }
+        }
+        open
+    }
+
+    /// How many records of `kind` the trail holds.
+    pub fn count_kind(records: &[Value], kind: &str) -> usize {
+        records.iter().filter(|r| r["kind"] == kind).count()
+    }
+
+    /// The item's audit trail, oldest first.
+    pub async fn audit(&self, id: &str) -> Vec<Value> {
+        let trail: Value = self
+            .api
+            .get(format!(
+                "{}/api/v1/work-items/{id}/audit?limit=1000",
+                self.url
+            ))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        trail["records"].as_array().expect("records").clone()
+    }
+
     pub async fn wait_phase(&self, id: &str, phase: &str) -> Value {
         self.wait_for(id, phase, |item| item["phase"] == phase)
             .await
@@ -808,6 +844,44 @@ pub struct Intercept {
     pub before_merge: Box<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>,
     pub gate: Option<Arc<tokio::sync::Semaphore>>,
     pub crash: Option<CrashOnce>,
+    pub torn_read: Option<Arc<TornRead>>,
+}
+
+/// One read that straddles a merge queue's merge: its first part saw the
+/// pull request open (as the last read in the queue did, but with another
+/// merge status), its second part saw it out of the queue. Given once, to
+/// the first read after the forge merged it.
+#[derive(Default)]
+pub struct TornRead {
+    last_queued: std::sync::Mutex<Option<wq_forge::ChangeRequest>>,
+    pub given: std::sync::atomic::AtomicUsize,
+}
+
+impl TornRead {
+    fn read(&self, read: wq_forge::ChangeRequest) -> wq_forge::ChangeRequest {
+        use std::sync::atomic::Ordering;
+        let mut last = self.last_queued.lock().expect("torn read");
+        match read.state {
+            wq_forge::ChangeState::Open
+                if matches!(read.queue, wq_forge::QueueObservation::Entry(_)) =>
+            {
+                *last = Some(read.clone());
+                read
+            }
+            wq_forge::ChangeState::Merged if self.given.load(Ordering::SeqCst) == 0 => {
+                match last.clone() {
+                    Some(mut torn) => {
+                        self.given.fetch_add(1, Ordering::SeqCst);
+                        torn.queue = wq_forge::QueueObservation::Absent;
+                        torn.merge_status = format!("{}-straddled", torn.merge_status);
+                        torn
+                    }
+                    None => read,
+                }
+            }
+            _ => read,
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -888,7 +962,11 @@ impl Forge for Intercept {
         project: &str,
         number: u64,
     ) -> wq_forge::ForgeResult<wq_forge::ChangeRequest> {
-        self.inner.get_change(project, number).await
+        let read = self.inner.get_change(project, number).await?;
+        Ok(match &self.torn_read {
+            Some(torn) => torn.read(read),
+            None => read,
+        })
     }
     async fn merge_change(
         &self,

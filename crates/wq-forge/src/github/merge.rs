@@ -181,7 +181,9 @@ fn result_step(
     params: &MergeParams<'_>,
 ) -> ForgeResult<Step> {
     match body.get("status").and_then(Value::as_str) {
-        Some("merged") => Ok(Step::Done(MergeOutcome::Merged)),
+        Some("merged") => Ok(Step::Done(MergeOutcome::Merged {
+            commit_sha: wire::details_str(body, "sha").map(str::to_owned),
+        })),
         Some("enqueued") => Ok(Step::Done(MergeOutcome::Queued)),
         Some("pending") => match wire::details_str(body, "uuid") {
             Some(uuid) => {
@@ -280,8 +282,8 @@ mod tests {
         };
         let step = |status: u16, body: Value| submit_step("m", &answer(status, body), &bound);
         assert!(matches!(
-            step(200, json!({"status": "merged"})),
-            Ok(Step::Done(MergeOutcome::Merged))
+            step(200, json!({"status": "merged", "details": {"sha": SHA}})),
+            Ok(Step::Done(MergeOutcome::Merged { commit_sha: Some(sha) })) if sha == SHA
         ));
         assert!(matches!(
             step(200, json!({"status": "enqueued"})),

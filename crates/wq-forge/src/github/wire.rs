@@ -134,6 +134,8 @@ pub struct PullRequest {
     pub merged: bool,
     #[serde(default)]
     pub merged_at: Option<String>,
+    #[serde(default)]
+    pub merge_commit_sha: Option<String>,
     #[serde(default, deserialize_with = "null_default")]
     pub title: String,
     #[serde(default, deserialize_with = "null_default")]
@@ -194,6 +196,9 @@ impl PullRequest {
             unresolved_threads: 0,
             queue: QueueObservation::Unobserved,
             author: self.user.map(|u| u.login).filter(|login| !login.is_empty()),
+            merge_commit_sha: self
+                .merge_commit_sha
+                .filter(|sha| state == ChangeState::Merged && !sha.is_empty()),
         }
     }
 }

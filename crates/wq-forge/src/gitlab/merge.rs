@@ -47,12 +47,17 @@ impl GitlabClient {
         project: &str,
         number: u64,
         expected: Option<&str>,
-    ) -> bool {
+    ) -> Option<MergeOutcome> {
         match self.read_mr(project, number).await {
-            Ok(mr) => {
-                mr.state == "merged" && expected.is_none_or(|sha| mr.sha.as_deref() == Some(sha))
+            Ok(mr)
+                if mr.state == "merged"
+                    && expected.is_none_or(|sha| mr.sha.as_deref() == Some(sha)) =>
+            {
+                Some(MergeOutcome::Merged {
+                    commit_sha: mr.merged_commit(),
+                })
             }
-            Err(_) => false,
+            _ => None,
         }
     }
 
@@ -91,11 +96,11 @@ impl GitlabClient {
             }
             Ok(_) => {
                 // A train with nothing to wait for merges at once.
-                if self
+                if let Some(merged) = self
                     .already_merged(project, number, params.expected_head_sha)
                     .await
                 {
-                    Ok(MergeOutcome::Merged)
+                    Ok(merged)
                 } else {
                     Err(ForgeError::rejected(
                         None,
@@ -115,13 +120,10 @@ impl GitlabClient {
                     .flatten();
                 match car {
                     Some(car) if car.is_active() => Ok(MergeOutcome::Queued),
-                    _ if self
+                    _ => self
                         .already_merged(project, number, params.expected_head_sha)
-                        .await =>
-                    {
-                        Ok(MergeOutcome::Merged)
-                    }
-                    _ => Err(error),
+                        .await
+                        .ok_or(error),
                 }
             }
             Err(error) => Err(error),
@@ -157,19 +159,17 @@ impl GitlabClient {
             Ok(mr) => mr,
             Err(error) if error.status == Some(405) => {
                 // 405: not mergeable now, which includes "merged already".
-                return if self
+                return self
                     .already_merged(project, number, params.expected_head_sha)
                     .await
-                {
-                    Ok(MergeOutcome::Merged)
-                } else {
-                    Err(error)
-                };
+                    .ok_or(error);
             }
             Err(error) => return Err(error),
         };
         match mr.state.as_str() {
-            "merged" => Ok(MergeOutcome::Merged),
+            "merged" => Ok(MergeOutcome::Merged {
+                commit_sha: mr.merged_commit(),
+            }),
             "locked" => Err(ForgeError::unavailable(format!(
                 "merge of {project}!{number} is still in progress (state locked)"
             ))),

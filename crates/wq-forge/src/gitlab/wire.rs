@@ -115,6 +115,10 @@ pub struct MergeRequest {
     #[serde(default)]
     pub sha: Option<String>,
     #[serde(default)]
+    pub merge_commit_sha: Option<String>,
+    #[serde(default)]
+    pub squash_commit_sha: Option<String>,
+    #[serde(default)]
     pub head_pipeline: Option<Pipeline>,
     #[serde(default)]
     pub detailed_merge_status: Option<String>,
@@ -143,6 +147,18 @@ fn merge_status_pending(status: &str) -> bool {
 }
 
 impl MergeRequest {
+    /// The commit a merge gave the target branch (a squash merge without
+    /// a merge commit names its squash commit).
+    pub fn merged_commit(&self) -> Option<String> {
+        if self.state != "merged" {
+            return None;
+        }
+        self.merge_commit_sha
+            .clone()
+            .or_else(|| self.squash_commit_sha.clone())
+            .filter(|sha| !sha.is_empty())
+    }
+
     /// The forge-neutral view. `queue` is what the caller learnt about the
     /// merge train (only `get_change` reads it).
     ///
@@ -157,6 +173,7 @@ impl MergeRequest {
     /// merge requests); without it `approvals` is 0, `approved_by` empty
     /// and `required_approvals` `None`.
     pub fn into_change(self, queue: QueueObservation) -> ForgeResult<ChangeRequest> {
+        let merge_commit_sha = self.merged_commit();
         let state = match self.state.as_str() {
             "opened" => ChangeState::Open,
             "closed" => ChangeState::Closed,
@@ -219,6 +236,7 @@ impl MergeRequest {
                 .author
                 .map(|a| a.username)
                 .filter(|name| !name.is_empty()),
+            merge_commit_sha,
         })
     }
 }

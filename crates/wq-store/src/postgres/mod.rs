@@ -101,6 +101,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "audit",
             sql: include_str!("../../migrations/postgres/0005_audit.sql"),
         },
+        EmbeddedMigration {
+            version: 6,
+            description: "event_delivery",
+            sql: include_str!("../../migrations/postgres/0006_event_delivery.sql"),
+        },
     ])
 });
 
@@ -411,24 +416,28 @@ impl_store!(PgStore, Postgres, {
         }
         // An outcome is written with its audit record, after the park
         // (whose locks come first), in one transaction.
-        let audit = crate::audit::succeeded(
+        let audits = crate::audit::succeeded(
             lease.id,
             now,
             outcome.action.as_deref(),
             outcome.phase,
             outcome.error.as_deref(),
             &outcome.dimensions,
+            &outcome.records,
         );
-        let (parked, record) = self
+        let (parked, records) = self
             .write(move |conn| {
                 Box::pin(async move {
                     let parked = call.run(&mut *conn).await?;
-                    let record = append_audit(&mut *conn, audit).await?;
-                    Ok((parked, record))
+                    let mut records = Vec::with_capacity(audits.len());
+                    for audit in audits {
+                        records.push(append_audit(&mut *conn, audit).await?);
+                    }
+                    Ok((parked, records))
                 })
             })
             .await?;
-        crate::audit::log(std::slice::from_ref(&record));
+        crate::audit::log(&records);
         Ok(parked)
     }
 });

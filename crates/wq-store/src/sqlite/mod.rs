@@ -125,6 +125,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "audit",
             sql: include_str!("../../migrations/sqlite/0005_audit.sql"),
         },
+        EmbeddedMigration {
+            version: 6,
+            description: "event_delivery",
+            sql: include_str!("../../migrations/sqlite/0006_event_delivery.sql"),
+        },
     ])
 });
 
@@ -383,15 +388,18 @@ async fn park_with(
             .await?;
             // The park's own writes take no other lock: the record goes
             // with the outcome.
-            let audit = crate::audit::succeeded(
+            let audits = crate::audit::succeeded(
                 lease.id,
                 params.now,
                 outcome.action.as_deref(),
                 outcome.phase,
                 outcome.error.as_deref(),
                 &outcome.dimensions,
+                &outcome.records,
             );
-            records.push(append_audit(&mut *conn, audit).await?);
+            for audit in audits {
+                records.push(append_audit(&mut *conn, audit).await?);
+            }
         }
         None => {
             lease_state(&mut *conn, lease).await?;

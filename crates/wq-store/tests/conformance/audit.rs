@@ -206,6 +206,7 @@ pub async fn every_loop_write_leaves_its_record_in_its_transaction(db: &TestDb) 
             error: None,
             dimensions: vec![dimension.clone()],
             action: Some("ensure_mr".into()),
+            records: Vec::new(),
         })
         .await
         .unwrap();
@@ -294,6 +295,112 @@ pub async fn every_loop_write_leaves_its_record_in_its_transaction(db: &TestDb) 
                 error: None,
                 dimensions: Vec::new(),
                 action: Some("ensure_mr".into()),
+                records: Vec::new(),
+            })
+            .await,
+        Err(StoreError::LeaseLost(_))
+    ));
+    assert_eq!(kinds(store, id).await.len(), 6);
+    assert_eq!(store.audit_verify().await.unwrap(), (6, None));
+}
+
+/// An action with outside effects starts on the record: alone (attempts
+/// kept, so a backoff still counts), or after the pending outcome of the
+/// action before it with that executor's own records, in one transaction;
+/// never under a lost lease.
+pub async fn an_action_starts_on_the_record_with_the_outcome_before_it(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let now = t0();
+    let id = insert(store, TYPE_A, now).await.id;
+    let mut lease = claim(store, id, now).await;
+    let failed = store
+        .item_record_failure(RecordFailure {
+            lease,
+            now,
+            error: "forge said 500".into(),
+            max_attempts: 5,
+            permanent: false,
+            retry_at: now + Duration::seconds(1),
+            outage: false,
+            outage_started_before: now,
+            action: Some("ensure_mr".into()),
+        })
+        .await
+        .unwrap();
+    assert_eq!(failed.attempts, 1);
+    lease.until = failed.leased_until.expect("backing off under the lease");
+
+    store
+        .item_begin_action(BeginAction {
+            lease,
+            now,
+            action: "ensure_mr".into(),
+            outcome: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(get(store, id).await.attempts, 1, "a start is no success");
+
+    store
+        .item_begin_action(BeginAction {
+            lease,
+            now,
+            action: "post_dashboard_note".into(),
+            outcome: Some(OutcomeChanges {
+                dimensions: vec![DimensionUpdate::new("needs_mr", false)],
+                action: Some("ensure_mr".into()),
+                records: vec![wq_core::OutcomeRecord {
+                    kind: "forge.push".into(),
+                    metadata: serde_json::json!({"commit_sha": "abc"}),
+                }],
+                ..OutcomeChanges::default()
+            }),
+        })
+        .await
+        .unwrap();
+    let item = get(store, id).await;
+    assert_eq!(item.attempts, 0, "the outcome before it resets attempts");
+    let dimensions = store.dimension_list(id).await.unwrap();
+    assert!(dimensions.iter().any(|d| d.dimension == "needs_mr"));
+    assert_eq!(
+        kinds(store, id).await,
+        [
+            "item.created",
+            "action.failed",
+            "action.started",
+            "action.succeeded",
+            "forge.push",
+            "action.started",
+        ]
+    );
+    let records = store
+        .audit_list(AuditQuery {
+            item_id: Some(id),
+            limit: 100,
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(records[2].trigger.as_ref().unwrap()["action"], "ensure_mr");
+    assert_eq!(records[4].metadata["commit_sha"], "abc");
+    assert_eq!(records[4].trigger.as_ref().unwrap()["action"], "ensure_mr");
+    assert_eq!(
+        records[5].trigger.as_ref().unwrap()["action"],
+        "post_dashboard_note"
+    );
+
+    let stale = Lease {
+        id,
+        until: now - Duration::hours(1),
+    };
+    assert!(matches!(
+        store
+            .item_begin_action(BeginAction {
+                lease: stale,
+                now,
+                action: "ensure_mr".into(),
+                outcome: None,
             })
             .await,
         Err(StoreError::LeaseLost(_))

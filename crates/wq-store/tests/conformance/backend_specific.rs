@@ -214,6 +214,7 @@ async fn sqlite_a_failing_write_does_not_roll_back_its_batch() {
                     error: None,
                     dimensions: vec![DimensionUpdate::new("needs_mr", false)],
                     action: None,
+                    records: Vec::new(),
                 })
                 .await
         }));
@@ -229,6 +230,7 @@ async fn sqlite_a_failing_write_does_not_roll_back_its_batch() {
                             error: Some("stale".into()),
                             dimensions: vec![DimensionUpdate::new("stale", true)],
                             action: None,
+                            records: Vec::new(),
                         }),
                     })
                     .await

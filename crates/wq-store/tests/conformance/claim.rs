@@ -115,6 +115,7 @@ pub async fn stale_lease_gets_lease_lost_on_every_loop_write(db: &TestDb) {
                 error: None,
                 dimensions: vec![dimension.clone()],
                 action: None,
+                records: Vec::new(),
             })
             .await,
         item.id,
@@ -267,6 +268,7 @@ pub async fn apply_outcome_resets_attempts_and_applies_phase_and_dimensions(db: 
                 DimensionUpdate::new("needs_mr", false).detail(serde_json::json!({ "mr": 12 })),
             ],
             action: None,
+            records: Vec::new(),
         })
         .await
         .unwrap();
@@ -288,6 +290,7 @@ pub async fn apply_outcome_resets_attempts_and_applies_phase_and_dimensions(db: 
                 DimensionUpdate::new("needs_mr", false),
             ],
             action: None,
+            records: Vec::new(),
         })
         .await
         .unwrap();
@@ -543,6 +546,7 @@ pub async fn outages_fail_an_item_only_after_the_budget(db: &TestDb) {
             error: None,
             dimensions: vec![],
             action: None,
+            records: Vec::new(),
         })
         .await
         .map(|_| lease)

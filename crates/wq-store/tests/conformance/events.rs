@@ -249,3 +249,75 @@ pub async fn event_apply_discards_events_of_inactive_items(db: &TestDb) {
     assert!(store.event_next(id).await.unwrap().is_none(), "discarded");
     assert_eq!(store.item_park(lease, now).await.unwrap(), Park::Parked);
 }
+
+/// The delivery an event came from is kept with it (DDR-33): the delivery
+/// id and the raw body, bounded as the audit record bounds it; the
+/// `event.received` record names the event and the delivery.
+pub async fn an_event_keeps_its_raw_delivery(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let now = t0();
+    let id = insert(store, TYPE_A, now).await.id;
+    let raw = format!(
+        "{{\"object_kind\":\"pipeline\",\"pad\":\"{}\"}}",
+        "é".repeat(40_000)
+    );
+    let event_id = store
+        .event_insert(NewEvent {
+            item_id: id,
+            event_type: "pipeline".into(),
+            body: serde_json::json!({"interpreted": true}),
+            now,
+            origin: Some(wq_store::EventOrigin {
+                actor: "webhook:gitlab".into(),
+                delivery_id: Some("delivery-7".into()),
+                raw: Some(raw.clone()),
+            }),
+        })
+        .await
+        .unwrap();
+    let event = store.event_next(id).await.unwrap().unwrap();
+    assert_eq!(event.id, event_id);
+    assert_eq!(event.body, serde_json::json!({"interpreted": true}));
+    assert_eq!(event.delivery_id.as_deref(), Some("delivery-7"));
+    let kept = event.raw.expect("the raw body");
+    assert!(
+        kept.len() <= wq_store::audit::MAX_RAW_BYTES,
+        "{}",
+        kept.len()
+    );
+    assert!(
+        raw.starts_with(&kept),
+        "a prefix, cut at a character boundary"
+    );
+    let records = store
+        .audit_list(wq_store::audit::AuditQuery {
+            item_id: Some(id),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let received = records
+        .iter()
+        .find(|r| r.kind == "event.received")
+        .expect("its record");
+    assert_eq!(received.metadata["event_id"], event_id);
+    assert_eq!(received.metadata["delivery_id"], "delivery-7");
+    assert_eq!(received.metadata["raw"], kept.as_str());
+
+    // Without an origin, nothing is kept but the event.
+    add_event(store, id, "other", now).await;
+    store
+        .event_apply(ApplyEvent {
+            lease: claim(store, id, now).await,
+            event_id,
+            now,
+            result: EventResult::ignored(),
+        })
+        .await
+        .unwrap();
+    let plain = store.event_next(id).await.unwrap().unwrap();
+    assert_eq!(plain.event_type, "other");
+    assert_eq!((plain.delivery_id, plain.raw), (None, None));
+}

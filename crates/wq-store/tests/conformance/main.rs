@@ -11,9 +11,9 @@ use wq_core::{DimensionStatus, DimensionUpdate, EventResult, ItemId, Phase, Work
 use wq_store::sqlite::SqliteStore;
 use wq_store::testing::{drop_postgres_database, fresh_postgres_url, fresh_sqlite_url};
 use wq_store::{
-    ApplyEvent, ApplyOutcome, Backend, BackendKind, ClaimParams, EventApplied, ItemListParams,
-    Lease, NewEvent, NewItem, OutcomeChanges, Park, ParkParams, PhaseCount, RecordFailure, Store,
-    StoreError, SweepParams, Visibility, VisibleScope, to_micros,
+    ApplyEvent, ApplyOutcome, Backend, BackendKind, BeginAction, ClaimParams, EventApplied,
+    ItemListParams, Lease, NewEvent, NewItem, OutcomeChanges, Park, ParkParams, PhaseCount,
+    RecordFailure, Store, StoreError, SweepParams, Visibility, VisibleScope, to_micros,
 };
 
 // --- harness -----------------------------------------------------------------
@@ -168,6 +168,8 @@ conformance_suite!(
     concurrent_audit_appends_chain_without_forking,
     audit_list_filters_by_item_since_actor_and_kind,
     every_loop_write_leaves_its_record_in_its_transaction,
+    an_action_starts_on_the_record_with_the_outcome_before_it,
+    an_event_keeps_its_raw_delivery,
 );
 
 // --- helpers -----------------------------------------------------------------
@@ -243,6 +245,7 @@ async fn move_to(store: &dyn Store, id: ItemId, phase: Phase, now: OffsetDateTim
             error: None,
             dimensions: Vec::new(),
             action: None,
+            records: Vec::new(),
         })
         .await
         .expect("apply outcome");

@@ -52,6 +52,7 @@ pub async fn park_parks_and_clears_expired_timers(db: &TestDb) {
             error: None,
             dimensions: Vec::new(),
             action: None,
+            records: Vec::new(),
         })
         .await
         .unwrap();
@@ -164,6 +165,7 @@ pub async fn park_with_outcome_writes_it_and_parks(db: &TestDb) {
                     DimensionUpdate::new("needs_mr", false).detail(serde_json::json!({ "mr": 7 })),
                 ],
                 action: None,
+                records: Vec::new(),
             }),
         })
         .await
@@ -208,6 +210,7 @@ pub async fn park_with_outcome_while_events_are_pending_keeps_the_lease(db: &Tes
                 error: None,
                 dimensions: vec![DimensionUpdate::new("needs_mr", false)],
                 action: None,
+                records: Vec::new(),
             }),
         })
         .await
@@ -260,6 +263,7 @@ pub async fn park_with_stale_lease_writes_nothing(db: &TestDb) {
                     error: Some("stale".into()),
                     dimensions: vec![DimensionUpdate::new("needs_mr", false)],
                     action: None,
+                    records: Vec::new(),
                 }),
             })
             .await;
