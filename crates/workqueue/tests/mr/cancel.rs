@@ -257,6 +257,7 @@ async fn a_crash_between_the_close_and_the_stored_phase_converges(backend: Backe
                 before_merge: Box::new(|| Box::pin(async {})),
                 gate: None,
                 crash: Some(CrashOnce::new(CrashAt::AfterClose)),
+                torn_read: None,
             })
         }));
         let mut h = Harness::start_with(backend, options).await;
