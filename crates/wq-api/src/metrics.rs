@@ -69,6 +69,12 @@ fn install() -> Result<PrometheusHandle, MetricsInstallError> {
 }
 
 /// `GET /metrics`: Prometheus text.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text format.", content_type = "text/plain", body = String)),
+)]
 pub async fn scrape(State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let counts = state.store.item_count_by_phase().await?;
     let mut text = match &state.metrics {

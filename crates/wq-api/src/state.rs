@@ -21,6 +21,8 @@ pub struct AppState {
     pub(crate) metrics: Option<PrometheusHandle>,
     pub(crate) types: TypeRegistry,
     pub(crate) webhooks: BTreeMap<&'static str, Arc<dyn WebhookReceiver>>,
+    /// The OpenAPI document, set by [`crate::router`] from its routes.
+    pub(crate) openapi: Arc<axum::body::Bytes>,
 }
 
 impl AppState {
@@ -37,6 +39,7 @@ impl AppState {
             metrics: None,
             types: TypeRegistry::default(),
             webhooks: BTreeMap::new(),
+            openapi: Arc::default(),
         }
     }
 

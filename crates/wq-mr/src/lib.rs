@@ -464,6 +464,12 @@ impl ItemType for MrType {
         events::handle(self, view, event).await
     }
 
+    /// [`spec::submission_schema`] under the configured rules and forges.
+    fn submission_schema(&self) -> Option<serde_json::Value> {
+        let forges: Vec<&str> = self.forges.names().collect();
+        Some(spec::submission_schema(&self.rules, &forges))
+    }
+
     async fn submit(&self, submission: Submission) -> Result<Submitted, RequestError> {
         let mut spec =
             spec::parse_submission(&submission.body, &self.rules).map_err(RequestError::Invalid)?;

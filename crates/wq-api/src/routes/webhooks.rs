@@ -10,12 +10,12 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use wq_core::{DeliveryTrust, WebhookError};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorEnvelope};
 use crate::extract::{ApiBytes, ApiPath};
 use crate::state::AppState;
 
 /// The answer to an accepted delivery.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct WebhookAck {
     /// `stored` or `ignored`.
     pub status: String,
@@ -26,6 +26,18 @@ pub struct WebhookAck {
 /// The message of a 503 for a delivery that could not be stored.
 pub const UNSTORED_MESSAGE: &str = "the delivery could not be stored; deliver it again later";
 
+#[utoipa::path(
+    post,
+    path = "/webhooks/{source}",
+    tag = "webhooks",
+    params(("source" = String, Path, description = "The webhook source: `gitlab`, `github`, as the item types register them.")),
+    request_body(content = Object, content_type = "application/json", description = "The forge's delivery as it sends it, with its own headers (signature or token, event name)."),
+    responses(
+        (status = 202, description = "Stored (an event for the items it concerns), or ignored (about nothing tracked, or unreadable): the forge must not deliver it again.", body = WebhookAck),
+        (status = 401, description = "The delivery's signature or token does not check.", body = ErrorEnvelope),
+        (status = 404, description = "No receiver for this source.", body = ErrorEnvelope),
+    ),
+)]
 pub async fn receive(
     State(state): State<AppState>,
     ApiPath(source): ApiPath<String>,
