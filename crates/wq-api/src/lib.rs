@@ -51,7 +51,7 @@ const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 pub fn router(state: AppState, config: &ApiConfig) -> Router {
     let (routes, openapi) = openapi::routes(&state).split_for_parts();
     let mut state = state;
-    let document = openapi::document(openapi, &state.types);
+    let document = openapi::document(openapi, &state);
     state.openapi = std::sync::Arc::new(
         serde_json::to_vec(&document)
             .expect("the document serializes")

@@ -6,13 +6,14 @@
 //! [`crate::router`] mounts the handlers through utoipa-axum's
 //! `OpenApiRouter`, so a route and its documentation are one entry
 //! ([`routes`]). [`document`] then adds what only the running service
-//! knows, from its [`TypeRegistry`]:
+//! knows, from its [`TypeRegistry`] and webhook receivers:
 //!
 //! - the submission body of `POST /api/v1/work-items`: a `oneOf` by
 //!   `item_type` over each type's [`wq_core::ItemType::submission_schema`]
 //!   (a type without one: any object naming it);
 //! - the `{command}` of `POST /api/v1/work-items/{id}/{command}`: the
-//!   commands the types offer;
+//!   commands the types offer; the `{source}` of `POST /webhooks/{source}`:
+//!   the sources their receivers take;
 //! - the bearer scheme on every `/api/v1` operation, and the error answers
 //!   every route can give (the [`ErrorEnvelope`]): 401 and 403 under
 //!   `/api/v1`, 413, 500 and 503 everywhere.
@@ -82,12 +83,13 @@ pub(crate) fn routes(state: &AppState) -> OpenApiRouter<AppState> {
 
 /// The document [`crate::router`] serves for `state` (its item types).
 pub fn openapi_document(state: &AppState) -> Value {
-    document(routes(state).into_openapi(), &state.types)
+    document(routes(state).into_openapi(), state)
 }
 
 /// The generated document completed from the registry (see the module
 /// documentation).
-pub(crate) fn document(openapi: utoipa::openapi::OpenApi, types: &TypeRegistry) -> Value {
+pub(crate) fn document(openapi: utoipa::openapi::OpenApi, state: &AppState) -> Value {
+    let types = &state.types;
     let mut document = serde_json::to_value(&openapi).expect("the document serializes");
     document["info"]["version"] = json!(env!("CARGO_PKG_VERSION"));
     document["components"]["securitySchemes"] = json!({
@@ -99,6 +101,14 @@ pub(crate) fn document(openapi: utoipa::openapi::OpenApi, types: &TypeRegistry) 
     });
     add_submission(&mut document, types);
     add_commands(&mut document, types);
+    let sources: Vec<&str> = state.webhooks.keys().copied().collect();
+    restrict_parameter(
+        &mut document,
+        "/paths/~1webhooks~1{source}/post/parameters",
+        "source",
+        sources,
+        "This service's item types receive no webhooks.",
+    );
     let paths = document["paths"]
         .as_object_mut()
         .expect("the document has paths");
@@ -200,26 +210,42 @@ fn add_submission(document: &mut Value, types: &TypeRegistry) {
 
 /// The `{command}` parameter names the commands the types offer.
 fn add_commands(document: &mut Value, types: &TypeRegistry) {
-    let mut commands: Vec<&str> = types
+    let commands: Vec<&str> = types
         .names()
         .filter_map(|name| types.get(name))
         .flat_map(|handler| handler.commands().iter().map(|spec| spec.name))
         .collect();
-    commands.sort_unstable();
-    commands.dedup();
-    let Some(parameters) = document
-        .pointer_mut("/paths/~1api~1v1~1work-items~1{id}~1{command}/post/parameters")
-        .and_then(Value::as_array_mut)
-    else {
+    restrict_parameter(
+        document,
+        "/paths/~1api~1v1~1work-items~1{id}~1{command}/post/parameters",
+        "command",
+        commands,
+        "This service's item types offer no command.",
+    );
+}
+
+/// The parameter `name` of the operation whose parameters are at
+/// `pointer` takes one of `values` (sorted, each once); with none, it says
+/// `none`.
+fn restrict_parameter(
+    document: &mut Value,
+    pointer: &str,
+    name: &str,
+    mut values: Vec<&str>,
+    none: &str,
+) {
+    values.sort_unstable();
+    values.dedup();
+    let Some(parameters) = document.pointer_mut(pointer).and_then(Value::as_array_mut) else {
         return;
     };
     for parameter in parameters {
-        if parameter["name"] == "command" {
+        if parameter["name"] == name {
             let schema = &mut parameter["schema"];
-            if commands.is_empty() {
-                schema["description"] = json!("This service's item types offer no command.");
+            if values.is_empty() {
+                schema["description"] = json!(none);
             } else {
-                schema["enum"] = json!(commands);
+                schema["enum"] = json!(values);
             }
         }
     }

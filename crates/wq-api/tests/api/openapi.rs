@@ -117,6 +117,10 @@ async fn the_document_is_openapi_3_1_with_the_envelope_and_the_bearer_scheme() {
     ];
     expected.sort_unstable();
     assert_eq!(command["schema"]["enum"], serde_json::json!(expected));
+    let source = document
+        .pointer("/paths/~1webhooks~1{source}/post/parameters/0")
+        .expect("the source parameter");
+    assert_eq!(source["schema"]["enum"], serde_json::json!(["probe"]));
     app.finish().await;
 }
 
