@@ -268,6 +268,7 @@ mod errors;
 mod events;
 mod exec;
 pub mod merge;
+pub mod metrics;
 mod queue_sync;
 pub mod spec;
 pub mod store;
@@ -326,6 +327,7 @@ impl MrType {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, ConfigErrors> {
         let rules = config.compile()?;
+        crate::metrics::describe();
         Ok(Self {
             store: MrStore::new(items.as_ref()),
             items,

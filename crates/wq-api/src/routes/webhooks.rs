@@ -45,6 +45,8 @@ pub async fn receive(
     ApiBytes(body): ApiBytes,
 ) -> Result<(StatusCode, Json<WebhookAck>), ApiError> {
     let Some(receiver) = state.webhooks.get(source.as_str()) else {
+        // The path's source is the caller's: not a label.
+        count("", "unknown_source");
         return Err(ApiError::not_found(format!(
             "no webhook receiver for {source:?}"
         )));
@@ -70,6 +72,7 @@ pub async fn receive(
                     engine.notify(*id);
                 }
             }
+            let source = receiver.source();
             let ack = match receipt.ignored {
                 Some(reason) if receipt.items.is_empty() => WebhookAck {
                     status: "ignored".into(),
@@ -80,9 +83,32 @@ pub async fn receive(
                     reason: None,
                 },
             };
+            count(source, &ack.status);
             Ok((StatusCode::ACCEPTED, Json(ack)))
         }
-        Err(error) => refusal(&source, error),
+        Err(error) => {
+            count(receiver.source(), refusal_label(&error));
+            refusal(&source, error)
+        }
+    }
+}
+
+/// Counts one delivery ([`crate::metrics::WEBHOOKS_TOTAL`]).
+fn count(source: &'static str, outcome: &str) {
+    metrics::counter!(
+        crate::metrics::WEBHOOKS_TOTAL,
+        "source" => source,
+        "outcome" => outcome.to_owned(),
+    )
+    .increment(1);
+}
+
+/// The `outcome` label of a delivery that stored nothing.
+fn refusal_label(error: &WebhookError) -> &'static str {
+    match error {
+        WebhookError::Malformed(_) => "malformed",
+        WebhookError::Unauthenticated(_) => "unauthenticated",
+        WebhookError::Unavailable(_) => "unavailable",
     }
 }
 
