@@ -235,3 +235,49 @@ async fn an_mr_merged_through_ci_retry_and_a_rate_limit_shows_in_the_metrics() {
     );
     h.finish().await;
 }
+
+/// README's table names every metric the crates define, each with an
+/// example alert that uses it.
+#[test]
+fn the_readme_lists_every_metric_with_an_alert() {
+    let readme = include_str!("../../../README.md");
+    for name in [
+        wq_api::metrics::ITEMS_GAUGE,
+        wq_api::metrics::WEBHOOKS_TOTAL,
+        wq_engine::metrics::ACTIONS_TOTAL,
+        wq_engine::metrics::ACTIONS_FAILED_TOTAL,
+        wq_engine::metrics::EVENTS_TOTAL,
+        wq_engine::metrics::LOOP_DURATION_SECONDS,
+        wq_engine::metrics::RUN_PANICS_TOTAL,
+        wq_engine::metrics::LEASE_LOSSES_TOTAL,
+        wq_engine::metrics::SWEEP_BACKLOG,
+        wq_forge::metrics::FORGE_REQUESTS_TOTAL,
+        wq_forge::metrics::FORGE_REQUEST_DURATION_SECONDS,
+        wq_forge::metrics::FORGE_REQUEST_ERRORS_TOTAL,
+        wq_forge::metrics::FORGE_RATE_LIMIT_REMAINING,
+        wq_mr::metrics::MERGES_TOTAL,
+        wq_mr::metrics::MERGE_QUEUE_ENTRIES_TOTAL,
+        wq_mr::metrics::CI_RETRIES_TOTAL,
+        wq_intake::QUEUE_MESSAGES_TOTAL,
+        wq_intake::QUEUE_ERRORS_TOTAL,
+        wq_archive::LAG_SECONDS,
+        wq_archive::UNARCHIVED,
+        wq_archive::SHIPPED_RECORDS_TOTAL,
+        wq_archive::FAILURES_TOTAL,
+    ] {
+        let row = readme
+            .lines()
+            .find(|line| line.starts_with(&format!("| `{name}")))
+            .unwrap_or_else(|| panic!("README's metrics table has no row for {name}"));
+        // The last cell (a `\|` inside a cell has no spaces around it).
+        let alert = row
+            .trim_end_matches('|')
+            .rsplit(" | ")
+            .next()
+            .unwrap_or_default();
+        assert!(
+            alert.contains(name) && alert.contains('`'),
+            "the row of {name} has no example alert using it: {row}"
+        );
+    }
+}
