@@ -23,6 +23,15 @@ pub struct Run<'a> {
     pub max_examples: u32,
     /// Fixed, so that a failure repeats.
     pub seed: u64,
+    /// Values some parameters always take (`("path.id", "<a real id>")`),
+    /// so that the operations reach what lies behind an existing
+    /// resource rather than its 404.
+    pub parameters: Vec<(&'a str, String)>,
+}
+
+/// A TOML basic string.
+fn quoted(text: &str) -> String {
+    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
 /// What a run printed.
@@ -45,15 +54,21 @@ pub fn run(root: &Path, settings: &Run<'_>) -> Outcome {
         settings.seed
     ));
     let _ = std::fs::remove_file(&report);
+    let config = root.join(format!(
+        "schemathesis-{}-{}.toml",
+        std::process::id(),
+        settings.seed
+    ));
+    let mut toml = String::from("[parameters]\n");
+    for (name, value) in &settings.parameters {
+        toml.push_str(&format!("{} = {}\n", quoted(name), quoted(value)));
+    }
+    std::fs::write(&config, toml).expect("the schemathesis config written");
     let mut command = Command::new(venv.join("bin/python"));
     command
-        .args([
-            "-m",
-            "schemathesis.cli",
-            "--no-color",
-            "run",
-            settings.schema_url,
-        ])
+        .args(["-m", "schemathesis.cli", "--no-color", "--config-file"])
+        .arg(&config)
+        .args(["run", settings.schema_url])
         .args(["--checks", CHECKS])
         .args(["--phases", "examples,coverage,fuzzing"])
         .args(["--max-examples", &settings.max_examples.to_string()])
@@ -71,6 +86,7 @@ pub fn run(root: &Path, settings: &Run<'_>) -> Outcome {
     });
     let junit = std::fs::read_to_string(&report).unwrap_or_default();
     let _ = std::fs::remove_file(&report);
+    let _ = std::fs::remove_file(&config);
     Outcome {
         junit,
         success: output.status.success(),

@@ -71,12 +71,17 @@ async fn schemathesis_finds_no_server_error_and_no_answer_off_the_document() {
                 headers: vec![("Authorization", format!("Bearer {token}"))],
                 max_examples: 50,
                 seed: 18,
+                // Every `{id}` names the merged item: its detail, audit
+                // trail, retry and commands answer for a real item.
+                parameters: vec![("path.id", id.clone())],
             },
         )
     })
     .await
     .expect("schemathesis ran");
     assert!(outcome.success, "schemathesis failed:\n{}", outcome.output);
+    // Its summary, for the log (`--nocapture`).
+    println!("{}", outcome.output);
     // It tested every operation but the document's own (which it reads
     // as the schema): none was left out for a schema it could not read.
     for operation in &operations {
