@@ -27,6 +27,9 @@ pub struct Run<'a> {
     /// so that the operations reach what lies behind an existing
     /// resource rather than its 404.
     pub parameters: Vec<(&'a str, String)>,
+    /// Only the operations whose path matches this regular expression
+    /// (all when `None`).
+    pub paths: Option<&'a str>,
 }
 
 /// A TOML basic string.
@@ -69,6 +72,13 @@ pub fn run(root: &Path, settings: &Run<'_>) -> Outcome {
         .args(["-m", "schemathesis.cli", "--no-color", "--config-file"])
         .arg(&config)
         .args(["run", settings.schema_url])
+        .args(
+            settings
+                .paths
+                .map(|regex| ["--include-path-regex", regex])
+                .into_iter()
+                .flatten(),
+        )
         .args(["--checks", CHECKS])
         .args(["--phases", "examples,coverage,fuzzing"])
         .args(["--max-examples", &settings.max_examples.to_string()])

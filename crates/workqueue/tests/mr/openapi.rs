@@ -74,6 +74,7 @@ async fn schemathesis_finds_no_server_error_and_no_answer_off_the_document() {
                 // Every `{id}` names the merged item: its detail, audit
                 // trail, retry and commands answer for a real item.
                 parameters: vec![("path.id", id.clone())],
+                paths: None,
             },
         )
     })

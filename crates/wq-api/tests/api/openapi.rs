@@ -220,3 +220,39 @@ async fn the_document_reads_as_reviewed() {
     insta::assert_json_snapshot!(document);
     app.finish().await;
 }
+
+/// The contract run can fail: against the probe types, whose `explode`
+/// command panics (a 500), schemathesis reports the server error.
+#[tokio::test]
+async fn schemathesis_reports_a_server_error() {
+    let app = api_app(Backend::Sqlite).start().await;
+    let item = app.insert(wq_testkit::types::PROBE_TYPE).await;
+    let schema_url = app.url("/api/openapi.json");
+    let token = app.tokens.admin.clone();
+    let root = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let outcome = tokio::task::spawn_blocking(move || {
+        wq_testkit::schemathesis::run(
+            &root,
+            &wq_testkit::schemathesis::Run {
+                schema_url: &schema_url,
+                headers: vec![("Authorization", format!("Bearer {token}"))],
+                max_examples: 10,
+                seed: 1,
+                parameters: vec![
+                    ("path.id", item.id.to_string()),
+                    ("path.command", wq_testkit::types::PANIC_COMMAND.to_owned()),
+                ],
+                paths: Some("/work-items/\\{id\\}/\\{command\\}$"),
+            },
+        )
+    })
+    .await
+    .expect("schemathesis ran");
+    assert!(!outcome.success, "{}", outcome.output);
+    assert!(
+        outcome.output.contains("Server error"),
+        "{}",
+        outcome.output
+    );
+    app.finish().await;
+}
