@@ -20,7 +20,7 @@ use forge_sim::{FaultRule, HttpFault, JobOutcome, JobSpec};
 use reqwest::StatusCode;
 use wq_testkit::Backend;
 
-use support::{Harness, Options, change};
+use support::{GithubRepo, Harness, Options, PROJECT, change, github_change};
 
 /// Retries runner system failures at once.
 const RUNNER_AT_ONCE: &str = r#"
@@ -232,6 +232,106 @@ async fn an_mr_merged_through_ci_retry_and_a_rate_limit_shows_in_the_metrics() {
             &[("item_type", "mr"), ("phase", "completed")]
         ),
         1.0
+    );
+    h.finish().await;
+}
+
+/// Labels of one forge request series of the GitHub of `h`.
+fn github_host(h: &Harness) -> String {
+    h.sim
+        .github_url()
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_pr_merged_through_the_merge_queue_counts_one_queue_entry() {
+    let h = Harness::start_with(
+        Backend::Sqlite,
+        Options {
+            jobs: vec![JobSpec::new("ci", JobOutcome::Success)],
+            github: Some(GithubRepo {
+                merge_queue: true,
+                required_approvals: 0,
+                dismiss_stale_reviews: false,
+            }),
+            metrics: true,
+            ..Options::default()
+        },
+    )
+    .await;
+    // The queue holds its entries while locked.
+    h.sim.github_lock_queue(PROJECT, true).unwrap();
+    let id = h
+        .submit_ok(
+            &github_change("wq/queued", &[("q.txt", "q\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    h.wait_for(&id, "the queue entry", |item| {
+        item["detail"]["merge_queue"]["position"] == 1
+    })
+    .await;
+    h.sim.github_lock_queue(PROJECT, false).unwrap();
+    h.advance(Duration::from_secs(61)).await;
+    h.wait_phase(&id, "completed").await;
+
+    let text = h
+        .client
+        .get(format!("{}/metrics", h.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        sample(&text, name, labels).unwrap_or_else(|| panic!("no {name}{labels:?} in:\n{text}"))
+    };
+    for result in ["queued", "merged"] {
+        assert_eq!(
+            value(
+                "workqueue_mr_merges_total",
+                &[("forge", "github"), ("result", result), ("error", "")]
+            ),
+            1.0,
+            "{result}"
+        );
+    }
+    assert_eq!(
+        value(
+            "workqueue_mr_merge_queue_entries_total",
+            &[("forge", "github")]
+        ),
+        1.0
+    );
+    let host = github_host(&h);
+    assert_eq!(
+        value(
+            "workqueue_forge_requests_total",
+            &[
+                ("forge", "github"),
+                ("host", &host),
+                ("endpoint", "PUT repos/*/pulls/*/merge-async"),
+                ("status", "2xx"),
+            ],
+        ),
+        h.count("PUT", "/merge-async") as f64
+    );
+    assert!(
+        value(
+            "workqueue_forge_requests_total",
+            &[
+                ("forge", "github"),
+                ("host", &host),
+                ("endpoint", "POST graphql"),
+                ("status", "2xx"),
+            ],
+        ) >= 1.0
     );
     h.finish().await;
 }
