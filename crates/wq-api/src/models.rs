@@ -138,7 +138,7 @@ pub struct MeBody {
     pub token: Option<String>,
 }
 
-/// One rule in [`MeBody::rules`].
+/// One rule in `MeBody::rules`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MeRule {
     pub name: String,

@@ -251,7 +251,7 @@ fn restrict_parameter(
     }
 }
 
-/// The document, as [`crate::router`] built it.
+/// This OpenAPI document, as the router was built with it.
 #[utoipa::path(
     get,
     path = "/api/openapi.json",

@@ -627,7 +627,7 @@ pub async fn command(
 /// `POST /api/v1/work-items/{id}/retry`: a failed or cancelled item becomes
 /// active and actionable with no attempts, and the engine is notified.
 /// Needs `retry` on the item's scope (`admin` when its type says so,
-/// [`wq_core::ItemType::retry_needs_admin`]); a caller other than the
+/// `ItemType::retry_needs_admin`); a caller other than the
 /// submitter also needs `admin` there (409 `owned_by_another_caller`
 /// otherwise). An item the caller may not read is a 404.
 #[utoipa::path(
