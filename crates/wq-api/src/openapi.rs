@@ -54,9 +54,9 @@ pub const SUBMISSION_SCHEMA: &str = "Submission";
 )]
 struct ApiDoc;
 
-/// Every route of the HTTP surface with its documentation, unauthenticated:
-/// [`crate::router`] adds the bearer check and the middleware. The one
-/// list both the router and the document come from.
+/// Every route of the HTTP surface with its documentation, and the bearer
+/// check on `/api/v1`; [`crate::router`] adds the fallbacks and the
+/// middleware. The one list both the router and the document come from.
 pub(crate) fn routes(state: &AppState) -> OpenApiRouter<AppState> {
     let api = OpenApiRouter::new()
         .routes(routes!(items::list, items::submit))
