@@ -31,9 +31,11 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
 /// `server.shutdown_grace_seconds` ([`serve_until`]).
 pub async fn serve(config: &Config) -> anyhow::Result<()> {
     let bind = config.server.bind_address()?;
+    // The recorder first: the clients and types describe their metrics to
+    // it as they are built.
+    let metrics = wq_api::metrics::prometheus_handle()?;
     let forges = app::forges_from_env(config)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let metrics = wq_api::metrics::prometheus_handle()?;
     let app = app::assemble(config, forges, Arc::clone(&clock), Some(metrics)).await?;
     let App {
         store,

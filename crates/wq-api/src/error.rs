@@ -104,14 +104,14 @@ pub fn clip_quoted(message: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// The body of every error response.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorEnvelope {
     pub error: ErrorBody,
 }
 
 /// What went wrong: a stable `code`, a human `message` and, when one input
 /// was at fault, the `field` (query parameter, path parameter or body field).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     pub code: String,
     pub message: String,
@@ -122,7 +122,7 @@ pub struct ErrorBody {
 }
 
 /// One invalid field of a request body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FieldErrorBody {
     pub field: String,
     pub message: String,

@@ -3,10 +3,12 @@
 //! tracing, timeout, body limit) and [`serve_with`]: a header read
 //! timeout, a connection cap and a bounded graceful shutdown.
 //!
-//! Every error response is the JSON envelope of [`error::ApiError`].
+//! Every error response is the JSON envelope of [`error::ApiError`]. The
+//! OpenAPI 3.1 document of it all is generated from the handlers and served
+//! at `/api/openapi.json` ([`openapi`]).
 //! Every `/api/v1` route needs a bearer token and a rule granting what it
-//! does ([`auth`]); `/healthz`, `/readyz`, `/metrics` and `/webhooks/*`
-//! (which check the forge's own signature) are open.
+//! does ([`auth`]); `/healthz`, `/readyz`, `/metrics`, `/api/openapi.json`
+//! and `/webhooks/*` (which check the forge's own signature) are open.
 
 pub mod auth;
 pub mod config;
@@ -14,6 +16,7 @@ pub mod error;
 pub mod extract;
 pub mod metrics;
 pub mod models;
+pub mod openapi;
 pub mod routes;
 pub mod state;
 
@@ -25,7 +28,6 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderName, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use tower::ServiceBuilder;
 use tower_http::LatencyUnit;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -43,25 +45,18 @@ pub use state::AppState;
 /// Header carrying the request id (set when absent, echoed in the response).
 const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The whole HTTP surface.
+/// The whole HTTP surface: the routes of [`openapi::routes`] (each with
+/// its documentation), the bearer check on `/api/v1`, the document at
+/// `/api/openapi.json`, and the middleware.
 pub fn router(state: AppState, config: &ApiConfig) -> Router {
-    let api = Router::new()
-        .route(
-            "/work-items",
-            get(routes::items::list).post(routes::items::submit),
-        )
-        .route("/work-items/{id}", get(routes::items::show))
-        .route("/work-items/{id}/audit", get(routes::items::audit))
-        .route("/audit", get(routes::items::audit_trail))
-        .route("/work-items/{id}/retry", post(routes::items::retry))
-        .route("/work-items/{id}/{command}", post(routes::items::command))
-        // Every route above needs a bearer token; unknown routes stay 404.
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_bearer,
-        ))
-        // `/me` authenticates itself: it also takes the OAuth proxy's header.
-        .route("/me", get(routes::me::me));
+    let (routes, openapi) = openapi::routes(&state).split_for_parts();
+    let mut state = state;
+    let document = openapi::document(openapi, &state);
+    state.openapi = std::sync::Arc::new(
+        serde_json::to_vec(&document)
+            .expect("the document serializes")
+            .into(),
+    );
 
     let middleware = ServiceBuilder::new()
         .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
@@ -102,12 +97,7 @@ pub fn router(state: AppState, config: &ApiConfig) -> Router {
         ))
         .layer(DefaultBodyLimit::max(config.body_limit_bytes));
 
-    Router::new()
-        .route("/healthz", get(routes::health::healthz))
-        .route("/readyz", get(routes::health::readyz))
-        .route("/metrics", get(metrics::scrape))
-        .route("/webhooks/{source}", post(routes::webhooks::receive))
-        .nest("/api/v1", api)
+    routes
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

@@ -1,15 +1,20 @@
 //! Prometheus metrics: the process-wide recorder (installed once, shared by
-//! every router in the process) and `GET /metrics`, which renders the
-//! engine's counters and histogram plus the `workqueue_items` gauge, read
-//! from the store at scrape time.
+//! every router in the process) and `GET /metrics`, which renders what the
+//! crates record (the engine's, the forge clients', the item types', the
+//! intake's, the archive's, and [`WEBHOOKS_TOTAL`] here) plus the
+//! `workqueue_items` gauge.
 //!
-//! The gauge is rendered from the store of the router that is scraped, not
-//! kept in the global recorder, so several apps in one process (tests) and
-//! types or phases that dropped to zero are always shown correctly.
+//! The gauge needs a scan of the items (a `GROUP BY`): it is read from the
+//! store at most once per [`ITEMS_GAUGE_MAX_AGE`] ([`ItemsGauge`]), however
+//! often `/metrics` is scraped, and concurrent scrapes share one read. It is
+//! rendered from the store of the router that is scraped, not kept in the
+//! global recorder, so several apps in one process (tests) and types or
+//! phases that dropped to zero are always shown correctly.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::header;
@@ -17,14 +22,30 @@ use axum::response::IntoResponse;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use wq_core::Phase;
 use wq_engine::metrics::{
-    ACTIONS_FAILED_TOTAL, ACTIONS_TOTAL, EVENTS_TOTAL, LOOP_DURATION_SECONDS, RUN_PANICS_TOTAL,
+    ACTIONS_FAILED_TOTAL, ACTIONS_TOTAL, EVENTS_TOTAL, LEASE_LOSSES_TOTAL, LOOP_DURATION_SECONDS,
+    RUN_PANICS_TOTAL, SWEEP_BACKLOG,
 };
+use wq_store::{PhaseCount, Store, StoreError};
 
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// Work items by `item_type` and `phase`, read from the store at scrape time.
+/// Work items by `item_type` and `phase`, read from the store at most once
+/// per [`ITEMS_GAUGE_MAX_AGE`].
 pub const ITEMS_GAUGE: &str = "workqueue_items";
+/// Webhook deliveries to `/webhooks/{source}`, by `source` (empty for a
+/// source nothing receives) and `outcome`: `stored`, `ignored` (about
+/// nothing tracked), `malformed`, `unauthenticated`, `unavailable` (the
+/// store failed; the forge delivers again), `unknown_source`.
+pub const WEBHOOKS_TOTAL: &str = "workqueue_webhooks_total";
+
+/// How old the [`ITEMS_GAUGE`] counts may be when scraped.
+pub const ITEMS_GAUGE_MAX_AGE: Duration = Duration::from_secs(15);
+
+/// Histogram buckets of every other histogram (forge calls), in seconds.
+const DEFAULT_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
 
 /// Histogram buckets of [`LOOP_DURATION_SECONDS`], in seconds.
 const LOOP_DURATION_BUCKETS: &[f64] = &[
@@ -49,6 +70,8 @@ pub fn prometheus_handle() -> Result<PrometheusHandle, MetricsInstallError> {
 
 fn install() -> Result<PrometheusHandle, MetricsInstallError> {
     let handle = PrometheusBuilder::new()
+        .set_buckets(DEFAULT_BUCKETS)
+        .map_err(|error| MetricsInstallError(error.to_string()))?
         .set_buckets_for_metric(
             Matcher::Full(LOOP_DURATION_SECONDS.to_owned()),
             LOOP_DURATION_BUCKETS,
@@ -60,6 +83,12 @@ fn install() -> Result<PrometheusHandle, MetricsInstallError> {
     metrics::describe_counter!(ACTIONS_FAILED_TOTAL, "Actions whose executor failed.");
     metrics::describe_counter!(EVENTS_TOTAL, "Events the engine applied.");
     metrics::describe_counter!(RUN_PANICS_TOTAL, "Item runs that panicked.");
+    metrics::describe_counter!(
+        LEASE_LOSSES_TOTAL,
+        "Item runs that ended because another worker took the lease over."
+    );
+    metrics::describe_gauge!(SWEEP_BACKLOG, "Items the last sweep found due.");
+    metrics::describe_counter!(WEBHOOKS_TOTAL, "Webhook deliveries, by source and outcome.");
     metrics::describe_histogram!(
         LOOP_DURATION_SECONDS,
         metrics::Unit::Seconds,
@@ -68,9 +97,61 @@ fn install() -> Result<PrometheusHandle, MetricsInstallError> {
     Ok(handle)
 }
 
+/// The [`ITEMS_GAUGE`] counts of one router's store, read at most once per
+/// `max_age`.
+#[derive(Debug)]
+pub struct ItemsGauge {
+    max_age: Duration,
+    /// The last read and when it was made; the lock makes concurrent
+    /// scrapes wait for one read.
+    last: tokio::sync::Mutex<Option<(Instant, Vec<PhaseCount>)>>,
+}
+
+impl Default for ItemsGauge {
+    fn default() -> Self {
+        Self::new(ITEMS_GAUGE_MAX_AGE)
+    }
+}
+
+impl ItemsGauge {
+    pub fn new(max_age: Duration) -> Self {
+        Self {
+            max_age,
+            last: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The counts as of `now`: the last read while it is younger than the
+    /// maximum age, else a new one.
+    pub async fn counts(
+        &self,
+        store: &dyn Store,
+        now: Instant,
+    ) -> Result<Vec<PhaseCount>, StoreError> {
+        let mut last = self.last.lock().await;
+        if let Some((read_at, counts)) = last.as_ref()
+            && now.saturating_duration_since(*read_at) < self.max_age
+        {
+            return Ok(counts.clone());
+        }
+        let counts = store.item_count_by_phase().await?;
+        *last = Some((now, counts.clone()));
+        Ok(counts)
+    }
+}
+
 /// `GET /metrics`: Prometheus text.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text format.", content_type = "text/plain", body = String)),
+)]
 pub async fn scrape(State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
-    let counts = state.store.item_count_by_phase().await?;
+    let counts = state
+        .items_gauge
+        .counts(state.store.as_ref(), Instant::now())
+        .await?;
     let mut text = match &state.metrics {
         Some(handle) => {
             handle.run_upkeep();
@@ -148,6 +229,41 @@ mod tests {
              workqueue_items{item_type=\"a\\\"b\",phase=\"failed\"} 0\n\
              workqueue_items{item_type=\"a\\\"b\",phase=\"cancelled\"} 0\n"
         );
+    }
+
+    /// At most one read per maximum age: an item added meanwhile shows
+    /// once the counts are older than that, not before.
+    #[tokio::test]
+    async fn the_items_gauge_reads_the_store_at_most_once_per_max_age() {
+        let store = wq_testkit::Backend::Sqlite.fresh_store().await;
+        let insert = || async {
+            store
+                .item_insert(wq_store::NewItem {
+                    id: wq_core::ItemId::new_v7(),
+                    item_type: "alpha".to_owned(),
+                    idempotency_key: None,
+                    caller_identity: None,
+                    place: None,
+                    now: time::macros::datetime!(2026-12-01 09:00 UTC),
+                    dimensions: Vec::new(),
+                })
+                .await
+                .unwrap();
+        };
+        let total = |counts: Vec<PhaseCount>| counts.iter().map(|c| c.count).sum::<i64>();
+        let gauge = ItemsGauge::new(Duration::from_secs(15));
+        let start = Instant::now();
+        insert().await;
+        assert_eq!(total(gauge.counts(store.as_ref(), start).await.unwrap()), 1);
+        insert().await;
+        let soon = start + Duration::from_secs(14);
+        assert_eq!(
+            total(gauge.counts(store.as_ref(), soon).await.unwrap()),
+            1,
+            "cached"
+        );
+        let later = start + Duration::from_secs(15);
+        assert_eq!(total(gauge.counts(store.as_ref(), later).await.unwrap()), 2);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use time::OffsetDateTime;
 use wq_core::{Dimension, DimensionStatus, ItemId, Phase, WorkItem};
 
 /// A work item as the API shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ItemBody {
     pub id: ItemId,
     pub item_type: String,
@@ -47,7 +47,7 @@ impl From<WorkItem> for ItemBody {
 }
 
 /// One dimension row of an item.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DimensionBody {
     pub dimension: String,
     /// Empty for single-instance dimensions.
@@ -74,7 +74,7 @@ impl From<Dimension> for DimensionBody {
 }
 
 /// `GET /api/v1/work-items/{id}`: the item and its dimensions.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ItemDetail {
     #[serde(flatten)]
     pub item: ItemBody,
@@ -85,7 +85,7 @@ pub struct ItemDetail {
 }
 
 /// `POST /api/v1/work-items`: what the submission did.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SubmitResponse {
     /// `created`, `unchanged`, `updated` or `retried`.
     pub outcome: String,
@@ -94,20 +94,20 @@ pub struct SubmitResponse {
 
 /// `GET /api/v1/work-items`: one page, newest first. `next_before` is the
 /// cursor of the next page (`?before=`), `null` on the last page.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ItemList {
     pub items: Vec<ItemBody>,
     pub next_before: Option<ItemId>,
 }
 
 /// `GET /healthz` and `GET /readyz` when healthy.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HealthBody {
     pub status: String,
 }
 
 /// `GET /api/v1/me`: who the credentials belong to and what they grant.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MeBody {
     /// `jwt`, `openshift` or `static_token`.
     pub kind: String,
@@ -138,8 +138,8 @@ pub struct MeBody {
     pub token: Option<String>,
 }
 
-/// One rule in [`MeBody::rules`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One rule in `MeBody::rules`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MeRule {
     pub name: String,
     /// As the rule names them.

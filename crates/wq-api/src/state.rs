@@ -21,6 +21,10 @@ pub struct AppState {
     pub(crate) metrics: Option<PrometheusHandle>,
     pub(crate) types: TypeRegistry,
     pub(crate) webhooks: BTreeMap<&'static str, Arc<dyn WebhookReceiver>>,
+    /// The OpenAPI document, set by [`crate::router`] from its routes.
+    pub(crate) openapi: Arc<axum::body::Bytes>,
+    /// The cached item counts `/metrics` renders.
+    pub(crate) items_gauge: Arc<crate::metrics::ItemsGauge>,
 }
 
 impl AppState {
@@ -37,6 +41,8 @@ impl AppState {
             metrics: None,
             types: TypeRegistry::default(),
             webhooks: BTreeMap::new(),
+            openapi: Arc::default(),
+            items_gauge: Arc::default(),
         }
     }
 
@@ -66,6 +72,13 @@ impl AppState {
     /// The process's Prometheus handle (see [`crate::metrics::prometheus_handle`]).
     pub fn with_metrics(mut self, handle: PrometheusHandle) -> Self {
         self.metrics = Some(handle);
+        self
+    }
+
+    /// How old the `workqueue_items` counts may be when scraped (default
+    /// [`crate::metrics::ITEMS_GAUGE_MAX_AGE`]).
+    pub fn with_items_gauge_max_age(mut self, max_age: std::time::Duration) -> Self {
+        self.items_gauge = Arc::new(crate::metrics::ItemsGauge::new(max_age));
         self
     }
 

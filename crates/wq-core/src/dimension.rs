@@ -7,6 +7,7 @@ use time::OffsetDateTime;
 
 /// `"true"`: action needed; `"false"`: handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum DimensionStatus {
     True,

@@ -13,6 +13,7 @@ use crate::dimension::{Dimension, DimensionUpdate};
 /// A work item id: a UUIDv7, so ids sort by creation time (keyset pagination
 /// relies on it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct ItemId(pub Uuid);
 
@@ -38,6 +39,7 @@ impl FromStr for ItemId {
 
 /// Coarse lifecycle (DDR-2). Only `active` items accept events (DDR-37).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
     Active,

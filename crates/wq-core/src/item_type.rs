@@ -271,6 +271,15 @@ pub trait ItemType: Send + Sync + 'static {
         )]))
     }
 
+    /// The JSON Schema (2020-12, as OpenAPI 3.1 uses it) of the bodies
+    /// [`ItemType::submit`] takes, `item_type` included; the API's OpenAPI
+    /// document offers it as one branch of the submission's `oneOf`, by
+    /// `item_type`. `None` (the default) for a type that documents none:
+    /// the document then says only that `item_type` names it.
+    fn submission_schema(&self) -> Option<serde_json::Value> {
+        None
+    }
+
     /// The type's own view of an item (its detail row), shown under
     /// `detail` in `GET /api/v1/work-items/{id}`.
     async fn detail(&self, item: &WorkItem) -> Result<Option<serde_json::Value>, RequestError> {

@@ -29,7 +29,8 @@ use wq_store::{
 
 use crate::config::EngineConfig;
 use crate::metrics::{
-    ACTIONS_FAILED_TOTAL, ACTIONS_TOTAL, EVENTS_TOTAL, LOOP_DURATION_SECONDS, RUN_PANICS_TOTAL,
+    ACTIONS_FAILED_TOTAL, ACTIONS_TOTAL, EVENTS_TOTAL, LEASE_LOSSES_TOTAL, LOOP_DURATION_SECONDS,
+    RUN_PANICS_TOTAL, SWEEP_BACKLOG,
 };
 
 /// Points in the loop where a test can stop the engine as a crash would.
@@ -159,6 +160,8 @@ impl ProcessingManager {
                 return Err(EngineError::UnknownHandledType(name.clone()));
             }
         }
+        // Shown from the start (at 0), so an alert on its rate has a series.
+        metrics::counter!(LEASE_LOSSES_TOTAL).increment(0);
         let (intake, intake_rx) = mpsc::unbounded_channel();
         let workers = Arc::new(Semaphore::new(config.workers.max(1)));
         Ok(Arc::new(Self {
@@ -331,6 +334,7 @@ impl ProcessingManager {
                 limit: self.config.sweep_batch,
             })
             .await?;
+        metrics::gauge!(SWEEP_BACKLOG).set(ids.len() as f64);
         for id in &ids {
             self.notify(*id);
         }
@@ -386,6 +390,9 @@ impl ProcessingManager {
         let started = Instant::now();
         let outcome = self.run_item_inner(id).await;
         metrics::histogram!(LOOP_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
+        if outcome == RunOutcome::LeaseLost {
+            metrics::counter!(LEASE_LOSSES_TOTAL).increment(1);
+        }
         outcome
     }
 

@@ -16,6 +16,7 @@ pub mod events;
 pub mod github;
 pub mod gitlab;
 mod http_util;
+pub mod metrics;
 mod model;
 mod payload;
 
@@ -213,6 +214,7 @@ impl Forges {
     /// from the environment where the config does not hold them already.
     /// Errors name the field (`forges.<name>.<field>`).
     pub fn from_config(config: &ForgesConfig) -> Result<Self, ForgeError> {
+        crate::metrics::describe();
         let mut forges = Self::new();
         for (name, instance) in &config.instances {
             let mut instance = instance.clone();

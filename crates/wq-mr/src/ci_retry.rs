@@ -625,17 +625,20 @@ async fn judge(
         };
         match verdict {
             Verdict::NoMatch => {
+                crate::metrics::ci_retry(None, "no_match");
                 job.state = JobState::NoMatch;
                 job.reason = Some("no matcher matched: a genuine failure".into());
                 return Ok(());
             }
             Verdict::Report { matcher } => {
+                crate::metrics::ci_retry(Some(&matcher), "report");
                 job.state = JobState::Reported;
                 job.reason = Some(format!("matcher {matcher:?} reports this failure"));
                 job.matcher = Some(matcher);
                 return Ok(());
             }
             Verdict::LimitReached { matcher, limit } => {
+                crate::metrics::ci_retry(Some(&matcher), "limit_reached");
                 job.state = JobState::LimitReached;
                 job.reason = Some(format!(
                     "retry limit {limit} of matcher {matcher:?} reached for this job in this pipeline"
@@ -648,6 +651,7 @@ async fn judge(
                 delay,
                 not_before,
             } => {
+                crate::metrics::ci_retry(Some(&matcher), "retry");
                 job.matcher = Some(matcher);
                 job.state = JobState::Scheduled;
                 job.reason = None;
@@ -669,6 +673,7 @@ async fn judge(
         })?;
     let new_id = new_job.map(|new| new.id);
     tracing::info!(job = job.id, new_job = ?new_id, name = %job.name, matcher = ?job.matcher, "CI job retried");
+    crate::metrics::ci_retry(job.matcher.as_deref(), "retried");
     job.state = JobState::Retried;
     job.retried_as = new_id;
     job.not_before = None;

@@ -167,6 +167,7 @@ impl Run<'_> {
         merge_commit_sha: Option<&str>,
     ) -> Result<ExecOutcome, ExecError> {
         let id = self.view.item.id;
+        crate::metrics::merge(&self.details.spec.forge, "merged", None);
         let successor = self
             .mr
             .store
@@ -899,15 +900,18 @@ impl Run<'_> {
                     eta_seconds: None,
                 };
                 self.observe(&change, Some(&entry)).await?;
+                crate::metrics::merge(&self.details.spec.forge, "queued", None);
                 tracing::info!(item = %id, number, head = %head, "queued for merge");
                 Ok(ExecOutcome::done().with_dimension(self.reconcile_in(busy)))
             }
             Err(error) if error.is_transient() => {
+                crate::metrics::merge(&self.details.spec.forge, "transient", Some(error.kind));
                 self.after_transient(&change, transient_so_far + 1, &error)
                     .await
             }
             Err(error) => {
                 tracing::warn!(item = %id, number, head = %head, %error, "merge attempt failed");
+                crate::metrics::merge(&self.details.spec.forge, "failed", Some(error.kind));
                 self.record(MergeResult::Failed, None, Some(&error.to_string()))
                     .await?;
                 Ok(ExecOutcome::done().with_dimension(self.reconcile_in(idle)))
@@ -962,6 +966,7 @@ impl Run<'_> {
         }
         if queue.is_some() {
             self.accepted_after_transient(&message, head).await?;
+            crate::metrics::merge(&self.details.spec.forge, "queued", None);
             tracing::info!(item = %id, number = change.number, "the merge call answered {error} but the merge request is queued");
             return Ok(ExecOutcome::done().with_dimension(self.reconcile_in(busy)));
         }

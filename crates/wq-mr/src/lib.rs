@@ -270,6 +270,7 @@ mod errors;
 mod events;
 mod exec;
 pub mod merge;
+pub mod metrics;
 mod queue_sync;
 pub mod spec;
 pub mod store;
@@ -328,6 +329,7 @@ impl MrType {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, ConfigErrors> {
         let rules = config.compile()?;
+        crate::metrics::describe();
         Ok(Self {
             store: MrStore::new(items.as_ref()),
             items,
@@ -470,6 +472,12 @@ impl ItemType for MrType {
         event: &PendingEvent,
     ) -> Result<EventResult, ExecError> {
         events::handle(self, view, event).await
+    }
+
+    /// [`spec::submission_schema`] under the configured rules and forges.
+    fn submission_schema(&self) -> Option<serde_json::Value> {
+        let forges: Vec<&str> = self.forges.names().collect();
+        Some(spec::submission_schema(&self.rules, &forges))
     }
 
     async fn submit(&self, submission: Submission) -> Result<Submitted, RequestError> {

@@ -273,6 +273,7 @@ impl NewAudit {
 
 /// A stored record.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditRecord {
     /// Its place in the whole trail (the archive's cursor).
     pub seq: i64,

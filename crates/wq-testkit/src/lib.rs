@@ -11,6 +11,8 @@ pub mod http;
 pub mod moto;
 pub mod oidc;
 pub mod ping;
+pub mod python;
+pub mod schemathesis;
 pub mod tokens;
 pub mod types;
 

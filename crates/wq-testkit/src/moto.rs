@@ -15,7 +15,7 @@
 use std::io::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -303,64 +303,7 @@ fn wait_ready(url: &str, mut keeper: Option<(&mut Child, &Path)>) {
     }
 }
 
-/// Runs a command to its end; panics naming `what` when it cannot start or fails.
-fn run(what: &str, command: &mut Command) -> Output {
-    let output = command.output().unwrap_or_else(|error| {
-        panic!("{what}: could not run {command:?}: {error} (moto needs python3 3.11+ with venv and pip)")
-    });
-    assert!(
-        output.status.success(),
-        "{what} failed ({}): {command:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-    );
-    output
-}
-
 /// A virtualenv with the pinned moto, created once per pins' hash.
 fn virtualenv(root: &Path) -> PathBuf {
-    use sha2::Digest as _;
-    let hash = hex::encode(sha2::Sha256::digest(REQUIREMENTS.as_bytes()));
-    let venv = root.join(format!("moto-{}", &hash[..16]));
-    if venv.join("ready").exists() {
-        return venv;
-    }
-    std::fs::create_dir_all(root).expect("the virtualenv's directory");
-    // Built beside its final place and renamed into it, so a half-made one
-    // is never used.
-    let building = root.join(format!("moto-{}-{}", &hash[..16], std::process::id()));
-    let _ = std::fs::remove_dir_all(&building);
-    let interpreter = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    run(
-        "creating moto's virtualenv",
-        Command::new(&interpreter)
-            .args(["-m", "venv"])
-            .arg(&building),
-    );
-    let requirements = building.join("requirements.txt");
-    std::fs::write(&requirements, REQUIREMENTS).expect("requirements written");
-    run(
-        "installing moto[server] from PyPI",
-        Command::new(building.join("bin/python"))
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "-q",
-                "-r",
-            ])
-            .arg(&requirements),
-    );
-    std::fs::write(building.join("ready"), REQUIREMENTS).expect("marker written");
-    if std::fs::rename(&building, &venv).is_err() {
-        // Another process finished first: use its environment.
-        let _ = std::fs::remove_dir_all(&building);
-        assert!(
-            venv.join("ready").exists(),
-            "no usable virtualenv at {venv:?}"
-        );
-    }
-    venv
+    crate::python::virtualenv(root, "moto", REQUIREMENTS)
 }

@@ -556,6 +556,70 @@ impl Hooks for Gate {
     }
 }
 
+/// A run whose item another engine took over (its lease expired while the
+/// executor was held) ends as a lease loss and counts one; the sweep that
+/// found the item reports it in the backlog gauge. The metrics go to a
+/// recorder of this test's own (a current-thread runtime: every task of
+/// the test runs on the thread it is set for).
+#[tokio::test(flavor = "current_thread")]
+async fn a_run_that_lost_its_lease_is_counted_and_the_sweep_reports_its_backlog() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    let url = Backend::Sqlite.fresh_url().await;
+    let store_a = open_store(&url).await;
+    let store_b = open_store(&url).await;
+    let chain = ChainType::new();
+    let clock = manual_clock();
+    let id = insert_chain(&store_a, clock.as_ref()).await;
+    let gate = Arc::new(Gate {
+        reached: tokio::sync::Notify::new(),
+        release: tokio::sync::Semaphore::new(0),
+    });
+    let slow = ProcessingManager::with_hooks(
+        store_a,
+        registry(&chain),
+        clock.clone(),
+        config(),
+        gate.clone(),
+    )
+    .unwrap();
+    let reached = gate.reached.notified();
+    let held = tokio::spawn({
+        let slow = Arc::clone(&slow);
+        async move { slow.run_item(id).await }
+    });
+    reached.await;
+    // The held run's lease expires; another engine sweeps the item up and
+    // finishes it.
+    clock.advance(time::Duration::seconds(61));
+    let other =
+        ProcessingManager::new(store_b.clone(), registry(&chain), clock.clone(), config()).unwrap();
+    assert_eq!(other.sweep_now().await.unwrap(), 1);
+    let gauge = |name: &str| {
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .find(|(key, ..)| key.key().name() == name)
+            .map(|(.., value)| value)
+    };
+    assert_eq!(
+        gauge(wq_engine::metrics::SWEEP_BACKLOG),
+        Some(DebugValue::Gauge(1.0.into()))
+    );
+    assert_eq!(other.run_item(id).await, RunOutcome::Parked);
+    gate.release.add_permits(100);
+    assert_eq!(held.await.unwrap(), RunOutcome::LeaseLost);
+    assert_eq!(
+        gauge(wq_engine::metrics::LEASE_LOSSES_TOTAL),
+        Some(DebugValue::Counter(1))
+    );
+    assert_done(&store_b, id, false).await;
+}
+
 async fn shutdown_finishes_the_step_and_releases_the_lease(backend: Backend) {
     let store = backend.fresh_store().await;
     let chain = ChainType::new();

@@ -16,6 +16,7 @@ mod gates;
 mod github;
 mod github_ci;
 mod hostile;
+mod openapi;
 mod ownership;
 mod sqs;
 mod support;

@@ -65,6 +65,9 @@ pub struct Options {
     /// Where the sim sends its webhooks (`{base}/webhooks/{gitlab|github}`):
     /// the service itself when `None`, else a relay (to a queue).
     pub webhook_base: Option<String>,
+    /// Serve `/metrics` from the process's Prometheus recorder (a test
+    /// binary of its own reads exact values).
+    pub metrics: bool,
 }
 
 /// The simulated GitHub repository's settings.
@@ -92,6 +95,7 @@ impl Default for Options {
             review_overrides: Vec::new(),
             gitlab_approvals_required: 0,
             webhook_base: None,
+            metrics: false,
         }
     }
 }
@@ -116,6 +120,7 @@ pub struct Harness {
     backend: Backend,
     config: Config,
     forges: Forges,
+    metrics: bool,
 }
 
 impl Harness {
@@ -214,6 +219,7 @@ impl Harness {
             backend,
             config,
             forges,
+            metrics: options.metrics,
         };
         let app = harness
             .boot(TestApp::builder(backend).listener(listener))
@@ -229,6 +235,9 @@ impl Harness {
         let mut config = self.config.clone();
         let forges = self.forges.clone();
         let types = Arc::clone(&self.types);
+        let metrics = self
+            .metrics
+            .then(|| wq_api::metrics::prometheus_handle().expect("the Prometheus recorder"));
         builder
             .clock(self.clock.clone())
             .tokens(self.tokens.clone())
@@ -236,7 +245,7 @@ impl Harness {
                 Box::pin(async move {
                     config.database.url = assembly.database_url;
                     config.auth = assembly.auth;
-                    let app = app::assemble(&config, forges, assembly.clock, None)
+                    let app = app::assemble(&config, forges, assembly.clock, metrics)
                         .await
                         .expect("assemble");
                     *types.lock().unwrap() = Some(app.types.clone());

@@ -24,7 +24,7 @@ use wq_core::{
 use wq_store::{ItemListParams, ListedItem, StoreError, Visibility, VisibleScope};
 
 use crate::auth::{Caller, command_permissions};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorEnvelope};
 use crate::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery, UniqueKeys};
 use crate::models::{DimensionBody, ItemBody, ItemDetail, ItemList, SubmitResponse};
 use crate::state::AppState;
@@ -47,16 +47,26 @@ struct ListQuery {
 
 /// The query as written: each parameter at most once, no other (the
 /// derive refuses both); the values are read by [`ListQuery::parse`].
-#[derive(Debug, serde::Deserialize)]
+/// The document's parameters of the listing come from here too.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct RawListQuery {
+    /// Only items in this phase.
     #[serde(default, deserialize_with = "given")]
+    #[param(value_type = Option<Phase>)]
     phase: Option<String>,
+    /// Only items of this type.
     #[serde(default, deserialize_with = "given")]
+    #[param(min_length = 1, max_length = 100)]
     item_type: Option<String>,
+    /// Page size (default 50).
     #[serde(default, deserialize_with = "given")]
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 500)]
     limit: Option<String>,
+    /// The previous page's `next_before`: items older than this id.
     #[serde(default, deserialize_with = "given")]
+    #[param(value_type = Option<ItemId>)]
     before: Option<String>,
 }
 
@@ -156,6 +166,18 @@ impl ListQuery {
             before,
         })
     }
+}
+
+/// The `{id}` path parameter, as the document shows it.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[expect(
+    dead_code,
+    reason = "documentation only: the handlers parse `id` themselves"
+)]
+struct ItemIdParam {
+    /// A work item id (a UUID).
+    id: ItemId,
 }
 
 /// Parses the `{id}` path parameter.
@@ -274,6 +296,16 @@ impl ItemScope {
 }
 
 /// `GET /api/v1/work-items`: newest first, filtered, one page.
+#[utoipa::path(
+    get,
+    path = "/work-items",
+    tag = "work items",
+    params(RawListQuery),
+    responses(
+        (status = 200, description = "One page, newest first, of the items the caller may read.", body = ItemList),
+        (status = 400, description = "A query parameter is malformed, unknown or repeated; `field` names it.", body = ErrorEnvelope),
+    ),
+)]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -339,6 +371,17 @@ pub async fn list(
 }
 
 /// `GET /api/v1/work-items/{id}`: the item with its dimensions.
+#[utoipa::path(
+    get,
+    path = "/work-items/{id}",
+    tag = "work items",
+    params(ItemIdParam),
+    responses(
+        (status = 200, description = "The item, its dimensions and its type's own view.", body = ItemDetail),
+        (status = 400, description = "`id` is not a UUID.", body = ErrorEnvelope),
+        (status = 404, description = "No such item, or one the caller may not read.", body = ErrorEnvelope),
+    ),
+)]
 pub async fn show(
     State(state): State<AppState>,
     caller: Caller,
@@ -379,6 +422,21 @@ pub const CALLER_IDENTITY_FIELD: &str = "caller_identity";
 /// otherwise; the engine is notified when there is work. The caller needs
 /// `submit` for the body's `item_type`, `forge` and `project` (top-level
 /// strings); the item records the caller identity of the granting rule.
+#[utoipa::path(
+    post,
+    path = "/work-items",
+    tag = "work items",
+    request_body(content = Object, content_type = "application/json", description = "A submission; its `item_type` picks the schema (`Submission`)."),
+    responses(
+        (status = 201, description = "An item was created.", body = SubmitResponse),
+        (status = 200, description = "The branch's live item was updated, left unchanged or retried.", body = SubmitResponse),
+        (status = 400, description = "The body is not JSON.", body = ErrorEnvelope),
+        (status = 409, description = "The branch's live item belongs to another caller (`owned_by_another_caller`), or cannot take the submission now.", body = ErrorEnvelope),
+        (status = 415, description = "The body is not `application/json`.", body = ErrorEnvelope),
+        (status = 422, description = "Fields are invalid; `errors` names each.", body = ErrorEnvelope),
+        (status = 502, description = "The forge refused or failed.", body = ErrorEnvelope),
+    ),
+)]
 pub async fn submit(
     State(state): State<AppState>,
     caller: Caller,
@@ -483,6 +541,25 @@ pub async fn submit(
 /// `submit` for the submitter). A caller granted none of the
 /// permissions any command needs is refused before the item or the command
 /// is looked up.
+#[utoipa::path(
+    post,
+    path = "/work-items/{id}/{command}",
+    tag = "work items",
+    params(
+        ItemIdParam,
+        ("command" = String, Path, description = "A command the item's type offers (`retry-merge`, ...)."),
+    ),
+    request_body(content = Option<Object>, content_type = "application/json", description = "The command's parameters, if it takes any; may be empty."),
+    responses(
+        (status = 200, description = "Done; the command's answer.", body = Object),
+        (status = 202, description = "Accepted: the engine carries it out.", body = Object),
+        (status = 400, description = "`id` is not a UUID, the body is not JSON, or the command cannot be carried out as asked.", body = ErrorEnvelope),
+        (status = 404, description = "No such item (or one the caller may not read), or its type has no such command.", body = ErrorEnvelope),
+        (status = 409, description = "The item is not in a state that allows the command.", body = ErrorEnvelope),
+        (status = 422, description = "The parameters are invalid.", body = ErrorEnvelope),
+        (status = 502, description = "The forge refused or failed.", body = ErrorEnvelope),
+    ),
+)]
 pub async fn command(
     State(state): State<AppState>,
     caller: Caller,
@@ -564,9 +641,21 @@ pub async fn command(
 /// `POST /api/v1/work-items/{id}/retry`: a failed or cancelled item becomes
 /// active and actionable with no attempts, and the engine is notified.
 /// Needs `retry` on the item's scope (`admin` when its type says so,
-/// [`wq_core::ItemType::retry_needs_admin`]); a caller other than the
+/// `ItemType::retry_needs_admin`); a caller other than the
 /// submitter also needs `admin` there (409 `owned_by_another_caller`
 /// otherwise). An item the caller may not read is a 404.
+#[utoipa::path(
+    post,
+    path = "/work-items/{id}/retry",
+    tag = "work items",
+    params(ItemIdParam),
+    responses(
+        (status = 200, description = "The item, active and actionable again.", body = ItemBody),
+        (status = 400, description = "`id` is not a UUID.", body = ErrorEnvelope),
+        (status = 404, description = "No such item, or one the caller may not read.", body = ErrorEnvelope),
+        (status = 409, description = "The item is not failed or cancelled, or another caller submitted it.", body = ErrorEnvelope),
+    ),
+)]
 pub async fn retry(
     State(state): State<AppState>,
     caller: Caller,
@@ -640,13 +729,61 @@ const MAX_AUDIT_LIMIT: u32 = 1000;
 const DEFAULT_AUDIT_LIMIT: u32 = 100;
 
 /// A page of the audit trail.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct AuditPage {
     pub records: Vec<wq_store::audit::AuditRecord>,
     /// Pass as `after` for the next page; absent on the last one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_after: Option<i64>,
 }
+
+/// The query of `GET /api/v1/work-items/{id}/audit`, as the document
+/// shows it; [`audit_query`] reads the names [`ITEM_AUDIT_PARAMETERS`].
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[expect(
+    dead_code,
+    reason = "documentation only: `audit_query` parses the query"
+)]
+struct ItemAuditParams {
+    /// The previous page's `next_after`: records after this seq.
+    #[param(minimum = 0)]
+    after: Option<i64>,
+    /// Page size (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+}
+
+/// The query of `GET /api/v1/audit`, as the document shows it;
+/// [`audit_query`] reads the names [`AUDIT_TRAIL_PARAMETERS`].
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[expect(
+    dead_code,
+    reason = "documentation only: `audit_query` parses the query"
+)]
+struct AuditTrailParams {
+    /// Records at or after this time (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
+    since: Option<String>,
+    /// Records of this actor.
+    #[param(min_length = 1, max_length = 200)]
+    actor: Option<String>,
+    /// Records of this kind.
+    #[param(min_length = 1, max_length = 200)]
+    kind: Option<String>,
+    /// The previous page's `next_after`: records after this seq.
+    #[param(minimum = 0)]
+    after: Option<i64>,
+    /// Page size (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+}
+
+/// The parameters of the item's audit page.
+const ITEM_AUDIT_PARAMETERS: &[&str] = &["after", "limit"];
+/// The parameters of the whole trail.
+const AUDIT_TRAIL_PARAMETERS: &[&str] = &["since", "actor", "kind", "after", "limit"];
 
 /// The audit query parameters `allowed` names, each at most once; others
 /// are refused by name.
@@ -762,6 +899,17 @@ async fn audit_page(
 /// records in order (who asked for what, what was written to the forge and
 /// what it answered). Needs `read` on the item's scope; an item the caller
 /// may not read is a 404.
+#[utoipa::path(
+    get,
+    path = "/work-items/{id}/audit",
+    tag = "work items",
+    params(ItemIdParam, ItemAuditParams),
+    responses(
+        (status = 200, description = "The item's audit records in order.", body = AuditPage),
+        (status = 400, description = "A parameter is malformed, unknown or repeated; `field` names it.", body = ErrorEnvelope),
+        (status = 404, description = "No such item, or one the caller may not read.", body = ErrorEnvelope),
+    ),
+)]
 pub async fn audit(
     State(state): State<AppState>,
     caller: Caller,
@@ -770,7 +918,7 @@ pub async fn audit(
 ) -> Result<Json<AuditPage>, ApiError> {
     caller.authorize(Permission::Read, &Scope::ANY)?;
     let id = parse_id(&raw_id)?;
-    let mut query = audit_query(pairs, &["after", "limit"])?;
+    let mut query = audit_query(pairs, ITEM_AUDIT_PARAMETERS)?;
     let item = state
         .store
         .item_get(id)
@@ -783,6 +931,16 @@ pub async fn audit(
 
 /// `GET /api/v1/audit?since=&actor=&kind=&after=&limit=`: the whole audit
 /// trail in order, filtered. Needs `admin` without a scope restriction.
+#[utoipa::path(
+    get,
+    path = "/audit",
+    tag = "work items",
+    params(AuditTrailParams),
+    responses(
+        (status = 200, description = "The audit trail in order, filtered.", body = AuditPage),
+        (status = 400, description = "A parameter is malformed, unknown or repeated; `field` names it.", body = ErrorEnvelope),
+    ),
+)]
 pub async fn audit_trail(
     State(state): State<AppState>,
     caller: Caller,
@@ -791,7 +949,7 @@ pub async fn audit_trail(
     if !caller.principal().permits_everywhere(Permission::Admin) {
         return Err(ApiError::forbidden(Permission::Admin));
     }
-    let query = audit_query(pairs, &["since", "actor", "kind", "after", "limit"])?;
+    let query = audit_query(pairs, AUDIT_TRAIL_PARAMETERS)?;
     Ok(Json(audit_page(&state, query).await?))
 }
 

@@ -14,6 +14,14 @@ use crate::error::ApiError;
 use crate::models::MeBody;
 use crate::state::AppState;
 
+#[utoipa::path(
+    get,
+    path = "/me",
+    tag = "caller",
+    responses(
+        (status = 200, description = "The caller, its matching rules and what they grant.", body = MeBody),
+    ),
+)]
 pub async fn me(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     let (principal, token) = authenticate_me(&state, &headers).await?;
     let carries_token = token.is_some();

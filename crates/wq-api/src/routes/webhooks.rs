@@ -10,12 +10,12 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use wq_core::{DeliveryTrust, WebhookError};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorEnvelope};
 use crate::extract::{ApiBytes, ApiPath};
 use crate::state::AppState;
 
 /// The answer to an accepted delivery.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct WebhookAck {
     /// `stored` or `ignored`.
     pub status: String,
@@ -26,6 +26,18 @@ pub struct WebhookAck {
 /// The message of a 503 for a delivery that could not be stored.
 pub const UNSTORED_MESSAGE: &str = "the delivery could not be stored; deliver it again later";
 
+#[utoipa::path(
+    post,
+    path = "/webhooks/{source}",
+    tag = "webhooks",
+    params(("source" = String, Path, description = "The webhook source: `gitlab`, `github`, as the item types register them.")),
+    request_body(content = Object, content_type = "application/json", description = "The forge's delivery as it sends it, with its own headers (signature or token, event name)."),
+    responses(
+        (status = 202, description = "Stored (an event for the items it concerns), or ignored (about nothing tracked, or unreadable): the forge must not deliver it again.", body = WebhookAck),
+        (status = 401, description = "The delivery's signature or token does not check.", body = ErrorEnvelope),
+        (status = 404, description = "No receiver for this source.", body = ErrorEnvelope),
+    ),
+)]
 pub async fn receive(
     State(state): State<AppState>,
     ApiPath(source): ApiPath<String>,
@@ -33,6 +45,8 @@ pub async fn receive(
     ApiBytes(body): ApiBytes,
 ) -> Result<(StatusCode, Json<WebhookAck>), ApiError> {
     let Some(receiver) = state.webhooks.get(source.as_str()) else {
+        // The path's source is the caller's: not a label.
+        count("", "unknown_source");
         return Err(ApiError::not_found(format!(
             "no webhook receiver for {source:?}"
         )));
@@ -58,6 +72,7 @@ pub async fn receive(
                     engine.notify(*id);
                 }
             }
+            let source = receiver.source();
             let ack = match receipt.ignored {
                 Some(reason) if receipt.items.is_empty() => WebhookAck {
                     status: "ignored".into(),
@@ -68,9 +83,32 @@ pub async fn receive(
                     reason: None,
                 },
             };
+            count(source, &ack.status);
             Ok((StatusCode::ACCEPTED, Json(ack)))
         }
-        Err(error) => refusal(&source, error),
+        Err(error) => {
+            count(receiver.source(), refusal_label(&error));
+            refusal(&source, error)
+        }
+    }
+}
+
+/// Counts one delivery ([`crate::metrics::WEBHOOKS_TOTAL`]).
+fn count(source: &'static str, outcome: &str) {
+    metrics::counter!(
+        crate::metrics::WEBHOOKS_TOTAL,
+        "source" => source,
+        "outcome" => outcome.to_owned(),
+    )
+    .increment(1);
+}
+
+/// The `outcome` label of a delivery that stored nothing.
+fn refusal_label(error: &WebhookError) -> &'static str {
+    match error {
+        WebhookError::Malformed(_) => "malformed",
+        WebhookError::Unauthenticated(_) => "unauthenticated",
+        WebhookError::Unavailable(_) => "unavailable",
     }
 }
 

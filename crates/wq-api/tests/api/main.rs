@@ -14,6 +14,7 @@ mod health;
 mod hostile;
 mod items;
 mod metrics;
+mod openapi;
 mod retry;
 mod slow_clients;
 

@@ -149,10 +149,14 @@ impl Http {
     /// Sends `request` and reads the whole answer, any status but a
     /// redirect (an error naming the `Location`).
     async fn read(&self, request: RequestBuilder, describe: &str) -> ForgeResult<Answer> {
-        let response = request
-            .send()
-            .await
-            .map_err(|e| self.transport_error(describe, &e))?;
+        let response = crate::metrics::observe(
+            "github",
+            &crate::metrics::host_label(&self.base),
+            describe,
+            request.send(),
+        )
+        .await
+        .map_err(|e| self.transport_error(describe, &e))?;
         let status = response.status();
         let headers = response.headers().clone();
         if status.is_redirection() {
@@ -181,11 +185,14 @@ impl Http {
     /// is refused.
     pub async fn tail_behind_redirect(&self, call: &Call, max: usize) -> ForgeResult<String> {
         let describe = call.describe();
-        let response = call
-            .build(&self.client, &self.base)
-            .send()
-            .await
-            .map_err(|e| self.transport_error(&describe, &e))?;
+        let response = crate::metrics::observe(
+            "github",
+            &crate::metrics::host_label(&self.base),
+            &describe,
+            call.build(&self.client, &self.base).send(),
+        )
+        .await
+        .map_err(|e| self.transport_error(&describe, &e))?;
         let status = response.status();
         let response = if status.is_redirection() {
             let headers = response.headers().clone();

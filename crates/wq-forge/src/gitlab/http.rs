@@ -66,11 +66,14 @@ impl Http {
         reason = "Retry-After HTTP dates count from wall time"
     )]
     pub async fn send(&self, call: &Call) -> ForgeResult<reqwest::Response> {
-        let response = self
-            .request(call)
-            .send()
-            .await
-            .map_err(|e| self.transport_error(call, &e))?;
+        let response = crate::metrics::observe(
+            "gitlab",
+            &crate::metrics::host_label(&self.base),
+            &call.describe(),
+            self.request(call).send(),
+        )
+        .await
+        .map_err(|e| self.transport_error(call, &e))?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);

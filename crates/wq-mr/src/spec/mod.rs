@@ -34,6 +34,7 @@ mod config;
 mod names;
 mod parse;
 mod rules;
+mod schema;
 mod wire;
 
 use serde::{Deserialize, Serialize};
@@ -52,6 +53,7 @@ pub use names::{
 };
 pub use parse::{MAX_ERRORS, parse_submission};
 pub use rules::{MAX_LABEL_CHARS, MAX_LABELS};
+pub use schema::submission_schema;
 
 /// What the service does on its own once the merge request exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
