@@ -270,6 +270,7 @@ mod exec;
 pub mod merge;
 mod queue_sync;
 pub mod spec;
+mod status;
 pub mod store;
 pub mod text;
 pub mod webhook;
@@ -318,6 +319,28 @@ pub struct MrType {
 pub const CLOSED_ON_FORGE: &str = "the merge request was closed on the forge";
 
 impl MrType {
+    /// The item with its dimensions and its detail row, as stored; `None`
+    /// without a detail row.
+    async fn stored_view(
+        &self,
+        item: &WorkItem,
+    ) -> Result<Option<(ItemView, store::MrDetails)>, RequestError> {
+        let Some(details) = self.store.get(item.id).await.map_err(RequestError::from)? else {
+            return Ok(None);
+        };
+        let dimensions = self
+            .items
+            .dimension_list(item.id)
+            .await
+            .map_err(RequestError::from)?;
+        let view = ItemView {
+            item: item.clone(),
+            dimensions,
+            now: self.clock.now(),
+        };
+        Ok(Some((view, details)))
+    }
+
     /// Builds the type; refuses a config whose patterns do not compile.
     pub fn new(
         items: Arc<dyn Store>,
@@ -569,6 +592,29 @@ impl ItemType for MrType {
     /// `admin`: `retry` alone must not undo a person's decision.
     async fn retry_needs_admin(&self, item: &WorkItem) -> Result<bool, RequestError> {
         Ok(item.phase == Phase::Cancelled && item.error.as_deref() == Some(CLOSED_ON_FORGE))
+    }
+
+    async fn status(
+        &self,
+        item: &WorkItem,
+    ) -> Result<Option<wq_core::StatusSummary>, RequestError> {
+        let Some((view, details)) = self.stored_view(item).await? else {
+            return Ok(None);
+        };
+        Ok(Some(status::summary(&view, &details)))
+    }
+
+    async fn sections(
+        &self,
+        item: &WorkItem,
+    ) -> Result<Vec<wq_core::status::DetailSection>, RequestError> {
+        let Some((view, details)) = self.stored_view(item).await? else {
+            return Ok(Vec::new());
+        };
+        let person_review = self
+            .config
+            .requires_review(&details.spec.forge, &details.spec.project);
+        Ok(status::sections(&view, &details, person_review))
     }
 
     async fn scope(&self, id: ItemId) -> Result<Option<(String, String)>, RequestError> {
