@@ -20,7 +20,7 @@ use crate::store::{MergeResult, MrDetails};
 pub(crate) struct StatusNote {
     /// Finds the note again (with its author, the bot).
     pub marker: String,
-    /// The item in the API.
+    /// The item's dashboard page.
     pub link: String,
     pub body: String,
 }
@@ -36,10 +36,7 @@ impl StatusNote {
     ) -> Self {
         let id = view.item.id;
         let marker = format!("<!-- workqueue:item:{id} -->");
-        let link = format!(
-            "{}/api/v1/work-items/{id}",
-            public_url.trim_end_matches('/')
-        );
+        let link = format!("{}/ui/items/{id}", public_url.trim_end_matches('/'));
         let seen = Seen::of(view);
         let phase = view.item.phase;
         let mut body = format!(

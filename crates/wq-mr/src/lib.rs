@@ -636,6 +636,10 @@ impl ItemType for MrType {
                 name: "merge",
                 permission: wq_core::Permission::Merge,
             },
+            CommandSpec {
+                name: "refresh",
+                permission: wq_core::Permission::Retry,
+            },
         ]
     }
 
@@ -649,6 +653,7 @@ impl ItemType for MrType {
         match command {
             "retry-merge" => self.retry_merge(id).await,
             "merge" => self.manual_merge(id, body, caller_identity).await,
+            "refresh" => self.refresh(id, caller_identity).await,
             other => Err(RequestError::NotFound(format!(
                 "item type mr has no command {other:?}"
             ))),

@@ -421,6 +421,33 @@ pub async fn visible_page(
     Ok(Page { rows, next_before })
 }
 
+/// Whether a rule of `principal` grants `permission` on `item`'s scope
+/// (its type, forge and project), as the handlers check it: for showing
+/// only the actions a caller may take.
+pub async fn permitted(
+    state: &AppState,
+    principal: &Principal,
+    item: &WorkItem,
+    permission: Permission,
+) -> Result<bool, ApiError> {
+    let scope = ItemScope::of(state, &item.item_type, item.id).await?;
+    Ok(principal.authorize(permission, &scope.scope()).is_ok())
+}
+
+/// The permission `POST .../retry` needs on `item`: `retry`, or `admin`
+/// when its type says so.
+pub async fn retry_permission(state: &AppState, item: &WorkItem) -> Result<Permission, ApiError> {
+    let needs_admin = match state.types.get(&item.item_type) {
+        Some(handler) => handler.retry_needs_admin(item).await?,
+        None => false,
+    };
+    Ok(if needs_admin {
+        Permission::Admin
+    } else {
+        Permission::Retry
+    })
+}
+
 /// `GET /api/v1/work-items/{id}`: the item with its dimensions.
 pub async fn show(
     State(state): State<AppState>,

@@ -101,6 +101,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "audit",
             sql: include_str!("../../migrations/postgres/0005_audit.sql"),
         },
+        EmbeddedMigration {
+            version: 6,
+            description: "ui_sessions",
+            sql: include_str!("../../migrations/postgres/0006_ui_sessions.sql"),
+        },
     ])
 });
 

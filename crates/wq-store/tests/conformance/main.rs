@@ -168,6 +168,7 @@ conformance_suite!(
     concurrent_audit_appends_chain_without_forking,
     audit_list_filters_by_item_since_actor_and_kind,
     every_loop_write_leaves_its_record_in_its_transaction,
+    ui_sessions_expire_are_taken_once_and_pruned,
 );
 
 // --- helpers -----------------------------------------------------------------
