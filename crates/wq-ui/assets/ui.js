@@ -45,6 +45,20 @@
     var action = event.target.closest("button.action");
     if (action) runAction(action);
   });
+  // A finger on the icon opens the drawer at once (no click may follow a
+  // tap on every browser).
+  document.addEventListener("touchend", function (event) {
+    var icon = event.target.closest(".status-icon");
+    if (icon) {
+      event.preventDefault();
+      openDrawer(icon);
+      return;
+    }
+    if (event.target.closest("[data-close-drawer]")) {
+      event.preventDefault();
+      closeDrawer();
+    }
+  }, { passive: false });
   document.addEventListener("keydown", function (event) {
     if (event.key === "Escape") closeDrawer();
   });

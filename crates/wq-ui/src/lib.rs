@@ -113,9 +113,14 @@ struct SignInPage {
     message: Option<String>,
 }
 
-/// The sign-in form, with a fresh double-submit token.
-fn sign_in_form(status: StatusCode, message: Option<String>, loopback: bool) -> Response {
-    let csrf = random_token();
+/// The sign-in form with its double-submit token: the one the browser
+/// holds already (so that two open sign-in pages both work), else a fresh
+/// one.
+fn sign_in_form(status: StatusCode, message: Option<String>, request: &HeaderMap) -> Response {
+    let loopback = to_loopback(request);
+    let csrf = cookie(request, SIGN_IN_COOKIE)
+        .filter(|held| held.len() == 64 && held.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map_or_else(random_token, str::to_owned);
     let mut response = html(SignInPage {
         csrf: csrf.clone(),
         message,
@@ -135,7 +140,7 @@ async fn sign_in_page(State(state): State<AppState>, headers: HeaderMap) -> Resp
     if signed_in(&state, &headers).await.is_ok() {
         return Redirect::to("/ui").into_response();
     }
-    sign_in_form(StatusCode::OK, None, to_loopback(&headers))
+    sign_in_form(StatusCode::OK, None, &headers)
 }
 
 #[derive(serde::Deserialize)]
@@ -172,7 +177,7 @@ async fn sign_in(
         return sign_in_form(
             StatusCode::FORBIDDEN,
             Some("The form expired or was not sent from this page; try again.".into()),
-            loopback,
+            &headers,
         );
     }
     let token = form.token.trim();
@@ -180,7 +185,7 @@ async fn sign_in(
         return sign_in_form(
             StatusCode::UNPROCESSABLE_ENTITY,
             Some("token: enter an API token.".into()),
-            loopback,
+            &headers,
         );
     }
     let principal = match state.authenticator().authenticate_token(token).await {
@@ -190,7 +195,7 @@ async fn sign_in(
             return sign_in_form(
                 StatusCode::SERVICE_UNAVAILABLE,
                 Some("The token cannot be checked right now; try again later.".into()),
-                loopback,
+                &headers,
             );
         }
         Err(failure) => {
@@ -198,7 +203,7 @@ async fn sign_in(
             return sign_in_form(
                 StatusCode::UNAUTHORIZED,
                 Some("token: not accepted.".into()),
-                loopback,
+                &headers,
             );
         }
     };
@@ -224,7 +229,7 @@ async fn sign_in_link(
         Ok(None) => sign_in_form(
             StatusCode::UNAUTHORIZED,
             Some("That sign-in link was used already or has expired.".into()),
-            loopback,
+            &headers,
         ),
         Err(error) => pages::PageError::from(error).into_response(),
     }
