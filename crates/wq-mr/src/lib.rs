@@ -15,7 +15,9 @@
 //! - `dashboard`: the status note's text, and when to edit it.
 //! - [`merge`]: readiness gates, signature and the merge-attempt journal.
 //! - `events`: the event handler (DDR-33, DDR-37, DDR-38).
-//! - `commands`: the `merge` and `retry-merge` item commands.
+//! - `commands`: the `merge`, `retry-merge` and `refresh` item commands.
+//! - `status`: the item at a glance (`ItemType::status`) and its page for
+//!   people (`ItemType::sections`), from stored state.
 //! - `queue_sync`: the batched merge queue read ([`MrType::sync_queues`]),
 //!   the type's periodic task [`QUEUE_SYNC_TASK`].
 //! - [`webhook`]: the webhook receivers that resolve deliveries to items.

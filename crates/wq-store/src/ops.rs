@@ -551,7 +551,15 @@ macro_rules! impl_store {
                 &self,
                 params: $crate::ItemListParams,
             ) -> $crate::StoreResult<Vec<$crate::ListedItem>> {
-                let rows = sqlx::query(sql!("items/list.sql"))
+                // One phase: its own statement, so that the (phase, id)
+                // index is used (a rare phase would be searched for
+                // through the whole table otherwise).
+                let statement = if params.phase.is_some() {
+                    sql!("items/list_phase.sql")
+                } else {
+                    sql!("items/list.sql")
+                };
+                let rows = sqlx::query(statement)
                     .bind(params.phase.map(wq_core::Phase::as_str))
                     .bind(params.item_type.as_deref())
                     .bind(params.before.map(DbId))

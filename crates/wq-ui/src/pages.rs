@@ -288,11 +288,23 @@ async fn listing(
             let active =
                 visible_page(state, &who.principal, query(Some(Phase::Active)), &keep).await?;
             let (active, next_active) = to_rows(active);
-            let all = visible_page(state, &who.principal, query(None), &|item, summary| {
-                item.phase != Phase::Active && keep(item, summary)
-            })
-            .await?;
-            let (done, next_done) = to_rows(all);
+            // The most recent terminal items: a page of each terminal
+            // phase (each read by its own index), merged newest first.
+            let mut done = Vec::new();
+            for phase in [Phase::Completed, Phase::Failed, Phase::Cancelled] {
+                let page = visible_page(state, &who.principal, query(Some(phase)), &keep).await?;
+                done.extend(page.rows);
+            }
+            done.sort_by_key(|row| std::cmp::Reverse(row.item.id));
+            let more_done = done.len() > PAGE_SIZE as usize;
+            done.truncate(PAGE_SIZE as usize);
+            let next_done = more_done
+                .then(|| done.last().map(|row| row.item.id))
+                .flatten();
+            let done = done
+                .iter()
+                .map(|row| RowView::of(&row.item, row.status.as_ref(), now))
+                .collect();
             Ok(Listing {
                 active,
                 done,
