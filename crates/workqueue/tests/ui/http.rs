@@ -108,7 +108,54 @@ backend_tests!(
     signed_out_requests_and_missing_csrf_tokens_are_refused,
     a_one_time_link_signs_in_once_and_sign_out_ends_the_session,
     the_event_stream_numbers_changes_and_resumes_after_the_last_id,
+    a_failed_item_is_offered_retry_and_retried,
 );
+
+async fn a_failed_item_is_offered_retry_and_retried(backend: Backend) {
+    let h = Harness::start(backend).await;
+    // A person's branch: workqueue refuses to take it over, the item fails.
+    h.person_push("wq/theirs", &[("p.txt", Some("p\n"))]);
+    let id = h
+        .submit_ok(
+            &change("wq/theirs", &[("t.txt", "t\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    h.wait_phase(&id, "failed").await;
+    let client = no_redirects();
+    let session = sign_in(&client, &h.url, &h.tokens.admin).await;
+    let cookie = format!("wq_session={session}");
+    let page = client
+        .get(format!("{}/ui/items/{id}", h.url))
+        .header(COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("data-action=\"retry\""), "{page}");
+    assert!(
+        !page.contains("data-action=\"merge\""),
+        "no merge for a failed item"
+    );
+    let csrf = page_csrf(&client, &h.url, &session).await;
+    let retried = client
+        .post(format!("{}/ui/items/{id}/actions/retry", h.url))
+        .header(COOKIE, &cookie)
+        .header("x-csrf-token", &csrf)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(retried.status(), StatusCode::OK);
+    let answer: serde_json::Value = retried.json().await.unwrap();
+    assert_eq!(answer["outcome"], "retried", "{answer}");
+    // The branch is still a person's: it fails again, by the same rule.
+    h.wait_phase(&id, "failed").await;
+    h.settle().await;
+    h.finish().await;
+}
 
 async fn signed_out_requests_and_missing_csrf_tokens_are_refused(backend: Backend) {
     let h = Harness::start(backend).await;
