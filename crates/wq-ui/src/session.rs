@@ -181,9 +181,14 @@ pub async fn signed_in(state: &AppState, headers: &HeaderMap) -> Result<SignedIn
     Err(NotSignedIn::Refused)
 }
 
-/// Opens a session for `principal`: the id for the cookie.
+/// Opens a session for `principal`: the id for the cookie. Sessions and
+/// links that expired are deleted on the way (one indexed statement per
+/// sign-in).
 pub async fn open(state: &AppState, principal: &Principal) -> Result<String, wq_api::ApiError> {
     let now = state.clock().now();
+    if let Err(error) = state.store().ui_session_prune(now).await {
+        tracing::warn!(%error, "expired dashboard sessions not deleted: {error}");
+    }
     let id = random_token();
     state
         .store()
