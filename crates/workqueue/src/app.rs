@@ -139,7 +139,10 @@ pub async fn assemble_with(
     if let Some(metrics) = metrics {
         state = state.with_metrics(metrics);
     }
-    let router = wq_api::router(state, &config.server.api_config());
+    // The dashboard beside the API, over the same state (its live stream
+    // is not under the API's request timeout).
+    let router = wq_api::router(state.clone(), &config.server.api_config())
+        .merge(wq_ui::router(state).await);
     Ok(App {
         store,
         engine,

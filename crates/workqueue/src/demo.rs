@@ -232,15 +232,19 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     };
     let forges = Forges::from_config(&config.forges).map_err(|e| anyhow::anyhow!("{e}"))?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let app = app::assemble(&config, forges, clock, None).await?;
+    let app = app::assemble(&config, forges, Arc::clone(&clock), None).await?;
     app.engine.start();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(wq_api::serve(listener, app.router.clone(), async move {
         let _ = stopped.await;
     }));
 
+    // A one-time sign-in link to the dashboard for the demo's caller.
+    let principal = app.auth.authenticate_token(&token).await?;
+    let code = wq_ui::session::create_link(app.store.as_ref(), &principal, clock.now()).await?;
     println!("workqueue demo");
     println!("  service      {url}   (API: {url}/api/v1/work-items)");
+    println!("  dashboard    {url}/ui/sign-in/link/{code}   (one-time sign-in link)");
     println!("  simulated    GitLab at {}", sim.gitlab_url());
     println!(
         "               GitHub at {} (merge queue, one review required)",

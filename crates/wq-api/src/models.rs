@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
-use wq_core::{Dimension, DimensionStatus, ItemId, Phase, WorkItem};
+use wq_core::{Dimension, DimensionStatus, ItemId, Phase, StatusSummary, WorkItem};
 
 /// A work item as the API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -25,6 +25,11 @@ pub struct ItemBody {
     pub updated_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339::option")]
     pub last_event_at: Option<OffsetDateTime>,
+    /// In a listing: the item at a glance, as its type summarises it from
+    /// stored state (change request, CI, queue entry, unmet gates, last
+    /// merge attempt, automations); absent for types without a summary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<StatusSummary>,
 }
 
 impl From<WorkItem> for ItemBody {
@@ -42,7 +47,16 @@ impl From<WorkItem> for ItemBody {
             created_at: item.created_at,
             updated_at: item.updated_at,
             last_event_at: item.last_event_at,
+            status: None,
         }
+    }
+}
+
+impl ItemBody {
+    /// The body with the type's summary.
+    pub fn with_status(mut self, status: Option<StatusSummary>) -> Self {
+        self.status = status;
+        self
     }
 }
 
@@ -227,6 +241,44 @@ mod snapshots {
             created_at: datetime!(2026-12-01 09:30:00.123456 UTC),
             updated_at: datetime!(2026-12-01 09:31:05 UTC),
             last_event_at: Some(datetime!(2026-12-01 09:31:04.5 UTC)),
+            status: None,
+        }
+    }
+
+    fn status() -> StatusSummary {
+        use wq_core::status::{Automation, ChangeRef, CiState, LastMerge, QueueStatus, UnmetGate};
+        StatusSummary {
+            title: Some("Bump the base image".to_owned()),
+            forge: Some("gitlab".to_owned()),
+            project: Some("team/app".to_owned()),
+            branch: Some("wq/bump".to_owned()),
+            change: Some(ChangeRef {
+                number: 7,
+                url: Some("https://gitlab.example/team/app/-/merge_requests/7".to_owned()),
+                head_sha: Some("0123456789abcdef0123456789abcdef01234567".to_owned()),
+            }),
+            ci: CiState::Passed,
+            queue: Some(QueueStatus {
+                state: "queued".to_owned(),
+                position: Some(2),
+                eta_seconds: Some(61),
+            }),
+            gates_checked: true,
+            unmet_gates: vec![UnmetGate {
+                name: "threads_resolved".to_owned(),
+                reason: "not yet: every thread is resolved".to_owned(),
+            }],
+            more_unmet_gates: 0,
+            last_merge: Some(LastMerge {
+                result: "failed".to_owned(),
+                error_kind: Some("auto_merge".to_owned()),
+                error: Some("the forge refused: 405".to_owned()),
+            }),
+            automation: Automation {
+                ci_retry: true,
+                auto_merge: true,
+            },
+            needs_attention: true,
         }
     }
 
@@ -269,7 +321,7 @@ mod snapshots {
         insta::assert_json_snapshot!(
             "item_list",
             ItemList {
-                items: vec![item()],
+                items: vec![item().with_status(Some(status()))],
                 next_before: Some(item().id)
             }
         );

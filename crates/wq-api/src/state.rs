@@ -93,4 +93,12 @@ impl AppState {
     pub fn authenticator(&self) -> &Arc<Authenticator> {
         &self.auth
     }
+
+    pub fn types(&self) -> &TypeRegistry {
+        &self.types
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
 }

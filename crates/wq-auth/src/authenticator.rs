@@ -223,6 +223,39 @@ impl Authenticator {
         })
     }
 
+    /// The caller `identity` names, with the rules that match it now: what
+    /// a sign-in session keeps instead of the token it was opened with. A
+    /// static token is found again by name (gone from the config: refused);
+    /// a JWT's claims must still be in date and its issuer still trusted;
+    /// an OpenShift user keeps the groups it had at sign-in.
+    pub fn principal_of(&self, identity: Identity) -> Result<Principal, AuthFailure> {
+        let rules = match &identity {
+            Identity::StaticToken {
+                name,
+                identity: who,
+                ..
+            } => {
+                let found = self
+                    .static_tokens
+                    .iter()
+                    .find(|token| token.name == *name && token.identity == *who)
+                    .ok_or(AuthFailure::UnknownStaticToken)?;
+                let rules = self.group_rules_for(&found.groups);
+                return Ok(Principal::new(
+                    Identity::StaticToken {
+                        name: found.name.clone(),
+                        identity: found.identity.clone(),
+                        groups: found.groups.clone(),
+                    },
+                    rules,
+                ));
+            }
+            Identity::OpenShift { groups, .. } => self.group_rules_for(groups),
+            Identity::Jwt { issuer, claims, .. } => self.jwt.rules_for(issuer, claims)?,
+        };
+        Ok(Principal::new(identity, rules))
+    }
+
     fn group_rules_for(&self, groups: &[String]) -> Vec<Arc<Rule>> {
         self.group_rules
             .iter()

@@ -147,6 +147,28 @@ impl JwtAuthority {
 
     /// Discovers every issuer and fetches its keys (subject to the rate
     /// limit); failures are logged and retried on use.
+    /// The rules of the discovered issuer `issuer` that match `claims` now
+    /// (none when it is not discovered, or no longer trusted), and whether
+    /// the claims' `exp` has passed.
+    pub(crate) fn rules_for(
+        &self,
+        issuer: &str,
+        claims: &Map<String, Value>,
+    ) -> Result<Vec<Arc<Rule>>, AuthFailure> {
+        self.check_times(claims)?;
+        let trusted = self
+            .issuers
+            .iter()
+            .find(|candidate| candidate.discovered().is_some_and(|d| d.issuer == issuer))
+            .ok_or_else(|| AuthFailure::UntrustedIssuer(issuer.to_owned()))?;
+        Ok(trusted
+            .rules
+            .iter()
+            .filter(|rule| rule.matches_claims(claims))
+            .cloned()
+            .collect())
+    }
+
     pub(crate) async fn warm_up(&self) {
         for issuer in &self.issuers {
             self.refresh(issuer).await;

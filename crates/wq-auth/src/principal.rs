@@ -7,8 +7,11 @@ use serde_json::{Map, Value};
 
 use crate::rules::{Forbidden, Permission, Rule, Scope};
 
-/// Who the caller proved to be.
-#[derive(Debug, Clone, PartialEq)]
+/// Who the caller proved to be. Serializable, so that a sign-in can keep
+/// who signed in and [`crate::Authenticator::principal_of`] match the rules
+/// again later.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Identity {
     /// A JWT from a trusted issuer; `claims` are all of the token's claims.
     Jwt {

@@ -21,6 +21,7 @@ use crate::api::{
 use crate::dimension::DimensionUpdate;
 use crate::event::{EventResult, PendingEvent};
 use crate::item::{ItemId, ItemView, Phase, WorkItem};
+use crate::status::{DetailSection, StatusSummary};
 
 /// The single pending action the decider picked (DDR-5). `name` is one of
 /// the type's [`ItemType::actions`].
@@ -285,6 +286,23 @@ pub trait ItemType: Send + Sync + 'static {
     async fn detail(&self, item: &WorkItem) -> Result<Option<serde_json::Value>, RequestError> {
         let _ = item;
         Ok(None)
+    }
+
+    /// The item at a glance (its change request, CI, queue entry, unmet
+    /// gates, last merge attempt, automations), from stored state only: no
+    /// forge call, as it is computed for every row of a listing. `None`
+    /// when the type has no such notion or the item has no detail row.
+    async fn status(&self, item: &WorkItem) -> Result<Option<StatusSummary>, RequestError> {
+        let _ = item;
+        Ok(None)
+    }
+
+    /// The item's page for people, in sections (e.g. the merge gates met or
+    /// not and why, the merge attempts, the CI retry decisions, the
+    /// submitted files), from stored state only.
+    async fn sections(&self, item: &WorkItem) -> Result<Vec<DetailSection>, RequestError> {
+        let _ = item;
+        Ok(Vec::new())
     }
 
     /// The `(forge, project)` an item belongs to, so that reading, retrying

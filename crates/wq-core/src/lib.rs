@@ -9,6 +9,7 @@ pub mod event;
 pub mod item;
 pub mod item_type;
 pub mod permission;
+pub mod status;
 
 pub use api::{
     CHANNEL_HEADER, CommandReply, CommandSpec, CommandStatus, DeliveryTrust, FieldError, Headers,
@@ -24,3 +25,4 @@ pub use item_type::{
     Periodic, PeriodicResult, RegistryError, TypeRegistry, TypeRegistryBuilder,
 };
 pub use permission::Permission;
+pub use status::{DisplayState, StatusSummary};

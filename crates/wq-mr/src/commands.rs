@@ -52,6 +52,9 @@ impl ManualMerge {
     }
 }
 
+/// The event `refresh` stores: the item reads its change request again.
+pub const REFRESH_EVENT: &str = "mr.refresh";
+
 /// The event `cancel` stores; the item's loop applies it (`needs_cancel`)
 /// and runs the `cancel_mr` executor before anything else.
 pub const CANCEL_EVENT: &str = "mr.cancel";
@@ -204,6 +207,39 @@ impl MrType {
             body: serde_json::json!({ "status": outcome.as_str() }),
             // The stored event is for the item to read now.
             wake: recorded,
+        })
+    }
+
+    /// `POST /api/v1/work-items/{id}/refresh`: read the change request
+    /// again now (a reconcile), for a stored error that repeating a merge
+    /// would not fix. Stores an event, so a running loop sees it.
+    pub(crate) async fn refresh(
+        &self,
+        id: ItemId,
+        caller_identity: &str,
+    ) -> Result<CommandReply, RequestError> {
+        self.active_details(id, "be refreshed").await?;
+        self.items
+            .event_insert(wq_store::NewEvent {
+                item_id: id,
+                event_type: REFRESH_EVENT.to_owned(),
+                body: serde_json::json!({ "caller": caller_identity }),
+                now: self.clock.now(),
+                origin: Some(wq_store::EventOrigin {
+                    actor: caller_identity.to_owned(),
+                    delivery_id: None,
+                    raw: Some(serde_json::json!({ "command": "refresh" }).to_string()),
+                }),
+            })
+            .await
+            .map_err(RequestError::from)?;
+        Ok(CommandReply {
+            status: wq_core::CommandStatus::Accepted,
+            body: serde_json::json!({
+                "status": "accepted",
+                "message": "the change request is read again",
+            }),
+            wake: true,
         })
     }
 

@@ -13,14 +13,14 @@ use wq_core::{Dimension, DimensionStatus, DimensionUpdate, ExecOutcome, ItemView
 use crate::CLOSED_ON_FORGE;
 use crate::ci_retry::CiRetryDetail;
 use crate::dims::{NEEDS_DASHBOARD, NEEDS_RECONCILE};
-use crate::merge::{APPROVED, REVIEW_BY_PERSON, gate_names};
+use crate::merge::{APPROVED, REVIEW_BY_PERSON, gate_description, gate_names};
 use crate::store::{MergeResult, MrDetails};
 
 /// The status note of one item, before the forge's own escaping.
 pub(crate) struct StatusNote {
     /// Finds the note again (with its author, the bot).
     pub marker: String,
-    /// The item in the API.
+    /// The item's dashboard page.
     pub link: String,
     pub body: String,
 }
@@ -36,10 +36,7 @@ impl StatusNote {
     ) -> Self {
         let id = view.item.id;
         let marker = format!("<!-- workqueue:item:{id} -->");
-        let link = format!(
-            "{}/api/v1/work-items/{id}",
-            public_url.trim_end_matches('/')
-        );
+        let link = format!("{}/ui/items/{id}", public_url.trim_end_matches('/'));
         let seen = Seen::of(view);
         let phase = view.item.phase;
         let mut body = format!(
@@ -184,17 +181,7 @@ fn gates_section(seen: Option<&Seen>, person_review: bool) -> String {
     let mut text = "\nGates:\n".to_owned();
     for gate in gate_names(person_review) {
         let mark = if seen.unmet(gate) { "⏳" } else { "✅" };
-        let what = match gate {
-            "open" => "the merge request is open",
-            "not_draft" => "not a draft",
-            "head_known" => "the head commit is known",
-            "ci_passed" => "CI passed",
-            APPROVED => "the forge's review rules hold",
-            REVIEW_BY_PERSON => "approved by a person other than workqueue",
-            "mergeable" => "the forge can merge it",
-            "threads_resolved" => "every thread is resolved",
-            _ => "",
-        };
+        let what = gate_description(gate);
         text.push_str(&format!("- {mark} `{gate}`: {what}\n"));
     }
     text

@@ -13,7 +13,7 @@ use wq_forge::ForgeEvent;
 
 use crate::MrType;
 use crate::ci_retry::{ReportedJob, on_job};
-use crate::commands::{CANCEL_EVENT, MANUAL_MERGE_EVENT};
+use crate::commands::{CANCEL_EVENT, MANUAL_MERGE_EVENT, REFRESH_EVENT};
 use crate::dims::{NEEDS_CANCEL, NEEDS_RECONCILE};
 use crate::errors::store_error;
 use crate::queue_sync::QUEUE_OBSERVED_EVENT;
@@ -36,7 +36,9 @@ pub(crate) async fn handle(
             result.dimensions = submission_dimensions(change);
             Ok(result)
         }
-        RETRY_MERGE_EVENT | MANUAL_MERGE_EVENT | QUEUE_OBSERVED_EVENT => Ok(reconcile()),
+        RETRY_MERGE_EVENT | MANUAL_MERGE_EVENT | QUEUE_OBSERVED_EVENT | REFRESH_EVENT => {
+            Ok(reconcile())
+        }
         // Asked once or several times, the same row: one cancel runs.
         CANCEL_EVENT => Ok(EventResult::ignored().with_dimension(
             DimensionUpdate::new(NEEDS_CANCEL, true).detail(serde_json::json!({

@@ -802,6 +802,7 @@ impl Run<'_> {
             "unmet_gates": unmet,
             "review_gate": rule.gate(),
             "merge_status": change.merge_status,
+            "ci": change.ci.as_str(),
         });
         let _ = self.seen.set(seen.clone());
         let waiting = matches!(change.ci, CiStatus::Pending | CiStatus::Running)

@@ -15,7 +15,10 @@
 //! - `dashboard`: the status note's text, and when to edit it.
 //! - [`merge`]: readiness gates, signature and the merge-attempt journal.
 //! - `events`: the event handler (DDR-33, DDR-37, DDR-38).
-//! - `commands`: the `merge`, `retry-merge` and `cancel` item commands.
+//! - `commands`: the `merge`, `retry-merge`, `cancel` and `refresh` item
+//!   commands.
+//! - `status`: the item at a glance (`ItemType::status`) and its page for
+//!   people (`ItemType::sections`), from stored state.
 //! - `queue_sync`: the batched merge queue read ([`MrType::sync_queues`]),
 //!   the type's periodic task [`QUEUE_SYNC_TASK`].
 //! - [`webhook`]: the webhook receivers that resolve deliveries to items.
@@ -273,6 +276,7 @@ pub mod merge;
 pub mod metrics;
 mod queue_sync;
 pub mod spec;
+mod status;
 pub mod store;
 pub mod text;
 pub mod webhook;
@@ -321,6 +325,28 @@ pub struct MrType {
 pub const CLOSED_ON_FORGE: &str = "the merge request was closed on the forge";
 
 impl MrType {
+    /// The item with its dimensions and its detail row, as stored; `None`
+    /// without a detail row.
+    async fn stored_view(
+        &self,
+        item: &WorkItem,
+    ) -> Result<Option<(ItemView, store::MrDetails)>, RequestError> {
+        let Some(details) = self.store.get(item.id).await.map_err(RequestError::from)? else {
+            return Ok(None);
+        };
+        let dimensions = self
+            .items
+            .dimension_list(item.id)
+            .await
+            .map_err(RequestError::from)?;
+        let view = ItemView {
+            item: item.clone(),
+            dimensions,
+            now: self.clock.now(),
+        };
+        Ok(Some((view, details)))
+    }
+
     /// Builds the type; refuses a config whose patterns do not compile.
     pub fn new(
         items: Arc<dyn Store>,
@@ -587,6 +613,29 @@ impl ItemType for MrType {
         Ok(item.phase == Phase::Cancelled && item.error.as_deref() == Some(CLOSED_ON_FORGE))
     }
 
+    async fn status(
+        &self,
+        item: &WorkItem,
+    ) -> Result<Option<wq_core::StatusSummary>, RequestError> {
+        let Some((view, details)) = self.stored_view(item).await? else {
+            return Ok(None);
+        };
+        Ok(Some(status::summary(&view, &details)))
+    }
+
+    async fn sections(
+        &self,
+        item: &WorkItem,
+    ) -> Result<Vec<wq_core::status::DetailSection>, RequestError> {
+        let Some((view, details)) = self.stored_view(item).await? else {
+            return Ok(Vec::new());
+        };
+        let person_review = self
+            .config
+            .requires_review(&details.spec.forge, &details.spec.project);
+        Ok(status::sections(&view, &details, person_review))
+    }
+
     async fn scope(&self, id: ItemId) -> Result<Option<(String, String)>, RequestError> {
         let details = self.store.get(id).await.map_err(RequestError::from)?;
         Ok(details.map(|d| (d.spec.forge, d.spec.project.into_string())))
@@ -615,6 +664,11 @@ impl ItemType for MrType {
                 permission: wq_core::Permission::Admin,
                 owner_permission: Some(wq_core::Permission::Submit),
             },
+            CommandSpec {
+                name: "refresh",
+                permission: wq_core::Permission::Retry,
+                owner_permission: None,
+            },
         ]
     }
 
@@ -629,6 +683,7 @@ impl ItemType for MrType {
             "retry-merge" => self.retry_merge(id).await,
             "merge" => self.manual_merge(id, body, caller_identity).await,
             "cancel" => self.cancel(id, body, caller_identity).await,
+            "refresh" => self.refresh(id, caller_identity).await,
             other => Err(RequestError::NotFound(format!(
                 "item type mr has no command {other:?}"
             ))),

@@ -74,6 +74,21 @@ pub fn gate_names(person_review: bool) -> Vec<&'static str> {
     gates
 }
 
+/// What a gate asks for, in words (the status note's and the dashboard's).
+pub fn gate_description(gate: &str) -> &'static str {
+    match gate {
+        "open" => "the merge request is open",
+        "not_draft" => "not a draft",
+        "head_known" => "the head commit is known",
+        "ci_passed" => "CI passed",
+        APPROVED => "the forge's review rules hold",
+        REVIEW_BY_PERSON => "approved by a person other than workqueue",
+        "mergeable" => "the forge can merge it",
+        "threads_resolved" => "every thread is resolved",
+        _ => "",
+    }
+}
+
 /// The gates a change request does not pass yet, by name, in
 /// [`gate_names`] order; empty when it may be merged.
 pub fn unmet_gates(change: &ChangeRequest, rule: ReviewRule<'_>) -> Vec<&'static str> {

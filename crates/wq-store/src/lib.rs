@@ -77,6 +77,7 @@ mod common;
 #[macro_use]
 mod ops;
 pub mod postgres;
+pub mod sessions;
 pub mod sqlite;
 #[cfg(feature = "testing")]
 #[allow(
@@ -611,6 +612,35 @@ pub trait Store: Send + Sync + 'static {
 
     /// Each pruned chain's last deleted hash: where its verification starts.
     async fn audit_pruned_heads(&self) -> StoreResult<Vec<(ItemId, String)>>;
+
+    /// The seq of the newest audit record, 0 when there is none: where a
+    /// reader of changes from now on starts.
+    async fn audit_last_seq(&self) -> StoreResult<i64>;
+
+    /// Stores a dashboard session or sign-in link.
+    async fn ui_session_insert(&self, session: sessions::UiSession) -> StoreResult<()>;
+
+    /// The unexpired session or link of `kind` whose id hashes to
+    /// `id_hash`.
+    async fn ui_session_get(
+        &self,
+        id_hash: &str,
+        kind: &str,
+        now: OffsetDateTime,
+    ) -> StoreResult<Option<sessions::UiSession>>;
+
+    /// Deletes the session or link of `kind` whose id hashes to `id_hash`
+    /// and returns it if it had not expired by `now` (a link is used once;
+    /// a sign-out ends its session).
+    async fn ui_session_take(
+        &self,
+        id_hash: &str,
+        kind: &str,
+        now: OffsetDateTime,
+    ) -> StoreResult<Option<sessions::UiSession>>;
+
+    /// Deletes the sessions and links that expired by `now`.
+    async fn ui_session_prune(&self, now: OffsetDateTime) -> StoreResult<u64>;
 
     /// Walks every item's chain in order, page by page: the first broken
     /// link, if any, and how many records were checked.

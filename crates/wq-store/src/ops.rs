@@ -433,6 +433,92 @@ macro_rules! impl_store {
                     .collect()
             }
 
+            async fn audit_last_seq(&self) -> $crate::StoreResult<i64> {
+                let row = sqlx::query(sql!("audit/last_seq.sql"))
+                    .fetch_one(&self.pool)
+                    .await?;
+                $crate::codec::DbRow::decode(&row, "seq")
+            }
+
+            async fn ui_session_insert(
+                &self,
+                session: $crate::sessions::UiSession,
+            ) -> $crate::StoreResult<()> {
+                self.autocommit(move |conn| {
+                    Box::pin(async move {
+                        sqlx::query(sql!("ui_sessions/insert.sql"))
+                            .bind(&session.id_hash)
+                            .bind(&session.kind)
+                            .bind($crate::codec::DbJson(&session.principal))
+                            .bind(&session.csrf_token)
+                            .bind(DbTime(session.created_at))
+                            .bind(DbTime(session.expires_at))
+                            .execute(&mut *conn)
+                            .await?;
+                        Ok(())
+                    })
+                })
+                .await
+            }
+
+            async fn ui_session_get(
+                &self,
+                id_hash: &str,
+                kind: &str,
+                now: time::OffsetDateTime,
+            ) -> $crate::StoreResult<Option<$crate::sessions::UiSession>> {
+                let row = sqlx::query(sql!("ui_sessions/get.sql"))
+                    .bind(id_hash)
+                    .bind(kind)
+                    .bind(DbTime(now))
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref()
+                    .map($crate::sessions::session_from_row)
+                    .transpose()
+            }
+
+            async fn ui_session_take(
+                &self,
+                id_hash: &str,
+                kind: &str,
+                now: time::OffsetDateTime,
+            ) -> $crate::StoreResult<Option<$crate::sessions::UiSession>> {
+                let id_hash = id_hash.to_owned();
+                let kind = kind.to_owned();
+                let taken = self
+                    .autocommit(move |conn| {
+                        Box::pin(async move {
+                            let row = sqlx::query(sql!("ui_sessions/take.sql"))
+                                .bind(&id_hash)
+                                .bind(&kind)
+                                .fetch_optional(&mut *conn)
+                                .await?;
+                            row.as_ref()
+                                .map($crate::sessions::session_from_row)
+                                .transpose()
+                        })
+                    })
+                    .await?;
+                Ok(taken.filter(|session| session.expires_at > now))
+            }
+
+            async fn ui_session_prune(
+                &self,
+                now: time::OffsetDateTime,
+            ) -> $crate::StoreResult<u64> {
+                self.autocommit(move |conn| {
+                    Box::pin(async move {
+                        Ok(sqlx::query(sql!("ui_sessions/prune.sql"))
+                            .bind(DbTime(now))
+                            .execute(&mut *conn)
+                            .await?
+                            .rows_affected())
+                    })
+                })
+                .await
+            }
+
             async fn audit_list(
                 &self,
                 query: $crate::audit::AuditQuery,
@@ -476,7 +562,15 @@ macro_rules! impl_store {
                 &self,
                 params: $crate::ItemListParams,
             ) -> $crate::StoreResult<Vec<$crate::ListedItem>> {
-                let rows = sqlx::query(sql!("items/list.sql"))
+                // One phase: its own statement, so that the (phase, id)
+                // index is used (a rare phase would be searched for
+                // through the whole table otherwise).
+                let statement = if params.phase.is_some() {
+                    sql!("items/list_phase.sql")
+                } else {
+                    sql!("items/list.sql")
+                };
+                let rows = sqlx::query(statement)
                     .bind(params.phase.map(wq_core::Phase::as_str))
                     .bind(params.item_type.as_deref())
                     .bind(params.before.map(DbId))

@@ -174,4 +174,29 @@ impl Store for FaultyStore {
     async fn audit_pruned_heads(&self) -> StoreResult<Vec<(ItemId, String)>> {
         self.inner.audit_pruned_heads().await
     }
+    async fn audit_last_seq(&self) -> StoreResult<i64> {
+        self.inner.audit_last_seq().await
+    }
+    async fn ui_session_insert(&self, session: wq_store::sessions::UiSession) -> StoreResult<()> {
+        self.inner.ui_session_insert(session).await
+    }
+    async fn ui_session_get(
+        &self,
+        id_hash: &str,
+        kind: &str,
+        now: OffsetDateTime,
+    ) -> StoreResult<Option<wq_store::sessions::UiSession>> {
+        self.inner.ui_session_get(id_hash, kind, now).await
+    }
+    async fn ui_session_take(
+        &self,
+        id_hash: &str,
+        kind: &str,
+        now: OffsetDateTime,
+    ) -> StoreResult<Option<wq_store::sessions::UiSession>> {
+        self.inner.ui_session_take(id_hash, kind, now).await
+    }
+    async fn ui_session_prune(&self, now: OffsetDateTime) -> StoreResult<u64> {
+        self.inner.ui_session_prune(now).await
+    }
 }

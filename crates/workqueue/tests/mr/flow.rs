@@ -1,7 +1,7 @@
 //! Submission to merge, and the lifecycle around it.
 
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 use wq_testkit::{Backend, backend_tests};
 
 use crate::support::{Harness, Options, PROJECT, change, manual};
@@ -355,6 +355,27 @@ async fn a_merge_train_project_queues_the_mr_and_completes_when_the_train_merges
     assert_eq!(queued["phase"], "active", "{queued:#}");
     assert_eq!(queued["detail"]["merge"]["last_result"], "accepted");
     assert_eq!(h.mr(number)["state"], "opened", "queued, not merged yet");
+    // The listing's row carries the status summary, from stored state.
+    let list: Value = h
+        .api
+        .get(format!("{}/api/v1/work-items", h.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let status = &list["items"][0]["status"];
+    assert_eq!(status["change"]["number"], number, "{status:#}");
+    assert!(status["queue"]["state"].is_string(), "{status:#}");
+    assert_eq!(status["branch"], "wq/train");
+    assert_eq!(status["last_merge"]["result"], "accepted");
+    assert_eq!(status["automation"]["auto_merge"], true);
+    let summary: wq_core::StatusSummary = serde_json::from_value(status.clone()).unwrap();
+    assert_eq!(
+        wq_core::DisplayState::of(wq_core::Phase::Active, Some(&summary)),
+        wq_core::DisplayState::Queued
+    );
     // The train's pipeline passes and the train merges the MR.
     h.sim.advance(std::time::Duration::from_secs(60));
     let done = h.wait_phase(&id, "completed").await;

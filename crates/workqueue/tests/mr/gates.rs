@@ -342,7 +342,7 @@ async fn the_note_tells_the_story_edited_in_place(backend: Backend, forge: &str)
     let (note, first) = status_note(&h, number, &id).await;
     assert_eq!(state(&first), "Checking the merge request", "{first}");
     assert!(
-        first.contains(&format!("{}/api/v1/work-items/{id}", h.url)),
+        first.contains(&format!("{}/ui/items/{id}", h.url)),
         "{first}"
     );
 

@@ -295,7 +295,8 @@ impl ItemScope {
     }
 }
 
-/// `GET /api/v1/work-items`: newest first, filtered, one page.
+/// `GET /api/v1/work-items`: newest first, filtered, one page; each row
+/// with its type's status summary ([`wq_core::ItemType::status`]).
 #[utoipa::path(
     get,
     path = "/work-items",
@@ -320,17 +321,91 @@ pub async fn list(
             ..Scope::ANY
         },
     )?;
+    let page = visible_page(
+        &state,
+        caller.principal(),
+        PageQuery {
+            phase: query.phase,
+            item_type: query.item_type,
+            before: query.before,
+            limit: query.limit,
+            max_scanned: None,
+        },
+        &|_, _| true,
+    )
+    .await?;
+    Ok(Json(ItemList {
+        items: page
+            .rows
+            .into_iter()
+            .map(|row| ItemBody::from(row.item).with_status(row.status))
+            .collect(),
+        next_before: page.next_before,
+    }))
+}
+
+/// What [`visible_page`] lists.
+#[derive(Debug, Clone, Default)]
+pub struct PageQuery {
+    pub phase: Option<Phase>,
+    pub item_type: Option<String>,
+    pub before: Option<ItemId>,
+    pub limit: u32,
+    /// Stop after looking at this many readable rows (a filter that keeps
+    /// few of them would read the whole table otherwise); the page is then
+    /// short and `next_before` goes on from the last row looked at.
+    pub max_scanned: Option<usize>,
+}
+
+/// A listed item with its type's summary.
+#[derive(Debug, Clone)]
+pub struct PageRow {
+    pub item: WorkItem,
+    pub status: Option<wq_core::StatusSummary>,
+}
+
+/// One page of [`visible_page`].
+#[derive(Debug, Clone)]
+pub struct Page {
+    pub rows: Vec<PageRow>,
+    /// The cursor of the next page, `None` on the last.
+    pub next_before: Option<ItemId>,
+}
+
+/// The item's summary by its type, `None` for an unknown type or one
+/// without summaries.
+pub async fn status_of(
+    state: &AppState,
+    item: &WorkItem,
+) -> Result<Option<wq_core::StatusSummary>, ApiError> {
+    match state.types.get(&item.item_type) {
+        Some(handler) => Ok(handler.status(item).await?),
+        None => Ok(None),
+    }
+}
+
+/// One page of the items `principal` may read, newest first, that `keep`
+/// accepts (given the item and its summary), each with its summary. The
+/// listing of `GET /api/v1/work-items` and of the dashboard.
+pub async fn visible_page(
+    state: &AppState,
+    principal: &Principal,
+    query: PageQuery,
+    keep: &(dyn Fn(&WorkItem, Option<&wq_core::StatusSummary>) -> bool + Sync),
+) -> Result<Page, ApiError> {
     // One row more than the page tells whether another page exists. The
     // store narrows the rows to what the caller's read grants may allow;
     // each row is then checked exactly, and the store is read on until the
     // page is full or the rows run out, so `next_before` is always the id
     // of an item the caller may read.
     let wanted = query.limit as usize + 1;
-    let visibility = read_visibility(caller.principal());
-    let mut items: Vec<WorkItem> = Vec::with_capacity(wanted);
+    let visibility = read_visibility(principal);
+    let mut rows: Vec<PageRow> = Vec::with_capacity(wanted);
     let mut cursor = query.before;
-    loop {
-        let rows = state
+    let mut scanned = 0usize;
+    let mut cut_short = None;
+    'pages: loop {
+        let listed = state
             .store
             .item_list_placed(ItemListParams {
                 phase: query.phase,
@@ -340,34 +415,69 @@ pub async fn list(
                 visibility: visibility.clone(),
             })
             .await?;
-        let exhausted = rows.len() < wanted;
-        for listed in rows {
+        let exhausted = listed.len() < wanted;
+        for listed in listed {
             cursor = Some(listed.item.id);
             if visibility == Visibility::All
-                || ItemScope::of_listed(&state, &listed)
+                || ItemScope::of_listed(state, &listed)
                     .await?
-                    .readable_by(caller.principal())
+                    .readable_by(principal)
             {
-                items.push(listed.item);
-                if items.len() == wanted {
-                    break;
+                scanned += 1;
+                let status = status_of(state, &listed.item).await?;
+                if keep(&listed.item, status.as_ref()) {
+                    rows.push(PageRow {
+                        item: listed.item,
+                        status,
+                    });
+                    if rows.len() == wanted {
+                        break 'pages;
+                    }
+                }
+                if query.max_scanned.is_some_and(|max| scanned >= max) {
+                    cut_short = cursor;
+                    break 'pages;
                 }
             }
         }
-        if exhausted || items.len() == wanted {
+        if exhausted {
             break;
         }
     }
-    let next_before = if items.len() > query.limit as usize {
-        items.truncate(query.limit as usize);
-        items.last().map(|item| item.id)
+    let next_before = if rows.len() > query.limit as usize {
+        rows.truncate(query.limit as usize);
+        rows.last().map(|row| row.item.id)
     } else {
-        None
+        cut_short
     };
-    Ok(Json(ItemList {
-        items: items.into_iter().map(ItemBody::from).collect(),
-        next_before,
-    }))
+    Ok(Page { rows, next_before })
+}
+
+/// Whether a rule of `principal` grants `permission` on `item`'s scope
+/// (its type, forge and project), as the handlers check it: for showing
+/// only the actions a caller may take.
+pub async fn permitted(
+    state: &AppState,
+    principal: &Principal,
+    item: &WorkItem,
+    permission: Permission,
+) -> Result<bool, ApiError> {
+    let scope = ItemScope::of(state, &item.item_type, item.id).await?;
+    Ok(principal.authorize(permission, &scope.scope()).is_ok())
+}
+
+/// The permission `POST .../retry` needs on `item`: `retry`, or `admin`
+/// when its type says so.
+pub async fn retry_permission(state: &AppState, item: &WorkItem) -> Result<Permission, ApiError> {
+    let needs_admin = match state.types.get(&item.item_type) {
+        Some(handler) => handler.retry_needs_admin(item).await?,
+        None => false,
+    };
+    Ok(if needs_admin {
+        Permission::Admin
+    } else {
+        Permission::Retry
+    })
 }
 
 /// `GET /api/v1/work-items/{id}`: the item with its dimensions.

@@ -124,3 +124,26 @@ async fn an_entry_for_a_token_made_in_process_accepts_it() {
     let failure = auth.authenticate(Some(&bearer(&other))).await.unwrap_err();
     assert_eq!(failure, AuthFailure::UnknownStaticToken);
 }
+
+#[tokio::test]
+async fn a_kept_identity_is_matched_against_the_rules_again() {
+    let (token, snippet) = new_static_token("nightly");
+    let snippet = snippet.replace("groups: []", "groups: [bots]");
+    let clock = clock_now();
+    let auth = authenticator(&config(&snippet), &clock);
+    let principal = auth.authenticate(Some(&bearer(&token))).await.unwrap();
+    // Kept as JSON (a dashboard session), read back, matched again.
+    let kept = serde_json::to_value(principal.identity()).unwrap();
+    let identity: Identity = serde_json::from_value(kept).unwrap();
+    let again = auth.principal_of(identity.clone()).unwrap();
+    assert_eq!(again.identity(), principal.identity());
+    assert!(again.authorize(Permission::Read, &Scope::ANY).is_ok());
+    // A config without the token refuses it.
+    let (_, other) = new_static_token("other");
+    let other = other.replace("groups: []", "groups: [bots]");
+    let without = authenticator(&config(&other), &clock);
+    assert_eq!(
+        without.principal_of(identity).unwrap_err(),
+        AuthFailure::UnknownStaticToken
+    );
+}

@@ -130,6 +130,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "event_delivery",
             sql: include_str!("../../migrations/sqlite/0006_event_delivery.sql"),
         },
+        EmbeddedMigration {
+            version: 7,
+            description: "ui_sessions",
+            sql: include_str!("../../migrations/sqlite/0007_ui_sessions.sql"),
+        },
     ])
 });
 

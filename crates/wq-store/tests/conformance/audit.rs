@@ -408,3 +408,81 @@ pub async fn an_action_starts_on_the_record_with_the_outcome_before_it(db: &Test
     assert_eq!(kinds(store, id).await.len(), 6);
     assert_eq!(store.audit_verify().await.unwrap(), (6, None));
 }
+
+pub async fn ui_sessions_expire_are_taken_once_and_pruned(db: &TestDb) {
+    use wq_store::sessions::{LINK, SESSION, UiSession};
+    let store = db.store();
+    let store = store.as_ref();
+    let now = to_micros(t0());
+    assert_eq!(store.audit_last_seq().await.unwrap(), 0, "no record yet");
+    let session = |hash: &str, kind: &str, ttl: i64| UiSession {
+        id_hash: hash.to_owned(),
+        kind: kind.to_owned(),
+        principal: serde_json::json!({"kind": "static_token", "name": "n"}),
+        csrf_token: format!("csrf-{hash}"),
+        created_at: now,
+        expires_at: now + Duration::seconds(ttl),
+    };
+    store
+        .ui_session_insert(session("s1", SESSION, 60))
+        .await
+        .unwrap();
+    store
+        .ui_session_insert(session("l1", LINK, 60))
+        .await
+        .unwrap();
+    store
+        .ui_session_insert(session("old", SESSION, 1))
+        .await
+        .unwrap();
+    let got = store.ui_session_get("s1", SESSION, now).await.unwrap();
+    assert_eq!(got, Some(session("s1", SESSION, 60)));
+    assert_eq!(
+        store.ui_session_get("s1", LINK, now).await.unwrap(),
+        None,
+        "a session is no link"
+    );
+    let later = now + Duration::seconds(2);
+    assert_eq!(
+        store.ui_session_get("old", SESSION, later).await.unwrap(),
+        None
+    );
+    // A link is taken once.
+    assert!(
+        store
+            .ui_session_take("l1", LINK, now)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        store
+            .ui_session_take("l1", LINK, now)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Sign-out ends the session.
+    assert!(
+        store
+            .ui_session_take("s1", SESSION, now)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(
+        store.ui_session_get("s1", SESSION, now).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.ui_session_prune(later).await.unwrap(),
+        1,
+        "only the expired one"
+    );
+    let id = insert(store, TYPE_A, now).await.id;
+    let appended = store
+        .audit_append(record(id, now, "ci-bot", "submission.created"))
+        .await
+        .unwrap();
+    assert_eq!(store.audit_last_seq().await.unwrap(), appended.seq);
+}
