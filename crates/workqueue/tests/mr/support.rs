@@ -260,6 +260,26 @@ impl Harness {
             .await
     }
 
+    /// A second replica over the same database: the API and the dashboard
+    /// on an address of its own, its engine processing nothing (as a
+    /// replica with `engine.handled_types: []`). Stops when dropped.
+    pub async fn replica(&self) -> Replica {
+        let mut config = self.config.clone();
+        config.database.url = self.app().database_url.clone();
+        config.engine.handled_types = Some(Vec::new());
+        config.auth = wq_auth::AuthConfig::default();
+        self.tokens.configure(&mut config.auth);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let app = app::assemble(&config, self.forges.clone(), self.clock.clone(), None)
+            .await
+            .expect("the second replica");
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app.router).await.expect("serve");
+        });
+        Replica { url, server }
+    }
+
     /// Stops the service abruptly (in-memory state lost) and starts a new
     /// one over the same database and address.
     pub async fn crash_and_restart(&mut self) {
@@ -490,6 +510,18 @@ impl Harness {
     pub async fn finish(mut self) {
         self.settle().await;
         self.app.take().expect("running").finish().await;
+    }
+}
+
+/// A second replica of the service ([`Harness::replica`]).
+pub struct Replica {
+    pub url: String,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.server.abort();
     }
 }
 

@@ -398,3 +398,48 @@ async fn the_event_stream_numbers_changes_and_resumes_after_the_last_id(backend:
     assert_eq!(ids(&text)[0], seen[2], "{text}");
     h.finish().await;
 }
+
+/// On PostgreSQL every replica's browsers see every replica's changes: a
+/// submission made through the first replica reaches the event stream a
+/// browser holds open on a second replica over the same database, one that
+/// processes nothing itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_through_one_replica_reaches_the_stream_of_another() {
+    use futures::StreamExt;
+    let h = Harness::start(Backend::Postgres).await;
+    let other = h.replica().await;
+    let client = no_redirects();
+    let session = sign_in(&client, &other.url, &h.tokens.admin).await;
+    let cookie = format!("wq_session={session}");
+    // Open on the second replica before the change exists.
+    let stream = client
+        .get(format!("{}/ui/events", other.url))
+        .header(COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    let id = h
+        .submit_ok(
+            &change("wq/elsewhere", &[("r.txt", "r\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let mut body = stream.bytes_stream();
+    let mut text = String::new();
+    while !text.contains(&id) {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(30), body.next())
+            .await
+            .expect("the other replica's change within the wait")
+            .expect("the stream stays open")
+            .unwrap();
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    assert!(!ids(&text).is_empty(), "a numbered change: {text}");
+    drop(body);
+    drop(other);
+    h.wait_mr(&id).await;
+    h.settle().await;
+    h.finish().await;
+}
