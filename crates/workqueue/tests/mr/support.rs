@@ -263,6 +263,10 @@ impl Harness {
     /// A second replica over the same database: the API and the dashboard
     /// on an address of its own, its engine processing nothing (as a
     /// replica with `engine.handled_types: []`). Stops when dropped.
+    #[allow(
+        dead_code,
+        reason = "used by the dashboard tests, which share this file"
+    )]
     pub async fn replica(&self) -> Replica {
         let mut config = self.config.clone();
         config.database.url = self.app().database_url.clone();
@@ -514,6 +518,10 @@ impl Harness {
 }
 
 /// A second replica of the service ([`Harness::replica`]).
+#[allow(
+    dead_code,
+    reason = "used by the dashboard tests, which share this file"
+)]
 pub struct Replica {
     pub url: String,
     server: tokio::task::JoinHandle<()>,
