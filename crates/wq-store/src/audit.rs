@@ -252,7 +252,16 @@ impl NewAudit {
 
     /// The record this becomes after `prev_hash`, with a new id.
     pub fn chained(self, prev_hash: String) -> AuditRecord {
-        let mut record = AuditRecord {
+        let mut record = self.unchained();
+        record.prev_hash = prev_hash;
+        record.hash = record.digest();
+        record
+    }
+
+    /// The record with a new id and neither hash yet: for a store that
+    /// chains it where it locks the head ([`AuditRecord::hash_parts`]).
+    pub fn unchained(self) -> AuditRecord {
+        AuditRecord {
             seq: 0,
             id: Uuid::now_v7(),
             item_id: self.item_id,
@@ -263,11 +272,9 @@ impl NewAudit {
             new_state: self.new_state,
             trigger: self.trigger,
             metadata: self.metadata,
-            prev_hash,
+            prev_hash: String::new(),
             hash: String::new(),
-        };
-        record.hash = record.digest();
-        record
+        }
     }
 }
 
@@ -298,6 +305,55 @@ impl AuditRecord {
         hex_digest(canonical(&self.hashed()).as_bytes())
     }
 
+    /// Its canonical JSON cut around the value of `prev_hash`: `prefix +
+    /// prev_hash + suffix` is the text [`digest`](Self::digest) hashes,
+    /// whatever the previous hash is. A store that learns the previous hash
+    /// only where it locks the chain head (PostgreSQL's `wq_audit_append`)
+    /// hashes the joined text there, and the hash is the one [`verify`]
+    /// recomputes.
+    pub fn hash_parts(&self) -> (String, String) {
+        let Value::Object(fields) = self.hashed() else {
+            unreachable!("a record's hashed form is an object");
+        };
+        let sorted: BTreeMap<&String, &Value> = fields
+            .iter()
+            .filter(|(key, _)| key.as_str() != PREV_HASH)
+            .collect();
+        let mut prefix = String::from("{");
+        let mut suffix = String::from("\"");
+        for (key, value) in sorted {
+            let entry = format!("{}:{}", Value::String(key.clone()), canonical(value));
+            if key.as_str() < PREV_HASH {
+                prefix.push_str(&entry);
+                prefix.push(',');
+            } else {
+                suffix.push(',');
+                suffix.push_str(&entry);
+            }
+        }
+        prefix.push_str("\"prev_hash\":\"");
+        suffix.push('}');
+        (prefix, suffix)
+    }
+
+    /// The record as PostgreSQL's `wq_audit_append` takes it.
+    pub(crate) fn append_payload(&self) -> Value {
+        let (hash_prefix, hash_suffix) = self.hash_parts();
+        serde_json::json!({
+            "id": self.id,
+            "item_id": self.item_id.to_string(),
+            "at": rfc3339(self.at),
+            "actor": self.actor,
+            "kind": self.kind,
+            "old_state": self.old_state,
+            "new_state": self.new_state,
+            "trigger": self.trigger,
+            "metadata": self.metadata,
+            "hash_prefix": hash_prefix,
+            "hash_suffix": hash_suffix,
+        })
+    }
+
     fn hashed(&self) -> Value {
         serde_json::json!({
             "id": self.id.to_string(),
@@ -312,6 +368,38 @@ impl AuditRecord {
             "prev_hash": self.prev_hash,
         })
     }
+}
+
+/// The one field of a record's hashed form a store may fill in last.
+const PREV_HASH: &str = "prev_hash";
+
+/// Where PostgreSQL's `wq_audit_append` put a record: its sequence number
+/// and the hashes it chained it with.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct Appended {
+    seq: i64,
+    prev_hash: String,
+    hash: String,
+}
+
+/// `records` as `wq_audit_append` answered they were appended, in order.
+pub(crate) fn appended(
+    mut records: Vec<AuditRecord>,
+    answer: Vec<Appended>,
+) -> StoreResult<Vec<AuditRecord>> {
+    if answer.len() != records.len() {
+        return Err(crate::StoreError::Corrupt(format!(
+            "wq_audit_append answered {} records for {}",
+            answer.len(),
+            records.len()
+        )));
+    }
+    for (record, appended) in records.iter_mut().zip(answer) {
+        record.seq = appended.seq;
+        record.prev_hash = appended.prev_hash;
+        record.hash = appended.hash;
+    }
+    Ok(records)
 }
 
 fn rfc3339(at: OffsetDateTime) -> String {
@@ -511,6 +599,27 @@ mod tests {
         // A removed first record too.
         let broken = verify(&chain[1..], &mut BTreeMap::new()).unwrap_err();
         assert_eq!(broken.id, second.id);
+    }
+
+    #[test]
+    fn the_hash_parts_join_around_any_previous_hash_into_the_hashed_text() {
+        let sparse = record("");
+        let mut full = record("");
+        full.old_state = Some(serde_json::json!({"phase": "active"}));
+        full.new_state = Some(serde_json::json!({"phase": "merged", "quote": "a\"b"}));
+        full.trigger = Some(serde_json::json!({"source": "worker", "prev_hash": "x"}));
+        for record in [sparse, full] {
+            let (prefix, suffix) = record.hash_parts();
+            for prev in ["", "00ff", &record.digest()] {
+                let mut chained = record.clone();
+                chained.prev_hash = prev.to_owned();
+                assert_eq!(
+                    format!("{prefix}{prev}{suffix}"),
+                    canonical(&chained.hashed()),
+                    "prev {prev:?}"
+                );
+            }
+        }
     }
 
     #[test]

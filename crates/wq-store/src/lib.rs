@@ -72,6 +72,7 @@ use wq_core::{
 };
 
 pub mod audit;
+mod coalesce;
 pub mod codec;
 mod common;
 #[macro_use]

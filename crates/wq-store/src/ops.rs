@@ -18,6 +18,9 @@
 //!   loop's exit (PostgreSQL: the item's advisory lock; SQLite: nothing, the
 //!   write lock already does);
 //! - `handled_types(&[String])`: the bind parameter of a type filter;
+//! - `append_audit_records(conn, records)`: audit appends, chained to their
+//!   heads (PostgreSQL: one call of `wq_audit_append`, migration 0008;
+//!   SQLite: lock-free reads and inserts under the write lock);
 //! - the methods passed to [`impl_store!`]: `migrate`, `item_snapshot`,
 //!   `item_park_with` and, on PostgreSQL, the one-statement
 //!   `item_claim_snapshot`.
@@ -120,31 +123,26 @@ macro_rules! building_blocks {
             conn: &mut $Conn,
             record: $crate::audit::NewAudit,
         ) -> $crate::StoreResult<$crate::audit::AuditRecord> {
+            let mut records = append_audits(conn, vec![record]).await?;
+            Ok(records.remove(0))
+        }
+
+        /// Appends audit records, in order, on the caller's transaction, each
+        /// chained to its item's last one (PostgreSQL: in one round trip);
+        /// call it last in the transaction.
+        pub async fn append_audits(
+            conn: &mut $Conn,
+            records: Vec<$crate::audit::NewAudit>,
+        ) -> $crate::StoreResult<Vec<$crate::audit::AuditRecord>> {
             // Benchmarks measure the trail's cost by turning it off.
             #[cfg(feature = "testing")]
             if !$crate::testing::audit_enabled() {
-                return Ok(record.chained(String::new()));
+                return Ok(records
+                    .into_iter()
+                    .map(|record| record.chained(String::new()))
+                    .collect());
             }
-            let prev: String = sqlx::query_scalar(sql!("audit/head.sql"))
-                .bind(DbId(record.item_id))
-                .fetch_one(&mut *conn)
-                .await?;
-            let mut record = record.chained(prev);
-            record.seq = sqlx::query_scalar(sql!("audit/append.sql"))
-                .bind(DbId(wq_core::ItemId(record.id)))
-                .bind(DbId(record.item_id))
-                .bind(DbTime(record.at))
-                .bind(&record.actor)
-                .bind(&record.kind)
-                .bind(record.old_state.as_ref().map(DbJson))
-                .bind(record.new_state.as_ref().map(DbJson))
-                .bind(record.trigger.as_ref().map(DbJson))
-                .bind(DbJson(&record.metadata))
-                .bind(&record.prev_hash)
-                .bind(&record.hash)
-                .fetch_one(&mut *conn)
-                .await?;
-            Ok(record)
+            append_audit_records(conn, records).await
         }
 
         /// Failed or cancelled → active, actionable, attempts 0, error
@@ -680,10 +678,7 @@ macro_rules! impl_store {
                                 &outcome.dimensions,
                                 &outcome.records,
                             );
-                            let mut records = Vec::with_capacity(audits.len());
-                            for audit in audits {
-                                records.push(append_audit(conn, audit).await?);
-                            }
+                            let records = append_audits(conn, audits).await?;
                             Ok((item, records))
                         })
                     })
@@ -727,10 +722,7 @@ macro_rules! impl_store {
                                 }
                             }
                             audits.push($crate::audit::started(lease.id, begin.now, &begin.action));
-                            let mut records = Vec::with_capacity(audits.len());
-                            for audit in audits {
-                                records.push(append_audit(conn, audit).await?);
-                            }
+                            let records = append_audits(conn, audits).await?;
                             Ok(records)
                         })
                     })

@@ -8,8 +8,12 @@
 //!
 //! # Concurrency
 //!
-//! Claims are single conditional `UPDATE`s: of two concurrent claimers the
-//! second re-checks the row after the first commits and finds it leased.
+//! Claims are conditional `UPDATE`s: of two concurrent claimers the second
+//! re-checks the row after the first commits and finds it leased (or, in a
+//! batch, skips the row the first holds). Claims and parks that arrive
+//! together from different workers share one statement and one commit
+//! ([`crate::coalesce`]: `items/claim_snapshots.sql`, `wq_park_many`); alone,
+//! each runs as before, in one round trip.
 //! Every loop write compares `leased_until` with the holder's [`Lease`].
 //! The loop's exit ([`Store::item_park`]) and [`Store::event_insert`] both take
 //! `pg_advisory_xact_lock(lock_key(id))` first, so an event inserted
@@ -51,7 +55,7 @@
 //! # }
 //! ```
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
@@ -61,6 +65,7 @@ use wq_core::{Dimension, DimensionStatus, ItemId, ItemView, Phase};
 
 #[cfg(doc)]
 use crate::Store;
+use crate::coalesce::Coalescer;
 use crate::codec::{DbId, DbJson, DbRow, DbTime, from_micros};
 use crate::common::{self, BoxFuture, EmbeddedMigration};
 use crate::{ClaimParams, Lease, Park, ParkParams, Snapshot, StoreError, StoreResult, to_micros};
@@ -111,13 +116,51 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "ui_sessions",
             sql: include_str!("../../migrations/postgres/0007_ui_sessions.sql"),
         },
+        EmbeddedMigration {
+            version: 8,
+            description: "audit_and_batches",
+            sql: include_str!("../../migrations/postgres/0008_audit_and_batches.sql"),
+        },
     ])
 });
 
-/// The PostgreSQL store. Cloning shares the pool.
+/// The PostgreSQL store. Cloning shares the pool and the batches.
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
+    batches: Arc<Batches>,
+}
+
+/// At most this many claims, or parks, share one statement.
+const MAX_BATCH: usize = 64;
+/// At most this many claim batches, and as many park batches, run at once.
+const BATCHES_IN_FLIGHT: usize = 2;
+
+/// Claims and parks that arrive together from different workers, each
+/// batch in one statement ([`crate::coalesce`]).
+#[derive(Debug)]
+struct Batches {
+    claims: Coalescer<ClaimParams, Claimed>,
+    parks: Coalescer<ParkRequest, (Park, Vec<crate::audit::AuditRecord>)>,
+}
+
+impl Batches {
+    fn new(pool: &PgPool) -> Self {
+        let claim_pool = pool.clone();
+        let park_pool = pool.clone();
+        Self {
+            claims: Coalescer::new(
+                MAX_BATCH,
+                BATCHES_IN_FLIGHT,
+                Arc::new(move |claims| Box::pin(claim_batch(claim_pool.clone(), claims))),
+            ),
+            parks: Coalescer::new(
+                MAX_BATCH,
+                BATCHES_IN_FLIGHT,
+                Arc::new(move |parks| Box::pin(park_batch(park_pool.clone(), parks))),
+            ),
+        }
+    }
 }
 
 impl PgStore {
@@ -139,12 +182,23 @@ impl PgStore {
             .acquire_timeout(connect_timeout)
             .connect(url)
             .await?;
-        Ok(Self { pool })
+        Ok(Self::from_pool(pool))
     }
 
     /// Wraps an existing pool.
     pub fn from_pool(pool: PgPool) -> Self {
-        Self { pool }
+        let batches = Arc::new(Batches::new(&pool));
+        Self { pool, batches }
+    }
+
+    /// The largest batch of claims and of parks run so far, for tests that
+    /// check concurrent calls share statements.
+    #[cfg(feature = "testing")]
+    pub fn largest_batches(&self) -> (usize, usize) {
+        (
+            self.batches.claims.largest_batch(),
+            self.batches.parks.largest_batch(),
+        )
     }
 
     /// The pool, for an item type's own tables and statements.
@@ -242,6 +296,27 @@ fn handled_types(types: &[String]) -> Vec<String> {
     types.to_vec()
 }
 
+/// Audit appends in one call of `wq_audit_append` (migration 0008), which
+/// locks each chain head, hashes and inserts.
+async fn append_audit_records(
+    conn: &mut PgConnection,
+    records: Vec<crate::audit::NewAudit>,
+) -> StoreResult<Vec<crate::audit::AuditRecord>> {
+    let records: Vec<_> = records
+        .into_iter()
+        .map(crate::audit::NewAudit::unchained)
+        .collect();
+    let payload: Vec<serde_json::Value> = records
+        .iter()
+        .map(crate::audit::AuditRecord::append_payload)
+        .collect();
+    let DbJson(answer) = sqlx::query_scalar(sql!("audit/append.sql"))
+        .bind(DbJson(payload))
+        .fetch_one(&mut *conn)
+        .await?;
+    crate::audit::appended(records, answer)
+}
+
 // --- one-statement loop steps ------------------------------------------------
 
 /// A row of `items/snapshot.sql` or `items/claim_snapshot.sql`.
@@ -295,7 +370,8 @@ fn rfc3339(at: OffsetDateTime) -> String {
         .expect("a UTC timestamp formats as RFC 3339")
 }
 
-/// One call of `wq_park` (see `items/park_with.sql`).
+/// One call of `wq_park` (see `items/park_audited.sql`).
+#[derive(Debug, Clone)]
 struct ParkCall {
     lease: Lease,
     now: OffsetDateTime,
@@ -306,25 +382,258 @@ struct ParkCall {
 }
 
 impl ParkCall {
-    async fn run(&self, conn: &mut PgConnection) -> StoreResult<Park> {
-        let answer: String = sqlx::query_scalar(sql!("items/park_with.sql"))
-            .bind(DbId(self.lease.id))
-            .bind(DbTime(self.lease.until))
-            .bind(DbTime(self.now))
-            .bind(lock_key(self.lease.id))
-            .bind(self.write_outcome)
-            .bind(self.phase.map(Phase::as_str))
-            .bind(self.error.as_deref())
-            .bind(&self.dimensions)
-            .fetch_one(&mut *conn)
-            .await?;
-        match answer.as_str() {
+    /// The park and the outcome's audit `records` in one statement, which
+    /// commits alone: no outcome without its records.
+    async fn run_audited(
+        &self,
+        conn: &mut PgConnection,
+        records: Vec<crate::audit::NewAudit>,
+    ) -> StoreResult<(Park, Vec<crate::audit::AuditRecord>)> {
+        let records: Vec<_> = records
+            .into_iter()
+            .map(crate::audit::NewAudit::unchained)
+            .collect();
+        let payload: Vec<serde_json::Value> = records
+            .iter()
+            .map(crate::audit::AuditRecord::append_payload)
+            .collect();
+        let DbJson(answer) =
+            sqlx::query_scalar::<_, DbJson<ParkAudited>>(sql!("items/park_audited.sql"))
+                .bind(DbId(self.lease.id))
+                .bind(DbTime(self.lease.until))
+                .bind(DbTime(self.now))
+                .bind(lock_key(self.lease.id))
+                .bind(self.write_outcome)
+                .bind(self.phase.map(Phase::as_str))
+                .bind(self.error.as_deref())
+                .bind(&self.dimensions)
+                .bind(DbJson(payload))
+                .fetch_one(&mut *conn)
+                .await?;
+        let parked = self.answer(&answer.answer)?;
+        Ok((parked, crate::audit::appended(records, answer.records)?))
+    }
+
+    fn answer(&self, answer: &str) -> StoreResult<Park> {
+        match answer {
             "parked" => Ok(Park::Parked),
             "events_pending" => Ok(Park::EventsPending),
             "lease_lost" => Err(StoreError::LeaseLost(self.lease.id)),
             other => Err(StoreError::Corrupt(format!("wq_park answered {other:?}"))),
         }
     }
+}
+
+/// A park waiting for its batch: the call and the outcome's audit records.
+#[derive(Debug, Clone)]
+struct ParkRequest {
+    call: ParkCall,
+    records: Vec<crate::audit::NewAudit>,
+}
+
+impl ParkRequest {
+    /// As `wq_park_many` takes it, with the records it will append.
+    fn payload(&self) -> (serde_json::Value, Vec<crate::audit::AuditRecord>) {
+        let call = &self.call;
+        let records: Vec<_> = self
+            .records
+            .iter()
+            .cloned()
+            .map(crate::audit::NewAudit::unchained)
+            .collect();
+        let payload = serde_json::json!({
+            "id": call.lease.id.to_string(),
+            "lease": rfc3339(call.lease.until),
+            "now": rfc3339(call.now),
+            "lock_key": lock_key(call.lease.id),
+            "write_outcome": call.write_outcome,
+            "phase": call.phase.map(Phase::as_str),
+            "error": call.error,
+            "dimensions": call.dimensions.0,
+            "records": records
+                .iter()
+                .map(crate::audit::AuditRecord::append_payload)
+                .collect::<Vec<_>>(),
+        });
+        (payload, records)
+    }
+}
+
+/// Parks `requests` in one statement (`wq_park_many`), sorted by lock key
+/// so that two batches take their advisory locks in one order; a batch of
+/// one, or one whose statement failed (its transaction rolled back), runs
+/// each park alone.
+async fn park_batch(
+    pool: PgPool,
+    requests: Vec<ParkRequest>,
+) -> Vec<StoreResult<(Park, Vec<crate::audit::AuditRecord>)>> {
+    if requests.len() > 1 {
+        let mut order: Vec<usize> = (0..requests.len()).collect();
+        order.sort_by_key(|&index| lock_key(requests[index].call.lease.id));
+        let (payload, records): (Vec<_>, Vec<_>) =
+            order.iter().map(|&index| requests[index].payload()).unzip();
+        let answer = sqlx::query_scalar::<_, DbJson<Vec<ParkAudited>>>(sql!("items/park_many.sql"))
+            .bind(DbJson(payload))
+            .fetch_one(&pool)
+            .await;
+        match answer {
+            Ok(DbJson(answers)) if answers.len() == requests.len() => {
+                let mut results: Vec<Option<_>> = (0..requests.len()).map(|_| None).collect();
+                for ((index, answer), records) in order.into_iter().zip(answers).zip(records) {
+                    let call = &requests[index].call;
+                    results[index] = Some(call.answer(&answer.answer).and_then(|parked| {
+                        Ok((parked, crate::audit::appended(records, answer.records)?))
+                    }));
+                }
+                return results.into_iter().flatten().collect();
+            }
+            Ok(DbJson(answers)) => {
+                tracing::warn!(
+                    parks = requests.len(),
+                    answers = answers.len(),
+                    "wq_park_many answered {} parks for {}; parking them one by one",
+                    answers.len(),
+                    requests.len()
+                );
+            }
+            Err(error) => {
+                tracing::debug!(%error, parks = requests.len(), "a batch of {} parks failed ({error}); parking them one by one", requests.len());
+            }
+        }
+    }
+    let mut results = Vec::with_capacity(requests.len());
+    for request in requests {
+        results.push(match pool.acquire().await {
+            Ok(mut conn) => request.call.run_audited(&mut conn, request.records).await,
+            Err(error) => Err(error.into()),
+        });
+    }
+    results
+}
+
+/// A claim's answer: the snapshot and lease, or `None` when not claimed.
+type Claimed = Option<(Snapshot, Lease)>;
+
+/// Claims `requests` in one statement (`items/claim_snapshots.sql`), per
+/// set of handled types; of two claims of one id in a batch, the second is
+/// not claimed. A failed statement claims its requests one by one.
+async fn claim_batch(pool: PgPool, requests: Vec<ClaimParams>) -> Vec<StoreResult<Claimed>> {
+    let mut results: Vec<Option<StoreResult<Claimed>>> =
+        (0..requests.len()).map(|_| None).collect();
+    let mut groups: Vec<(Vec<String>, Vec<usize>)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (index, request) in requests.iter().enumerate() {
+        if !seen.insert(request.id) {
+            results[index] = Some(Ok(None));
+            continue;
+        }
+        match groups
+            .iter_mut()
+            .find(|(types, _)| *types == request.handled_types)
+        {
+            Some((_, members)) => members.push(index),
+            None => groups.push((request.handled_types.clone(), vec![index])),
+        }
+    }
+    for (types, members) in groups {
+        let claimed = if members.len() == 1 {
+            claim_one(&pool, &requests[members[0]])
+                .await
+                .map(|claimed| {
+                    claimed
+                        .map(|claimed| (requests[members[0]].id, claimed))
+                        .into_iter()
+                        .collect::<std::collections::HashMap<_, _>>()
+                })
+        } else {
+            claim_many(&pool, &requests, &members, &types).await
+        };
+        match claimed {
+            Ok(mut claimed) => {
+                for index in members {
+                    results[index] = Some(Ok(claimed.remove(&requests[index].id)));
+                }
+            }
+            Err(error) if members.len() == 1 => results[members[0]] = Some(Err(error)),
+            Err(error) => {
+                tracing::debug!(%error, claims = members.len(), "a batch of {} claims failed ({error}); claiming them one by one", members.len());
+                for index in members {
+                    results[index] = Some(claim_one(&pool, &requests[index]).await);
+                }
+            }
+        }
+    }
+    results.into_iter().flatten().collect()
+}
+
+async fn claim_one(pool: &PgPool, params: &ClaimParams) -> StoreResult<Claimed> {
+    let row = sqlx::query(sql!("items/claim_snapshot.sql"))
+        .bind(DbId(params.id))
+        .bind(DbTime(params.now))
+        .bind(DbTime(params.lease_until))
+        .bind(handled_types(&params.handled_types))
+        .fetch_optional(pool)
+        .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let snapshot = snapshot_from_row(&row, params.now)?;
+    let lease = Lease {
+        id: params.id,
+        until: to_micros(params.lease_until),
+    };
+    Ok(Some((snapshot, lease)))
+}
+
+async fn claim_many(
+    pool: &PgPool,
+    requests: &[ClaimParams],
+    members: &[usize],
+    types: &[String],
+) -> StoreResult<std::collections::HashMap<ItemId, (Snapshot, Lease)>> {
+    let ids: Vec<uuid::Uuid> = members.iter().map(|&i| requests[i].id.0).collect();
+    let nows: Vec<OffsetDateTime> = members
+        .iter()
+        .map(|&i| to_micros(requests[i].now))
+        .collect();
+    let untils: Vec<OffsetDateTime> = members
+        .iter()
+        .map(|&i| to_micros(requests[i].lease_until))
+        .collect();
+    let rows = sqlx::query(sql!("items/claim_snapshots.sql"))
+        .bind(ids)
+        .bind(nows)
+        .bind(untils)
+        .bind(handled_types(types))
+        .fetch_all(pool)
+        .await?;
+    let by_id: std::collections::HashMap<ItemId, &ClaimParams> = members
+        .iter()
+        .map(|&i| (requests[i].id, &requests[i]))
+        .collect();
+    let mut claimed = std::collections::HashMap::with_capacity(rows.len());
+    for row in rows {
+        let id = row.decode::<DbId>("id")?.0;
+        let Some(params) = by_id.get(&id) else {
+            return Err(StoreError::Corrupt(format!(
+                "claimed {id}, which nobody asked for"
+            )));
+        };
+        let snapshot = snapshot_from_row(&row, params.now)?;
+        let lease = Lease {
+            id,
+            until: to_micros(params.lease_until),
+        };
+        claimed.insert(id, (snapshot, lease));
+    }
+    Ok(claimed)
+}
+
+/// What `wq_park_audited` answers.
+#[derive(Debug, serde::Deserialize)]
+struct ParkAudited {
+    answer: String,
+    records: Vec<crate::audit::Appended>,
 }
 
 impl_store!(PgStore, Postgres, {
@@ -363,22 +672,7 @@ impl_store!(PgStore, Postgres, {
         if params.handled_types.is_empty() {
             return Ok(None);
         }
-        let row = sqlx::query(sql!("items/claim_snapshot.sql"))
-            .bind(DbId(params.id))
-            .bind(DbTime(params.now))
-            .bind(DbTime(params.lease_until))
-            .bind(handled_types(&params.handled_types))
-            .fetch_optional(&self.pool)
-            .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let snapshot = snapshot_from_row(&row, params.now)?;
-        let lease = Lease {
-            id: params.id,
-            until: to_micros(params.lease_until),
-        };
-        Ok(Some((snapshot, lease)))
+        self.batches.claims.call(params).await
     }
 
     /// The loop's exit in one call of `wq_park` (migration 0002), which
@@ -416,11 +710,18 @@ impl_store!(PgStore, Postgres, {
             dimensions: DbJson(serde_json::Value::Array(dimensions)),
         };
         if !write_outcome {
-            let mut conn = self.pool.acquire().await?;
-            return call.run(&mut conn).await;
+            let (parked, _) = self
+                .batches
+                .parks
+                .call(ParkRequest {
+                    call,
+                    records: Vec::new(),
+                })
+                .await?;
+            return Ok(parked);
         }
-        // An outcome is written with its audit record, after the park
-        // (whose locks come first), in one transaction.
+        // An outcome is written with its audit records, after the park
+        // (whose locks come first), in one statement.
         let audits = crate::audit::succeeded(
             lease.id,
             now,
@@ -430,16 +731,19 @@ impl_store!(PgStore, Postgres, {
             &outcome.dimensions,
             &outcome.records,
         );
+        // Benchmarks measure the trail's cost by turning it off.
+        #[cfg(feature = "testing")]
+        let audits = if crate::testing::audit_enabled() {
+            audits
+        } else {
+            Vec::new()
+        };
         let (parked, records) = self
-            .write(move |conn| {
-                Box::pin(async move {
-                    let parked = call.run(&mut *conn).await?;
-                    let mut records = Vec::with_capacity(audits.len());
-                    for audit in audits {
-                        records.push(append_audit(&mut *conn, audit).await?);
-                    }
-                    Ok((parked, records))
-                })
+            .batches
+            .parks
+            .call(ParkRequest {
+                call,
+                records: audits,
             })
             .await?;
         crate::audit::log(&records);

@@ -135,6 +135,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "ui_sessions",
             sql: include_str!("../../migrations/sqlite/0007_ui_sessions.sql"),
         },
+        EmbeddedMigration {
+            version: 8,
+            description: "audit_and_batches",
+            sql: include_str!("../../migrations/sqlite/0008_audit_and_batches.sql"),
+        },
     ])
 });
 
@@ -363,6 +368,38 @@ fn handled_types(types: &[String]) -> String {
     serde_json::Value::from(types.to_vec()).to_string()
 }
 
+/// Audit appends under the write lock, which already serialises every
+/// chain: read the head, hash in Rust, insert and move the head.
+async fn append_audit_records(
+    conn: &mut SqliteConnection,
+    records: Vec<crate::audit::NewAudit>,
+) -> StoreResult<Vec<crate::audit::AuditRecord>> {
+    let mut appended = Vec::with_capacity(records.len());
+    for record in records {
+        let prev: String = sqlx::query_scalar(sql!("audit/head.sql"))
+            .bind(DbId(record.item_id))
+            .fetch_one(&mut *conn)
+            .await?;
+        let mut record = record.chained(prev);
+        record.seq = sqlx::query_scalar(sql!("audit/append.sql"))
+            .bind(DbId(ItemId(record.id)))
+            .bind(DbId(record.item_id))
+            .bind(DbTime(record.at))
+            .bind(&record.actor)
+            .bind(&record.kind)
+            .bind(record.old_state.as_ref().map(DbJson))
+            .bind(record.new_state.as_ref().map(DbJson))
+            .bind(record.trigger.as_ref().map(DbJson))
+            .bind(DbJson(&record.metadata))
+            .bind(&record.prev_hash)
+            .bind(&record.hash)
+            .fetch_one(&mut *conn)
+            .await?;
+        appended.push(record);
+    }
+    Ok(appended)
+}
+
 async fn has_pending_events(conn: &mut SqliteConnection, id: ItemId) -> StoreResult<bool> {
     Ok(sqlx::query_scalar(sql!("events/exists.sql"))
         .bind(DbId(id))
@@ -402,9 +439,7 @@ async fn park_with(
                 &outcome.dimensions,
                 &outcome.records,
             );
-            for audit in audits {
-                records.push(append_audit(&mut *conn, audit).await?);
-            }
+            records.extend(append_audits(&mut *conn, audits).await?);
         }
         None => {
             lease_state(&mut *conn, lease).await?;

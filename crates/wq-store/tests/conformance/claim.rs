@@ -488,6 +488,177 @@ pub async fn concurrent_claims_have_exactly_one_winner(db: &TestDb) {
     }
 }
 
+/// Many workers claiming and parking at once (on PostgreSQL, the calls share
+/// statements): each item is claimed by exactly one of its two claimers with
+/// a snapshot of its own, each park writes its own outcome and records (an
+/// item with an event waiting keeps its lease), and every chain verifies.
+pub async fn concurrent_claims_and_parks_of_many_items_each_happen_once(db: &TestDb) {
+    const ITEMS: usize = 48;
+    let now = t0();
+    let mut ids = Vec::new();
+    for n in 0..ITEMS {
+        let mut item = new_item(TYPE_A, None, now);
+        item.dimensions =
+            vec![DimensionUpdate::new(format!("timer_{n}"), false).pending_until(now)];
+        ids.push(db.store().item_insert(item).await.expect("insert").id);
+    }
+    let later = now + Duration::seconds(1);
+    let barrier = Arc::new(Barrier::new(2 * ITEMS));
+    let mut claims = Vec::new();
+    for (n, &id) in ids.iter().enumerate() {
+        for claimer in 0..2i64 {
+            let store = db.store();
+            let barrier = barrier.clone();
+            claims.push(tokio::spawn(async move {
+                barrier.wait().await;
+                let claimed = store
+                    .item_claim_snapshot(ClaimParams {
+                        id,
+                        now: later,
+                        lease_until: later + LEASE + Duration::seconds(claimer),
+                        handled_types: handled(&[TYPE_A]),
+                    })
+                    .await
+                    .expect("claim");
+                (n, id, claimed)
+            }));
+        }
+    }
+    let mut leases: Vec<Option<Lease>> = vec![None; ITEMS];
+    for claim in claims {
+        let (n, id, claimed) = claim.await.unwrap();
+        let Some((snapshot, lease)) = claimed else {
+            continue;
+        };
+        assert!(leases[n].is_none(), "item {n} claimed twice");
+        assert_eq!(lease.id, id);
+        assert_eq!(snapshot.view.item.id, id, "its own snapshot");
+        assert_eq!(snapshot.view.item.leased_until, Some(lease.until));
+        assert_eq!(snapshot.view.dimensions.len(), 1);
+        assert_eq!(snapshot.view.dimensions[0].dimension, format!("timer_{n}"));
+        leases[n] = Some(lease);
+    }
+    let leases: Vec<Lease> = leases
+        .into_iter()
+        .enumerate()
+        .map(|(n, lease)| lease.unwrap_or_else(|| panic!("item {n} not claimed")))
+        .collect();
+    for (n, lease) in leases.iter().enumerate() {
+        assert_eq!(
+            get(db.store().as_ref(), ids[n]).await.leased_until,
+            Some(lease.until)
+        );
+    }
+
+    // Every third item has an event waiting: its park writes the outcome
+    // and keeps the lease.
+    for &id in ids.iter().step_by(3) {
+        add_event(db.store().as_ref(), id, "push", later).await;
+    }
+    let barrier = Arc::new(Barrier::new(ITEMS));
+    let parks: Vec<_> = leases
+        .iter()
+        .enumerate()
+        .map(|(n, &lease)| {
+            let store = db.store();
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let parked = store
+                    .item_park_with(ParkParams {
+                        lease,
+                        now: later,
+                        outcome: Some(OutcomeChanges {
+                            phase: (n % 2 == 0).then_some(Phase::Completed),
+                            error: None,
+                            dimensions: vec![DimensionUpdate::new(format!("done_{n}"), true)],
+                            action: Some("act".into()),
+                            records: vec![wq_core::OutcomeRecord {
+                                kind: "test.wrote".into(),
+                                metadata: serde_json::json!({ "n": n }),
+                            }],
+                        }),
+                    })
+                    .await
+                    .expect("park");
+                (n, parked)
+            })
+        })
+        .collect();
+    for park in parks {
+        let (n, parked) = park.await.unwrap();
+        let expected = if n % 3 == 0 {
+            Park::EventsPending
+        } else {
+            Park::Parked
+        };
+        assert_eq!(parked, expected, "item {n}");
+        let item = get(db.store().as_ref(), ids[n]).await;
+        let phase = if n % 2 == 0 {
+            Phase::Completed
+        } else {
+            Phase::Active
+        };
+        assert_eq!(item.phase, phase, "item {n}");
+        let dimensions = db.store().dimension_list(ids[n]).await.unwrap();
+        assert!(
+            dimensions
+                .iter()
+                .any(|d| d.dimension == format!("done_{n}")),
+            "item {n}: its own outcome"
+        );
+        if n % 3 == 0 {
+            assert_eq!(item.leased_until, Some(leases[n].until), "item {n}");
+        } else {
+            assert_eq!(item.leased_until, None, "item {n}");
+            let timer = dimensions
+                .iter()
+                .find(|d| d.dimension == format!("timer_{n}"));
+            assert_eq!(
+                timer.unwrap().pending_until,
+                None,
+                "item {n}: timer consumed"
+            );
+        }
+        let records = db
+            .store()
+            .audit_list(wq_store::audit::AuditQuery {
+                item_id: Some(ids[n]),
+                limit: 100,
+                ..wq_store::audit::AuditQuery::default()
+            })
+            .await
+            .unwrap();
+        let kinds: Vec<&str> = records.iter().map(|r| r.kind.as_str()).collect();
+        let mut expected = vec!["item.created"];
+        if n % 3 == 0 {
+            expected.push("event.received");
+        }
+        expected.extend(["action.succeeded", "test.wrote"]);
+        assert_eq!(kinds, expected, "item {n}");
+        assert_eq!(
+            records.last().unwrap().metadata,
+            serde_json::json!({ "n": n })
+        );
+    }
+    let total = ITEMS * 3 + ITEMS.div_ceil(3);
+    assert_eq!(
+        db.store().audit_verify().await.unwrap(),
+        (total as u64, None)
+    );
+    if let Backend::Postgres(store) = &db.backend {
+        let (claims, parks) = store.largest_batches();
+        assert!(
+            claims > 1,
+            "claims shared a statement (largest batch {claims})"
+        );
+        assert!(
+            parks > 1,
+            "parks shared a statement (largest batch {parks})"
+        );
+    }
+}
+
 /// Outage failures are not counted against `max_attempts`: the item fails
 /// once its streak of failures began before the budget's start. A success
 /// (which resets the count) starts the next streak afresh.

@@ -164,6 +164,7 @@ conformance_suite!(
     sweep_excludes_leased_items_and_other_types,
     sweep_respects_limit_and_empty_types,
     concurrent_claims_have_exactly_one_winner,
+    concurrent_claims_and_parks_of_many_items_each_happen_once,
     audit_records_chain_per_item_and_verify,
     concurrent_audit_appends_chain_without_forking,
     audit_list_filters_by_item_since_actor_and_kind,
