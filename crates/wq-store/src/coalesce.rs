@@ -112,6 +112,13 @@ async fn drive<Req: Send + 'static, Resp: Send + 'static>(
             return;
         };
         let mut batch = vec![first];
+        // Benchmarks measure what batching gains by turning it off.
+        #[cfg(feature = "testing")]
+        let max_batch = if crate::testing::batching_enabled() {
+            max_batch
+        } else {
+            1
+        };
         while batch.len() < max_batch {
             match requests.try_recv() {
                 Ok(next) => batch.push(next),

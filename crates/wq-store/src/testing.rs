@@ -20,6 +20,21 @@ pub fn audit_enabled() -> bool {
     !AUDIT_OFF.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+static BATCHES_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Turns the batching of concurrent claims and parks off (`false`: every
+/// call runs alone, as a batch of one) or on again, process-wide, so that a
+/// benchmark can measure what it gains in one run. Only with the `testing`
+/// feature.
+pub fn set_batching(enabled: bool) {
+    BATCHES_OFF.store(!enabled, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether [`set_batching`] left batching on (the default).
+pub fn batching_enabled() -> bool {
+    !BATCHES_OFF.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The environment variable naming the PostgreSQL admin URL for tests.
 pub const TEST_PG_URL_ENV: &str = "WQ_TEST_PG_URL";
 

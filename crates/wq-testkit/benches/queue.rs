@@ -8,6 +8,15 @@
 //! `WQ_BENCH_ITEMS` (backlog) and `WQ_BENCH_IDLE` (comma-separated idle
 //! counts), and one backend picked with `WQ_BENCH_BACKENDS=sqlite|postgres`.
 //! PostgreSQL comes from `WQ_TEST_PG_URL` like the tests.
+//!
+//! On PostgreSQL the loop also runs with the audit trail off and with
+//! batching off (every claim and park alone), and with `WQ_BENCH_PEERS=1`
+//! the peer queues drain the same backlog on the same server ([`peers`]).
+//! Workers: `WQ_BENCH_WORKERS` (the engine's default otherwise); rounds of
+//! the with/without comparisons: `WQ_BENCH_ROUNDS` (1).
+
+#[path = "queue/peers.rs"]
+mod peers;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,19 +64,60 @@ async fn main() {
     };
     for backend in backends {
         println!("\n## {backend:?}");
-        // The audit trail's cost: the same loop with and without it.
-        let with = loop_throughput(backend, backlog).await;
-        wq_store::testing::set_audit(false);
-        println!("(audit trail off)");
-        let without = loop_throughput(backend, backlog).await;
-        wq_store::testing::set_audit(true);
+        // The audit trail's cost, and on PostgreSQL what batching gains:
+        // the same loop with and without each, alternating over
+        // `WQ_BENCH_ROUNDS` rounds (medians), so a change in the machine's
+        // load during the run shifts every variant alike.
+        let rounds = env_number("WQ_BENCH_ROUNDS", 1).max(1);
+        let (mut with, mut without, mut alone) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 1..=rounds {
+            println!("(round {round} of {rounds}: audit on)");
+            with.push(loop_throughput(backend, backlog).await);
+            wq_store::testing::set_audit(false);
+            println!("(round {round} of {rounds}: audit trail off)");
+            without.push(loop_throughput(backend, backlog).await);
+            wq_store::testing::set_audit(true);
+            if backend == Backend::Postgres {
+                wq_store::testing::set_batching(false);
+                println!("(round {round} of {rounds}: claims and parks one by one)");
+                alone.push(loop_throughput(backend, backlog).await);
+                wq_store::testing::set_batching(true);
+            }
+        }
+        let (with, without) = (median(&mut with), median(&mut without));
         println!(
-            "audit cost: {:.1}% of loop throughput ({with:.0} items/s with, {without:.0} without)",
+            "audit cost: {:.1}% of loop throughput ({with:.0} items/s with, {without:.0} without; medians of {rounds})",
             (1.0 - with / without) * 100.0
         );
+        if backend == Backend::Postgres {
+            let alone = median(&mut alone);
+            println!(
+                "batching: {:.2}x the loop with every claim and park alone ({with:.0} items/s batched, {alone:.0} alone)",
+                with / alone
+            );
+            if std::env::var("WQ_BENCH_PEERS").as_deref() == Ok("1") {
+                let figures = peers::run(backlog).await;
+                println!("\n| system ({backlog} items) | items/s | workqueue ÷ it |");
+                println!("|---|---|---|");
+                println!("| workqueue loop, PostgreSQL, audit on | {with:.0} | 1.00 |");
+                for figure in figures {
+                    println!(
+                        "| {} | {:.0} | {:.2} |",
+                        figure.name,
+                        figure.items_per_second,
+                        with / figure.items_per_second
+                    );
+                }
+            }
+        }
         api_reads(backend).await;
         sweep_scaling(backend, &sizes).await;
     }
+}
+
+fn median(figures: &mut [f64]) -> f64 {
+    figures.sort_by(f64::total_cmp);
+    figures[figures.len() / 2]
 }
 
 /// Items per second.
