@@ -28,6 +28,95 @@ ALTER TABLE audit_records DROP CONSTRAINT audit_records_id_key;
 DROP INDEX audit_records_at;
 CREATE INDEX audit_records_at ON audit_records USING brin (at);
 
+-- Room on each page for the loop's updates of a row to stay on its page
+-- (heap-only when no indexed column changes, as a claim's lease), for rows
+-- written from now on.
+ALTER TABLE work_items SET (fillfactor = 80);
+ALTER TABLE work_item_statuses SET (fillfactor = 80);
+
+-- wq_park (migration 0002) as before, with one update of the item's row
+-- instead of two: the outcome and the park are written together. The
+-- pending-events check moves before them, which changes nothing: the
+-- advisory lock, held since the start, keeps any event from committing in
+-- between.
+CREATE OR REPLACE FUNCTION wq_park(
+    p_id uuid,
+    p_lease timestamptz,
+    p_now timestamptz,
+    p_lock_key bigint,
+    p_write_outcome boolean,
+    p_phase text,
+    p_error text,
+    p_dimensions jsonb
+) RETURNS text
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    update_row record;
+    events_pending boolean;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_lock_key);
+
+    PERFORM 1 FROM work_items WHERE id = p_id AND leased_until = p_lease FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'lease_lost';
+    END IF;
+
+    IF p_write_outcome THEN
+        FOR update_row IN
+            SELECT d.dimension, d.variant, d.status, d.detail, d.pending_until
+            FROM jsonb_to_recordset(p_dimensions)
+                 AS d (dimension text, variant text, status text, detail jsonb,
+                       pending_until timestamptz)
+        LOOP
+            INSERT INTO work_item_statuses (
+                work_item_id, dimension, variant, status, detail, pending_until, updated_at
+            )
+            VALUES (p_id, update_row.dimension, update_row.variant, update_row.status,
+                    coalesce(update_row.detail, '{}'::jsonb), update_row.pending_until, p_now)
+            ON CONFLICT (work_item_id, dimension, variant) DO UPDATE
+            SET status = excluded.status,
+                detail = coalesce(update_row.detail, work_item_statuses.detail),
+                pending_until = excluded.pending_until,
+                updated_at = excluded.updated_at;
+        END LOOP;
+    END IF;
+
+    events_pending := EXISTS (SELECT 1 FROM pending_events WHERE work_item_id = p_id);
+
+    IF p_write_outcome THEN
+        UPDATE work_items
+        SET attempts = 0,
+            phase = coalesce(p_phase, phase),
+            error = p_error,
+            updated_at = p_now,
+            actionable = CASE WHEN events_pending THEN actionable ELSE false END,
+            leased_until = CASE WHEN events_pending THEN leased_until ELSE NULL END
+        WHERE id = p_id;
+    ELSIF NOT events_pending THEN
+        UPDATE work_items
+        SET actionable = false,
+            leased_until = NULL
+        WHERE id = p_id;
+    END IF;
+
+    IF events_pending THEN
+        RETURN 'events_pending';
+    END IF;
+
+    UPDATE work_item_statuses
+    SET pending_until = NULL
+    WHERE work_item_id = p_id
+      AND pending_until IS NOT NULL
+      AND (
+          pending_until <= p_now
+          OR NOT EXISTS (SELECT 1 FROM work_items WHERE id = p_id AND phase = 'active')
+      );
+
+    RETURN 'parked';
+END;
+$$;
+
 -- $1: a JSON array of records, in order, each an object with id, item_id,
 -- at, actor, kind, old_state, new_state, trigger, metadata, hash_prefix and
 -- hash_suffix. Answers a JSON array of {seq, prev_hash, hash}, in order.
