@@ -336,19 +336,13 @@ impl AuditRecord {
         (prefix, suffix)
     }
 
-    /// The record as PostgreSQL's `wq_audit_append` takes it.
+    /// The record as PostgreSQL's `wq_audit_append` takes it: its item and
+    /// its [`hash_parts`](Self::hash_parts), from which the function reads
+    /// the fields.
     pub(crate) fn append_payload(&self) -> Value {
         let (hash_prefix, hash_suffix) = self.hash_parts();
         serde_json::json!({
-            "id": self.id,
             "item_id": self.item_id.to_string(),
-            "at": rfc3339(self.at),
-            "actor": self.actor,
-            "kind": self.kind,
-            "old_state": self.old_state,
-            "new_state": self.new_state,
-            "trigger": self.trigger,
-            "metadata": self.metadata,
             "hash_prefix": hash_prefix,
             "hash_suffix": hash_suffix,
         })

@@ -117,25 +117,25 @@ BEGIN
 END;
 $$;
 
--- $1: a JSON array of records, in order, each an object with id, item_id,
--- at, actor, kind, old_state, new_state, trigger, metadata, hash_prefix and
--- hash_suffix. Answers a JSON array of {seq, prev_hash, hash}, in order.
--- Call it last in a transaction: it locks each record's chain head.
+-- $1: a JSON array of records, in order, each an object with the item's id
+-- (`item_id`) and the record's canonical JSON cut around the previous hash
+-- (`hash_prefix`, `hash_suffix`). The joined text is both what is hashed
+-- and, parsed, the record's fields: each is sent once. Answers a JSON array
+-- of {seq, prev_hash, hash}, in order. Call it last in a transaction: it
+-- locks each record's chain head.
 CREATE FUNCTION wq_audit_append(p_records jsonb) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     r record;
     head record;
+    body jsonb;
     appended jsonb := '[]'::jsonb;
 BEGIN
     FOR r IN
         SELECT x.*
         FROM jsonb_array_elements(p_records) WITH ORDINALITY AS e (value, ord),
-             jsonb_to_record(e.value)
-                 AS x (id uuid, item_id uuid, at timestamptz, actor text, kind text,
-                       old_state jsonb, new_state jsonb, trigger jsonb, metadata jsonb,
-                       hash_prefix text, hash_suffix text)
+             jsonb_to_record(e.value) AS x (item_id uuid, hash_prefix text, hash_suffix text)
         ORDER BY e.ord
     LOOP
         INSERT INTO audit_heads AS h (work_item_id, seq, prev_hash, hash)
@@ -152,11 +152,15 @@ BEGIN
                           'hex')
         RETURNING h.seq, h.prev_hash, h.hash INTO head;
 
+        body := (r.hash_prefix || head.prev_hash || r.hash_suffix)::jsonb;
         INSERT INTO audit_records (seq, id, work_item_id, at, actor, kind, old_state,
                                    new_state, trigger, metadata, prev_hash, hash)
-        VALUES (head.seq, r.id, r.item_id, r.at, r.actor, r.kind,
-                nullif(r.old_state, 'null'::jsonb), nullif(r.new_state, 'null'::jsonb),
-                nullif(r.trigger, 'null'::jsonb), coalesce(r.metadata, '{}'::jsonb),
+        VALUES (head.seq, (body ->> 'id')::uuid, r.item_id, (body ->> 'at')::timestamptz,
+                body ->> 'actor', body ->> 'kind',
+                nullif(body -> 'old_state', 'null'::jsonb),
+                nullif(body -> 'new_state', 'null'::jsonb),
+                nullif(body -> 'trigger', 'null'::jsonb),
+                coalesce(body -> 'metadata', '{}'::jsonb),
                 head.prev_hash, head.hash);
 
         appended := appended || jsonb_build_array(jsonb_build_object(
