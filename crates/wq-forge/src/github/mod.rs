@@ -23,6 +23,11 @@
 //! | `project_path` | `GET repos/:owner/:repo` |
 //! | `branch_protected` | `GET branches/:branch` (classic protection), then, unless that said protected, `GET rules/branches/:branch` (rulesets; every page) |
 //!
+//! Every REST `GET` is conditional once its URL was read: the client keeps
+//! the last answer with its `ETag` and sends `If-None-Match`; a `304 Not
+//! Modified`, which GitHub does not count against the rate limit, reads
+//! as the kept answer (see `http_util::Etags`). GraphQL has no validators.
+//!
 //! Redirects are never followed: a 3xx answer is a
 //! [`ForgeErrorKind::Rejected`](crate::ForgeErrorKind::Rejected) error
 //! naming its `Location`, so the token never leaves for another host.

@@ -18,6 +18,12 @@
 //! | `branch_protected` | `GET protected_branches` (every page) |
 //! | `job_trace` | `GET jobs/:id/trace`, streamed; the last [`TRACE_TAIL_BYTES`] are kept |
 //!
+//! Every `GET` whose answer is read whole is conditional once its URL was
+//! read: the client keeps the last answer with its `ETag` (GitLab's weak
+//! validator of the body) and sends `If-None-Match`; a `304 Not Modified`
+//! reads as the kept answer (see `http_util::Etags`). A 304 still counts
+//! against GitLab's rate limit, but carries no body.
+//!
 //! Redirects are never followed: a 3xx answer is a
 //! [`ForgeErrorKind::Rejected`](crate::ForgeErrorKind::Rejected) error
 //! naming its `Location`, so the `PRIVATE-TOKEN` never leaves for another

@@ -119,6 +119,48 @@ pub async fn project_path_is_the_forges_spelling<H: Harness>() {
     assert_eq!(missing.kind, ForgeErrorKind::NotFound);
 }
 
+/// A re-read sends the kept validator: an unchanged list is answered
+/// `304 Not Modified` and reads as before; once it changed, a 200 with the
+/// new content. Writes are never conditional.
+pub async fn re_reads_are_conditional_and_a_304_reads_as_the_kept_answer<H: Harness>() {
+    let harness = H::start().await;
+    let (sim, forge) = (harness.sim(), harness.forge());
+    let (n, _) = open_change(forge, H::PROJECT, "wq/etag").await;
+    forge
+        .create_note(H::PROJECT, n, "first")
+        .await
+        .expect("note");
+    let statuses = |sim: &forge_sim::SimHandle| -> Vec<(String, u16)> {
+        sim.requests()
+            .iter()
+            .map(|r| (r.method.clone(), r.status))
+            .collect()
+    };
+    sim.clear_requests();
+    let first = forge.list_notes(H::PROJECT, n).await.expect("list");
+    let again = forge.list_notes(H::PROJECT, n).await.expect("list again");
+    assert_eq!(first, again, "a 304 reads as the kept answer");
+    assert_eq!(first.len(), 1);
+    assert_eq!(
+        statuses(sim),
+        [("GET".to_owned(), 200), ("GET".to_owned(), 304)],
+        "the second read is conditional"
+    );
+    sim.clear_requests();
+    forge
+        .create_note(H::PROJECT, n, "second")
+        .await
+        .expect("note");
+    let changed = forge.list_notes(H::PROJECT, n).await.expect("list");
+    let bodies: Vec<&str> = changed.iter().map(|note| note.body.as_str()).collect();
+    assert_eq!(bodies, ["first", "second"], "a changed list is read anew");
+    let logged = statuses(sim);
+    assert_eq!(logged.len(), 2, "{logged:?}");
+    assert_eq!(logged[0].0, "POST");
+    assert!(logged[0].1 < 300, "{logged:?}");
+    assert_eq!(logged[1], ("GET".to_owned(), 200));
+}
+
 pub async fn notes_are_created_updated_and_listed_across_pages<H: Harness>() {
     let harness = H::start().await;
     let forge = harness.forge();
