@@ -653,6 +653,7 @@ impl Run<'_> {
             number,
             ExecOutcome::done().with_dimension(
                 DimensionUpdate::new(NEEDS_DASHBOARD, false).detail(dashboard::written(
+                    number,
                     written.id,
                     &note,
                     self.now(),
@@ -662,19 +663,49 @@ impl Run<'_> {
     }
 
     /// Posts `note`, or edits the bot's note that carries its marker when
-    /// the text differs; says which it did.
+    /// the text differs; says which it did. The note this item last wrote
+    /// on `number` (its id and text hash in the `needs_dashboard` detail)
+    /// is edited by its id without listing the notes, and not touched when
+    /// the text is the same; a note gone meanwhile is looked for and posted
+    /// anew.
     pub(crate) async fn write_note(
         &self,
         number: u64,
         note: &StatusNote,
     ) -> Result<NoteWrite, ExecError> {
+        let body = self.outgoing(&note.body).into_owned();
+        let body_sha256 = hex::encode(Sha256::digest(body.as_bytes()));
+        if let Some((id, hash)) = dashboard::last_written(self.view, number) {
+            if hash == note.hash() {
+                return Ok(NoteWrite {
+                    id,
+                    kind: None,
+                    body_sha256,
+                });
+            }
+            match self
+                .forge
+                .update_note(self.project(), number, id, &body)
+                .await
+            {
+                Ok(()) => {
+                    return Ok(NoteWrite {
+                        id,
+                        kind: Some("forge.note_edited"),
+                        body_sha256,
+                    });
+                }
+                Err(error) if error.kind == wq_forge::ForgeErrorKind::NotFound => {
+                    tracing::info!(item = %self.view.item.id, number, note = id, "the status note is gone; looking for it by its marker");
+                }
+                Err(error) => return Err(forge_failure("updating the status note", error)),
+            }
+        }
         let notes = self
             .forge
             .list_notes(self.project(), number)
             .await
             .map_err(|e| forge_failure("listing notes", e))?;
-        let body = self.outgoing(&note.body).into_owned();
-        let body_sha256 = hex::encode(Sha256::digest(body.as_bytes()));
         // Only a note the bot wrote is the status note: a person's comment
         // quoting the marker is left alone.
         let me = self

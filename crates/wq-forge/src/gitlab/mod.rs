@@ -9,7 +9,7 @@
 //!
 //! | call | requests |
 //! |---|---|
-//! | `get_change` | `GET merge_requests/:iid`; on merge-train projects with an open MR also `GET merge_trains` (the project's settings are read at most every [`PROJECT_SETTINGS_TTL`]) |
+//! | `get_change` | `GET merge_requests/:iid`; for an open MR also `GET merge_requests/:iid/approvals` and the project's approval settings (`GET approvals`, read at most every [`PROJECT_SETTINGS_TTL`]); on merge-train projects with an open MR also `GET merge_trains` (the project's settings are read at most every [`PROJECT_SETTINGS_TTL`]) |
 //! | `find_open_change` | `GET merge_requests?source_branch&state=opened`, then `get_change` of the match |
 //! | `merge_change` | `PUT merge_requests/:iid/merge`, or `POST merge_trains/merge_requests/:iid` on merge-train projects |
 //! | `diff_is_empty` | `GET repository/compare?straight=true` |
