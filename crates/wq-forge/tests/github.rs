@@ -606,7 +606,7 @@ async fn a_next_link_to_another_server_is_refused() {
 }
 
 #[tokio::test]
-async fn get_change_reads_checks_statuses_reviews_threads_and_draft_in_four_requests() {
+async fn get_change_reads_checks_statuses_reviews_threads_and_draft_in_one_request() {
     let sim = start_stepped_sim().await;
     create_repo(
         &sim,
@@ -620,28 +620,16 @@ async fn get_change_reads_checks_statuses_reviews_threads_and_draft_in_four_requ
     let github = client(&sim);
     let (n, head) = open_change(&github, "wq/gates").await;
 
-    // Checks running: one check run in progress, one status pending.
+    // Checks running: one check run in progress, one status pending. The
+    // whole state comes from one GraphQL query.
     sim.clear_requests();
     let change = github.get_change(REPO, n).await.expect("get");
     let served = requests(&sim);
-    assert_eq!(served.len(), 4, "{served:?}");
     assert_eq!(
-        served[0],
-        ("GET".into(), format!("/repos/{REPO}/pulls/{n}"))
+        served,
+        [("POST".to_owned(), "/graphql".to_owned())],
+        "one request"
     );
-    for wanted in [
-        ("POST".to_owned(), "/graphql".to_owned()),
-        (
-            "GET".to_owned(),
-            format!("/repos/{REPO}/commits/{head}/check-runs"),
-        ),
-        (
-            "GET".to_owned(),
-            format!("/repos/{REPO}/commits/{head}/status"),
-        ),
-    ] {
-        assert!(served.contains(&wanted), "{wanted:?} in {served:?}");
-    }
     assert_eq!(change.state, ChangeState::Open);
     assert_eq!(change.head_sha.as_deref(), Some(head.as_str()));
     assert_eq!(change.ci, CiStatus::Running);
