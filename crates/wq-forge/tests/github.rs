@@ -2171,3 +2171,55 @@ async fn a_job_log_follows_one_redirect_without_the_token_and_keeps_its_tail() {
     let error = ci.job_trace(REPO, 4).await.expect_err("no such job");
     assert_eq!(error.kind, ForgeErrorKind::NotFound, "{error}");
 }
+
+/// A commit's tree never changes: the empty-diff check reads only the
+/// commits this client did not make or read before (the base branch moves,
+/// so a branch name is always read).
+#[tokio::test]
+async fn the_empty_diff_check_reads_no_commit_the_client_made() {
+    let sim = start_stepped_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let github = client(&sim);
+    let head = commit(
+        &github,
+        "wq/trees",
+        CommitMode::CreateBranch,
+        &[action(FileOp::Create, "t.txt", Some(b"t\n"))],
+    )
+    .await
+    .expect("commit");
+    sim.clear_requests();
+    assert!(
+        !github
+            .diff_is_empty(REPO, "main", &head)
+            .await
+            .expect("diff")
+    );
+    assert_eq!(
+        requests(&sim),
+        [("GET".to_owned(), format!("/repos/{REPO}/commits/main"))],
+        "the new commit's tree is known"
+    );
+    // A commit made elsewhere is read once.
+    let other = sim
+        .github_push_human_commit(REPO, "other", &[("t.txt", Some("t\n"))], "same content")
+        .expect("push");
+    sim.clear_requests();
+    assert!(
+        github
+            .diff_is_empty(REPO, &other, &head)
+            .await
+            .expect("diff")
+    );
+    assert!(
+        github
+            .diff_is_empty(REPO, &other, &head)
+            .await
+            .expect("diff")
+    );
+    assert_eq!(
+        requests(&sim),
+        [("GET".to_owned(), format!("/repos/{REPO}/commits/{other}"))],
+        "read once"
+    );
+}
