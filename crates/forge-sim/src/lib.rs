@@ -20,6 +20,7 @@ pub mod control;
 pub mod faults;
 pub mod github;
 pub mod gitlab;
+pub mod ratelimit;
 pub mod repo;
 pub mod state;
 #[cfg(feature = "testing")]
@@ -121,8 +122,12 @@ pub fn app(state: Shared) -> Router {
         .nest("/api/v4", gitlab::router(state.clone()))
         .nest("/_sim", control::router())
         .merge(github::router())
-        // Inside the request log: a 304 is logged as one.
+        // Inside the request log: a 304 is logged as one, and counted as the forge counts it.
         .layer(axum::middleware::from_fn(conditional::middleware))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            ratelimit::middleware,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             faults::middleware,
@@ -413,6 +418,13 @@ impl SimHandle {
 
     pub fn clear_requests(&self) {
         self.state.log.clear();
+    }
+
+    /// Enforces a primary rate limit of `limit` requests per `window` of sim time for each
+    /// token (per forge, and on GitHub per resource), reported on every answer
+    /// ([`ratelimit`]); `None` turns it off again (the default: no rate-limit headers).
+    pub fn set_rate_limit(&self, limit: Option<(u64, Duration)>) {
+        self.state.rate_limits.set(limit);
     }
 
     /// Adds an HTTP fault; returns its id.

@@ -27,4 +27,5 @@ mod github_webhooks;
 mod gitlab_api;
 mod ownership;
 mod paging;
+mod ratelimit;
 mod sim_control;
