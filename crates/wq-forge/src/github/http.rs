@@ -103,6 +103,8 @@ pub struct Http {
     timeout: Duration,
     /// The `GET` answers re-read with `If-None-Match`.
     etags: crate::http_util::Etags,
+    /// The token's rate-limit budgets, as GitHub's answers report them.
+    pub(crate) budgets: crate::budget::Budgets,
 }
 
 impl Http {
@@ -132,6 +134,7 @@ impl Http {
             graphql,
             timeout,
             etags: crate::http_util::Etags::default(),
+            budgets: crate::budget::Budgets::default(),
         })
     }
 
@@ -169,6 +172,7 @@ impl Http {
         )
         .await
         .map_err(|e| self.transport_error(describe, &e))?;
+        self.budgets.update(response.headers());
         let status = response.status();
         let headers = response.headers().clone();
         if status == StatusCode::NOT_MODIFIED
@@ -217,6 +221,7 @@ impl Http {
         )
         .await
         .map_err(|e| self.transport_error(&describe, &e))?;
+        self.budgets.update(response.headers());
         let status = response.status();
         let response = if status.is_redirection() {
             let headers = response.headers().clone();

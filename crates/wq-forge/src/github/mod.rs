@@ -201,6 +201,10 @@ impl Forge for GithubClient {
         self.update_note(project, number, note_id, body).await
     }
 
+    fn rate_budgets(&self) -> Vec<crate::RateBudget> {
+        self.http.budgets.all()
+    }
+
     fn ci_jobs(&self) -> Option<&dyn crate::CiJobs> {
         Some(self)
     }

@@ -37,6 +37,8 @@ pub struct Http {
     timeout: Duration,
     /// The `GET` answers re-read with `If-None-Match`.
     etags: crate::http_util::Etags,
+    /// The token's rate-limit budget, as GitLab's answers report it.
+    pub(crate) budgets: crate::budget::Budgets,
 }
 
 impl Http {
@@ -52,6 +54,7 @@ impl Http {
             base,
             timeout,
             etags: crate::http_util::Etags::default(),
+            budgets: crate::budget::Budgets::default(),
         })
     }
 
@@ -83,14 +86,16 @@ impl Http {
         call: &Call,
         request: reqwest::Request,
     ) -> ForgeResult<reqwest::Response> {
-        crate::metrics::observe(
+        let response = crate::metrics::observe(
             "gitlab",
             &crate::metrics::host_label(&self.base),
             &call.describe(),
             self.client.execute(request),
         )
         .await
-        .map_err(|e| self.transport_error(call, &e))
+        .map_err(|e| self.transport_error(call, &e))?;
+        self.budgets.update(response.headers());
+        Ok(response)
     }
 
     /// The error a non-2xx answer stands for.

@@ -149,6 +149,10 @@ impl Forge for GitlabClient {
         self.update_note(project, number, note_id, body).await
     }
 
+    fn rate_budgets(&self) -> Vec<crate::RateBudget> {
+        self.http.budgets.all()
+    }
+
     fn ci_jobs(&self) -> Option<&dyn CiJobs> {
         Some(self)
     }
