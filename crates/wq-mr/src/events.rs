@@ -6,7 +6,10 @@
 //! state: duplicates cost one read and change nothing twice, and a late,
 //! reordered delivery cannot undo newer state. `merged` and `closed` end
 //! the item through that read too (a reopen may have overtaken a close),
-//! in the step that also writes the final status note.
+//! in the step that also writes the final status note. The webhook of the
+//! item's own status note (the note id its `needs_dashboard` detail keeps,
+//! on the same change request) asks for nothing: writing it told the forge
+//! nothing new.
 
 use wq_core::{DimensionUpdate, EventResult, ExecError, ItemView, PendingEvent};
 use wq_forge::ForgeEvent;
@@ -70,6 +73,12 @@ async fn handle_forge_event(
         // The reconcile reads the merge (confirming our attempt in the
         // journal) or the close, and ends the item.
         ForgeEvent::Change { .. } => Ok(reconcile()),
+        // The item's own status note, posted or edited: nothing to read.
+        ForgeEvent::Note {
+            number, note_id, ..
+        } if crate::dashboard::last_written(view, number).is_some_and(|(id, _)| id == note_id) => {
+            Ok(EventResult::ignored())
+        }
         ForgeEvent::Pipeline { .. }
         | ForgeEvent::Note { .. }
         | ForgeEvent::Checks { .. }
