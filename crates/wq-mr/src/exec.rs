@@ -750,6 +750,10 @@ impl Run<'_> {
         let Some(number) = self.details.mr_number else {
             return Ok(ExecOutcome::done().with_dimension(DimensionUpdate::new(NEEDS_MR, true)));
         };
+        if let Some(wait) = self.budget_wait() {
+            tracing::info!(item = %id, number, wait, "the forge token's rate-limit budget is below its reserve; this background reconcile waits for the window's reset");
+            return Ok(ExecOutcome::done().with_dimension(self.reconcile_in(wait)));
+        }
         let change = self
             .forge
             .get_change(self.project(), number)
@@ -949,6 +953,42 @@ impl Run<'_> {
                 Ok(ExecOutcome::done().with_dimension(self.reconcile_in(idle)))
             }
         }
+    }
+
+    /// Seconds a background reconcile waits for the forge token's budget:
+    /// `Some` when its timer woke it (no webhook or command asked: the
+    /// `needs_reconcile` row was deferred), no merge attempt of the item
+    /// waits on it, and a budget the forge reported is below
+    /// `mr.rate_limit_reserve_percent` of its limit in a window that has
+    /// not renewed. Until the reset, at most `reconcile_interval_seconds`.
+    fn budget_wait(&self) -> Option<u64> {
+        let reserve = f64::from(self.mr.config.rate_limit_reserve_percent) / 100.0;
+        if reserve <= 0.0 {
+            return None;
+        }
+        let timer_woke = self
+            .view
+            .dimension(NEEDS_RECONCILE, "")
+            .is_some_and(|row| row.pending_until.is_some());
+        // An attempt in flight, accepted (queued) or due again after a
+        // transient answer: a merge waits on this read.
+        let merging = matches!(
+            self.details.journal.result,
+            Some(MergeResult::InFlight | MergeResult::Accepted)
+        ) || self.details.journal.retry_at.is_some();
+        if !timer_woke || merging {
+            return None;
+        }
+        let now = self.now().unix_timestamp();
+        let reset = self
+            .forge
+            .rate_budgets()
+            .into_iter()
+            .filter(|budget| budget.below(reserve, now))
+            .map(|budget| budget.reset_unix.unwrap_or(now + 60))
+            .max()?;
+        let wait = u64::try_from((reset - now).max(1)).unwrap_or(1);
+        Some(wait.min(self.mr.config.reconcile_interval_seconds))
     }
 
     /// The merge call got a transient answer (5xx, 429, timeout): it may or
