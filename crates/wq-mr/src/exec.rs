@@ -413,9 +413,11 @@ impl Run<'_> {
                 head
             }
         };
+        // Against the head just pushed or found: the same as the branch,
+        // and a commit whose tree the client may know already.
         let empty = self
             .forge
-            .diff_is_empty(project, &spec.target_branch, &spec.source_branch)
+            .diff_is_empty(project, &spec.target_branch, &head)
             .await
             .map_err(|e| forge_failure("comparing the branches", e))?;
         if empty {
