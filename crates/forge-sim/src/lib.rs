@@ -4,7 +4,9 @@
 //! control API under `/_sim`. [`ForgeSim::start`] binds (127.0.0.1:0 by default) and returns a
 //! [`SimHandle`] with builder methods for tests. Sim time is real time plus an offset that
 //! [`SimHandle::advance`] increases; pipelines progress on every request and on a background
-//! ticker, so both real-time demos and `advance()`-driven tests work.
+//! ticker, so both real-time demos and `advance()`-driven tests work. Successful `GET`s of
+//! both forges carry an `ETag` and a matching `If-None-Match` is answered `304 Not Modified`
+//! ([`conditional`]).
 
 #![recursion_limit = "256"]
 #![allow(
@@ -13,10 +15,12 @@
 )]
 
 pub mod ci;
+pub mod conditional;
 pub mod control;
 pub mod faults;
 pub mod github;
 pub mod gitlab;
+pub mod ratelimit;
 pub mod repo;
 pub mod state;
 #[cfg(feature = "testing")]
@@ -118,6 +122,12 @@ pub fn app(state: Shared) -> Router {
         .nest("/api/v4", gitlab::router(state.clone()))
         .nest("/_sim", control::router())
         .merge(github::router())
+        // Inside the request log: a 304 is logged as one, and counted as the forge counts it.
+        .layer(axum::middleware::from_fn(conditional::middleware))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            ratelimit::middleware,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             faults::middleware,
@@ -408,6 +418,13 @@ impl SimHandle {
 
     pub fn clear_requests(&self) {
         self.state.log.clear();
+    }
+
+    /// Enforces a primary rate limit of `limit` requests per `window` of sim time for each
+    /// token (per forge, and on GitHub per resource), reported on every answer
+    /// ([`ratelimit`]); `None` turns it off again (the default: no rate-limit headers).
+    pub fn set_rate_limit(&self, limit: Option<(u64, Duration)>) {
+        self.state.rate_limits.set(limit);
     }
 
     /// Adds an HTTP fault; returns its id.

@@ -12,10 +12,20 @@
 //!   insert, wake-up, event handling, one MR read, the journal reservation
 //!   and the merge request.
 //!
+//! - **forge calls per merged change**: every request the service sent to
+//!   forge-sim while the merges ran (forge-sim's request log), by forge and
+//!   endpoint (method and path template), divided by the number of merged
+//!   changes; `304 Not Modified` answers (a conditional re-read that found
+//!   nothing new, which GitHub does not count against the rate limit) are
+//!   counted apart. A typical change on each forge: created, one CI run,
+//!   merged. GitLab in the webhook → merge pass; GitHub in a pass of its
+//!   own (a repository without a merge queue, one check run of one second).
+//!
 //! The projects' CI takes one second, so the merge waits for the pipeline's
 //! webhook. A negative figure would mean something else triggered it.
 //!
-//! Env: `WQ_BENCH_SUBMISSIONS` (default 2000), `WQ_BENCH_MERGES` (20),
+//! Env: `WQ_BENCH_SUBMISSIONS` (default 2000), `WQ_BENCH_MERGES` (20, the
+//! same number on GitHub),
 //! `WQ_BENCH_BACKENDS` (`sqlite,postgres`).
 #![allow(
     clippy::disallowed_methods,
@@ -26,7 +36,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use forge_sim::{ForgeSim, JobOutcome, JobSpec, SimConfig, SimHandle};
+use forge_sim::github::{CheckScript, GithubRepoSpec};
+use forge_sim::{ForgeSim, JobOutcome, JobSpec, RequestLogEntry, SimConfig, SimHandle};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use workqueue::app;
@@ -48,8 +59,25 @@ fn env_usize(name: &str, default: usize) -> usize {
 /// When each successful pipeline's webhook reached the service, by ref.
 type Arrivals = Arc<Mutex<BTreeMap<String, OffsetDateTime>>>;
 
+/// The forge a pass drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Gitlab,
+    Github,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Gitlab => "gitlab",
+            Kind::Github => "github",
+        }
+    }
+}
+
 struct Service {
     url: String,
+    kind: Kind,
     client: reqwest::Client,
     project_path: String,
     arrivals: Arrivals,
@@ -58,21 +86,45 @@ struct Service {
     server: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
-async fn start(database_url: &str, sim: &SimHandle, process: bool) -> (Service, u64) {
+async fn start(database_url: &str, sim: &SimHandle, process: bool, kind: Kind) -> Service {
     let (token, _) = wq_auth::new_static_token("bench");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let project = sim
-        .gitlab_project(&format!("{PROJECT}-{}", uuid::Uuid::new_v4().simple()))
-        .require_pipeline_success(true)
-        // One second of CI, so the first reconcile sees it running and the
-        // merge waits for the pipeline's webhook.
-        .job(JobSpec::new("unit", JobOutcome::Success).duration_secs(1))
-        .webhook(&format!("{url}/webhooks/gitlab"), SECRET)
-        .create()
-        .unwrap();
-    sim.gitlab_push(project, "main", &[("README.md", Some("# bench\n"))], "init")
-        .unwrap();
+    let path = format!("{PROJECT}-{}", uuid::Uuid::new_v4().simple());
+    let project_path = match kind {
+        Kind::Gitlab => {
+            let project = sim
+                .gitlab_project(&path)
+                .require_pipeline_success(true)
+                // One second of CI, so the first reconcile sees it running and the
+                // merge waits for the pipeline's webhook.
+                .job(JobSpec::new("unit", JobOutcome::Success).duration_secs(1))
+                .webhook(&format!("{url}/webhooks/gitlab"), SECRET)
+                .create()
+                .unwrap();
+            sim.gitlab_push(project, "main", &[("README.md", Some("# bench\n"))], "init")
+                .unwrap();
+            gitlab_project_path(sim, project).await
+        }
+        Kind::Github => {
+            let (owner, name) = path.split_once('/').unwrap();
+            sim.github_create_repo(
+                GithubRepoSpec::new(owner, name)
+                    // One check run of one second: the merge waits for its webhook.
+                    .checks(&[CheckScript::new("ci", JobOutcome::Success).duration_secs(1)])
+                    .webhook(&format!("{url}/webhooks/github"), SECRET),
+            )
+            .unwrap();
+            sim.github_push_human_commit(
+                &path,
+                "main",
+                &[("README.md", Some("# bench\n"))],
+                "init",
+            )
+            .unwrap();
+            path
+        }
+    };
     let mut config = Config::default();
     config.database.url = database_url.to_owned();
     config.database.max_connections = 20;
@@ -103,15 +155,26 @@ async fn start(database_url: &str, sim: &SimHandle, process: bool) -> (Service, 
         projects: None,
     }];
     config.forges = ForgesConfig {
-        instances: BTreeMap::from([(
-            "gitlab".to_owned(),
-            ForgeConfig::literal(
-                ForgeKind::Gitlab,
-                &sim.gitlab_url(),
-                forge_sim::DEFAULT_TOKEN,
-                SECRET,
+        instances: BTreeMap::from([
+            (
+                "gitlab".to_owned(),
+                ForgeConfig::literal(
+                    ForgeKind::Gitlab,
+                    &sim.gitlab_url(),
+                    forge_sim::DEFAULT_TOKEN,
+                    SECRET,
+                ),
             ),
-        )]),
+            (
+                "github".to_owned(),
+                ForgeConfig::literal(
+                    ForgeKind::Github,
+                    &sim.github_url(),
+                    forge_sim::DEFAULT_TOKEN,
+                    SECRET,
+                ),
+            ),
+        ]),
     };
     let forges = Forges::from_config(&config.forges).unwrap();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -138,19 +201,16 @@ async fn start(database_url: &str, sim: &SimHandle, process: bool) -> (Service, 
         .default_headers(headers)
         .build()
         .unwrap();
-    let project_path = project_path(sim, project).await;
-    (
-        Service {
-            url,
-            client,
-            project_path,
-            arrivals,
-            engine: built.engine,
-            stop,
-            server,
-        },
-        project,
-    )
+    Service {
+        url,
+        kind,
+        client,
+        project_path,
+        arrivals,
+        engine: built.engine,
+        stop,
+        server,
+    }
 }
 
 /// Notes the arrival time of `Pipeline Hook` deliveries with status
@@ -195,11 +255,11 @@ impl Service {
     }
 }
 
-fn body(project: &str, n: usize) -> Value {
+fn body(forge: Kind, project: &str, n: usize) -> Value {
     let content = "x".repeat(2000);
     json!({
         "item_type": "mr",
-        "forge": "gitlab",
+        "forge": forge.name(),
         "project": project,
         "source_branch": format!("bench/{n}"),
         "target_branch": "main",
@@ -253,8 +313,10 @@ async fn submit_all(service: &Service, bodies: &[Value], clients: usize, expect:
 }
 
 async fn bench_submit(database_url: &str, sim: &SimHandle, count: usize) -> (f64, f64) {
-    let (service, _) = start(database_url, sim, false).await;
-    let bodies: Vec<Value> = (0..count).map(|n| body(&service.project_path, n)).collect();
+    let service = start(database_url, sim, false, Kind::Gitlab).await;
+    let bodies: Vec<Value> = (0..count)
+        .map(|n| body(Kind::Gitlab, &service.project_path, n))
+        .collect();
     // Warm up connections and caches.
     submit_all(&service, &bodies[..16.min(count)], 16, "created").await;
     let created = submit_all(&service, &bodies[16.min(count)..], 16, "created").await;
@@ -263,7 +325,7 @@ async fn bench_submit(database_url: &str, sim: &SimHandle, count: usize) -> (f64
     (created, unchanged)
 }
 
-async fn project_path(sim: &SimHandle, project: u64) -> String {
+async fn gitlab_project_path(sim: &SimHandle, project: u64) -> String {
     let reply: Value = reqwest::Client::new()
         .get(format!("{}/projects/{project}", sim.gitlab_url()))
         .header("PRIVATE-TOKEN", forge_sim::DEFAULT_TOKEN)
@@ -276,15 +338,25 @@ async fn project_path(sim: &SimHandle, project: u64) -> String {
     reply["path_with_namespace"].as_str().unwrap().to_owned()
 }
 
-/// Milliseconds from each successful pipeline's webhook delivery to the
-/// merge call of its MR.
-async fn bench_merge_latency(database_url: &str, sim: &SimHandle, count: usize) -> Vec<f64> {
-    let (service, _) = start(database_url, sim, true).await;
+/// What one merge pass measured.
+struct Merges {
+    /// Milliseconds from each successful pipeline's webhook delivery to the
+    /// merge call of its MR (GitLab only).
+    latencies: Vec<f64>,
+    /// Every request the service sent to the forge during the pass.
+    requests: Vec<RequestLogEntry>,
+}
+
+/// Submits `count` changes one after the other on `kind` and waits for each
+/// to be merged.
+async fn bench_merges(database_url: &str, sim: &SimHandle, count: usize, kind: Kind) -> Merges {
+    let service = start(database_url, sim, true, kind).await;
     let client = service.client.clone();
-    let encoded = service.project_path.replace('/', "%2F");
+    // The pass's requests only: the log starts empty once the project is set up.
+    sim.clear_requests();
     let mut latencies = Vec::new();
     for n in 0..count {
-        let mut submission = body(&service.project_path, n);
+        let mut submission = body(kind, &service.project_path, n);
         submission["file_actions"] =
             json!([{"action": "create", "file_path": format!("m/{n}.txt"), "content": "m\n"}]);
         let reply: Value = client
@@ -297,7 +369,7 @@ async fn bench_merge_latency(database_url: &str, sim: &SimHandle, count: usize) 
             .await
             .unwrap();
         let id = reply["item"]["id"].as_str().unwrap().to_owned();
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(60);
         let number = loop {
             let item: Value = client
                 .get(format!("{}/api/v1/work-items/{id}", service.url))
@@ -313,6 +385,10 @@ async fn bench_merge_latency(database_url: &str, sim: &SimHandle, count: usize) 
             assert!(Instant::now() < deadline, "not merged: {item}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
+        if service.kind != Kind::Gitlab {
+            continue;
+        }
+        let encoded = service.project_path.replace('/', "%2F");
         let merge_path = format!("/projects/{encoded}/merge_requests/{number}/merge");
         let merge_at = sim
             .requests()
@@ -323,8 +399,135 @@ async fn bench_merge_latency(database_url: &str, sim: &SimHandle, count: usize) 
         let hook_at = wait_for_arrival(&service.arrivals, &format!("bench/{n}")).await;
         latencies.push((merge_at - hook_at).as_seconds_f64() * 1000.0);
     }
+    // What the last change still does once merged (its status note) counts too.
+    let requests = settled_requests(sim).await;
     service.stop().await;
-    latencies
+    Merges {
+        latencies,
+        requests,
+    }
+}
+
+/// The request log once it stopped growing for a second (at most ten).
+async fn settled_requests(sim: &SimHandle) -> Vec<RequestLogEntry> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = sim.requests().len();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = sim.requests();
+        if now.len() == seen || Instant::now() > deadline {
+            return now;
+        }
+        seen = now.len();
+    }
+}
+
+/// A request's path as a template: the values named after the word before
+/// them (`GET /api/v4/projects/:id/merge_requests/:iid`); GitHub's branch
+/// names and the like (any number of segments) are one `:ref`.
+fn template(entry: &RequestLogEntry) -> String {
+    let class = wq_forge::metrics::endpoint_class(&format!(
+        "{} {}",
+        entry.method,
+        entry.path.strip_prefix("/api/v4").unwrap_or(&entry.path)
+    ));
+    let (method, path) = class.split_once(' ').unwrap_or(("", &class));
+    let prefix = if entry.path.starts_with("/api/v4") {
+        "/api/v4"
+    } else {
+        ""
+    };
+    let mut out = format!("{method} {prefix}");
+    let mut previous = "";
+    for segment in path.split('/') {
+        out.push('/');
+        if segment == "*" {
+            out.push_str(match previous {
+                "projects" => ":id",
+                "merge_requests" if prefix.is_empty() => ":number",
+                "merge_requests" => ":iid",
+                "repos" => ":owner/:repo",
+                "pulls" | "issues" => ":number",
+                "notes" | "comments" => ":note_id",
+                "jobs" => ":job_id",
+                "pipelines" => ":pipeline_id",
+                "commits" => ":sha",
+                "trees" | "blobs" => ":sha",
+                "merge-async" => ":uuid",
+                _ => ":ref",
+            });
+        } else {
+            out.push_str(segment);
+        }
+        previous = segment;
+    }
+    out
+}
+
+/// The calls of one pass per merged change, by endpoint: a markdown table
+/// with the calls answered other than 304, the 304 answers apart, and the
+/// totals.
+fn calls_table(forge: Kind, requests: &[RequestLogEntry], merged: usize) -> String {
+    let mut by_endpoint: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    let is_forge = |entry: &&RequestLogEntry| match forge {
+        Kind::Gitlab => entry.path.starts_with("/api/v4"),
+        Kind::Github => !entry.path.starts_with("/api/v4"),
+    };
+    for entry in requests.iter().filter(is_forge) {
+        let counts = by_endpoint.entry(template(entry)).or_default();
+        if entry.status == 304 {
+            counts.1 += 1;
+        } else {
+            counts.0 += 1;
+        }
+    }
+    if std::env::var_os("WQ_BENCH_CALL_LOG").is_some() {
+        // The last change's requests in order, to see where calls go.
+        let branch = format!("{}", merged.saturating_sub(1));
+        let mut last_start = 0;
+        for (i, entry) in requests.iter().enumerate().filter(|(_, e)| is_forge(e)) {
+            if entry.method == "POST"
+                && (entry.path.ends_with("/repository/commits")
+                    || entry.path.ends_with("/git/blobs"))
+            {
+                last_start = i;
+            }
+        }
+        println!(
+            "{} requests of the last change (bench/{branch}):",
+            forge.name()
+        );
+        for entry in requests[last_start..].iter().filter(is_forge) {
+            println!(
+                "  {:>4} {} {} {}",
+                entry.seq,
+                entry.status,
+                template(entry),
+                entry.query.as_deref().unwrap_or("")
+            );
+        }
+    }
+    let per = |n: usize| n as f64 / merged.max(1) as f64;
+    let mut table = format!(
+        "{} ({merged} merged changes)\n| endpoint | calls per change | 304 per change |\n|---|---|---|\n",
+        forge.name()
+    );
+    let (mut total, mut total_304) = (0, 0);
+    for (endpoint, (calls, not_modified)) in &by_endpoint {
+        table.push_str(&format!(
+            "| `{endpoint}` | {:.2} | {:.2} |\n",
+            per(*calls),
+            per(*not_modified)
+        ));
+        total += calls;
+        total_304 += not_modified;
+    }
+    table.push_str(&format!(
+        "| **total** | **{:.2}** | **{:.2}** |\n",
+        per(total),
+        per(total_304)
+    ));
+    table
 }
 
 /// The arrival of `reference`'s success hook (the delivery may still be on
@@ -365,6 +568,7 @@ fn main() {
         );
         println!("|---|---|---|---|---|---|");
         let mut costs = Vec::new();
+        let mut calls = Vec::new();
         for backend in backends.split(',') {
             let fresh = || async {
                 match backend {
@@ -373,7 +577,14 @@ fn main() {
                 }
             };
             let (created, unchanged) = bench_submit(&fresh().await, &sim, submissions).await;
-            let mut latencies = bench_merge_latency(&fresh().await, &sim, merges).await;
+            let gitlab = bench_merges(&fresh().await, &sim, merges, Kind::Gitlab).await;
+            let github = bench_merges(&fresh().await, &sim, merges, Kind::Github).await;
+            calls.push(format!(
+                "{backend}, forge calls per merged change:\n\n{}\n{}",
+                calls_table(Kind::Gitlab, &gitlab.requests, merges),
+                calls_table(Kind::Github, &github.requests, merges),
+            ));
+            let mut latencies = gitlab.latencies;
             latencies.sort_by(f64::total_cmp);
             println!(
                 "| {backend} | {created:.0} | {unchanged:.0} | {:.1} ms | {:.1} ms | {:.1} ms |",
@@ -395,6 +606,9 @@ fn main() {
         }
         for cost in costs {
             println!("{cost}");
+        }
+        for table in calls {
+            println!("\n{table}");
         }
     });
 }

@@ -1,8 +1,11 @@
 //! What the forge clients' HTTP layers share: the configured URL and the
 //! reqwest client, one request ([`Call`]) and its URL, transport errors,
 //! decoding a 2xx body, the message of an error answer without a usable
-//! body, `Retry-After`, and `null_default` for wire types.
+//! body, `Retry-After`, the conditional-request cache ([`Etags`]), and
+//! `null_default` for wire types.
 
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -267,6 +270,95 @@ pub(crate) fn retry_after_header(headers: &HeaderMap, now: SystemTime) -> Option
     Some(Duration::from_secs(at.saturating_sub(unix_seconds(now))))
 }
 
+/// How many answers a client's [`Etags`] keeps (the oldest go first).
+pub const ETAG_CACHE_ENTRIES: usize = 4096;
+
+/// The largest body [`Etags`] keeps; larger answers are read again in full.
+pub const ETAG_CACHE_MAX_BODY: usize = 256 * 1024;
+
+/// A successful `GET` answer kept with its validator.
+#[derive(Debug)]
+pub(crate) struct Cached {
+    pub(crate) etag: HeaderValue,
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Vec<u8>,
+}
+
+/// The conditional-request cache of one client (so of one token): the
+/// last `200` answer of each `GET` URL that carried an `ETag`. A re-read
+/// sends `If-None-Match` with it, and a `304 Not Modified` is answered
+/// with the kept status, headers and body: the caller cannot tell the two
+/// apart. GitHub does not count a 304 against the rate limit; on either
+/// forge it carries no body. Only URLs are keys: the client's token and
+/// headers are the same on every request.
+#[derive(Debug, Default)]
+pub(crate) struct Etags {
+    inner: Mutex<EtagsInner>,
+}
+
+#[derive(Debug, Default)]
+struct EtagsInner {
+    entries: HashMap<String, Arc<Cached>>,
+    /// Keys oldest first (a key appears once).
+    order: VecDeque<String>,
+}
+
+impl Etags {
+    fn lock(&self) -> std::sync::MutexGuard<'_, EtagsInner> {
+        // A cache only: a panic elsewhere cannot leave it invalid.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Makes `request` conditional when its URL's answer is kept; the kept
+    /// answer a 304 stands for.
+    pub(crate) fn prepare(&self, request: &mut reqwest::Request) -> Option<Arc<Cached>> {
+        if request.method() != reqwest::Method::GET {
+            return None;
+        }
+        let cached = self.lock().entries.get(request.url().as_str()).cloned()?;
+        request
+            .headers_mut()
+            .insert(reqwest::header::IF_NONE_MATCH, cached.etag.clone());
+        Some(cached)
+    }
+
+    /// Keeps a `200` answer to a `GET` of `url` that carries an `ETag`
+    /// (and forgets the URL's answer when a new one carries none).
+    pub(crate) fn store(&self, url: &str, status: StatusCode, headers: &HeaderMap, body: &[u8]) {
+        let mut inner = self.lock();
+        let etag = headers.get(reqwest::header::ETAG).cloned();
+        let Some(etag) =
+            etag.filter(|_| status == StatusCode::OK && body.len() <= ETAG_CACHE_MAX_BODY)
+        else {
+            if inner.entries.remove(url).is_some() {
+                inner.order.retain(|key| key != url);
+            }
+            return;
+        };
+        let cached = Arc::new(Cached {
+            etag,
+            status,
+            headers: headers.clone(),
+            body: body.to_vec(),
+        });
+        if inner.entries.insert(url.to_owned(), cached).is_none() {
+            inner.order.push_back(url.to_owned());
+        }
+        while inner.order.len() > ETAG_CACHE_ENTRIES {
+            if let Some(oldest) = inner.order.pop_front() {
+                inner.entries.remove(&oldest);
+            }
+        }
+    }
+
+    /// How many answers are kept.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+}
+
 /// The most of a job log a client keeps: its last 1 MiB. A log is streamed
 /// and only this tail is held (the CI-retry matchers search the end of a
 /// log: their `tail_lines` window, or the whole text they are given).
@@ -353,6 +445,61 @@ mod tests {
             assert!(tail.buf.len() <= 2 * max + chunk.len(), "bounded");
         }
         tail.finish()
+    }
+
+    fn get(url: &str) -> reqwest::Request {
+        reqwest::Request::new(reqwest::Method::GET, url.parse().unwrap())
+    }
+
+    #[test]
+    fn a_kept_answer_makes_the_next_get_conditional() {
+        let etags = Etags::default();
+        let url = "http://127.0.0.1/api/v4/projects/1";
+        let mut first = get(url);
+        assert!(etags.prepare(&mut first).is_none());
+        assert!(!first.headers().contains_key("if-none-match"));
+        let mut headers = HeaderMap::new();
+        headers.insert("etag", HeaderValue::from_static("W/\"abc\""));
+        etags.store(url, StatusCode::OK, &headers, b"{}");
+        let mut again = get(url);
+        let cached = etags.prepare(&mut again).expect("kept");
+        assert_eq!(again.headers()["if-none-match"], "W/\"abc\"");
+        assert_eq!(cached.body, b"{}");
+        let mut post = reqwest::Request::new(reqwest::Method::POST, url.parse().unwrap());
+        assert!(
+            etags.prepare(&mut post).is_none(),
+            "only GETs are conditional"
+        );
+        // An answer without a validator forgets the kept one.
+        etags.store(url, StatusCode::OK, &HeaderMap::new(), b"{}");
+        assert!(etags.prepare(&mut get(url)).is_none());
+        assert_eq!(etags.len(), 0);
+    }
+
+    #[test]
+    fn the_cache_is_bounded() {
+        let etags = Etags::default();
+        let mut headers = HeaderMap::new();
+        headers.insert("etag", HeaderValue::from_static("\"t\""));
+        for n in 0..ETAG_CACHE_ENTRIES + 10 {
+            etags.store(&format!("http://h/{n}"), StatusCode::OK, &headers, b"x");
+        }
+        assert_eq!(etags.len(), ETAG_CACHE_ENTRIES);
+        assert!(
+            etags.prepare(&mut get("http://h/0")).is_none(),
+            "the oldest went first"
+        );
+        assert!(
+            etags
+                .prepare(&mut get(&format!("http://h/{}", ETAG_CACHE_ENTRIES + 9)))
+                .is_some()
+        );
+        let big = vec![b'x'; ETAG_CACHE_MAX_BODY + 1];
+        etags.store("http://h/big", StatusCode::OK, &headers, &big);
+        assert!(
+            etags.prepare(&mut get("http://h/big")).is_none(),
+            "too large to keep"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! transient or permanent failure and the engine's backoff does the rest,
 //! honouring [`ForgeError::retry_after`].
 
+pub mod budget;
 pub mod config;
 mod error;
 pub mod events;
@@ -20,6 +21,7 @@ pub mod metrics;
 mod model;
 mod payload;
 
+pub use budget::RateBudget;
 pub use config::{ForgeConfig, ForgeKind, ForgesConfig};
 pub use error::{ForgeError, ForgeErrorKind, ForgeResult};
 pub use events::{ChangeAction, ForgeEvent, WebhookRejection};
@@ -133,6 +135,14 @@ pub trait Forge: Send + Sync + 'static {
         note_id: u64,
         body: &str,
     ) -> ForgeResult<()>;
+
+    /// The rate-limit budgets of this client's token as the forge's last
+    /// answers reported them (GitHub: one per resource, `core` and
+    /// `graphql`); empty (the default) when none was reported. Every
+    /// caller of the client shares them.
+    fn rate_budgets(&self) -> Vec<RateBudget> {
+        Vec::new()
+    }
 
     /// The forge's CI job API, when it offers one (GitLab jobs, GitHub
     /// Actions workflow jobs); `None` (the default) when CI jobs cannot be

@@ -69,6 +69,7 @@ const PATH_WORDS: &[&str] = &[
     "reviews",
     "rules",
     "runs",
+    "status",
     "statuses",
     "trace",
     "trees",
@@ -228,6 +229,10 @@ mod tests {
                 "DELETE repos/*/issues/*/labels/*",
             ),
             ("POST /graphql", "POST graphql"),
+            (
+                "GET /repos/o/r/commits/0123abc/status",
+                "GET repos/*/commits/*/status",
+            ),
             ("GET /user", "GET user"),
             (
                 "GET /projects/1/repository/compare?from=a&to=b",

@@ -606,7 +606,7 @@ async fn a_next_link_to_another_server_is_refused() {
 }
 
 #[tokio::test]
-async fn get_change_reads_checks_statuses_reviews_threads_and_draft_in_four_requests() {
+async fn get_change_reads_checks_statuses_reviews_threads_and_draft_in_one_request() {
     let sim = start_stepped_sim().await;
     create_repo(
         &sim,
@@ -620,28 +620,16 @@ async fn get_change_reads_checks_statuses_reviews_threads_and_draft_in_four_requ
     let github = client(&sim);
     let (n, head) = open_change(&github, "wq/gates").await;
 
-    // Checks running: one check run in progress, one status pending.
+    // Checks running: one check run in progress, one status pending. The
+    // whole state comes from one GraphQL query.
     sim.clear_requests();
     let change = github.get_change(REPO, n).await.expect("get");
     let served = requests(&sim);
-    assert_eq!(served.len(), 4, "{served:?}");
     assert_eq!(
-        served[0],
-        ("GET".into(), format!("/repos/{REPO}/pulls/{n}"))
+        served,
+        [("POST".to_owned(), "/graphql".to_owned())],
+        "one request"
     );
-    for wanted in [
-        ("POST".to_owned(), "/graphql".to_owned()),
-        (
-            "GET".to_owned(),
-            format!("/repos/{REPO}/commits/{head}/check-runs"),
-        ),
-        (
-            "GET".to_owned(),
-            format!("/repos/{REPO}/commits/{head}/status"),
-        ),
-    ] {
-        assert!(served.contains(&wanted), "{wanted:?} in {served:?}");
-    }
     assert_eq!(change.state, ChangeState::Open);
     assert_eq!(change.head_sha.as_deref(), Some(head.as_str()));
     assert_eq!(change.ci, CiStatus::Running);
@@ -2182,4 +2170,56 @@ async fn a_job_log_follows_one_redirect_without_the_token_and_keeps_its_tail() {
 
     let error = ci.job_trace(REPO, 4).await.expect_err("no such job");
     assert_eq!(error.kind, ForgeErrorKind::NotFound, "{error}");
+}
+
+/// A commit's tree never changes: the empty-diff check reads only the
+/// commits this client did not make or read before (the base branch moves,
+/// so a branch name is always read).
+#[tokio::test]
+async fn the_empty_diff_check_reads_no_commit_the_client_made() {
+    let sim = start_stepped_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let github = client(&sim);
+    let head = commit(
+        &github,
+        "wq/trees",
+        CommitMode::CreateBranch,
+        &[action(FileOp::Create, "t.txt", Some(b"t\n"))],
+    )
+    .await
+    .expect("commit");
+    sim.clear_requests();
+    assert!(
+        !github
+            .diff_is_empty(REPO, "main", &head)
+            .await
+            .expect("diff")
+    );
+    assert_eq!(
+        requests(&sim),
+        [("GET".to_owned(), format!("/repos/{REPO}/commits/main"))],
+        "the new commit's tree is known"
+    );
+    // A commit made elsewhere is read once.
+    let other = sim
+        .github_push_human_commit(REPO, "other", &[("t.txt", Some("t\n"))], "same content")
+        .expect("push");
+    sim.clear_requests();
+    assert!(
+        github
+            .diff_is_empty(REPO, &other, &head)
+            .await
+            .expect("diff")
+    );
+    assert!(
+        github
+            .diff_is_empty(REPO, &other, &head)
+            .await
+            .expect("diff")
+    );
+    assert_eq!(
+        requests(&sim),
+        [("GET".to_owned(), format!("/repos/{REPO}/commits/{other}"))],
+        "read once"
+    );
 }

@@ -101,7 +101,7 @@ async fn follow_with_note(
     if ends {
         match run.write_note(number, &note).await {
             Ok(write) => {
-                let written = dashboard::written(write.id, &note, run.mr.clock.now());
+                let written = dashboard::written(number, write.id, &note, run.mr.clock.now());
                 outcome
                     .dimensions
                     .retain(|u| u.dimension != NEEDS_DASHBOARD);

@@ -58,6 +58,12 @@ pub struct MrConfig {
     /// `reconcile_interval_seconds`, and never shorter than the forge's
     /// `Retry-After` (30 s).
     pub merge_transient_backoff_seconds: u64,
+    /// The share of a forge token's rate-limit budget, in percent, kept
+    /// for merges (10): while less is left in the window the forge last
+    /// reported, a reconcile its timer woke (a background read: no webhook
+    /// or command asked for it, no merge attempt waits on it) is deferred
+    /// until the window renews. 0: never deferred.
+    pub rate_limit_reserve_percent: u8,
 }
 
 /// One entry of `mr.review_overrides`.
@@ -90,6 +96,7 @@ impl Default for MrConfig {
             adopt_existing_branches: false,
             merge_transient_retries: 3,
             merge_transient_backoff_seconds: 30,
+            rate_limit_reserve_percent: 10,
         }
     }
 }
@@ -160,6 +167,15 @@ impl MrConfig {
                 format!(
                     "must be between 0 and {MAX_TRANSIENT_RETRIES}, got {}",
                     self.merge_transient_retries
+                ),
+            ));
+        }
+        if self.rate_limit_reserve_percent > 100 {
+            errors.push(FieldError::new(
+                "mr.rate_limit_reserve_percent",
+                format!(
+                    "must be at most 100, got {}",
+                    self.rate_limit_reserve_percent
                 ),
             ));
         }
@@ -274,6 +290,26 @@ mod tests {
             ]
         );
         assert_eq!(errors.0[4].field, "mr.public_url");
+    }
+
+    #[test]
+    fn the_rate_limit_reserve_is_a_share_of_at_most_all() {
+        let config = MrConfig {
+            rate_limit_reserve_percent: 101,
+            ..MrConfig::default()
+        };
+        let Err(errors) = config.compile() else {
+            panic!("a reserve above 100% was accepted");
+        };
+        assert_eq!(
+            errors.lines(),
+            vec!["mr.rate_limit_reserve_percent: must be at most 100, got 101".to_owned()]
+        );
+        let all = MrConfig {
+            rate_limit_reserve_percent: 100,
+            ..MrConfig::default()
+        };
+        assert!(all.compile().is_ok());
     }
 
     #[test]

@@ -242,14 +242,34 @@ pub(crate) fn projected(view: &ItemView, outcome: &ExecOutcome) -> ItemView {
     next
 }
 
-/// The `needs_dashboard` detail of a note just written.
-pub(crate) fn written(note_id: u64, note: &StatusNote, now: OffsetDateTime) -> serde_json::Value {
+/// The `needs_dashboard` detail of a note just written on change request
+/// `number`.
+pub(crate) fn written(
+    number: u64,
+    note_id: u64,
+    note: &StatusNote,
+    now: OffsetDateTime,
+) -> serde_json::Value {
     serde_json::json!({
+        "number": number,
         "note_id": note_id,
         "url": note.link,
         "hash": note.hash(),
         "written_at": now.format(&Rfc3339).ok(),
     })
+}
+
+/// The id and text hash of the status note last written on change request
+/// `number`, from the `needs_dashboard` detail (a detail without the number,
+/// written before it was kept, tells nothing).
+pub(crate) fn last_written(view: &ItemView, number: u64) -> Option<(u64, String)> {
+    let detail = &view.dimension(NEEDS_DASHBOARD, "")?.detail;
+    if detail.get("number").and_then(serde_json::Value::as_u64) != Some(number) {
+        return None;
+    }
+    let id = detail.get("note_id")?.as_u64()?;
+    let hash = detail.get("hash")?.as_str()?.to_owned();
+    Some((id, hash))
 }
 
 /// Asks for an edit of the note when `note` differs from the text last

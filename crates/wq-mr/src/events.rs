@@ -6,10 +6,16 @@
 //! state: duplicates cost one read and change nothing twice, and a late,
 //! reordered delivery cannot undo newer state. `merged` and `closed` end
 //! the item through that read too (a reopen may have overtaken a close),
-//! in the step that also writes the final status note.
+//! in the step that also writes the final status note. The webhook of the
+//! item's own status note (the note id its `needs_dashboard` detail keeps,
+//! on the same change request) asks for nothing: writing it told the forge
+//! nothing new. Nor does news of CI that started or still runs (a
+//! pipeline or check pending or running): no gate passes on it, and its
+//! end asks. The opening of the change request the item recorded is its
+//! own creation, read by the reconcile that follows it.
 
 use wq_core::{DimensionUpdate, EventResult, ExecError, ItemView, PendingEvent};
-use wq_forge::ForgeEvent;
+use wq_forge::{ChangeAction, CiStatus, ForgeEvent};
 
 use crate::MrType;
 use crate::ci_retry::{ReportedJob, on_job};
@@ -69,7 +75,39 @@ async fn handle_forge_event(
     match event {
         // The reconcile reads the merge (confirming our attempt in the
         // journal) or the close, and ends the item.
+        // The opening of the change request this item recorded: its own
+        // creation, which the reconcile after it reads anyway.
+        ForgeEvent::Change {
+            number,
+            action: ChangeAction::Opened,
+            ..
+        } if mr
+            .store
+            .get(view.item.id)
+            .await
+            .map_err(store_error)?
+            .is_some_and(|details| details.mr_number == Some(number)) =>
+        {
+            Ok(EventResult::ignored())
+        }
         ForgeEvent::Change { .. } => Ok(reconcile()),
+        // The item's own status note, posted or edited: nothing to read.
+        ForgeEvent::Note {
+            number, note_id, ..
+        } if crate::dashboard::last_written(view, number).is_some_and(|(id, _)| id == note_id) => {
+            Ok(EventResult::ignored())
+        }
+        // CI that started or still runs: no gate can pass on it, and the
+        // read after the push saw it start; its end asks again (and the
+        // busy timer makes up a lost one).
+        ForgeEvent::Pipeline {
+            status: CiStatus::Pending | CiStatus::Running,
+            ..
+        }
+        | ForgeEvent::Checks {
+            status: CiStatus::Pending | CiStatus::Running,
+            ..
+        } => Ok(EventResult::ignored()),
         ForgeEvent::Pipeline { .. }
         | ForgeEvent::Note { .. }
         | ForgeEvent::Checks { .. }

@@ -413,9 +413,11 @@ impl Run<'_> {
                 head
             }
         };
+        // Against the head just pushed or found: the same as the branch,
+        // and a commit whose tree the client may know already.
         let empty = self
             .forge
-            .diff_is_empty(project, &spec.target_branch, &spec.source_branch)
+            .diff_is_empty(project, &spec.target_branch, &head)
             .await
             .map_err(|e| forge_failure("comparing the branches", e))?;
         if empty {
@@ -653,6 +655,7 @@ impl Run<'_> {
             number,
             ExecOutcome::done().with_dimension(
                 DimensionUpdate::new(NEEDS_DASHBOARD, false).detail(dashboard::written(
+                    number,
                     written.id,
                     &note,
                     self.now(),
@@ -662,19 +665,49 @@ impl Run<'_> {
     }
 
     /// Posts `note`, or edits the bot's note that carries its marker when
-    /// the text differs; says which it did.
+    /// the text differs; says which it did. The note this item last wrote
+    /// on `number` (its id and text hash in the `needs_dashboard` detail)
+    /// is edited by its id without listing the notes, and not touched when
+    /// the text is the same; a note gone meanwhile is looked for and posted
+    /// anew.
     pub(crate) async fn write_note(
         &self,
         number: u64,
         note: &StatusNote,
     ) -> Result<NoteWrite, ExecError> {
+        let body = self.outgoing(&note.body).into_owned();
+        let body_sha256 = hex::encode(Sha256::digest(body.as_bytes()));
+        if let Some((id, hash)) = dashboard::last_written(self.view, number) {
+            if hash == note.hash() {
+                return Ok(NoteWrite {
+                    id,
+                    kind: None,
+                    body_sha256,
+                });
+            }
+            match self
+                .forge
+                .update_note(self.project(), number, id, &body)
+                .await
+            {
+                Ok(()) => {
+                    return Ok(NoteWrite {
+                        id,
+                        kind: Some("forge.note_edited"),
+                        body_sha256,
+                    });
+                }
+                Err(error) if error.kind == wq_forge::ForgeErrorKind::NotFound => {
+                    tracing::info!(item = %self.view.item.id, number, note = id, "the status note is gone; looking for it by its marker");
+                }
+                Err(error) => return Err(forge_failure("updating the status note", error)),
+            }
+        }
         let notes = self
             .forge
             .list_notes(self.project(), number)
             .await
             .map_err(|e| forge_failure("listing notes", e))?;
-        let body = self.outgoing(&note.body).into_owned();
-        let body_sha256 = hex::encode(Sha256::digest(body.as_bytes()));
         // Only a note the bot wrote is the status note: a person's comment
         // quoting the marker is left alone.
         let me = self
@@ -719,6 +752,10 @@ impl Run<'_> {
         let Some(number) = self.details.mr_number else {
             return Ok(ExecOutcome::done().with_dimension(DimensionUpdate::new(NEEDS_MR, true)));
         };
+        if let Some(wait) = self.budget_wait() {
+            tracing::info!(item = %id, number, wait, "the forge token's rate-limit budget is below its reserve; this background reconcile waits for the window's reset");
+            return Ok(ExecOutcome::done().with_dimension(self.reconcile_in(wait)));
+        }
         let change = self
             .forge
             .get_change(self.project(), number)
@@ -918,6 +955,42 @@ impl Run<'_> {
                 Ok(ExecOutcome::done().with_dimension(self.reconcile_in(idle)))
             }
         }
+    }
+
+    /// Seconds a background reconcile waits for the forge token's budget:
+    /// `Some` when its timer woke it (no webhook or command asked: the
+    /// `needs_reconcile` row was deferred), no merge attempt of the item
+    /// waits on it, and a budget the forge reported is below
+    /// `mr.rate_limit_reserve_percent` of its limit in a window that has
+    /// not renewed. Until the reset, at most `reconcile_interval_seconds`.
+    fn budget_wait(&self) -> Option<u64> {
+        let reserve = f64::from(self.mr.config.rate_limit_reserve_percent) / 100.0;
+        if reserve <= 0.0 {
+            return None;
+        }
+        let timer_woke = self
+            .view
+            .dimension(NEEDS_RECONCILE, "")
+            .is_some_and(|row| row.pending_until.is_some());
+        // An attempt in flight, accepted (queued) or due again after a
+        // transient answer: a merge waits on this read.
+        let merging = matches!(
+            self.details.journal.result,
+            Some(MergeResult::InFlight | MergeResult::Accepted)
+        ) || self.details.journal.retry_at.is_some();
+        if !timer_woke || merging {
+            return None;
+        }
+        let now = self.now().unix_timestamp();
+        let reset = self
+            .forge
+            .rate_budgets()
+            .into_iter()
+            .filter(|budget| budget.below(reserve, now))
+            .map(|budget| budget.reset_unix.unwrap_or(now + 60))
+            .max()?;
+        let wait = u64::try_from((reset - now).max(1)).unwrap_or(1);
+        Some(wait.min(self.mr.config.reconcile_interval_seconds))
     }
 
     /// The merge call got a transient answer (5xx, 429, timeout): it may or

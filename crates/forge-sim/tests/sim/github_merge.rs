@@ -568,3 +568,75 @@ async fn graphql_reports_unknown_fields_and_missing_objects() {
     assert_eq!(pr["headRefName"], "feature");
     assert_eq!(pr["isDraft"], false);
 }
+
+/// `PullRequest.statusCheckRollup.contexts`: the head's latest check run per name
+/// (`CheckRun`) and latest status per context (`StatusContext`), upper-case as GitHub's
+/// GraphQL spells them, agreeing with REST; `null` on a head without any.
+#[tokio::test]
+async fn graphql_status_check_rollup_lists_the_heads_checks_and_statuses() {
+    let sim = start_stepped_sim().await;
+    create_repo(
+        &sim,
+        GithubRepoSpec::new("octo", "app").checks(&[
+            CheckScript::new("ci", JobOutcome::Success).duration_secs(60),
+            CheckScript::new("lint", JobOutcome::Success)
+                .duration_secs(60)
+                .as_status(),
+        ]),
+    );
+    let gh = ApiClient::github(&sim);
+    sim.github_push_human_commit(REPO, "main", &[("README.md", Some("r\n"))], "init")
+        .expect("main");
+    sim.github_push_human_commit(REPO, "feature", &[("f.txt", Some("f\n"))], "feature")
+        .expect("branch");
+    let n = gh.open_pr(REPO, "feature", "Feature").await;
+    let query = r#"query($n: Int!) { repository(owner: "octo", name: "app") { pullRequest(number: $n) {
+        headRefOid
+        statusCheckRollup { state contexts(first: 10) { totalCount nodes { __typename
+          ... on CheckRun { name status conclusion } ... on StatusContext { context state } } } } } } }"#;
+    let rollup =
+        |body: &Value| body["data"]["repository"]["pullRequest"]["statusCheckRollup"].clone();
+    sim.tick();
+    let body = gh.graphql(query, json!({ "n": n })).await;
+    assert!(body.get("errors").is_none(), "{body}");
+    let head = body["data"]["repository"]["pullRequest"]["headRefOid"]
+        .as_str()
+        .expect("head")
+        .to_string();
+    let running = rollup(&body);
+    assert_eq!(running["state"], "PENDING", "{running}");
+    assert_eq!(running["contexts"]["totalCount"], 2);
+    assert_eq!(
+        running["contexts"]["nodes"],
+        json!([
+            { "__typename": "CheckRun", "name": "ci", "status": "IN_PROGRESS", "conclusion": null },
+            { "__typename": "StatusContext", "context": "lint", "state": "PENDING" },
+        ])
+    );
+    let (_, runs) = gh
+        .get(&format!("/repos/{REPO}/commits/{head}/check-runs"))
+        .await;
+    assert_eq!(runs["check_runs"][0]["status"], "in_progress", "{runs}");
+
+    sim.advance(Duration::from_secs(60));
+    sim.tick();
+    let body = gh.graphql(query, json!({ "n": n })).await;
+    let done = rollup(&body);
+    assert_eq!(done["state"], "SUCCESS", "{done}");
+    assert_eq!(
+        done["contexts"]["nodes"],
+        json!([
+            { "__typename": "CheckRun", "name": "ci", "status": "COMPLETED", "conclusion": "SUCCESS" },
+            { "__typename": "StatusContext", "context": "lint", "state": "SUCCESS" },
+        ])
+    );
+
+    // A head without checks or statuses has no rollup.
+    sim.github_script_checks(REPO, Vec::new())
+        .expect("no checks");
+    sim.github_push_human_commit(REPO, "bare", &[("b.txt", Some("b\n"))], "bare")
+        .expect("branch");
+    let bare = gh.open_pr(REPO, "bare", "Bare").await;
+    let body = gh.graphql(query, json!({ "n": bare })).await;
+    assert!(rollup(&body).is_null(), "{body}");
+}

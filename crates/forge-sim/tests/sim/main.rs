@@ -18,6 +18,7 @@ fn create_repo(sim: &SimHandle, spec: GithubRepoSpec) {
     sim.github_create_repo(spec).expect("repo created");
 }
 
+mod conditional;
 mod github_actions;
 mod github_control;
 mod github_merge;
@@ -26,4 +27,5 @@ mod github_webhooks;
 mod gitlab_api;
 mod ownership;
 mod paging;
+mod ratelimit;
 mod sim_control;

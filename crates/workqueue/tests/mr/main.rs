@@ -18,6 +18,7 @@ mod github_ci;
 mod hostile;
 mod openapi;
 mod ownership;
+mod ratelimit;
 mod sqs;
 mod support;
 mod webhooks;

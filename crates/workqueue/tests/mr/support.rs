@@ -1064,6 +1064,9 @@ impl Forge for Intercept {
     fn ci_jobs(&self) -> Option<&dyn wq_forge::CiJobs> {
         self.inner.ci_jobs()
     }
+    fn rate_budgets(&self) -> Vec<wq_forge::RateBudget> {
+        self.inner.rate_budgets()
+    }
     fn parse_webhook(
         &self,
         headers: &[(&str, &str)],

@@ -10,13 +10,20 @@ use super::wire;
 use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
 use crate::model::{ChangeRequest, ChangeState, ChangeUpdate, NewChange, QueueObservation};
 
-/// `get_change`'s GraphQL query.
+/// `get_change`'s GraphQL query: the pull request's whole state in one
+/// request (its fields, labels, review decision, reviews, review threads,
+/// merge queue entry, and its head's checks and statuses).
 const CHANGE_QUERY: &str = "query($owner: String!, $name: String!, $number: Int!) { \
 repository(owner: $owner, name: $name) { pullRequest(number: $number) { \
+number url state isDraft merged title body headRefName headRefOid baseRefName \
+mergeable mergeStateStatus author { login } mergeCommit { oid } \
+labels(first: 100) { totalCount nodes { name } } \
 reviewDecision \
 reviews(last: 100, states: [APPROVED, CHANGES_REQUESTED, DISMISSED]) { nodes { state author { login } authorAssociation commit { oid } } } \
 reviewThreads(first: 100) { totalCount nodes { isResolved } } \
-mergeQueueEntry { state position estimatedTimeToMerge } } } }";
+mergeQueueEntry { state position estimatedTimeToMerge } \
+statusCheckRollup { contexts(first: 100) { totalCount nodes { __typename \
+... on CheckRun { status conclusion } ... on StatusContext { state } } } } } } }";
 
 impl GithubClient {
     /// The open pull request from `source_branch` (of the repository's
@@ -69,7 +76,7 @@ impl GithubClient {
             Err(error) => return Err(error),
         };
         let number = pr.number;
-        let mut change = self.complete(&repo, pr).await?;
+        let mut change = self.read_change(&repo, number).await?;
         if !request.labels.is_empty() {
             change.labels = self
                 .set_labels(&repo, number, &change.labels, request.labels)
@@ -100,18 +107,17 @@ impl GithubClient {
         if let Some(open) = update.open {
             body.insert("state".into(), json!(if open { "open" } else { "closed" }));
         }
-        let pr = if body.is_empty() {
-            self.read_pr(&repo, number).await?
-        } else {
+        if !body.is_empty() {
             let n = number.to_string();
-            self.http
+            let _: wire::PullRequest = self
+                .http
                 .json(
                     &Call::repo(Method::PATCH, &repo, &["pulls", &n]).body(Value::Object(body)),
                     "a pull request",
                 )
-                .await?
-        };
-        let mut change = self.complete(&repo, pr).await?;
+                .await?;
+        }
+        let mut change = self.read_change(&repo, number).await?;
         if let Some(labels) = update.labels {
             change.labels = self
                 .set_labels(&repo, number, &change.labels, labels)
@@ -126,8 +132,32 @@ impl GithubClient {
         number: u64,
     ) -> ForgeResult<ChangeRequest> {
         let repo = Repo::parse(project)?;
-        let pr = self.read_pr(&repo, number).await?;
-        self.complete(&repo, pr).await
+        self.read_change(&repo, number).await
+    }
+
+    /// The pull request's whole state from one GraphQL query. When the
+    /// query fails or does not tell everything (errors, more labels or
+    /// checks than one page holds), the REST reads make it up (see
+    /// [`GithubClient::read_rest`]).
+    pub(super) async fn read_change(
+        &self,
+        repo: &Repo<'_>,
+        number: u64,
+    ) -> ForgeResult<ChangeRequest> {
+        let variables = json!({ "owner": repo.owner, "name": repo.name, "number": number });
+        match self.http.graphql(CHANGE_QUERY, variables).await {
+            Ok(answer) => match wire::graphql_change(&answer) {
+                Some(change) => Ok(change),
+                None => self.read_rest(repo, number, Some(&answer)).await,
+            },
+            Err(error) => {
+                tracing::warn!(
+                    owner = repo.owner, repo = repo.name, number, %error,
+                    "GraphQL read of the pull request failed; review unknown, queue unobserved"
+                );
+                self.read_rest(repo, number, None).await
+            }
+        }
     }
 
     pub(super) async fn read_pr(
@@ -144,13 +174,17 @@ impl GithubClient {
             .await
     }
 
-    /// The REST view of `pr` completed with CI, reviews, threads and the
-    /// queue (open pull requests only; see the module docs).
-    pub(super) async fn complete(
+    /// The REST view of the pull request (`GET pulls/:n`), completed for
+    /// an open one with its head's check runs and statuses and with what
+    /// the GraphQL `answer` tells of reviews, threads and the queue; a
+    /// failed query (or none) reads as [`wire::GraphqlView::unknown`].
+    pub(super) async fn read_rest(
         &self,
         repo: &Repo<'_>,
-        pr: wire::PullRequest,
+        number: u64,
+        answer: Option<&Value>,
     ) -> ForgeResult<ChangeRequest> {
+        let pr = self.read_pr(repo, number).await?;
         let mut change = pr.into_change();
         if change.state != ChangeState::Open {
             // Merged or closed: out of any queue, nothing to gate.
@@ -158,11 +192,20 @@ impl GithubClient {
             return Ok(change);
         }
         let head = change.head_sha.clone();
-        let (view, checks) = tokio::join!(
-            self.graphql_view(repo, change.number, head.as_deref()),
-            self.checks(repo, head.as_deref())
-        );
-        let (ci, pending_checks) = checks?;
+        let view = answer
+            .and_then(|answer| {
+                let view = wire::graphql_view(answer, head.as_deref());
+                if view.is_none() {
+                    tracing::warn!(
+                        owner = repo.owner, repo = repo.name, number,
+                        errors = %wire::error_messages(answer),
+                        "GraphQL read of the pull request failed; review unknown, queue unobserved"
+                    );
+                }
+                view
+            })
+            .unwrap_or_else(wire::GraphqlView::unknown);
+        let (ci, pending_checks) = self.checks(repo, head.as_deref()).await?;
         change.ci = ci;
         change.pending_checks = pending_checks;
         change.review = view.review;
@@ -171,34 +214,6 @@ impl GithubClient {
         change.unresolved_threads = view.unresolved_threads;
         change.queue = view.queue;
         Ok(change)
-    }
-
-    /// Reviews, threads and the queue entry from one GraphQL query; a
-    /// failed query reads as [`wire::GraphqlView::unknown`].
-    pub(super) async fn graphql_view(
-        &self,
-        repo: &Repo<'_>,
-        number: u64,
-        head: Option<&str>,
-    ) -> wire::GraphqlView {
-        let variables = json!({ "owner": repo.owner, "name": repo.name, "number": number });
-        match self.http.graphql(CHANGE_QUERY, variables).await {
-            Ok(answer) => wire::graphql_view(&answer, head).unwrap_or_else(|| {
-                tracing::warn!(
-                    owner = repo.owner, repo = repo.name, number,
-                    errors = %wire::error_messages(&answer),
-                    "GraphQL read of the pull request failed; review unknown, queue unobserved"
-                );
-                wire::GraphqlView::unknown()
-            }),
-            Err(error) => {
-                tracing::warn!(
-                    owner = repo.owner, repo = repo.name, number, %error,
-                    "GraphQL read of the pull request failed; review unknown, queue unobserved"
-                );
-                wire::GraphqlView::unknown()
-            }
-        }
     }
 
     /// The combined CI of `head`: its check runs (latest per name, all

@@ -20,7 +20,13 @@ pub struct GithubClient {
     pub(super) merge_budget: Duration,
     /// The token's user, read once.
     user: tokio::sync::OnceCell<crate::ForgeUser>,
+    /// The tree of each commit this client made or read, by repository and
+    /// commit sha (a commit's tree never changes).
+    commit_trees: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
 }
+
+/// How many commits' trees a client keeps (all are dropped when full).
+const COMMIT_TREES: usize = 4096;
 
 impl fmt::Debug for GithubClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -47,7 +53,36 @@ impl GithubClient {
             merge_poll_interval: MERGE_POLL_INTERVAL,
             merge_budget: MERGE_BUDGET,
             user: tokio::sync::OnceCell::new(),
+            commit_trees: std::sync::Mutex::default(),
         })
+    }
+
+    /// The tree of commit `sha` of `repo`, when this client made or read it.
+    pub(super) fn known_tree(&self, repo: &str, sha: &str) -> Option<String> {
+        self.lock_trees()
+            .get(&(repo.to_ascii_lowercase(), sha.to_ascii_lowercase()))
+            .cloned()
+    }
+
+    /// Keeps the tree of commit `sha` of `repo`.
+    pub(super) fn keep_tree(&self, repo: &str, sha: &str, tree: &str) {
+        let mut trees = self.lock_trees();
+        if trees.len() >= COMMIT_TREES {
+            trees.clear();
+        }
+        trees.insert(
+            (repo.to_ascii_lowercase(), sha.to_ascii_lowercase()),
+            tree.to_owned(),
+        );
+    }
+
+    fn lock_trees(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), String>> {
+        // A cache only: a panic elsewhere cannot leave it invalid.
+        self.commit_trees
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Sets how `merge_change` follows a pending request: the wait between

@@ -132,6 +132,8 @@ impl GithubClient {
                 "a commit",
             )
             .await?;
+        self.keep_tree(request.project, &commit.sha, &tree.sha);
+        self.keep_tree(request.project, &base.sha, &base.commit.tree.sha);
         match request.mode {
             CommitMode::CreateBranch => self.create_ref(&repo, request.branch, &commit.sha).await?,
             CommitMode::ForceUpdate => {
@@ -168,10 +170,18 @@ impl GithubClient {
         let repo = Repo::parse(project)?;
         let read = |reference: &str| {
             let call = Call::repo(Method::GET, &repo, &["commits", reference]);
-            async move { self.http.json::<wire::Commit>(&call, "a commit").await }
+            let known = self.known_tree(project, reference);
+            async move {
+                if let Some(tree) = known {
+                    return Ok(tree);
+                }
+                let commit = self.http.json::<wire::Commit>(&call, "a commit").await?;
+                self.keep_tree(project, &commit.sha, &commit.commit.tree.sha);
+                Ok::<_, crate::ForgeError>(commit.commit.tree.sha)
+            }
         };
         let (base, head) = tokio::join!(read(base), read(head));
-        Ok(base?.commit.tree.sha == head?.commit.tree.sha)
+        Ok(base? == head?)
     }
 
     /// The entries of a tree (recursive), by path.

@@ -101,6 +101,10 @@ pub struct Http {
     /// `https://api.github.com/graphql` or `https://host/api/graphql`.
     graphql: Url,
     timeout: Duration,
+    /// The `GET` answers re-read with `If-None-Match`.
+    etags: crate::http_util::Etags,
+    /// The token's rate-limit budgets, as GitHub's answers report them.
+    pub(crate) budgets: crate::budget::Budgets,
 }
 
 impl Http {
@@ -129,6 +133,8 @@ impl Http {
             base,
             graphql,
             timeout,
+            etags: crate::http_util::Etags::default(),
+            budgets: crate::budget::Budgets::default(),
         })
     }
 
@@ -147,18 +153,37 @@ impl Http {
     }
 
     /// Sends `request` and reads the whole answer, any status but a
-    /// redirect (an error naming the `Location`).
+    /// redirect (an error naming the `Location`). A `GET` whose answer is
+    /// kept (see [`crate::http_util::Etags`]) is sent with `If-None-Match`,
+    /// and a `304 Not Modified` (which GitHub does not count against the
+    /// rate limit) reads as the kept answer.
     async fn read(&self, request: RequestBuilder, describe: &str) -> ForgeResult<Answer> {
+        let mut request = request
+            .build()
+            .map_err(|e| self.transport_error(describe, &e))?;
+        let url = request.url().to_string();
+        let is_get = request.method() == Method::GET;
+        let kept = self.etags.prepare(&mut request);
         let response = crate::metrics::observe(
             "github",
             &crate::metrics::host_label(&self.base),
             describe,
-            request.send(),
+            self.client.execute(request),
         )
         .await
         .map_err(|e| self.transport_error(describe, &e))?;
+        self.budgets.update(response.headers());
         let status = response.status();
         let headers = response.headers().clone();
+        if status == StatusCode::NOT_MODIFIED
+            && let Some(kept) = kept
+        {
+            return Ok(Answer {
+                status: kept.status,
+                headers: kept.headers.clone(),
+                body: kept.body.clone(),
+            });
+        }
         if status.is_redirection() {
             // Never followed (see `http_util::client`), never read as an answer.
             return Err(crate::http_util::redirect_error(
@@ -169,6 +194,9 @@ impl Http {
             .bytes()
             .await
             .map_err(|e| self.transport_error(describe, &e))?;
+        if is_get {
+            self.etags.store(&url, status, &headers, &body);
+        }
         Ok(Answer {
             status,
             headers,
@@ -193,6 +221,7 @@ impl Http {
         )
         .await
         .map_err(|e| self.transport_error(&describe, &e))?;
+        self.budgets.update(response.headers());
         let status = response.status();
         let response = if status.is_redirection() {
             let headers = response.headers().clone();

@@ -10,26 +10,30 @@
 //!
 //! | call | requests |
 //! |---|---|
-//! | `get_change` (open PR) | 4: `GET pulls/:n`, then at once one GraphQL query (review decision, reviews, review threads, merge queue entry), `GET commits/:head/check-runs` and `GET commits/:head/status` (one more each per further page of 100) |
-//! | `get_change` (merged or closed PR) | 1: `GET pulls/:n` (the queue is `Absent`, CI not read) |
+//! | `get_change` | 1: one GraphQL query for the whole state (the pull request's fields and labels, review decision, reviews, review threads, merge queue entry, the head's check runs and statuses through `statusCheckRollup.contexts`); when it fails or does not tell everything (errors, more than 100 labels or checks), `GET pulls/:n` and for an open PR `GET commits/:head/check-runs` and `GET commits/:head/status` (one more each per further page of 100) make it up |
 //! | `find_open_change` | `GET pulls?state=open&head=owner:branch`, then `get_change` of the match |
-//! | `create_change` | `POST pulls`, the three reads of `get_change`, then one `POST issues/:n/labels` when there are labels |
-//! | `update_change` | `PATCH pulls/:n` (or `GET` when only labels change), the three reads, then one `POST` for the labels to add and a `DELETE` per label to remove |
+//! | `create_change` | `POST pulls`, the read of `get_change`, then one `POST issues/:n/labels` when there are labels |
+//! | `update_change` | `PATCH pulls/:n` (none when only labels change), the read of `get_change`, then one `POST` for the labels to add and a `DELETE` per label to remove |
 //! | `queue_entries` | 1 GraphQL query with an alias per pull request (up to [`QUEUE_ALIASES_PER_QUERY`]) |
 //! | `merge_change` | `PUT pulls/:n/merge-async`, then `GET pulls/:n/merge-async/:uuid` every [`MERGE_POLL_INTERVAL`] while pending, within [`MERGE_BUDGET`] |
 //! | `commit_files` | `GET branches/:base`, `GET git/trees/:tree?recursive=1` (deletes, moves and writes are checked against the base tree's files), `POST git/blobs` per file content, `POST git/trees`, `POST git/commits`, `POST git/refs` or `PATCH git/refs/heads/:branch` |
-//! | `diff_is_empty` | `GET commits/:base` and `GET commits/:head` (their trees compared) |
+//! | `diff_is_empty` | `GET commits/:base` and `GET commits/:head` (their trees compared; the tree of a commit this client made or read is known and not read again) |
 //! | `current_user` | `GET /user`, once per client (an error is not kept) |
 //! | `project_path` | `GET repos/:owner/:repo` |
 //! | `branch_protected` | `GET branches/:branch` (classic protection), then, unless that said protected, `GET rules/branches/:branch` (rulesets; every page) |
+//!
+//! Every REST `GET` is conditional once its URL was read: the client keeps
+//! the last answer with its `ETag` and sends `If-None-Match`; a `304 Not
+//! Modified`, which GitHub does not count against the rate limit, reads
+//! as the kept answer (see `http_util::Etags`). GraphQL has no validators.
 //!
 //! Redirects are never followed: a 3xx answer is a
 //! [`ForgeErrorKind::Rejected`](crate::ForgeErrorKind::Rejected) error
 //! naming its `Location`, so the token never leaves for another host.
 //!
-//! The check runs and statuses take two requests because the simulated
-//! GitHub's GraphQL has no `statusCheckRollup.contexts`; with it, the CI
-//! would fit into the GraphQL query.
+//! The CI is the head's check runs (the latest per name) and commit
+//! statuses (the latest per context), as `statusCheckRollup.contexts`
+//! lists them or the REST reads do.
 //!
 //! **Review decision.** `reviewDecision` is GitHub's own word when branch
 //! protection requires reviews. When it is `null` (no review required),
@@ -43,7 +47,7 @@
 //!
 //! **Queue.** The GraphQL `mergeQueueEntry` is authoritative: an entry, or
 //! `null` = `Absent`. When the GraphQL query fails (transport, HTTP error,
-//! or errors on the pull request), the queue is `Unobserved`, the review
+//! or errors on the pull request), the REST reads give the rest, the queue is `Unobserved`, the review
 //! `ReviewRequired` with no approvals and no threads counted: the read
 //! never claims an approval or a queue absence it did not see.
 //!
@@ -195,6 +199,10 @@ impl Forge for GithubClient {
         body: &str,
     ) -> ForgeResult<()> {
         self.update_note(project, number, note_id, body).await
+    }
+
+    fn rate_budgets(&self) -> Vec<crate::RateBudget> {
+        self.http.budgets.all()
     }
 
     fn ci_jobs(&self) -> Option<&dyn crate::CiJobs> {

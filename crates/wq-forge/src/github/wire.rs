@@ -478,6 +478,127 @@ pub fn graphql_view(answer: &Value, head: Option<&str>) -> Option<GraphqlView> {
     })
 }
 
+/// The whole change request from `get_change`'s query: the pull request's
+/// fields, and for an open one its CI (the head's check runs and statuses,
+/// combined as [`combine_checks`] does) and the [`graphql_view`]. `None`
+/// when the answer does not tell all of it: any error, no pull request,
+/// more labels or checks than the page read, or a field missing.
+pub fn graphql_change(answer: &Value) -> Option<ChangeRequest> {
+    if answer
+        .get("errors")
+        .and_then(Value::as_array)
+        .is_some_and(|errors| !errors.is_empty())
+    {
+        return None;
+    }
+    let pr = answer
+        .pointer("/data/repository/pullRequest")
+        .filter(|v| v.is_object())?;
+    let text = |key: &str| pr.get(key).and_then(Value::as_str);
+    let state = match text("state")? {
+        "MERGED" => ChangeState::Merged,
+        "OPEN" => ChangeState::Open,
+        _ if pr.get("merged").and_then(Value::as_bool) == Some(true) => ChangeState::Merged,
+        _ => ChangeState::Closed,
+    };
+    let labels = pr.get("labels")?;
+    let label_nodes = labels.get("nodes")?.as_array()?;
+    if labels.get("totalCount").and_then(Value::as_u64) != Some(label_nodes.len() as u64) {
+        return None;
+    }
+    let head_sha = text("headRefOid")
+        .filter(|sha| !sha.is_empty())
+        .map(str::to_owned);
+    let mut change = ChangeRequest {
+        number: pr.get("number")?.as_u64()?,
+        url: text("url").unwrap_or_default().to_owned(),
+        state,
+        draft: pr.get("isDraft").and_then(Value::as_bool).unwrap_or(false),
+        title: text("title").unwrap_or_default().to_owned(),
+        description: text("body").unwrap_or_default().to_owned(),
+        labels: label_nodes
+            .iter()
+            .filter_map(|label| label.get("name").and_then(Value::as_str))
+            .map(str::to_owned)
+            .collect(),
+        source_branch: text("headRefName")?.to_owned(),
+        target_branch: text("baseRefName")?.to_owned(),
+        head_sha,
+        pipeline_id: None,
+        ci: CiStatus::None,
+        pending_checks: 0,
+        review: ReviewDecision::ReviewRequired,
+        approvals: 0,
+        required_approvals: None,
+        approved_by: Vec::new(),
+        mergeable: match text("mergeable") {
+            Some("MERGEABLE") => Mergeable::Yes,
+            Some("CONFLICTING") => Mergeable::No,
+            _ => Mergeable::Unknown,
+        },
+        // REST's `mergeable_state` words (`clean`, `blocked`, ...).
+        merge_status: text("mergeStateStatus")
+            .unwrap_or("unknown")
+            .to_ascii_lowercase(),
+        unresolved_threads: 0,
+        queue: QueueObservation::Absent,
+        author: pr
+            .pointer("/author/login")
+            .and_then(Value::as_str)
+            .filter(|login| !login.is_empty())
+            .map(str::to_owned),
+        merge_commit_sha: pr
+            .pointer("/mergeCommit/oid")
+            .and_then(Value::as_str)
+            .filter(|sha| state == ChangeState::Merged && !sha.is_empty())
+            .map(str::to_owned),
+    };
+    if state != ChangeState::Open {
+        // Merged or closed: out of any queue, nothing to gate.
+        return Some(change);
+    }
+    let (ci, pending) = match pr.get("statusCheckRollup")? {
+        // No check run and no status on the head.
+        Value::Null => (CiStatus::None, 0),
+        rollup => {
+            let contexts = rollup.get("contexts")?;
+            let nodes = contexts.get("nodes")?.as_array()?;
+            if contexts.get("totalCount").and_then(Value::as_u64) != Some(nodes.len() as u64) {
+                return None;
+            }
+            let lower = |node: &Value, key: &str| {
+                node.get(key)
+                    .and_then(Value::as_str)
+                    .map(str::to_ascii_lowercase)
+            };
+            let mut runs = Vec::new();
+            let mut statuses = Vec::new();
+            for node in nodes {
+                match node.get("__typename").and_then(Value::as_str)? {
+                    "CheckRun" => runs.push(CheckRun {
+                        status: lower(node, "status")?,
+                        conclusion: lower(node, "conclusion"),
+                    }),
+                    "StatusContext" => statuses.push(CommitStatus {
+                        state: lower(node, "state")?,
+                    }),
+                    _ => return None,
+                }
+            }
+            combine_checks(&runs, &statuses)
+        }
+    };
+    let view = graphql_view(answer, change.head_sha.as_deref())?;
+    change.ci = ci;
+    change.pending_checks = pending;
+    change.review = view.review;
+    change.approvals = view.approvals;
+    change.approved_by = view.approved_by;
+    change.unresolved_threads = view.unresolved_threads;
+    change.queue = view.queue;
+    Some(change)
+}
+
 /// Each reviewer's latest decisive review (`APPROVED`, `CHANGES_REQUESTED`,
 /// `DISMISSED`; the nodes come oldest first) as (state, commit oid), by
 /// login, sorted.
@@ -624,6 +745,63 @@ mod tests {
         CommitStatus {
             state: state.into(),
         }
+    }
+
+    #[test]
+    fn a_graphql_read_tells_the_whole_change_or_nothing() {
+        let answer = |pr: Value| json!({ "data": { "repository": { "pullRequest": pr } } });
+        let pr = json!({
+            "number": 7, "url": "u", "state": "OPEN", "isDraft": false, "merged": false,
+            "title": "t", "body": "b", "headRefName": "wq/x", "headRefOid": "abc",
+            "baseRefName": "main", "mergeable": "MERGEABLE", "mergeStateStatus": "UNSTABLE",
+            "author": { "login": "bot" }, "mergeCommit": null,
+            "labels": { "totalCount": 1, "nodes": [{ "name": "l" }] },
+            "reviewDecision": null, "reviews": { "nodes": [] },
+            "reviewThreads": { "totalCount": 0, "nodes": [] }, "mergeQueueEntry": null,
+            "statusCheckRollup": { "contexts": { "totalCount": 2, "nodes": [
+                { "__typename": "CheckRun", "status": "IN_PROGRESS", "conclusion": null },
+                { "__typename": "StatusContext", "state": "SUCCESS" },
+            ] } },
+        });
+        let change = graphql_change(&answer(pr.clone())).expect("whole");
+        assert_eq!(change.number, 7);
+        assert_eq!(change.head_sha.as_deref(), Some("abc"));
+        assert_eq!((change.ci, change.pending_checks), (CiStatus::Running, 1));
+        assert_eq!(change.merge_status, "unstable");
+        assert_eq!(change.mergeable, Mergeable::Yes);
+        assert_eq!(change.labels, ["l"]);
+        assert_eq!(change.queue, QueueObservation::Absent);
+        assert_eq!(change.review, ReviewDecision::NotRequired);
+
+        let mut bare = pr.clone();
+        bare["statusCheckRollup"] = Value::Null;
+        let change = graphql_change(&answer(bare)).expect("no checks");
+        assert_eq!((change.ci, change.pending_checks), (CiStatus::None, 0));
+
+        // More checks than the page: the REST reads make it up.
+        let mut paged = pr.clone();
+        paged["statusCheckRollup"]["contexts"]["totalCount"] = json!(101);
+        assert!(graphql_change(&answer(paged)).is_none());
+        let mut labels = pr.clone();
+        labels["labels"]["totalCount"] = json!(101);
+        assert!(graphql_change(&answer(labels)).is_none());
+        // Any error, even beside the data.
+        let mut failed = answer(pr.clone());
+        failed["errors"] =
+            json!([{ "message": "x", "path": ["repository", "pullRequest", "mergeQueueEntry"] }]);
+        assert!(graphql_change(&failed).is_none());
+        assert!(graphql_change(&answer(Value::Null)).is_none());
+
+        // Merged: no CI or review read, out of any queue.
+        let mut merged = pr;
+        merged["state"] = json!("MERGED");
+        merged["merged"] = json!(true);
+        merged["mergeCommit"] = json!({ "oid": "def" });
+        merged["statusCheckRollup"] = json!({});
+        let change = graphql_change(&answer(merged)).expect("merged");
+        assert_eq!(change.state, ChangeState::Merged);
+        assert_eq!(change.merge_commit_sha.as_deref(), Some("def"));
+        assert_eq!(change.ci, CiStatus::None);
     }
 
     #[test]

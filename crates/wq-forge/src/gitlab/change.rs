@@ -110,7 +110,7 @@ impl GitlabClient {
         if open {
             let (approvals, settings) = tokio::join!(
                 self.read_approvals(project, number),
-                self.read_approval_settings(project)
+                self.approval_settings(project)
             );
             match approvals {
                 Ok(approvals) => approvals.apply(&mut change),
@@ -137,17 +137,6 @@ impl GitlabClient {
             }
         }
         Ok(change)
-    }
-
-    /// `GET /projects/:id/approvals`: the project's approval settings
-    /// (whether a push clears a merge request's approvals).
-    async fn read_approval_settings(&self, project: &str) -> ForgeResult<wire::ApprovalSettings> {
-        self.http
-            .json(
-                &Call::get(&["projects", project, "approvals"]),
-                "the approval settings of a project",
-            )
-            .await
     }
 
     /// `GET .../merge_requests/:iid/approvals`: who approved and how many

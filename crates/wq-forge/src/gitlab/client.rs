@@ -11,8 +11,10 @@ use super::wire::{self, ProjectSettings};
 use crate::config::{ForgeConfig, ForgeKind};
 use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
 
-/// How long a project's settings (`merge_trains_enabled`, `merge_method`)
-/// are reused before `GET /projects/:id` is asked again.
+/// How long a project's settings (`merge_trains_enabled`, `merge_method`,
+/// and `reset_approvals_on_push` of its approval settings) are reused
+/// before `GET /projects/:id` (or `GET /projects/:id/approvals`) is asked
+/// again.
 pub const PROJECT_SETTINGS_TTL: Duration = Duration::from_secs(300);
 
 /// A GitLab instance.
@@ -20,6 +22,8 @@ pub struct GitlabClient {
     pub(super) http: Http,
     pub(super) webhook_secret: Option<String>,
     projects: Mutex<HashMap<String, (Instant, ProjectSettings)>>,
+    /// Each project's approval settings, reused for [`PROJECT_SETTINGS_TTL`].
+    approval_settings: Mutex<HashMap<String, (Instant, wire::ApprovalSettings)>>,
     /// The token's user, read once.
     user: tokio::sync::OnceCell<crate::ForgeUser>,
 }
@@ -45,6 +49,7 @@ impl GitlabClient {
             http,
             webhook_secret: settings.webhook_secret,
             projects: Mutex::new(HashMap::new()),
+            approval_settings: Mutex::new(HashMap::new()),
             user: tokio::sync::OnceCell::new(),
         })
     }
@@ -68,6 +73,37 @@ impl GitlabClient {
         self.lock_projects()
             .insert(project.to_owned(), (Instant::now(), settings.clone()));
         Ok(settings)
+    }
+
+    /// The project's approval settings, from the cache while fresh.
+    pub(super) async fn approval_settings(
+        &self,
+        project: &str,
+    ) -> ForgeResult<wire::ApprovalSettings> {
+        if let Some((read_at, settings)) = self.lock_approval_settings().get(project)
+            && read_at.elapsed() < PROJECT_SETTINGS_TTL
+        {
+            return Ok(*settings);
+        }
+        let settings: wire::ApprovalSettings = self
+            .http
+            .json(
+                &Call::get(&["projects", project, "approvals"]),
+                "the approval settings of a project",
+            )
+            .await?;
+        self.lock_approval_settings()
+            .insert(project.to_owned(), (Instant::now(), settings));
+        Ok(settings)
+    }
+
+    fn lock_approval_settings(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, wire::ApprovalSettings)>> {
+        // The map only caches; a panic elsewhere cannot leave it invalid.
+        self.approval_settings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub(super) fn lock_projects(

@@ -35,6 +35,10 @@ pub struct Http {
     /// `https://gitlab.example.com/api/v4`.
     base: Url,
     timeout: Duration,
+    /// The `GET` answers re-read with `If-None-Match`.
+    etags: crate::http_util::Etags,
+    /// The token's rate-limit budget, as GitLab's answers report it.
+    pub(crate) budgets: crate::budget::Budgets,
 }
 
 impl Http {
@@ -49,6 +53,8 @@ impl Http {
             client,
             base,
             timeout,
+            etags: crate::http_util::Etags::default(),
+            budgets: crate::budget::Budgets::default(),
         })
     }
 
@@ -61,50 +67,88 @@ impl Http {
     }
 
     /// Sends the call; a 2xx answer is returned, anything else is an error.
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "Retry-After HTTP dates count from wall time"
-    )]
+    /// Not conditional: for answers read as a stream (job logs).
     pub async fn send(&self, call: &Call) -> ForgeResult<reqwest::Response> {
+        let request = self
+            .request(call)
+            .build()
+            .map_err(|e| self.transport_error(call, &e))?;
+        let response = self.execute(call, request).await?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        Err(self.error(call, response).await)
+    }
+
+    /// Sends `request` and records it.
+    async fn execute(
+        &self,
+        call: &Call,
+        request: reqwest::Request,
+    ) -> ForgeResult<reqwest::Response> {
         let response = crate::metrics::observe(
             "gitlab",
             &crate::metrics::host_label(&self.base),
             &call.describe(),
-            self.request(call).send(),
+            self.client.execute(request),
         )
         .await
         .map_err(|e| self.transport_error(call, &e))?;
+        self.budgets.update(response.headers());
+        Ok(response)
+    }
+
+    /// The error a non-2xx answer stands for.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "Retry-After HTTP dates count from wall time"
+    )]
+    async fn error(&self, call: &Call, response: reqwest::Response) -> ForgeError {
         let status = response.status();
-        if status.is_success() {
-            return Ok(response);
-        }
         let headers = response.headers().clone();
         if status.is_redirection() {
-            return Err(crate::http_util::redirect_error(
-                "GitLab",
-                &call.describe(),
-                status,
-                &headers,
-            ));
+            return crate::http_util::redirect_error("GitLab", &call.describe(), status, &headers);
         }
         // An unreadable error body still leaves the status to go by.
         let body = response.bytes().await.unwrap_or_default();
-        Err(error_from_answer(
-            status,
-            &headers,
-            &body,
-            SystemTime::now(),
-        ))
+        error_from_answer(status, &headers, &body, SystemTime::now())
     }
 
-    /// Sends the call and decodes the 2xx JSON body as `T`.
-    pub async fn json<T: DeserializeOwned>(&self, call: &Call, what: &str) -> ForgeResult<T> {
-        let response = self.send(call).await?;
+    /// Sends the call and reads its whole 2xx answer. A `GET` whose answer
+    /// is kept (see [`crate::http_util::Etags`]) is sent with
+    /// `If-None-Match`, and a `304 Not Modified` reads as the kept answer.
+    pub async fn read(&self, call: &Call) -> ForgeResult<(StatusCode, HeaderMap, Vec<u8>)> {
+        let mut request = self
+            .request(call)
+            .build()
+            .map_err(|e| self.transport_error(call, &e))?;
+        let url = request.url().to_string();
+        let is_get = request.method() == Method::GET;
+        let kept = self.etags.prepare(&mut request);
+        let response = self.execute(call, request).await?;
         let status = response.status();
+        if status == StatusCode::NOT_MODIFIED
+            && let Some(kept) = kept
+        {
+            return Ok((kept.status, kept.headers.clone(), kept.body.clone()));
+        }
+        if !status.is_success() {
+            return Err(self.error(call, response).await);
+        }
+        let headers = response.headers().clone();
         let body = response
             .bytes()
             .await
             .map_err(|e| self.transport_error(call, &e))?;
+        if is_get {
+            self.etags.store(&url, status, &headers, &body);
+        }
+        Ok((status, headers, body.to_vec()))
+    }
+
+    /// Sends the call and decodes the 2xx JSON body as `T`.
+    pub async fn json<T: DeserializeOwned>(&self, call: &Call, what: &str) -> ForgeResult<T> {
+        let (status, _, body) = self.read(call).await?;
         decode(&body, status, &call.describe(), what)
     }
 
@@ -152,17 +196,11 @@ impl Http {
             };
             paged.query.push(("per_page", PER_PAGE.to_string()));
             paged.query.push(("page", page.to_string()));
-            let response = self.send(&paged).await?;
-            let status = response.status();
-            let next = response
-                .headers()
+            let (status, headers, body) = self.read(&paged).await?;
+            let next = headers
                 .get("x-next-page")
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim().parse::<u32>().ok());
-            let body = response
-                .bytes()
-                .await
-                .map_err(|e| self.transport_error(&paged, &e))?;
             let mut chunk: Vec<T> = decode(&body, status, &paged.describe(), what)?;
             items.append(&mut chunk);
             match next {

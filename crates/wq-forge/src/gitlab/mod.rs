@@ -9,7 +9,7 @@
 //!
 //! | call | requests |
 //! |---|---|
-//! | `get_change` | `GET merge_requests/:iid`; on merge-train projects with an open MR also `GET merge_trains` (the project's settings are read at most every [`PROJECT_SETTINGS_TTL`]) |
+//! | `get_change` | `GET merge_requests/:iid`; for an open MR also `GET merge_requests/:iid/approvals` and the project's approval settings (`GET approvals`, read at most every [`PROJECT_SETTINGS_TTL`]); on merge-train projects with an open MR also `GET merge_trains` (the project's settings are read at most every [`PROJECT_SETTINGS_TTL`]) |
 //! | `find_open_change` | `GET merge_requests?source_branch&state=opened`, then `get_change` of the match |
 //! | `merge_change` | `PUT merge_requests/:iid/merge`, or `POST merge_trains/merge_requests/:iid` on merge-train projects |
 //! | `diff_is_empty` | `GET repository/compare?straight=true` |
@@ -17,6 +17,12 @@
 //! | `project_path` | `GET /projects/:path` (shares the project settings cache) |
 //! | `branch_protected` | `GET protected_branches` (every page) |
 //! | `job_trace` | `GET jobs/:id/trace`, streamed; the last [`TRACE_TAIL_BYTES`] are kept |
+//!
+//! Every `GET` whose answer is read whole is conditional once its URL was
+//! read: the client keeps the last answer with its `ETag` (GitLab's weak
+//! validator of the body) and sends `If-None-Match`; a `304 Not Modified`
+//! reads as the kept answer (see `http_util::Etags`). A 304 still counts
+//! against GitLab's rate limit, but carries no body.
 //!
 //! Redirects are never followed: a 3xx answer is a
 //! [`ForgeErrorKind::Rejected`](crate::ForgeErrorKind::Rejected) error
@@ -141,6 +147,10 @@ impl Forge for GitlabClient {
         body: &str,
     ) -> ForgeResult<()> {
         self.update_note(project, number, note_id, body).await
+    }
+
+    fn rate_budgets(&self) -> Vec<crate::RateBudget> {
+        self.http.budgets.all()
     }
 
     fn ci_jobs(&self) -> Option<&dyn CiJobs> {

@@ -253,7 +253,7 @@ pub struct Approvals {
 }
 
 /// `GET /projects/:id/approvals`: only what ties approvals to a head.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize)]
 pub struct ApprovalSettings {
     /// A push clears the merge request's approvals; absent reads as no.
     #[serde(default, deserialize_with = "null_default")]

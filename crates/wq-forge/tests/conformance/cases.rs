@@ -119,6 +119,88 @@ pub async fn project_path_is_the_forges_spelling<H: Harness>() {
     assert_eq!(missing.kind, ForgeErrorKind::NotFound);
 }
 
+/// A re-read sends the kept validator: an unchanged list is answered
+/// `304 Not Modified` and reads as before; once it changed, a 200 with the
+/// new content. Writes are never conditional.
+pub async fn re_reads_are_conditional_and_a_304_reads_as_the_kept_answer<H: Harness>() {
+    let harness = H::start().await;
+    let (sim, forge) = (harness.sim(), harness.forge());
+    let (n, _) = open_change(forge, H::PROJECT, "wq/etag").await;
+    forge
+        .create_note(H::PROJECT, n, "first")
+        .await
+        .expect("note");
+    let statuses = |sim: &forge_sim::SimHandle| -> Vec<(String, u16)> {
+        sim.requests()
+            .iter()
+            .map(|r| (r.method.clone(), r.status))
+            .collect()
+    };
+    sim.clear_requests();
+    let first = forge.list_notes(H::PROJECT, n).await.expect("list");
+    let again = forge.list_notes(H::PROJECT, n).await.expect("list again");
+    assert_eq!(first, again, "a 304 reads as the kept answer");
+    assert_eq!(first.len(), 1);
+    assert_eq!(
+        statuses(sim),
+        [("GET".to_owned(), 200), ("GET".to_owned(), 304)],
+        "the second read is conditional"
+    );
+    sim.clear_requests();
+    forge
+        .create_note(H::PROJECT, n, "second")
+        .await
+        .expect("note");
+    let changed = forge.list_notes(H::PROJECT, n).await.expect("list");
+    let bodies: Vec<&str> = changed.iter().map(|note| note.body.as_str()).collect();
+    assert_eq!(bodies, ["first", "second"], "a changed list is read anew");
+    let logged = statuses(sim);
+    assert_eq!(logged.len(), 2, "{logged:?}");
+    assert_eq!(logged[0].0, "POST");
+    assert!(logged[0].1 < 300, "{logged:?}");
+    assert_eq!(logged[1], ("GET".to_owned(), 200));
+}
+
+/// The token's budget as the forge reports it, shared by every caller of
+/// the client; a spent budget is a rate-limit error saying when to retry.
+pub async fn the_rate_limit_budget_is_read_from_the_answers<H: Harness>() {
+    let harness = H::start().await;
+    let (sim, forge) = (harness.sim(), harness.forge());
+    assert!(forge.rate_budgets().is_empty(), "nothing reported yet");
+    sim.set_rate_limit(Some((3, std::time::Duration::from_secs(3600))));
+    forge.project_path(H::PROJECT).await.expect("read");
+    let budgets = forge.rate_budgets();
+    let core = budgets
+        .iter()
+        .find(|budget| budget.resource == "core")
+        .expect("the REST budget");
+    assert_eq!((core.limit, core.remaining), (3, 2));
+    let now = sim.state().clock.now().unix_timestamp();
+    assert!(core.reset_unix.is_some_and(|reset| reset > now));
+    assert!(core.below(0.9, now));
+    assert!(!core.below(0.5, now));
+    // Reads that are never answered 304 (GitHub does not count those).
+    for n in 0..2 {
+        let branch = format!("missing-{n}");
+        assert_eq!(
+            forge.branch_head(H::PROJECT, &branch).await.expect("read"),
+            None
+        );
+    }
+    let error = forge
+        .branch_head(H::PROJECT, "missing-2")
+        .await
+        .expect_err("the budget is spent");
+    assert_eq!(error.kind, ForgeErrorKind::RateLimited, "{error}");
+    assert!(error.retry_after.is_some(), "{error}");
+    let core = forge
+        .rate_budgets()
+        .into_iter()
+        .find(|budget| budget.resource == "core")
+        .expect("the REST budget");
+    assert_eq!(core.remaining, 0);
+}
+
 pub async fn notes_are_created_updated_and_listed_across_pages<H: Harness>() {
     let harness = H::start().await;
     let forge = harness.forge();

@@ -37,6 +37,8 @@ forge_suite!(
         change_authors_tell_the_token_user_from_a_person,
         project_path_is_the_forges_spelling,
         notes_are_created_updated_and_listed_across_pages,
+        re_reads_are_conditional_and_a_304_reads_as_the_kept_answer,
+        the_rate_limit_budget_is_read_from_the_answers,
         ci_jobs_are_offered_where_the_forge_has_them,
         a_flaky_ci_job_is_listed_its_log_read_and_retried,
         redirects_are_not_followed_and_the_token_stays,

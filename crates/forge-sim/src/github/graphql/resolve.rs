@@ -151,6 +151,8 @@ enum Obj<'a> {
     Pr(&'a GhRepo, &'a PullRequest),
     Entry(&'a GhRepo, &'a QueueEntry),
     Queue(&'a GhRepo, String),
+    /// The checks and statuses of a commit (`StatusCheckRollup`), by its sha.
+    Rollup(&'a GhRepo, String),
     /// A mutation payload: type name, clientMutationId, and the entry it reports.
     Payload(&'static str, Value, Option<Box<Obj<'a>>>),
     /// A plain JSON object whose `__typename` key names its type.
@@ -173,6 +175,9 @@ const CONCRETE: &[&str] = &[
     "PullRequestReviewThread",
     "Label",
     "Organization",
+    "StatusCheckRollup",
+    "CheckRun",
+    "StatusContext",
 ];
 
 struct Exec<'d> {
@@ -617,6 +622,25 @@ impl Exec<'_> {
                     .collect();
                 self.connection(gh, "PullRequestCommitConnection", items, f, path)
             }
+            (Obj::Pr(r, pr), "statusCheckRollup") => match r.rollup(&pr.head_sha) {
+                Some(_) => self.resolve(gh, &Obj::Rollup(r, pr.head_sha.clone()), f, path),
+                None => Value::Null,
+            },
+            (Obj::Rollup(r, sha), "contexts") => {
+                // As GitHub lists them: the latest check run per name, then the latest
+                // status per context.
+                let mut items: Vec<Obj> = r
+                    .latest_runs(sha)
+                    .into_iter()
+                    .map(|run| Obj::Static(check_run_context(&self.ctx, r, run)))
+                    .collect();
+                items.extend(
+                    r.latest_statuses(sha)
+                        .into_iter()
+                        .map(|status| Obj::Static(status_context(status))),
+                );
+                self.connection(gh, "StatusCheckRollupContextConnection", items, f, path)
+            }
             (Obj::Entry(r, e), "pullRequest") => match r.pulls.get(&e.pr) {
                 Some(pr) => self.resolve(gh, &Obj::Pr(r, pr), f, path),
                 None => Value::Null,
@@ -651,6 +675,9 @@ impl Exec<'_> {
             return self.undefined(type_name, f, path);
         };
         match v {
+            // A null object (`mergeCommit` of an open pull request, `headRef` of a deleted
+            // branch) is null whatever its selection.
+            Value::Null if !f.selection.is_empty() => Value::Null,
             Value::Object(_) => {
                 if v.get("nodes").is_some() {
                     let items: Vec<Obj> = v["nodes"]
@@ -853,6 +880,7 @@ fn type_of(obj: &Obj<'_>) -> String {
         Obj::Pr(..) => "PullRequest".into(),
         Obj::Entry(..) => "MergeQueueEntry".into(),
         Obj::Queue(..) => "MergeQueue".into(),
+        Obj::Rollup(..) => "StatusCheckRollup".into(),
         Obj::Payload(t, ..) => (*t).into(),
         Obj::Static(v) => v["__typename"].as_str().unwrap_or("Object").to_string(),
     }
@@ -895,6 +923,37 @@ fn commit_json(r: &GhRepo, sha: &str) -> Value {
         "messageHeadline": c.map(|c| c.title().to_string()),
         "committedDate": c.map(|c| ts(c.created_at)),
         "statusCheckRollup": rollup,
+    })
+}
+
+/// A check run as a `StatusCheckRollupContext` (`CheckRun`): GitHub's GraphQL spells its
+/// status and conclusion upper-case.
+fn check_run_context(ctx: &Ctx, r: &GhRepo, run: &model::CheckRun) -> Value {
+    json!({
+        "__typename": "CheckRun",
+        "id": model::node_id("CR", &run.id.to_string()),
+        "databaseId": run.id,
+        "name": run.name,
+        "status": run.status.to_ascii_uppercase(),
+        "conclusion": run.conclusion.map(str::to_ascii_uppercase),
+        "startedAt": ts(run.started_at),
+        "completedAt": ts_opt(run.completed_at),
+        "detailsUrl": format!("{}/{}/runs/{}", ctx.base_url, r.full_name(), run.id),
+        "isRequired": false,
+    })
+}
+
+/// A commit status as a `StatusCheckRollupContext` (`StatusContext`).
+fn status_context(status: &model::CommitStatus) -> Value {
+    json!({
+        "__typename": "StatusContext",
+        "id": model::node_id("SC", &status.id.to_string()),
+        "context": status.context,
+        "state": status.state.to_ascii_uppercase(),
+        "description": status.description,
+        "targetUrl": status.target_url,
+        "createdAt": ts(status.created_at),
+        "isRequired": false,
     })
 }
 
@@ -973,6 +1032,12 @@ fn static_json(ctx: &Ctx, obj: &Obj<'_>) -> Value {
             let pos = r.queue_position(e.pr).map(|(p, _)| p).unwrap_or(1);
             entry_json(r, e, pos)
         }
+        Obj::Rollup(r, sha) => json!({
+            "__typename": "StatusCheckRollup",
+            "id": model::node_id("SCR", sha),
+            "state": r.rollup(sha),
+            "commit": commit_json(r, sha),
+        }),
         Obj::Pr(r, pr) => {
             let full = r.full_name();
             let base_sha = r
