@@ -67,7 +67,7 @@
 //! ```
 
 use std::str::FromStr;
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
@@ -83,11 +83,9 @@ use self::batch::Batcher;
 pub use self::batch::WriteLog;
 #[cfg(doc)]
 use crate::Store;
-use crate::coalesce::Coalescer;
-use crate::codec::DbRow;
 use crate::codec::{DbId, DbJson, DbTime};
 use crate::common::{self, BoxFuture, EmbeddedMigration};
-use crate::{ClaimParams, Lease, Park, ParkParams, Snapshot, StoreError, StoreResult};
+use crate::{Park, ParkParams, Snapshot, StoreError, StoreResult};
 
 mod batch;
 
@@ -188,153 +186,6 @@ pub struct SqliteStore {
     writer: SqlitePool,
     /// The group-commit task that runs every `Store` write on `writer`.
     batcher: Batcher,
-    /// Claims that arrive together, claimed (with their snapshots) in one
-    /// job of the group commit ([`crate::coalesce`]).
-    claims: Arc<Coalescer<ClaimParams, Claimed>>,
-}
-
-/// A claim's answer: the snapshot and lease, or `None` when not claimed.
-type Claimed = Option<(Snapshot, Lease)>;
-
-/// At most this many claims share one job.
-const MAX_CLAIM_BATCH: usize = 64;
-/// At most this many claim jobs wait in the group commit at once.
-const CLAIM_BATCHES_IN_FLIGHT: usize = 2;
-
-fn claim_coalescer(batcher: &Batcher) -> Arc<Coalescer<ClaimParams, Claimed>> {
-    let batcher = batcher.clone();
-    Arc::new(Coalescer::new(
-        MAX_CLAIM_BATCH,
-        CLAIM_BATCHES_IN_FLIGHT,
-        Arc::new(move |claims| Box::pin(claim_batch(batcher.clone(), claims))),
-    ))
-}
-
-/// Claims `requests` per set of handled types, each set in one job of the
-/// group commit (one statement for the claims, one for their dimensions,
-/// one for their events); of two claims of one id, the second is not
-/// claimed.
-async fn claim_batch(batcher: Batcher, requests: Vec<ClaimParams>) -> Vec<StoreResult<Claimed>> {
-    let mut results: Vec<Option<StoreResult<Claimed>>> =
-        (0..requests.len()).map(|_| None).collect();
-    let mut groups: Vec<(Vec<String>, Vec<usize>)> = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    for (index, request) in requests.iter().enumerate() {
-        if !seen.insert(request.id) {
-            results[index] = Some(Ok(None));
-            continue;
-        }
-        match groups
-            .iter_mut()
-            .find(|(types, _)| *types == request.handled_types)
-        {
-            Some((_, members)) => members.push(index),
-            None => groups.push((request.handled_types.clone(), vec![index])),
-        }
-    }
-    for (types, members) in groups {
-        let claims: Vec<ClaimParams> = members.iter().map(|&i| requests[i].clone()).collect();
-        let claimed = batcher
-            .write(move |conn| Box::pin(claim_many(conn, claims, types)))
-            .await;
-        match claimed {
-            Ok(mut claimed) => {
-                for index in members {
-                    results[index] = Some(Ok(claimed.remove(&requests[index].id)));
-                }
-            }
-            Err(error) => {
-                // Nothing of the job was committed: every claim of it
-                // failed alike.
-                let message = error.to_string();
-                for index in members {
-                    results[index] = Some(Err(StoreError::Database(sqlx::Error::Io(
-                        std::io::Error::other(format!("claim not committed: {message}")),
-                    ))));
-                }
-            }
-        }
-    }
-    results.into_iter().flatten().collect()
-}
-
-/// The claims and their snapshots, on the writer's transaction.
-async fn claim_many(
-    conn: &mut SqliteConnection,
-    claims: Vec<ClaimParams>,
-    types: Vec<String>,
-) -> StoreResult<std::collections::HashMap<ItemId, (Snapshot, Lease)>> {
-    let payload: Vec<serde_json::Value> = claims
-        .iter()
-        .map(|claim| {
-            serde_json::json!({
-                "id": claim.id.0.hyphenated().to_string(),
-                "now": crate::codec::micros(claim.now),
-                "until": crate::codec::micros(claim.lease_until),
-            })
-        })
-        .collect();
-    let rows = sqlx::query(sql!("items/claim_many.sql"))
-        .bind(serde_json::Value::Array(payload).to_string())
-        .bind(handled_types(&types))
-        .fetch_all(&mut *conn)
-        .await?;
-    let mut items = std::collections::HashMap::with_capacity(rows.len());
-    for row in &rows {
-        let item = common::item_from_row(row)?;
-        items.insert(item.id, item);
-    }
-    if items.is_empty() {
-        return Ok(std::collections::HashMap::new());
-    }
-    let ids = serde_json::Value::from(
-        items
-            .keys()
-            .map(|id| id.0.hyphenated().to_string())
-            .collect::<Vec<_>>(),
-    )
-    .to_string();
-    let mut dimensions: std::collections::HashMap<ItemId, Vec<wq_core::Dimension>> =
-        std::collections::HashMap::new();
-    for row in sqlx::query(sql!("dimensions/list_many.sql"))
-        .bind(&ids)
-        .fetch_all(&mut *conn)
-        .await?
-    {
-        let id = row.decode::<DbId>("work_item_id")?.0;
-        dimensions
-            .entry(id)
-            .or_default()
-            .push(common::dimension_from_row(&row)?);
-    }
-    let with_events: std::collections::HashSet<ItemId> = sqlx::query(sql!("events/exist_many.sql"))
-        .bind(&ids)
-        .fetch_all(&mut *conn)
-        .await?
-        .iter()
-        .map(|row| row.decode::<DbId>("work_item_id").map(|id| id.0))
-        .collect::<StoreResult<_>>()?;
-    let mut claimed = std::collections::HashMap::with_capacity(items.len());
-    for claim in claims {
-        let Some(item) = items.remove(&claim.id) else {
-            continue;
-        };
-        let lease = Lease {
-            id: claim.id,
-            until: crate::to_micros(claim.lease_until),
-        };
-        let view = wq_core::ItemView {
-            dimensions: dimensions.remove(&claim.id).unwrap_or_default(),
-            item,
-            now: crate::to_micros(claim.now),
-        };
-        let snapshot = Snapshot {
-            view,
-            has_events: with_events.contains(&claim.id),
-        };
-        claimed.insert(claim.id, (snapshot, lease));
-    }
-    Ok(claimed)
 }
 
 impl SqliteStore {
@@ -374,10 +225,8 @@ impl SqliteStore {
                 .max_lifetime(None)
                 .connect_with(options)
                 .await?;
-            let batcher = Batcher::spawn(pool.clone());
             return Ok(Self {
-                claims: claim_coalescer(&batcher),
-                batcher,
+                batcher: Batcher::spawn(pool.clone()),
                 writer: pool.clone(),
                 pool,
             });
@@ -391,10 +240,8 @@ impl SqliteStore {
             .max_connections(max_connections.max(1))
             .connect_with(options)
             .await?;
-        let batcher = Batcher::spawn(writer.clone());
         Ok(Self {
-            claims: claim_coalescer(&batcher),
-            batcher,
+            batcher: Batcher::spawn(writer.clone()),
             pool,
             writer,
         })
@@ -446,13 +293,6 @@ impl SqliteStore {
     #[cfg(feature = "testing")]
     pub fn write_log(&self) -> tokio::sync::watch::Receiver<WriteLog> {
         self.batcher.log()
-    }
-
-    /// The largest batch of claims run so far, for tests that check
-    /// concurrent claims share a job.
-    #[cfg(feature = "testing")]
-    pub fn largest_claim_batch(&self) -> usize {
-        self.claims.largest_batch()
     }
 
     /// A write without a transaction of its own: on SQLite every write goes
@@ -646,13 +486,6 @@ impl_store!(SqliteStore, Sqlite, {
         let has_events = has_pending_events(&mut tx, id).await?;
         tx.commit().await?;
         Ok(Some(Snapshot { view, has_events }))
-    }
-
-    async fn item_claim_snapshot(&self, params: ClaimParams) -> StoreResult<Claimed> {
-        if params.handled_types.is_empty() {
-            return Ok(None);
-        }
-        self.claims.call(params).await
     }
 
     async fn item_park_with(&self, params: ParkParams) -> StoreResult<Park> {
