@@ -62,6 +62,7 @@ impl<Req: Send + 'static, Resp: Send + 'static> Coalescer<Req, Resp> {
     }
 
     /// The largest batch run so far.
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn largest_batch(&self) -> usize {
         self.largest.load(Ordering::Relaxed)
     }
