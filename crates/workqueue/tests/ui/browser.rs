@@ -177,15 +177,25 @@ pub async fn wait_until(page: &Page, condition: &str, what: &str) {
     }
 }
 
-/// A full-page PNG into `docs/`.
+/// A full-page PNG, non-empty, into cargo's target tmp dir; into `docs/`
+/// (the README's pictures) only with `WQ_UPDATE_SCREENSHOTS=1`, so a test
+/// run leaves the checkout as it found it.
 pub async fn screenshot(page: &Page, name: &str) {
     let png = page
         .screenshot(ScreenshotParams::builder().full_page(true).build())
         .await
         .expect("screenshot");
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../docs")
-        .join(name);
+    assert!(
+        png.starts_with(b"\x89PNG"),
+        "{name}: the browser answered no PNG"
+    );
+    let directory = if std::env::var("WQ_UPDATE_SCREENSHOTS").as_deref() == Ok("1") {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs")
+    } else {
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("screenshots")
+    };
+    std::fs::create_dir_all(&directory).expect("the screenshots' directory");
+    let path = directory.join(name);
     std::fs::write(&path, png).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
 }
 

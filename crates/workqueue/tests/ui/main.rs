@@ -1,7 +1,8 @@
 //! The web dashboard in a real browser (Debian's chromium, headless) at
 //! 1280 × 800 and 390 × 844, over the whole service (as
 //! `workqueue::app::assemble` builds it) and forge-sim, plus its HTTP
-//! refusals. The screenshots in `docs/` come from here.
+//! refusals. The screenshots in `docs/` come from here
+//! (`WQ_UPDATE_SCREENSHOTS=1`).
 #![allow(
     clippy::disallowed_methods,
     reason = "test fixtures read the wall clock"
