@@ -376,6 +376,14 @@ pub(crate) struct Appended {
     hash: String,
 }
 
+/// `records` with new ids and no hashes yet, and each as PostgreSQL's
+/// `wq_audit_append` takes it (a JSON array, in order).
+pub(crate) fn unchained_with_payload(records: Vec<NewAudit>) -> (Vec<AuditRecord>, Value) {
+    let records: Vec<AuditRecord> = records.into_iter().map(NewAudit::unchained).collect();
+    let payload = records.iter().map(AuditRecord::append_payload).collect();
+    (records, payload)
+}
+
 /// `records` as `wq_audit_append` answered they were appended, in order.
 pub(crate) fn appended(
     mut records: Vec<AuditRecord>,

@@ -302,14 +302,7 @@ async fn append_audit_records(
     conn: &mut PgConnection,
     records: Vec<crate::audit::NewAudit>,
 ) -> StoreResult<Vec<crate::audit::AuditRecord>> {
-    let records: Vec<_> = records
-        .into_iter()
-        .map(crate::audit::NewAudit::unchained)
-        .collect();
-    let payload: Vec<serde_json::Value> = records
-        .iter()
-        .map(crate::audit::AuditRecord::append_payload)
-        .collect();
+    let (records, payload) = crate::audit::unchained_with_payload(records);
     let DbJson(answer) = sqlx::query_scalar(sql!("audit/append.sql"))
         .bind(DbJson(payload))
         .fetch_one(&mut *conn)
@@ -389,14 +382,7 @@ impl ParkCall {
         conn: &mut PgConnection,
         records: Vec<crate::audit::NewAudit>,
     ) -> StoreResult<(Park, Vec<crate::audit::AuditRecord>)> {
-        let records: Vec<_> = records
-            .into_iter()
-            .map(crate::audit::NewAudit::unchained)
-            .collect();
-        let payload: Vec<serde_json::Value> = records
-            .iter()
-            .map(crate::audit::AuditRecord::append_payload)
-            .collect();
+        let (records, payload) = crate::audit::unchained_with_payload(records);
         let DbJson(answer) =
             sqlx::query_scalar::<_, DbJson<ParkAudited>>(sql!("items/park_audited.sql"))
                 .bind(DbId(self.lease.id))
@@ -435,12 +421,7 @@ impl ParkRequest {
     /// As `wq_park_many` takes it, with the records it will append.
     fn payload(&self) -> (serde_json::Value, Vec<crate::audit::AuditRecord>) {
         let call = &self.call;
-        let records: Vec<_> = self
-            .records
-            .iter()
-            .cloned()
-            .map(crate::audit::NewAudit::unchained)
-            .collect();
+        let (records, appends) = crate::audit::unchained_with_payload(self.records.clone());
         let payload = serde_json::json!({
             "id": call.lease.id.to_string(),
             "lease": rfc3339(call.lease.until),
@@ -450,10 +431,7 @@ impl ParkRequest {
             "phase": call.phase.map(Phase::as_str),
             "error": call.error,
             "dimensions": call.dimensions.0,
-            "records": records
-                .iter()
-                .map(crate::audit::AuditRecord::append_payload)
-                .collect::<Vec<_>>(),
+            "records": appends,
         });
         (payload, records)
     }
