@@ -39,6 +39,8 @@ pub(crate) struct Coalescer<Req, Resp> {
     run: RunBatch<Req, Resp>,
     queue: OnceLock<mpsc::UnboundedSender<Queued<Req, Resp>>>,
     largest: Arc<AtomicUsize>,
+    /// Requests and batches run so far: (requests, batches).
+    counts: Arc<(AtomicUsize, AtomicUsize)>,
 }
 
 impl<Req, Resp> std::fmt::Debug for Coalescer<Req, Resp> {
@@ -58,6 +60,7 @@ impl<Req: Send + 'static, Resp: Send + 'static> Coalescer<Req, Resp> {
             run,
             queue: OnceLock::new(),
             largest: Arc::new(AtomicUsize::new(0)),
+            counts: Arc::default(),
         }
     }
 
@@ -65,6 +68,15 @@ impl<Req: Send + 'static, Resp: Send + 'static> Coalescer<Req, Resp> {
     #[cfg(any(test, feature = "testing"))]
     pub(crate) fn largest_batch(&self) -> usize {
         self.largest.load(Ordering::Relaxed)
+    }
+
+    /// The requests and the batches run so far.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        (
+            self.counts.0.load(Ordering::Relaxed),
+            self.counts.1.load(Ordering::Relaxed),
+        )
     }
 
     /// The answer to `request`, run in a batch with whatever else is queued.
@@ -96,6 +108,7 @@ impl<Req: Send + 'static, Resp: Send + 'static> Coalescer<Req, Resp> {
             Arc::new(Semaphore::new(self.in_flight)),
             Arc::clone(&self.run),
             Arc::clone(&self.largest),
+            Arc::clone(&self.counts),
         ));
         queue
     }
@@ -107,6 +120,7 @@ async fn drive<Req: Send + 'static, Resp: Send + 'static>(
     slots: Arc<Semaphore>,
     run: RunBatch<Req, Resp>,
     largest: Arc<AtomicUsize>,
+    counts: Arc<(AtomicUsize, AtomicUsize)>,
 ) {
     while let Some(first) = requests.recv().await {
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
@@ -127,6 +141,8 @@ async fn drive<Req: Send + 'static, Resp: Send + 'static>(
             }
         }
         largest.fetch_max(batch.len(), Ordering::Relaxed);
+        counts.0.fetch_add(batch.len(), Ordering::Relaxed);
+        counts.1.fetch_add(1, Ordering::Relaxed);
         let run = Arc::clone(&run);
         tokio::spawn(answer(batch, run, slot));
     }

@@ -176,6 +176,66 @@ pub fn fresh_sqlite_url() -> String {
     format!("sqlite:{}", directory.join("wq.db").display())
 }
 
+/// Gives every item of `item_type` the `item.created` record a real item
+/// is created with ([`crate::audit::created`]), so that a benchmark's
+/// appends move chain heads that exist, as they do in use: [`seed_items`]
+/// inserts items without their history. The records are chained and
+/// verify; they are written whether or not [`set_audit`] left the trail on,
+/// so runs with and without it start from the same database.
+pub async fn seed_created_records(url: &str, item_type: &str) {
+    const BATCH: usize = 1_000;
+    let now = crate::to_micros(time::OffsetDateTime::now_utc());
+    let created = |id: Uuid| {
+        crate::audit::NewAudit::new(
+            wq_core::ItemId(id),
+            now,
+            crate::audit::ENGINE,
+            "item.created",
+        )
+        .states(
+            None,
+            Some(serde_json::json!({"phase": "active", "item_type": item_type})),
+        )
+    };
+    if url.starts_with("sqlite:") {
+        let store = crate::sqlite::SqliteStore::connect(url, 1)
+            .await
+            .unwrap_or_else(|error| panic!("cannot open {url}: {error}"));
+        let ids: Vec<crate::codec::DbId> =
+            sqlx::query_scalar(include_str!("sqlite/queries/testing/item_ids.sql"))
+                .bind(item_type)
+                .fetch_all(store.writer())
+                .await
+                .expect("item ids");
+        for chunk in ids.chunks(BATCH) {
+            let mut tx = store.begin_write().await.expect("begin");
+            let records = chunk.iter().map(|id| created(id.0.0)).collect();
+            crate::sqlite::append_audit_records(&mut tx, records)
+                .await
+                .expect("seed records");
+            tx.commit().await.expect("commit");
+        }
+    } else {
+        let store = crate::postgres::PgStore::connect(url, 1)
+            .await
+            .unwrap_or_else(|error| panic!("cannot open {url}: {error}"));
+        let ids: Vec<Uuid> =
+            sqlx::query_scalar(include_str!("postgres/queries/testing/item_ids.sql"))
+                .bind(item_type)
+                .fetch_all(store.pool())
+                .await
+                .expect("item ids");
+        for chunk in ids.chunks(BATCH) {
+            let mut tx = store.pool().begin().await.expect("begin");
+            let records = chunk.iter().map(|id| created(*id)).collect();
+            crate::postgres::append_audit_records(&mut tx, records)
+                .await
+                .expect("seed records");
+            tx.commit().await.expect("commit");
+        }
+    }
+}
+
 /// Inserts `count` active items of `item_type` in large batches, for
 /// benchmarks and scale tests. `actionable` items wait for the engine;
 /// `with_timer` gives each a `periodic_check` row deferred 30 minutes, as an

@@ -9,11 +9,13 @@
 //! counts), and one backend picked with `WQ_BENCH_BACKENDS=sqlite|postgres`.
 //! PostgreSQL comes from `WQ_TEST_PG_URL` like the tests.
 //!
-//! On PostgreSQL the loop also runs with the audit trail off and with
+//! The loop also runs with the audit trail off and, on PostgreSQL, with
 //! batching off (every claim and park alone), and with `WQ_BENCH_PEERS=1`
 //! the peer queues drain the same backlog on the same server ([`peers`]).
-//! Workers: `WQ_BENCH_WORKERS` (the engine's default otherwise); rounds of
-//! the with/without comparisons: `WQ_BENCH_ROUNDS` (1).
+//! The backlog's items carry the `item.created` record real items are
+//! created with (`WQ_BENCH_HISTORY=0`: none). Workers: `WQ_BENCH_WORKERS` (the engine's default
+//! otherwise); rounds of the with/without comparisons: `WQ_BENCH_ROUNDS`
+//! (1), each running both variants, in turns first.
 
 #[path = "queue/peers.rs"]
 mod peers;
@@ -69,14 +71,30 @@ async fn main() {
         // `WQ_BENCH_ROUNDS` rounds (medians), so a change in the machine's
         // load during the run shifts every variant alike.
         let rounds = env_number("WQ_BENCH_ROUNDS", 1).max(1);
+        // Each round runs both orders' halves alternately (on then off, off
+        // then on), so that neither variant always runs first; its own
+        // cost is the paired ratio of that round.
         let (mut with, mut without, mut alone) = (Vec::new(), Vec::new(), Vec::new());
+        let mut costs = Vec::new();
         for round in 1..=rounds {
-            println!("(round {round} of {rounds}: audit on)");
-            with.push(loop_throughput(backend, backlog).await);
-            wq_store::testing::set_audit(false);
-            println!("(round {round} of {rounds}: audit trail off)");
-            without.push(loop_throughput(backend, backlog).await);
+            let mut pair = [0.0; 2];
+            let order = if round % 2 == 1 {
+                [true, false]
+            } else {
+                [false, true]
+            };
+            for audit in order {
+                wq_store::testing::set_audit(audit);
+                println!(
+                    "(round {round} of {rounds}: audit {})",
+                    if audit { "on" } else { "trail off" }
+                );
+                pair[usize::from(!audit)] = loop_throughput(backend, backlog).await;
+            }
             wq_store::testing::set_audit(true);
+            with.push(pair[0]);
+            without.push(pair[1]);
+            costs.push((1.0 - pair[0] / pair[1]) * 100.0);
             if backend == Backend::Postgres {
                 wq_store::testing::set_batching(false);
                 println!("(round {round} of {rounds}: claims and parks one by one)");
@@ -85,9 +103,12 @@ async fn main() {
             }
         }
         let (with, without) = (median(&mut with), median(&mut without));
+        let by_round: Vec<String> = costs.iter().map(|cost| format!("{cost:.1}%")).collect();
         println!(
-            "audit cost: {:.1}% of loop throughput ({with:.0} items/s with, {without:.0} without; medians of {rounds})",
-            (1.0 - with / without) * 100.0
+            "audit cost: {:.1}% of loop throughput ({with:.0} items/s with, {without:.0} without; medians of {rounds}); by round {}, median {:.1}%",
+            (1.0 - with / without) * 100.0,
+            by_round.join(", "),
+            median(&mut costs)
         );
         if backend == Backend::Postgres {
             let alone = median(&mut alone);
@@ -129,6 +150,12 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> f64 {
     // do, so the dimension table has its steady-state size (and statistics)
     // from the start.
     wq_store::testing::seed_items(&url, NOOP, backlog, true, true).await;
+    // Real items are created with their first audit record; so are these,
+    // so that a park's record moves a chain head that exists
+    // (`WQ_BENCH_HISTORY=0` leaves them without, as before 2026-12-03).
+    if env_number("WQ_BENCH_HISTORY", 1) != 0 {
+        wq_store::testing::seed_created_records(&url, NOOP).await;
+    }
     let registry = Arc::new(
         TypeRegistry::builder()
             .register(Arc::new(NoopType))
@@ -159,6 +186,12 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> f64 {
     }
     let elapsed = started.elapsed();
     engine.shutdown().await;
+    if let wq_store::Backend::Postgres(pg) = store.handle() {
+        let ((claims, claim_batches), (parks, park_batches), fallbacks) = pg.batch_counts();
+        println!(
+            "statements: {claims} claims in {claim_batches}, {parks} parks in {park_batches} ({fallbacks} batches of parks failed and ran one by one, counted since the process started)"
+        );
+    }
     let left = store
         .sweep_candidates(SweepParams {
             handled_types: vec![NOOP.to_owned()],

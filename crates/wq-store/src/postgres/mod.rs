@@ -201,6 +201,19 @@ impl PgStore {
         )
     }
 
+    /// How many claims and parks ran, in how many statements (batches),
+    /// and how many batches of parks failed and ran one by one, for
+    /// benchmarks: `((claims, claim batches), (parks, park batches),
+    /// fallbacks)`.
+    #[cfg(feature = "testing")]
+    pub fn batch_counts(&self) -> ((usize, usize), (usize, usize), usize) {
+        (
+            self.batches.claims.counts(),
+            self.batches.parks.counts(),
+            PARK_FALLBACKS.load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
     /// The pool, for an item type's own tables and statements.
     pub fn pool(&self) -> &PgPool {
         &self.pool
@@ -298,7 +311,7 @@ fn handled_types(types: &[String]) -> Vec<String> {
 
 /// Audit appends in one call of `wq_audit_append` (migration 0008), which
 /// locks each chain head, hashes and inserts.
-async fn append_audit_records(
+pub(crate) async fn append_audit_records(
     conn: &mut PgConnection,
     records: Vec<crate::audit::NewAudit>,
 ) -> StoreResult<Vec<crate::audit::AuditRecord>> {
@@ -437,6 +450,9 @@ impl ParkRequest {
     }
 }
 
+/// Batches of parks that failed and ran one by one, process-wide.
+static PARK_FALLBACKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// Parks `requests` in one statement (`wq_park_many`), sorted by lock key
 /// so that two batches take their advisory locks in one order; a batch of
 /// one, or one whose statement failed (its transaction rolled back), runs
@@ -478,6 +494,7 @@ async fn park_batch(
                 tracing::debug!(%error, parks = requests.len(), "a batch of {} parks failed ({error}); parking them one by one", requests.len());
             }
         }
+        PARK_FALLBACKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     let mut results = Vec::with_capacity(requests.len());
     for request in requests {

@@ -370,7 +370,7 @@ fn handled_types(types: &[String]) -> String {
 
 /// Audit appends under the write lock, which already serialises every
 /// chain: read the head, hash in Rust, insert and move the head.
-async fn append_audit_records(
+pub(crate) async fn append_audit_records(
     conn: &mut SqliteConnection,
     records: Vec<crate::audit::NewAudit>,
 ) -> StoreResult<Vec<crate::audit::AuditRecord>> {

@@ -486,3 +486,44 @@ pub async fn ui_sessions_expire_are_taken_once_and_pruned(db: &TestDb) {
         .unwrap();
     assert_eq!(store.audit_last_seq().await.unwrap(), appended.seq);
 }
+
+/// The benchmarks' backlog (`testing::seed_items`) carries the
+/// `item.created` record real items are created with
+/// (`testing::seed_created_records`): one chained record per seeded item,
+/// none for other types, and a later append chains onto it.
+pub async fn seeded_items_get_the_created_record_real_items_have(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let other = insert(store, TYPE_A, t0()).await.id;
+    wq_store::testing::seed_items(&db.url, TYPE_B, 30, true, false).await;
+    wq_store::testing::seed_created_records(&db.url, TYPE_B).await;
+    let records = store
+        .audit_list(AuditQuery {
+            limit: 100,
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    let seeded: Vec<_> = records.iter().filter(|r| r.item_id != other).collect();
+    assert_eq!(seeded.len(), 30, "one record per seeded item");
+    let mut items: Vec<_> = seeded.iter().map(|r| r.item_id).collect();
+    items.sort();
+    items.dedup();
+    assert_eq!(items.len(), 30, "each on its own item");
+    for record in &seeded {
+        assert_eq!(record.kind, "item.created");
+        assert_eq!(record.prev_hash, "", "each starts its chain");
+        assert_eq!(
+            record.new_state,
+            Some(serde_json::json!({"phase": "active", "item_type": TYPE_B}))
+        );
+    }
+    let first = seeded[0];
+    let next = store
+        .audit_append(record(first.item_id, t0(), "ci-bot", "submission.created"))
+        .await
+        .unwrap();
+    assert_eq!(next.prev_hash, first.hash, "a later record chains onto it");
+    // The other item's creation, the 30 seeded records and the append.
+    assert_eq!(store.audit_verify().await.unwrap(), (32, None));
+}

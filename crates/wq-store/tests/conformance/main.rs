@@ -171,6 +171,7 @@ conformance_suite!(
     every_loop_write_leaves_its_record_in_its_transaction,
     an_action_starts_on_the_record_with_the_outcome_before_it,
     an_event_keeps_its_raw_delivery,
+    seeded_items_get_the_created_record_real_items_have,
     ui_sessions_expire_are_taken_once_and_pruned,
 );
 
