@@ -527,3 +527,34 @@ pub async fn seeded_items_get_the_created_record_real_items_have(db: &TestDb) {
     // The other item's creation, the 30 seeded records and the append.
     assert_eq!(store.audit_verify().await.unwrap(), (32, None));
 }
+
+/// A chain whose records were all archived and pruned goes on from its
+/// pruned head: the next record chains to the last pruned one, and the
+/// trail still verifies.
+pub async fn a_record_after_the_whole_chain_was_pruned_chains_to_its_pruned_head(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let now = t0();
+    let id = insert(store, TYPE_A, now).await.id;
+    let last = store
+        .audit_append(record(id, now, "ci-bot", "submission.created"))
+        .await
+        .unwrap();
+    let seqs: Vec<i64> = store
+        .audit_unarchived(100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|record| record.seq)
+        .collect();
+    assert_eq!(seqs.len(), 2, "the creation and the submission");
+    store.audit_mark_archived(&seqs, now).await.unwrap();
+    let later = now + Duration::days(400);
+    assert_eq!(store.audit_prune_archived(later).await.unwrap(), 2);
+    let next = store
+        .audit_append(record(id, later, "webhook:gitlab", "event.received"))
+        .await
+        .unwrap();
+    assert_eq!(next.prev_hash, last.hash, "chained to the pruned head");
+    assert_eq!(store.audit_verify().await.unwrap(), (1, None));
+}

@@ -172,6 +172,7 @@ conformance_suite!(
     an_action_starts_on_the_record_with_the_outcome_before_it,
     an_event_keeps_its_raw_delivery,
     seeded_items_get_the_created_record_real_items_have,
+    a_record_after_the_whole_chain_was_pruned_chains_to_its_pruned_head,
     ui_sessions_expire_are_taken_once_and_pruned,
 );
 
