@@ -206,13 +206,7 @@ impl GithubClient {
             })
             .unwrap_or_else(wire::GraphqlView::unknown);
         let (ci, pending_checks) = self.checks(repo, head.as_deref()).await?;
-        change.ci = ci;
-        change.pending_checks = pending_checks;
-        change.review = view.review;
-        change.approvals = view.approvals;
-        change.approved_by = view.approved_by;
-        change.unresolved_threads = view.unresolved_threads;
-        change.queue = view.queue;
+        view.apply(&mut change, ci, pending_checks);
         Ok(change)
     }
 

@@ -400,6 +400,18 @@ impl GraphqlView {
             queue: QueueObservation::Unobserved,
         }
     }
+
+    /// `change` with this view's review, threads and queue, and the head's
+    /// combined CI.
+    pub fn apply(self, change: &mut ChangeRequest, ci: CiStatus, pending_checks: u32) {
+        change.ci = ci;
+        change.pending_checks = pending_checks;
+        change.review = self.review;
+        change.approvals = self.approvals;
+        change.approved_by = self.approved_by;
+        change.unresolved_threads = self.unresolved_threads;
+        change.queue = self.queue;
+    }
 }
 
 /// Reads `data.repository.pullRequest` of `get_change`'s query. `None`
@@ -588,14 +600,7 @@ pub fn graphql_change(answer: &Value) -> Option<ChangeRequest> {
             combine_checks(&runs, &statuses)
         }
     };
-    let view = graphql_view(answer, change.head_sha.as_deref())?;
-    change.ci = ci;
-    change.pending_checks = pending;
-    change.review = view.review;
-    change.approvals = view.approvals;
-    change.approved_by = view.approved_by;
-    change.unresolved_threads = view.unresolved_threads;
-    change.queue = view.queue;
+    graphql_view(answer, change.head_sha.as_deref())?.apply(&mut change, ci, pending);
     Some(change)
 }
 
