@@ -26,7 +26,8 @@
 //!     url: ./audit-archive         # or s3://bucket/prefix
 //!   retention_days: 90
 //! engine:
-//!   workers: 10
+//!   workers: 10                    # executor calls at once (what reaches a forge)
+//!   max_runs: 256                  # item runs at once, claimed in batches
 //!   sweep_interval_seconds: 30
 //!   lease_seconds: 60
 //!   deadline_seconds: 60
@@ -81,8 +82,10 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
 pub const DEFAULT_BODY_LIMIT_BYTES: usize = wq_api::DEFAULT_BODY_LIMIT_BYTES;
 /// How long one HTTP request may take.
 pub const DEFAULT_REQUEST_TIMEOUT_SECONDS: u64 = wq_api::DEFAULT_REQUEST_TIMEOUT.as_secs();
-/// Items processed at once.
-pub const DEFAULT_WORKERS: usize = 10;
+/// Executor and event-handler calls at once (what reaches a forge).
+pub const DEFAULT_WORKERS: usize = wq_engine::DEFAULT_WORKERS;
+/// Item runs in progress at once.
+pub const DEFAULT_MAX_RUNS: usize = wq_engine::DEFAULT_MAX_RUNS;
 /// Pause between two sweeps for forgotten work.
 pub const DEFAULT_SWEEP_INTERVAL_SECONDS: u64 = 30;
 /// Lease of one item's loop run; the heartbeat renews it.
@@ -250,9 +253,15 @@ impl ServerConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineSection {
-    /// Items processed at once, 1 to 1000 (default [`DEFAULT_WORKERS`]).
+    /// Executor and event-handler calls at once (what reaches a forge),
+    /// 1 to 1000 (default [`DEFAULT_WORKERS`]).
     #[garde(custom(between(1, 1000)))]
     pub workers: usize,
+    /// Item runs in progress at once, 1 to 100000 (default
+    /// [`DEFAULT_MAX_RUNS`]): claimed in batches, each holding its lease
+    /// from its claim to its park, and a worker only while it executes.
+    #[garde(custom(between(1, 100_000)))]
+    pub max_runs: usize,
     /// Seconds between sweeps, 1 to 86400
     /// (default [`DEFAULT_SWEEP_INTERVAL_SECONDS`]).
     #[garde(custom(between(1, 86_400)))]
@@ -287,6 +296,7 @@ impl Default for EngineSection {
     fn default() -> Self {
         Self {
             workers: DEFAULT_WORKERS,
+            max_runs: DEFAULT_MAX_RUNS,
             sweep_interval_seconds: DEFAULT_SWEEP_INTERVAL_SECONDS,
             lease_seconds: DEFAULT_LEASE_SECONDS,
             deadline_seconds: DEFAULT_DEADLINE_SECONDS,
@@ -321,6 +331,7 @@ impl EngineSection {
     ) -> wq_engine::EngineConfig {
         wq_engine::EngineConfig {
             workers: self.workers,
+            max_runs: self.max_runs,
             sweep_interval: Duration::from_secs(self.sweep_interval_seconds),
             lease: Duration::from_secs(self.lease_seconds),
             deadline: Duration::from_secs(self.deadline_seconds),
@@ -738,6 +749,7 @@ mod tests {
         .engine_config([]);
         let engine = wq_engine::EngineConfig::default();
         assert_eq!(mapped.workers, engine.workers);
+        assert_eq!(mapped.max_runs, engine.max_runs);
         assert_eq!(mapped.sweep_interval, engine.sweep_interval);
         assert_eq!(mapped.lease, engine.lease);
         assert_eq!(mapped.deadline, engine.deadline);
@@ -751,7 +763,7 @@ mod tests {
         let config = Config::parse(
             "database:\n  url: postgres://postgres@127.0.0.1/wq\n  max_connections: 20\n  connect_timeout_seconds: 3\n\
              server:\n  bind: 0.0.0.0:9000\n  body_limit_bytes: 4096\n  request_timeout_seconds: 5\n\
-             engine:\n  workers: 3\n  sweep_interval_seconds: 7\n  lease_seconds: 11\n  deadline_seconds: 13\n  max_attempts: 2\n  handled_types: [mr]\n",
+             engine:\n  workers: 3\n  max_runs: 40\n  sweep_interval_seconds: 7\n  lease_seconds: 11\n  deadline_seconds: 13\n  max_attempts: 2\n  handled_types: [mr]\n",
         )
         .unwrap();
         assert_eq!(config.database.url, "postgres://postgres@127.0.0.1/wq");
@@ -768,6 +780,7 @@ mod tests {
         );
         let engine = config.engine.engine_config(["mr", "cve"]);
         assert_eq!(engine.workers, 3);
+        assert_eq!(engine.max_runs, 40);
         assert_eq!(engine.sweep_interval, Duration::from_secs(7));
         assert_eq!(engine.lease, Duration::from_secs(11));
         assert_eq!(engine.deadline, Duration::from_secs(13));

@@ -5,11 +5,14 @@ use std::time::Duration;
 
 use wq_core::ItemId;
 
-/// Worker pool size (DDR-41).
+/// Worker pool size (DDR-41): executor and event-handler calls at once.
 pub const DEFAULT_WORKERS: usize = 10;
+/// Item runs in progress at once (claimed, between store steps, or at a
+/// worker).
+pub const DEFAULT_MAX_RUNS: usize = 256;
 /// How often the sweep runs after the one at start.
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
-/// How many ids one sweep returns at most.
+/// How many items one sweep claims at most.
 pub const DEFAULT_SWEEP_BATCH: u32 = 1_000;
 /// Lease length; the heartbeat renews it every third of it.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
@@ -28,7 +31,14 @@ pub const DEFAULT_OUTAGE_BUDGET: Duration = Duration::from_secs(6 * 3600);
 /// Settings of a [`crate::ProcessingManager`].
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
+    /// Executor and event-handler calls at once: what reaches a forge
+    /// (DDR-41).
     pub workers: usize,
+    /// Item runs in progress at once. A run holds its slot from its claim
+    /// to its park, and a worker only while its executor or event handler
+    /// runs, so runs waiting on the store (whose writes batch) do not keep
+    /// the workers idle.
+    pub max_runs: usize,
     pub sweep_interval: Duration,
     pub sweep_batch: u32,
     pub lease: Duration,
@@ -48,6 +58,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             workers: DEFAULT_WORKERS,
+            max_runs: DEFAULT_MAX_RUNS,
             sweep_interval: DEFAULT_SWEEP_INTERVAL,
             sweep_batch: DEFAULT_SWEEP_BATCH,
             lease: DEFAULT_LEASE,

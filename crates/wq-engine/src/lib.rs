@@ -1,6 +1,6 @@
 //! The processing engine: [`ProcessingManager`] takes `notify(id)` calls and
-//! sweep results, runs each item's loop on a bounded worker pool (claim →
-//! drain events → decide → execute → park), keeps leases alive with a
+//! claims due items in batches, runs each item's loop (claim → drain events
+//! → decide → execute → park) with a bounded number of runs and of workers, keeps leases alive with a
 //! heartbeat and shuts down in order. It knows no item type: it talks to
 //! them through `wq_core::ItemType` and to the database through
 //! `wq_store::Store`. The loop is drawn in ARCHITECTURE.md.
@@ -8,11 +8,11 @@
 //! - **One commit per step.** An executor's outcome is applied to the
 //!   in-memory view and written together with whatever comes next: before
 //!   the next action runs, before an event is handled, at release, or inside
-//!   the park. An item whose one action needs no follow-up costs two round
-//!   trips on PostgreSQL: the claim that also reads the item
-//!   (`item_claim_snapshot`, one statement) and one call of the `wq_park`
-//!   function (migration 0002: advisory lock, lease check, outcome, event
-//!   check, park).
+//!   the park. An item whose one action needs no follow-up costs its share
+//!   of two statements: the batch claim that also reads the items
+//!   (`item_claim_due`; a notified item is claimed alone with
+//!   `item_claim_snapshot`) and the batch of parks it joins (lease check,
+//!   outcome, event check, park and the outcome's audit records).
 //! - **Leases.** A claim sets `leased_until = now + lease` only when the item
 //!   is unleased or expired (on PostgreSQL it also requires the row version
 //!   its snapshot saw; `wq-store/tests/pg_claim_race.rs`). A heartbeat renews
@@ -32,15 +32,26 @@
 //!   a worker decides to exit is either seen by the park's check or inserted
 //!   after the lease is free, when `notify` can claim the item at once.
 //! - **Intake.** `notify(id)` is deduplicated; a notify during a run makes
-//!   the item run once more afterwards. A bounded pool (`workers`, 10 by
-//!   default) runs the loops. The items an executor's outcome names in
-//!   `wake` (items it enqueued in its own transaction) are notified as soon
-//!   as it returns.
-//! - **Sweep.** At start and every `sweep_interval`: items that are
-//!   actionable and not leased, items with pending events, and active items
-//!   with an expired `pending_until`, only of `handled_types` (none when
-//!   empty). A full batch means a backlog: the sweep runs again as soon as
-//!   the pool drains.
+//!   the item run once more afterwards. The items an executor's outcome
+//!   names in `wake` (items it enqueued in its own transaction) are
+//!   notified as soon as it returns.
+//! - **Runs and workers.** At most `max_runs` item runs are in progress at
+//!   once (256 by default); a run holds its slot from its claim to its
+//!   park. At most `workers` of them (10 by default) call an executor or an
+//!   event handler at once: those calls are what reaches a forge (DDR-41).
+//!   A run waiting on the store does not hold a worker, so the store's
+//!   batches (PostgreSQL's coalesced parks, SQLite's group commit and
+//!   set-based parks) fill up while the workers stay busy.
+//! - **Sweep.** At start and every `sweep_interval` the engine claims what
+//!   is due, with the snapshots, in one statement
+//!   (`wq_store::Store::item_claim_due`: items that are actionable and not
+//!   leased, items with pending events, and active items with an expired
+//!   `pending_until`, only of `handled_types`, none when empty), as many as
+//!   it has free run slots (at most `sweep_batch`), and starts their runs.
+//!   It claims nothing while `workers` or more runs wait for a worker:
+//!   claimed items hold leases another replica could use. A full claim
+//!   means a backlog: the sweep claims again as soon as half a batch of
+//!   slots is free.
 //! - **Periodic tasks.** Beside the sweep, the engine runs the
 //!   `wq_core::Periodic` tasks of its `handled_types` (e.g. `mr.queue_sync`),
 //!   each every its interval, the first one interval after the start; the
@@ -78,5 +89,5 @@ mod config;
 mod manager;
 pub mod metrics;
 
-pub use config::EngineConfig;
+pub use config::{DEFAULT_MAX_RUNS, DEFAULT_WORKERS, EngineConfig};
 pub use manager::{EngineError, FailPoint, Flow, Hooks, NoHooks, ProcessingManager, RunOutcome};

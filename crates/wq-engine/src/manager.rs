@@ -9,6 +9,7 @@
 //!   reclaimed can no longer change the item.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,8 +24,8 @@ use wq_core::{
     TypeRegistry,
 };
 use wq_store::{
-    ApplyEvent, ApplyOutcome, BeginAction, ClaimParams, EventApplied, Leadership, Lease,
-    OutcomeChanges, Park, ParkParams, RecordFailure, Snapshot, Store, StoreError, SweepParams,
+    ApplyEvent, ApplyOutcome, BeginAction, ClaimDueParams, ClaimParams, EventApplied, Leadership,
+    Lease, OutcomeChanges, Park, ParkParams, RecordFailure, Snapshot, Store, StoreError,
 };
 
 use crate::config::EngineConfig;
@@ -102,14 +103,32 @@ pub enum RunOutcome {
     StoreFailed(String),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// An item claimed with its snapshot, and the run slot it will use.
+struct Claimed {
+    snapshot: Snapshot,
+    lease: Lease,
+    slot: OwnedSemaphorePermit,
+}
+
+/// Where a tracked item is.
 enum Track {
+    /// Notified; waiting in the intake queue for a run slot.
     Queued,
-    Running { dirty: bool },
+    /// A run is in progress. `dirty`: notified during it, so it runs once
+    /// more afterwards. `next`: a batch claim took the item while this run
+    /// was ending (its lease released, the run not yet untracked); that
+    /// claim starts as soon as this run ends, so an item never has two runs
+    /// in one engine.
+    Running {
+        dirty: bool,
+        next: Option<Box<Claimed>>,
+    },
 }
 
 /// The engine. Create with [`ProcessingManager::new`], then `start`.
 pub struct ProcessingManager {
+    /// This engine, for the tasks it spawns.
+    me: std::sync::Weak<ProcessingManager>,
     store: Arc<dyn Store>,
     registry: Arc<TypeRegistry>,
     clock: Arc<dyn Clock>,
@@ -121,7 +140,17 @@ pub struct ProcessingManager {
     idle: Notify,
     /// How many pool runs have finished; see [`ProcessingManager::runs_finished`].
     runs_finished: watch::Sender<u64>,
+    /// Run slots: at most `max_runs` item runs at once.
+    slots: Arc<Semaphore>,
+    /// Signalled when a run ends and frees its slot.
+    slot_freed: Notify,
+    /// Workers: at most `workers` executor and event-handler calls at once.
     workers: Arc<Semaphore>,
+    /// Runs waiting for a worker.
+    waiting: AtomicUsize,
+    /// Sweeps whose claimed items are not tracked yet: the engine is not
+    /// idle while one runs.
+    sweeping: AtomicUsize,
     shutdown: CancellationToken,
     /// Cancelled when a bounded shutdown gives up on the loops still
     /// running: their heartbeats stop, so their leases expire.
@@ -164,7 +193,9 @@ impl ProcessingManager {
         metrics::counter!(LEASE_LOSSES_TOTAL).increment(0);
         let (intake, intake_rx) = mpsc::unbounded_channel();
         let workers = Arc::new(Semaphore::new(config.workers.max(1)));
-        Ok(Arc::new(Self {
+        let slots = Arc::new(Semaphore::new(config.max_runs.max(1)));
+        Ok(Arc::new_cyclic(|me| Self {
+            me: me.clone(),
             store,
             registry,
             clock,
@@ -175,11 +206,19 @@ impl ProcessingManager {
             tracked: Mutex::new(HashMap::new()),
             idle: Notify::new(),
             runs_finished: watch::Sender::new(0),
+            slots,
+            slot_freed: Notify::new(),
             workers,
+            waiting: AtomicUsize::new(0),
+            sweeping: AtomicUsize::new(0),
             shutdown: CancellationToken::new(),
             abandoned: CancellationToken::new(),
             tasks: TaskTracker::new(),
         }))
+    }
+
+    fn myself(&self) -> Option<Arc<Self>> {
+        self.me.upgrade()
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -294,7 +333,7 @@ impl ProcessingManager {
                 }
             }
             Some(Track::Queued) => {}
-            Some(Track::Running { dirty }) => *dirty = true,
+            Some(Track::Running { dirty, .. }) => *dirty = true,
         }
     }
 
@@ -303,11 +342,11 @@ impl ProcessingManager {
         self.tracked.lock().expect("tracked lock").len()
     }
 
-    /// Waits until nothing is queued or running.
+    /// Waits until nothing is queued, running or being claimed.
     pub async fn wait_idle(&self) {
         loop {
             let notified = self.idle.notified();
-            if self.in_flight() == 0 {
+            if self.in_flight() == 0 && self.sweeping.load(Ordering::SeqCst) == 0 {
                 return;
             }
             notified.await;
@@ -321,24 +360,119 @@ impl ProcessingManager {
         self.runs_finished.subscribe()
     }
 
-    /// Runs one sweep now and notifies what it found; returns how many.
+    /// Runs one sweep now: claims the items that are due, as many as there
+    /// are free run slots (at most `sweep_batch`), with their snapshots in
+    /// one statement, and starts their runs. Returns how many it claimed.
+    /// Claims nothing while runs already wait for a worker: claimed items
+    /// hold their leases, which another replica could use.
     pub async fn sweep_now(&self) -> Result<usize, StoreError> {
-        if self.config.handled_types.is_empty() {
-            return Ok(0);
+        Ok(self.sweep_round().await?.0)
+    }
+
+    /// [`ProcessingManager::sweep_now`], and how many it could have
+    /// claimed (0: no room).
+    async fn sweep_round(&self) -> Result<(usize, u32), StoreError> {
+        if self.config.handled_types.is_empty() || self.shutdown.is_cancelled() {
+            return Ok((0, 0));
         }
-        let ids = self
+        let _sweeping = Sweeping::new(self);
+        let limit = self.claim_capacity();
+        if limit == 0 {
+            return Ok((0, 0));
+        }
+        let Ok(slots) = Arc::clone(&self.slots).try_acquire_many_owned(limit) else {
+            return Ok((0, 0));
+        };
+        let now = self.clock.now();
+        let claimed = self
             .store
-            .sweep_candidates(SweepParams {
+            .item_claim_due(ClaimDueParams {
+                now,
+                lease_until: now + self.config.lease,
                 handled_types: self.config.handled_types.clone(),
-                now: self.clock.now(),
-                limit: self.config.sweep_batch,
+                limit,
             })
             .await?;
-        metrics::gauge!(SWEEP_BACKLOG).set(ids.len() as f64);
-        for id in &ids {
-            self.notify(*id);
+        metrics::gauge!(SWEEP_BACKLOG).set(claimed.len() as f64);
+        let count = claimed.len();
+        let mut slots = Some(slots);
+        for (snapshot, lease) in claimed {
+            let slot = match slots.take() {
+                Some(mut rest) if rest.num_permits() > 1 => {
+                    let one = rest.split(1).expect("a permit is left");
+                    slots = Some(rest);
+                    one
+                }
+                Some(last) => last,
+                None => unreachable!("one slot per claimed item"),
+            };
+            self.start_claimed(Claimed {
+                snapshot,
+                lease,
+                slot,
+            });
         }
-        Ok(ids.len())
+        // Unused slots go back with `slots`.
+        Ok((count, limit))
+    }
+
+    /// How many items a sweep may claim now: the free run slots, at most
+    /// `sweep_batch`, and none while `workers` or more runs wait for a
+    /// worker (the pool has enough to do).
+    fn claim_capacity(&self) -> u32 {
+        if self.waiting.load(Ordering::Relaxed) >= self.config.workers.max(1) {
+            return 0;
+        }
+        let free = u32::try_from(self.slots.available_permits()).unwrap_or(u32::MAX);
+        free.min(self.config.sweep_batch)
+    }
+
+    /// Starts the run of an item a batch claim took, or hands it to the
+    /// run still ending on it.
+    fn start_claimed(&self, claimed: Claimed) {
+        let id = claimed.lease.id;
+        let mut tracked = self.tracked.lock().expect("tracked lock");
+        match tracked.get_mut(&id) {
+            Some(Track::Running { next, .. }) => {
+                // The lease was free, so that run is past its last write.
+                *next = Some(Box::new(claimed));
+                return;
+            }
+            Some(queued @ Track::Queued) => {
+                // Notified while the claim ran: the claim's snapshot may
+                // be older than what the notify announced, so run once
+                // more after this run. The queued entry finds the item
+                // running and is dropped.
+                *queued = Track::Running {
+                    dirty: true,
+                    next: None,
+                };
+            }
+            None => {
+                tracked.insert(
+                    id,
+                    Track::Running {
+                        dirty: false,
+                        next: None,
+                    },
+                );
+            }
+        }
+        drop(tracked);
+        self.spawn_run(id, claimed.slot, Some((claimed.snapshot, claimed.lease)));
+    }
+
+    fn spawn_run(
+        &self,
+        id: ItemId,
+        slot: OwnedSemaphorePermit,
+        claimed: Option<(Snapshot, Lease)>,
+    ) {
+        let Some(manager) = self.myself() else {
+            return;
+        };
+        self.tasks
+            .spawn(async move { manager.work(id, slot, claimed).await });
     }
 
     /// Resolves once a shutdown has been asked for (at once if it already
@@ -387,8 +521,30 @@ impl ProcessingManager {
     /// Runs one item's loop inline, outside the pool: the one step tests
     /// drive deterministically.
     pub async fn run_item(&self, id: ItemId) -> RunOutcome {
+        self.run_item_with(id, None).await
+    }
+
+    /// Claims `id` with its snapshot, unless this replica handles no type.
+    async fn claim(&self, id: ItemId) -> Result<Option<(Snapshot, Lease)>, StoreError> {
+        if self.config.handled_types.is_empty() {
+            tracing::debug!(%id, "not claimed: this replica handles no item type");
+            return Ok(None);
+        }
+        let now = self.clock.now();
+        self.store
+            .item_claim_snapshot(ClaimParams {
+                id,
+                now,
+                lease_until: now + self.config.lease,
+                handled_types: self.config.handled_types.clone(),
+            })
+            .await
+    }
+
+    /// One run of `id`: from the claim given, or claiming it first.
+    async fn run_item_with(&self, id: ItemId, claimed: Option<(Snapshot, Lease)>) -> RunOutcome {
         let started = Instant::now();
-        let outcome = self.run_item_inner(id).await;
+        let outcome = self.run_item_inner(id, claimed).await;
         metrics::histogram!(LOOP_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
         if outcome == RunOutcome::LeaseLost {
             metrics::counter!(LEASE_LOSSES_TOTAL).increment(1);
@@ -402,114 +558,154 @@ impl ProcessingManager {
                 _ = self.shutdown.cancelled() => return,
                 id = intake.recv() => match id { Some(id) => id, None => return },
             };
-            let permit = tokio::select! {
+            let slot = tokio::select! {
                 _ = self.shutdown.cancelled() => return,
-                permit = Arc::clone(&self.workers).acquire_owned() => match permit {
-                    Ok(permit) => permit,
+                slot = Arc::clone(&self.slots).acquire_owned() => match slot {
+                    Ok(slot) => slot,
                     Err(_) => return,
                 },
             };
-            self.tracked
-                .lock()
-                .expect("tracked lock")
-                .insert(id, Track::Running { dirty: false });
-            let worker = Arc::clone(&self);
-            self.tasks
-                .spawn(async move { worker.work(id, permit).await });
+            {
+                let mut tracked = self.tracked.lock().expect("tracked lock");
+                match tracked.get_mut(&id) {
+                    Some(queued @ Track::Queued) => {
+                        *queued = Track::Running {
+                            dirty: false,
+                            next: None,
+                        };
+                    }
+                    // A batch claim took it meanwhile (and runs it once
+                    // more if needed), or that run already ended.
+                    _ => continue,
+                }
+            }
+            self.spawn_run(id, slot, None);
         }
     }
 
-    async fn work(self: Arc<Self>, id: ItemId, permit: OwnedSemaphorePermit) {
+    async fn work(
+        self: Arc<Self>,
+        id: ItemId,
+        slot: OwnedSemaphorePermit,
+        claimed: Option<(Snapshot, Lease)>,
+    ) {
         use futures::FutureExt as _;
-        // A panicking executor (a bug) ends this run as a crash would: no
-        // further write, the lease expires and the sweep retries the item.
-        // The pool, the tracking and the other items go on.
-        let outcome = match std::panic::AssertUnwindSafe(self.run_item(id))
-            .catch_unwind()
-            .await
-        {
-            Ok(outcome) => outcome,
-            Err(panic) => {
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a non-string panic".to_owned());
-                tracing::error!(item_id = %id, panic = %message, "item run for {id} panicked; the sweep retries it once its lease expires");
-                metrics::counter!(RUN_PANICS_TOTAL).increment(1);
-                RunOutcome::Crashed
+        let mut slot = slot;
+        let mut claimed = claimed;
+        loop {
+            // A panicking executor (a bug) ends this run as a crash would:
+            // no further write, the lease expires and the sweep retries the
+            // item. The pool, the tracking and the other items go on.
+            let outcome = match std::panic::AssertUnwindSafe(self.run_item_with(id, claimed.take()))
+                .catch_unwind()
+                .await
+            {
+                Ok(outcome) => outcome,
+                Err(panic) => {
+                    let message = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a non-string panic".to_owned());
+                    tracing::error!(item_id = %id, panic = %message, "item run for {id} panicked; the sweep retries it once its lease expires");
+                    metrics::counter!(RUN_PANICS_TOTAL).increment(1);
+                    RunOutcome::Crashed
+                }
+            };
+            tracing::debug!(item_id = %id, ?outcome, "item run ended for {id}");
+            let mut tracked = self.tracked.lock().expect("tracked lock");
+            let (dirty, next) = match tracked.get_mut(&id) {
+                Some(Track::Running { dirty, next }) => (*dirty, next.take()),
+                _ => (false, None),
+            };
+            if let Some(next) = next {
+                // A batch claim took the item as this run ended: run it now
+                // on the claim's slot, still tracked as running.
+                tracked.insert(id, Track::Running { dirty, next: None });
+                drop(tracked);
+                drop(std::mem::replace(&mut slot, next.slot));
+                self.slot_freed.notify_waiters();
+                claimed = Some((next.snapshot, next.lease));
+                self.runs_finished.send_modify(|runs| *runs += 1);
+                continue;
             }
-        };
-        drop(permit);
-        tracing::debug!(item_id = %id, ?outcome, "item run ended for {id}");
-        let mut tracked = self.tracked.lock().expect("tracked lock");
-        let again = matches!(tracked.get(&id), Some(Track::Running { dirty: true }))
-            && !self.shutdown.is_cancelled()
-            && !matches!(outcome, RunOutcome::Crashed);
-        if again {
-            tracked.insert(id, Track::Queued);
-            if self.intake.send(id).is_err() {
+            drop(slot);
+            let again =
+                dirty && !self.shutdown.is_cancelled() && !matches!(outcome, RunOutcome::Crashed);
+            if again {
+                tracked.insert(id, Track::Queued);
+                if self.intake.send(id).is_err() {
+                    tracked.remove(&id);
+                }
+            } else {
                 tracked.remove(&id);
             }
-        } else {
-            tracked.remove(&id);
+            if tracked.is_empty() {
+                self.idle.notify_waiters();
+            }
+            drop(tracked);
+            self.slot_freed.notify_waiters();
+            self.runs_finished.send_modify(|runs| *runs += 1);
+            return;
         }
-        if tracked.is_empty() {
-            self.idle.notify_waiters();
-        }
-        drop(tracked);
-        self.runs_finished.send_modify(|runs| *runs += 1);
     }
 
+    /// Sweeps at start and every `sweep_interval`; after a sweep that
+    /// filled its claim, again as soon as run slots free up, so a backlog
+    /// drains at the pool's pace.
     async fn sweep_forever(self: Arc<Self>) {
+        if self.config.handled_types.is_empty() {
+            return;
+        }
         loop {
-            let found = match self.sweep_now().await {
-                Ok(found) => found,
+            if self.shutdown.is_cancelled() {
+                return;
+            }
+            // A full claim, or no room to claim, means there may be more:
+            // sweep again once there is room.
+            let backlog = match self.sweep_round().await {
+                Ok((found, limit)) => limit == 0 || found as u32 >= limit,
                 Err(error) => {
                     tracing::warn!(%error, "sweep failed: {error}");
-                    0
+                    false
                 }
             };
-            // A full batch means a backlog: sweep again once most of it is
-            // processed instead of waiting a whole interval.
-            let backlog = found as u32 >= self.config.sweep_batch;
-            let pause = if backlog {
-                Duration::from_millis(5)
-            } else {
-                self.config.sweep_interval
-            };
-            let low_water = (self.config.sweep_batch as usize / 2).max(1);
-            loop {
+            if !backlog {
                 tokio::select! {
                     _ = self.shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(pause) => {}
+                    _ = tokio::time::sleep(self.config.sweep_interval) => {}
                 }
-                if !backlog || self.in_flight() < low_water {
+                continue;
+            }
+            // Wait for room: half a batch of free slots (or every slot),
+            // and not more runs waiting for a worker than there are
+            // workers.
+            let wanted =
+                (self.config.sweep_batch as usize / 2).clamp(1, self.config.max_runs.max(1));
+            loop {
+                let freed = self.slot_freed.notified();
+                if self.claim_capacity() as usize >= wanted {
                     break;
+                }
+                tokio::select! {
+                    _ = self.shutdown.cancelled() => return,
+                    _ = freed => {}
+                    // A run that frees no slot (a worker freed) is seen
+                    // within this time.
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
                 }
             }
         }
     }
 
-    async fn run_item_inner(&self, id: ItemId) -> RunOutcome {
-        if self.config.handled_types.is_empty() {
-            tracing::debug!(%id, "not claimed: this replica handles no item type");
-            return RunOutcome::NotClaimed;
-        }
-        let now = self.clock.now();
-        let claim = self
-            .store
-            .item_claim_snapshot(ClaimParams {
-                id,
-                now,
-                lease_until: now + self.config.lease,
-                handled_types: self.config.handled_types.clone(),
-            })
-            .await;
-        let (snapshot, lease) = match claim {
-            Ok(Some(claimed)) => claimed,
-            Ok(None) => return RunOutcome::NotClaimed,
-            Err(error) => return store_failed(id, error),
+    async fn run_item_inner(&self, id: ItemId, claimed: Option<(Snapshot, Lease)>) -> RunOutcome {
+        let (snapshot, lease) = match claimed {
+            Some(claimed) => claimed,
+            None => match self.claim(id).await {
+                Ok(Some(claimed)) => claimed,
+                Ok(None) => return RunOutcome::NotClaimed,
+                Err(error) => return store_failed(id, error),
+            },
         };
         let Some(item_type) = self.registry.get(&snapshot.view.item.item_type).cloned() else {
             // Claim filters by handled types and `new` checked them.
@@ -526,6 +722,30 @@ impl ProcessingManager {
         // a heartbeat renewing the lease of an item nobody works on.
         let _heartbeat = AbortOnDrop(run.start_heartbeat());
         run.run(snapshot).await
+    }
+}
+
+/// A sweep in progress, from before its claim until its runs are tracked:
+/// [`ProcessingManager::wait_idle`] waits for it.
+struct Sweeping<'a>(&'a ProcessingManager);
+
+impl<'a> Sweeping<'a> {
+    fn new(manager: &'a ProcessingManager) -> Self {
+        manager.sweeping.fetch_add(1, Ordering::SeqCst);
+        Self(manager)
+    }
+}
+
+impl Drop for Sweeping<'_> {
+    fn drop(&mut self) {
+        let manager = self.0;
+        if manager.sweeping.fetch_sub(1, Ordering::SeqCst) == 1 {
+            // Checked under the tracking lock, as a run's end does.
+            let tracked = manager.tracked.lock().expect("tracked lock");
+            if tracked.is_empty() {
+                manager.idle.notify_waiters();
+            }
+        }
     }
 }
 
@@ -603,6 +823,20 @@ impl ItemRun<'_> {
         })
     }
 
+    /// A worker for one executor or event-handler call: at most `workers`
+    /// such calls run at once (DDR-41: they are what reaches a forge).
+    async fn worker(&self) -> tokio::sync::SemaphorePermit<'_> {
+        let manager = self.manager;
+        manager.waiting.fetch_add(1, Ordering::Relaxed);
+        let permit = manager
+            .workers
+            .acquire()
+            .await
+            .expect("the worker semaphore is never closed");
+        manager.waiting.fetch_sub(1, Ordering::Relaxed);
+        permit
+    }
+
     async fn hook(&self, point: FailPoint) -> Flow {
         self.manager.hooks.at(point, self.id).await
     }
@@ -661,7 +895,11 @@ impl ItemRun<'_> {
             };
             let view = &snapshot.view;
             let result = if view.item.phase == Phase::Active {
-                match self.item_type.handle_event(view, &event).await {
+                let handled = {
+                    let _worker = self.worker().await;
+                    self.item_type.handle_event(view, &event).await
+                };
+                match handled {
                     Ok(result) => result,
                     Err(error) => {
                         let message = format!("handling event {}: {}", event.event_type, error);
@@ -744,7 +982,10 @@ impl ItemRun<'_> {
         }
         metrics::counter!(ACTIONS_TOTAL, "item_type" => type_name, "action" => action.name)
             .increment(1);
-        let result = self.item_type.execute(action, &snapshot.view).await;
+        let result = {
+            let _worker = self.worker().await;
+            self.item_type.execute(action, &snapshot.view).await
+        };
         if self.hook(FailPoint::AfterExecute).await == Flow::Crash {
             return Ok(Step::Done(RunOutcome::Crashed));
         }

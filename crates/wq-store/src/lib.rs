@@ -208,6 +208,17 @@ pub struct ClaimParams {
     pub handled_types: Vec<String>,
 }
 
+/// Claim a batch of due items for loop runs ([`Store::item_claim_due`]).
+#[derive(Debug, Clone)]
+pub struct ClaimDueParams {
+    pub now: OffsetDateTime,
+    pub lease_until: OffsetDateTime,
+    /// Only items of these types are claimed (none when empty).
+    pub handled_types: Vec<String>,
+    /// At most this many.
+    pub limit: u32,
+}
+
 /// A held lease: the `leased_until` value the holder last wrote. Every loop
 /// write compares it, so a worker whose lease was reclaimed cannot write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -515,6 +526,16 @@ pub trait Store: Send + Sync + 'static {
             .ok_or(StoreError::NotFound(item.id))?;
         Ok(Some((snapshot, lease)))
     }
+
+    /// Claims up to `limit` items that are due, as
+    /// [`Store::sweep_candidates`] finds them (actionable and not leased,
+    /// with pending events, or active with an expired `pending_until`), of
+    /// the handled types, each with its snapshot, in one statement: how an
+    /// engine takes a batch of work. Oldest first where the backend allows.
+    /// Concurrent callers get different items (PostgreSQL skips rows
+    /// another claimer holds); as in [`Store::item_claim_snapshot`], an item
+    /// whose row changed after the statement's snapshot is not claimed.
+    async fn item_claim_due(&self, params: ClaimDueParams) -> StoreResult<Vec<(Snapshot, Lease)>>;
 
     /// Extends a held lease; [`StoreError::LeaseLost`] if it is not held.
     async fn item_heartbeat(&self, lease: Lease, until: OffsetDateTime) -> StoreResult<Lease>;

@@ -95,3 +95,67 @@ async fn a_claim_racing_a_commit_never_returns_dimensions_from_before_it() {
     drop(store);
     drop_postgres_database(&url).await;
 }
+
+/// PostgreSQL: a batch claim skips a row another transaction holds instead
+/// of waiting for it (and so never claims it with dimensions from before
+/// that transaction's commit), and takes it, as it is then, once that
+/// transaction committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_claim_skips_a_held_row_and_takes_it_after_the_commit() {
+    let url = fresh_postgres_url().await;
+    let store = PgStore::connect(&url, 5).await.unwrap();
+    store.migrate().await.unwrap();
+    let now = OffsetDateTime::now_utc();
+    let (held, free) = (ItemId::new_v7(), ItemId::new_v7());
+    for id in [held, free] {
+        store
+            .item_insert(NewItem {
+                id,
+                item_type: "t".into(),
+                idempotency_key: None,
+                caller_identity: None,
+                place: None,
+                now,
+                dimensions: vec![DimensionUpdate::new("needs_step", true)],
+            })
+            .await
+            .unwrap();
+    }
+    let params = move |now: OffsetDateTime| wq_store::ClaimDueParams {
+        now,
+        lease_until: now + Duration::minutes(1),
+        handled_types: vec!["t".into()],
+        limit: 10,
+    };
+    // Another writer holds `held`'s row and changes its dimensions.
+    let mut a = store.pool().begin().await.unwrap();
+    sqlx::query("UPDATE work_items SET updated_at = $2 WHERE id = $1")
+        .bind(held.0)
+        .bind(now)
+        .execute(&mut *a)
+        .await
+        .unwrap();
+    wq_store::postgres::upsert_dimension(
+        &mut a,
+        held,
+        &DimensionUpdate::new("needs_step", false),
+        now,
+    )
+    .await
+    .unwrap();
+    let first = store.item_claim_due(params(now)).await.unwrap();
+    let ids: Vec<ItemId> = first.iter().map(|(_, lease)| lease.id).collect();
+    assert_eq!(ids, vec![free], "the held row is skipped, not waited for");
+    a.commit().await.unwrap();
+    let second = store.item_claim_due(params(now)).await.unwrap();
+    assert_eq!(second.len(), 1);
+    let (snapshot, lease) = &second[0];
+    assert_eq!(lease.id, held);
+    assert_eq!(
+        snapshot.view.dimension("needs_step", "").unwrap().status,
+        DimensionStatus::False,
+        "claimed as it is after the commit"
+    );
+    drop(store);
+    drop_postgres_database(&url).await;
+}

@@ -186,11 +186,20 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> f64 {
     }
     let elapsed = started.elapsed();
     engine.shutdown().await;
-    if let wq_store::Backend::Postgres(pg) = store.handle() {
-        let ((claims, claim_batches), (parks, park_batches), fallbacks) = pg.batch_counts();
-        println!(
-            "statements: {claims} claims in {claim_batches}, {parks} parks in {park_batches} ({fallbacks} batches of parks failed and ran one by one, counted since the process started)"
-        );
+    match store.handle() {
+        wq_store::Backend::Postgres(pg) => {
+            let ((claims, claim_batches), (parks, park_batches), fallbacks) = pg.batch_counts();
+            println!(
+                "statements: {claims} claims by id in {claim_batches}, {parks} parks in {park_batches} ({fallbacks} batches of parks failed and ran one by one)"
+            );
+        }
+        wq_store::Backend::Sqlite(sqlite) => {
+            let (parks, jobs) = sqlite.park_counts();
+            println!(
+                "jobs: {parks} parks in {jobs} ({} batches of parks failed and ran one by one)",
+                sqlite.park_fallbacks()
+            );
+        }
     }
     let left = store
         .sweep_candidates(SweepParams {

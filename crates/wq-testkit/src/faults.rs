@@ -92,6 +92,12 @@ impl Store for FaultyStore {
     async fn item_claim(&self, params: ClaimParams) -> StoreResult<Option<(WorkItem, Lease)>> {
         self.inner.item_claim(params).await
     }
+    async fn item_claim_due(
+        &self,
+        params: wq_store::ClaimDueParams,
+    ) -> StoreResult<Vec<(wq_store::Snapshot, Lease)>> {
+        self.inner.item_claim_due(params).await
+    }
     async fn item_heartbeat(&self, lease: Lease, until: OffsetDateTime) -> StoreResult<Lease> {
         self.inner.item_heartbeat(lease, until).await
     }

@@ -92,6 +92,77 @@ impl Executions {
     }
 }
 
+/// Executor calls in progress at once, for tests of the worker bound: the
+/// most seen, and an optional hold of the first calls until that many run
+/// together (so the bound is seen reached whatever the scheduling).
+#[derive(Debug)]
+pub struct ExecProbe {
+    /// (running now, most at once).
+    running: Mutex<(usize, usize)>,
+    /// Calls held until this many have entered.
+    fill: std::sync::atomic::AtomicUsize,
+    entered: tokio::sync::watch::Sender<usize>,
+}
+
+impl Default for ExecProbe {
+    fn default() -> Self {
+        Self {
+            running: Mutex::new((0, 0)),
+            fill: std::sync::atomic::AtomicUsize::new(0),
+            entered: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
+
+impl ExecProbe {
+    /// The first `fill` calls wait until `fill` calls have entered.
+    pub fn hold_until(&self, fill: usize) {
+        self.fill.store(fill, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The most executor calls seen running at once.
+    pub fn most(&self) -> usize {
+        self.running.lock().expect("probe lock").1
+    }
+
+    /// Executor calls running now.
+    pub fn running(&self) -> usize {
+        self.running.lock().expect("probe lock").0
+    }
+
+    async fn enter(&self) -> Running<'_> {
+        {
+            let mut running = self.running.lock().expect("probe lock");
+            running.0 += 1;
+            running.1 = running.1.max(running.0);
+        }
+        let mut order = 0;
+        self.entered.send_modify(|entered| {
+            *entered += 1;
+            order = *entered;
+        });
+        let fill = self.fill.load(std::sync::atomic::Ordering::SeqCst);
+        if order <= fill {
+            let mut entered = self.entered.subscribe();
+            entered
+                .wait_for(|entered| *entered >= fill)
+                .await
+                .expect("the probe lives");
+        }
+        Running(self)
+    }
+}
+
+/// One executor call in progress; it leaves the probe when dropped (also
+/// when the call panics).
+struct Running<'a>(&'a ExecProbe);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.running.lock().expect("probe lock").0 -= 1;
+    }
+}
+
 /// Three chained actions driven by `needs_step*` dimensions.
 ///
 /// Events: `extra` sets `needs_extra` (the decider then runs `extra`),
@@ -100,6 +171,8 @@ impl Executions {
 #[derive(Debug, Default, Clone)]
 pub struct ChainType {
     pub executions: Executions,
+    /// Executor calls in progress.
+    pub probe: Arc<ExecProbe>,
     failures: Arc<Mutex<HashMap<ItemId, (u32, bool)>>>,
     panics: Arc<Mutex<HashMap<ItemId, u32>>>,
 }
@@ -167,20 +240,8 @@ impl ItemType for ChainType {
     }
 
     async fn execute(&self, action: Action, view: &ItemView) -> Result<ExecOutcome, ExecError> {
-        let id = view.item.id;
-        assert!(!self.take_panic(id), "scripted panic in {action}");
-        if let Some(permanent) = self.take_failure(id) {
-            return Err(if permanent {
-                ExecError::permanent(format!("scripted permanent failure of {action}"))
-            } else {
-                ExecError::transient(format!("scripted failure of {action}"))
-            });
-        }
-        self.executions.record(id, action.name);
-        Ok(ExecOutcome::done().with_dimension(
-            DimensionUpdate::new(format!("needs_{}", action.name), false)
-                .detail(serde_json::json!({ "ran_at": view.now.unix_timestamp() })),
-        ))
+        let _running = self.probe.enter().await;
+        self.run_step(action, view)
     }
 
     async fn handle_event(
@@ -196,6 +257,26 @@ impl ItemType for ChainType {
             "cancel" => EventResult::ignored().with_phase(Phase::Cancelled),
             _ => EventResult::ignored(),
         })
+    }
+}
+
+impl ChainType {
+    /// One step's outcome (or its scripted failure or panic).
+    fn run_step(&self, action: Action, view: &ItemView) -> Result<ExecOutcome, ExecError> {
+        let id = view.item.id;
+        assert!(!self.take_panic(id), "scripted panic in {action}");
+        if let Some(permanent) = self.take_failure(id) {
+            return Err(if permanent {
+                ExecError::permanent(format!("scripted permanent failure of {action}"))
+            } else {
+                ExecError::transient(format!("scripted failure of {action}"))
+            });
+        }
+        self.executions.record(id, action.name);
+        Ok(ExecOutcome::done().with_dimension(
+            DimensionUpdate::new(format!("needs_{}", action.name), false)
+                .detail(serde_json::json!({ "ran_at": view.now.unix_timestamp() })),
+        ))
     }
 }
 

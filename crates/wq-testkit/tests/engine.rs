@@ -610,7 +610,8 @@ async fn a_run_that_lost_its_lease_is_counted_and_the_sweep_reports_its_backlog(
         gauge(wq_engine::metrics::SWEEP_BACKLOG),
         Some(DebugValue::Gauge(1.0.into()))
     );
-    assert_eq!(other.run_item(id).await, RunOutcome::Parked);
+    // That sweep claimed the item and runs it to its park.
+    other.wait_idle().await;
     gate.release.add_permits(100);
     assert_eq!(held.await.unwrap(), RunOutcome::LeaseLost);
     assert_eq!(
@@ -751,9 +752,9 @@ async fn heartbeat_keeps_the_lease_through_a_slow_action(backend: Backend) {
 }
 
 /// Counts loops running at once (from claim to park). The first `fill`
-/// loops wait after their claim until all of them are claimed, so the pool
-/// is seen full whatever the scheduling; later loops go straight on (an
-/// item can be claimed again when the first sweep found it running).
+/// loops wait after their claim until all of them are claimed, so the run
+/// slots are seen full whatever the scheduling; later loops go straight on
+/// (an item can be claimed again when the first sweep found it running).
 struct Concurrency {
     running: Mutex<(usize, usize)>,
     fill: usize,
@@ -788,18 +789,20 @@ async fn notify_is_deduplicated_and_the_pool_is_bounded(backend: Backend) {
     let store = backend.fresh_store().await;
     let chain = ChainType::new();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let workers = 3;
+    let (workers, max_runs) = (3, 5);
     let concurrency = Arc::new(Concurrency {
         running: Mutex::new((0, 0)),
-        fill: workers,
+        fill: max_runs,
         claimed: tokio::sync::watch::Sender::new(0),
     });
+    chain.probe.hold_until(workers);
     let engine = ProcessingManager::with_hooks(
         store.clone(),
         registry(&chain),
         clock.clone(),
         EngineConfig {
             workers,
+            max_runs,
             ..config()
         },
         concurrency.clone(),
@@ -821,8 +824,14 @@ async fn notify_is_deduplicated_and_the_pool_is_bounded(backend: Backend) {
     let (still_running, most) = *concurrency.running.lock().unwrap();
     assert_eq!(still_running, 0);
     assert_eq!(
-        most, workers,
-        "at most `workers` loops run at once, and the pool is used"
+        most, max_runs,
+        "at most `max_runs` loops run at once, and the slots are used"
+    );
+    assert_eq!(chain.probe.running(), 0);
+    assert_eq!(
+        chain.probe.most(),
+        workers,
+        "at most `workers` executors run at once, and the pool is used"
     );
     for id in &ids {
         assert_eq!(chain.executions.order(*id), vec!["step1", "step2", "step3"]);

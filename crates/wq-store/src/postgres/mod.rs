@@ -142,13 +142,18 @@ const BATCHES_IN_FLIGHT: usize = 2;
 struct Batches {
     claims: Coalescer<ClaimParams, Claimed>,
     parks: Coalescer<ParkRequest, (Park, Vec<crate::audit::AuditRecord>)>,
+    /// Batches of parks that failed and ran one by one.
+    park_fallbacks: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Batches {
     fn new(pool: &PgPool) -> Self {
         let claim_pool = pool.clone();
         let park_pool = pool.clone();
+        let park_fallbacks: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        let fallbacks = Arc::clone(&park_fallbacks);
         Self {
+            park_fallbacks,
             claims: Coalescer::new(
                 MAX_BATCH,
                 BATCHES_IN_FLIGHT,
@@ -157,7 +162,9 @@ impl Batches {
             parks: Coalescer::new(
                 MAX_BATCH,
                 BATCHES_IN_FLIGHT,
-                Arc::new(move |parks| Box::pin(park_batch(park_pool.clone(), parks))),
+                Arc::new(move |parks| {
+                    Box::pin(park_batch(park_pool.clone(), Arc::clone(&fallbacks), parks))
+                }),
             ),
         }
     }
@@ -210,7 +217,9 @@ impl PgStore {
         (
             self.batches.claims.counts(),
             self.batches.parks.counts(),
-            PARK_FALLBACKS.load(std::sync::atomic::Ordering::Relaxed),
+            self.batches
+                .park_fallbacks
+                .load(std::sync::atomic::Ordering::Relaxed),
         )
     }
 
@@ -450,15 +459,13 @@ impl ParkRequest {
     }
 }
 
-/// Batches of parks that failed and ran one by one, process-wide.
-static PARK_FALLBACKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
 /// Parks `requests` in one statement (`wq_park_many`), sorted by lock key
 /// so that two batches take their advisory locks in one order; a batch of
 /// one, or one whose statement failed (its transaction rolled back), runs
 /// each park alone.
 async fn park_batch(
     pool: PgPool,
+    fallbacks: Arc<std::sync::atomic::AtomicUsize>,
     requests: Vec<ParkRequest>,
 ) -> Vec<StoreResult<(Park, Vec<crate::audit::AuditRecord>)>> {
     if requests.len() > 1 {
@@ -494,7 +501,7 @@ async fn park_batch(
                 tracing::debug!(%error, parks = requests.len(), "a batch of {} parks failed ({error}); parking them one by one", requests.len());
             }
         }
-        PARK_FALLBACKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     let mut results = Vec::with_capacity(requests.len());
     for request in requests {
@@ -668,6 +675,30 @@ impl_store!(PgStore, Postgres, {
             return Ok(None);
         }
         self.batches.claims.call(params).await
+    }
+
+    async fn item_claim_due(
+        &self,
+        params: crate::ClaimDueParams,
+    ) -> StoreResult<Vec<(Snapshot, Lease)>> {
+        if params.handled_types.is_empty() || params.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(sql!("items/claim_due.sql"))
+            .bind(handled_types(&params.handled_types))
+            .bind(DbTime(params.now))
+            .bind(i64::from(params.limit))
+            .bind(DbTime(params.lease_until))
+            .fetch_all(&self.pool)
+            .await?;
+        let until = to_micros(params.lease_until);
+        rows.iter()
+            .map(|row| {
+                let snapshot = snapshot_from_row(row, params.now)?;
+                let id = snapshot.view.item.id;
+                Ok((snapshot, Lease { id, until }))
+            })
+            .collect()
     }
 
     /// The loop's exit in one call of `wq_park` (migration 0002), which

@@ -67,7 +67,7 @@
 //! ```
 
 use std::str::FromStr;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
@@ -83,6 +83,7 @@ use self::batch::Batcher;
 pub use self::batch::WriteLog;
 #[cfg(doc)]
 use crate::Store;
+use crate::coalesce::Coalescer;
 use crate::codec::{DbId, DbJson, DbTime};
 use crate::common::{self, BoxFuture, EmbeddedMigration};
 use crate::{Park, ParkParams, Snapshot, StoreError, StoreResult};
@@ -173,6 +174,8 @@ impl FromStr for Synchronous {
     }
 }
 
+mod park;
+
 /// The SQLite store. Cloning shares the pool.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
@@ -186,7 +189,16 @@ pub struct SqliteStore {
     writer: SqlitePool,
     /// The group-commit task that runs every `Store` write on `writer`.
     batcher: Batcher,
+    /// Parks that arrive together, run as one set-based job ([`park`]).
+    parks: Arc<Coalescer<ParkParams, park::Parked>>,
+    /// Batches of parks that failed and ran one by one.
+    park_fallbacks: Arc<std::sync::atomic::AtomicUsize>,
 }
+
+/// At most this many parks share one job.
+const MAX_PARK_BATCH: usize = 256;
+/// At most this many park jobs are queued for the writer at once.
+const PARK_BATCHES_IN_FLIGHT: usize = 2;
 
 impl SqliteStore {
     /// Opens `sqlite:PATH[?synchronous=full|normal]` or `sqlite::memory:`
@@ -225,8 +237,12 @@ impl SqliteStore {
                 .max_lifetime(None)
                 .connect_with(options)
                 .await?;
+            let batcher = Batcher::spawn(pool.clone());
+            let park_fallbacks = Arc::default();
             return Ok(Self {
-                batcher: Batcher::spawn(pool.clone()),
+                parks: park_coalescer(&batcher, &park_fallbacks),
+                park_fallbacks,
+                batcher,
                 writer: pool.clone(),
                 pool,
             });
@@ -240,8 +256,12 @@ impl SqliteStore {
             .max_connections(max_connections.max(1))
             .connect_with(options)
             .await?;
+        let batcher = Batcher::spawn(writer.clone());
+        let park_fallbacks = Arc::default();
         Ok(Self {
-            batcher: Batcher::spawn(writer.clone()),
+            parks: park_coalescer(&batcher, &park_fallbacks),
+            park_fallbacks,
+            batcher,
             pool,
             writer,
         })
@@ -295,6 +315,26 @@ impl SqliteStore {
         self.batcher.log()
     }
 
+    /// The largest batch of parks run so far, for tests that check
+    /// concurrent parks share a job.
+    #[cfg(feature = "testing")]
+    pub fn largest_park_batch(&self) -> usize {
+        self.parks.largest_batch()
+    }
+
+    /// How many parks ran in how many jobs, for benchmarks.
+    #[cfg(feature = "testing")]
+    pub fn park_counts(&self) -> (usize, usize) {
+        self.parks.counts()
+    }
+
+    /// How many batches of parks failed and ran one by one.
+    #[cfg(feature = "testing")]
+    pub fn park_fallbacks(&self) -> usize {
+        self.park_fallbacks
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// A write without a transaction of its own: on SQLite every write goes
     /// through group commit.
     async fn autocommit<T, F>(&self, statements: F) -> StoreResult<T>
@@ -311,6 +351,61 @@ impl SqliteStore {
     async fn read_transaction(&self) -> sqlx::Result<Transaction<'static, Sqlite>> {
         self.pool.begin().await
     }
+}
+
+/// The coalescer of parks: a batch of one runs as before
+/// ([`park_with`]); more run set-based ([`park::park_many`]), one by one
+/// if that job fails.
+fn park_coalescer(
+    batcher: &Batcher,
+    fallbacks: &Arc<std::sync::atomic::AtomicUsize>,
+) -> Arc<Coalescer<ParkParams, park::Parked>> {
+    let batcher = batcher.clone();
+    let fallbacks = Arc::clone(fallbacks);
+    Arc::new(Coalescer::new(
+        MAX_PARK_BATCH,
+        PARK_BATCHES_IN_FLIGHT,
+        Arc::new(move |parks| Box::pin(park_batch(batcher.clone(), Arc::clone(&fallbacks), parks))),
+    ))
+}
+
+async fn park_batch(
+    batcher: Batcher,
+    fallbacks: Arc<std::sync::atomic::AtomicUsize>,
+    parks: Vec<ParkParams>,
+) -> Vec<StoreResult<park::Parked>> {
+    // Two parks of one item (two runs, one of them past its lease) are not
+    // set apart by a set-based statement: the later ones run alone.
+    let mut seen = std::collections::HashSet::new();
+    let distinct = parks.iter().all(|park| seen.insert(park.lease.id));
+    if parks.len() > 1 && distinct {
+        let batch = parks.clone();
+        match batcher
+            .write(move |conn| Box::pin(async move { park::park_many(conn, &batch).await }))
+            .await
+        {
+            Ok(results) => return results,
+            Err(error) => {
+                fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(%error, parks = parks.len(), "a batch of {} parks failed ({error}); parking them one by one", parks.len());
+            }
+        }
+    }
+    let mut results = Vec::with_capacity(parks.len());
+    for params in parks {
+        results.push(
+            batcher
+                .write(move |conn| {
+                    Box::pin(async move {
+                        let mut records = Vec::new();
+                        let park = park_with(conn, &params, &mut records).await?;
+                        Ok((park, records))
+                    })
+                })
+                .await,
+        );
+    }
+    results
 }
 
 fn configuration_error(message: String) -> StoreError {
@@ -398,6 +493,73 @@ pub(crate) async fn append_audit_records(
         appended.push(record);
     }
     Ok(appended)
+}
+
+/// Claims due items and reads their snapshots, inside the writer's
+/// transaction (see `items/claim_due.sql`): three statements for the whole
+/// batch.
+async fn claim_due(
+    conn: &mut SqliteConnection,
+    params: &crate::ClaimDueParams,
+) -> StoreResult<Vec<(Snapshot, crate::Lease)>> {
+    let rows = sqlx::query(sql!("items/claim_due.sql"))
+        .bind(handled_types(&params.handled_types))
+        .bind(DbTime(params.now))
+        .bind(i64::from(params.limit))
+        .bind(DbTime(params.lease_until))
+        .fetch_all(&mut *conn)
+        .await?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let items = rows
+        .iter()
+        .map(common::item_from_row)
+        .collect::<StoreResult<Vec<_>>>()?;
+    let ids = serde_json::Value::from(
+        items
+            .iter()
+            .map(|item| id_text(item.id))
+            .collect::<Vec<_>>(),
+    );
+    let mut dimensions: std::collections::HashMap<ItemId, Vec<wq_core::Dimension>> =
+        std::collections::HashMap::with_capacity(items.len());
+    for row in sqlx::query(sql!("dimensions/list_many.sql"))
+        .bind(DbJson(&ids))
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        let id: DbId = crate::codec::DbRow::decode(&row, "work_item_id")?;
+        dimensions
+            .entry(id.0)
+            .or_default()
+            .push(common::dimension_from_row(&row)?);
+    }
+    let with_events: std::collections::HashSet<ItemId> =
+        sqlx::query_scalar::<_, DbId>(sql!("events/pending_among.sql"))
+            .bind(DbJson(&ids))
+            .fetch_all(&mut *conn)
+            .await?
+            .into_iter()
+            .map(|DbId(id)| id)
+            .collect();
+    let now = crate::to_micros(params.now);
+    let until = crate::to_micros(params.lease_until);
+    Ok(items
+        .into_iter()
+        .map(|item| {
+            let id = item.id;
+            let snapshot = Snapshot {
+                view: wq_core::ItemView {
+                    item,
+                    dimensions: dimensions.remove(&id).unwrap_or_default(),
+                    now,
+                },
+                has_events: with_events.contains(&id),
+            };
+            (snapshot, crate::Lease { id, until })
+        })
+        .collect())
 }
 
 async fn has_pending_events(conn: &mut SqliteConnection, id: ItemId) -> StoreResult<bool> {
@@ -488,18 +650,22 @@ impl_store!(SqliteStore, Sqlite, {
         Ok(Some(Snapshot { view, has_events }))
     }
 
+    async fn item_claim_due(
+        &self,
+        params: crate::ClaimDueParams,
+    ) -> StoreResult<Vec<(Snapshot, crate::Lease)>> {
+        if params.handled_types.is_empty() || params.limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.write(move |conn| Box::pin(async move { claim_due(conn, &params).await }))
+            .await
+    }
+
     async fn item_park_with(&self, params: ParkParams) -> StoreResult<Park> {
         // Inside the batch's BEGIN IMMEDIATE: event_insert cannot commit
-        // between the check and the update (DDR-34).
-        let (park, records) = self
-            .write(move |conn| {
-                Box::pin(async move {
-                    let mut records = Vec::new();
-                    let park = park_with(conn, &params, &mut records).await?;
-                    Ok((park, records))
-                })
-            })
-            .await?;
+        // between the check and the update (DDR-34). Parks that arrive
+        // together run as one job ([`park`]).
+        let (park, records) = self.parks.call(params).await?;
         crate::audit::log(&records);
         Ok(park)
     }

@@ -222,16 +222,14 @@ async fn sqlite_a_failing_write_does_not_roll_back_its_batch() {
         bad.push(tokio::spawn(async move {
             let result = match n % 3 {
                 0 => store
-                    .item_park_with(ParkParams {
+                    .item_apply_outcome(ApplyOutcome {
                         lease: stale,
                         now: later,
-                        outcome: Some(OutcomeChanges {
-                            phase: Some(Phase::Cancelled),
-                            error: Some("stale".into()),
-                            dimensions: vec![DimensionUpdate::new("stale", true)],
-                            action: None,
-                            records: Vec::new(),
-                        }),
+                        phase: Some(Phase::Cancelled),
+                        error: Some("stale".into()),
+                        dimensions: vec![DimensionUpdate::new("stale", true)],
+                        action: None,
+                        records: Vec::new(),
                     })
                     .await
                     .map(|_| ()),

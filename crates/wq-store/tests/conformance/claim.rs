@@ -757,3 +757,155 @@ pub async fn outages_fail_an_item_only_after_the_budget(db: &TestDb) {
     );
     assert_eq!(failed.leased_until, Some(to_micros(lease.until)));
 }
+
+async fn claim_due(
+    store: &dyn Store,
+    types: &[&str],
+    now: OffsetDateTime,
+    limit: u32,
+) -> Vec<(wq_store::Snapshot, Lease)> {
+    store
+        .item_claim_due(ClaimDueParams {
+            now,
+            lease_until: now + LEASE,
+            handled_types: handled(types),
+            limit,
+        })
+        .await
+        .expect("claim due")
+}
+
+fn claimed_ids(claimed: &[(wq_store::Snapshot, Lease)]) -> Vec<ItemId> {
+    sorted(claimed.iter().map(|(_, lease)| lease.id).collect())
+}
+
+/// A batch claim takes what the sweep would find, of the handled types,
+/// each with its own snapshot and lease, oldest first, at most the limit,
+/// and nothing that is leased, idle or finished.
+pub async fn claim_due_takes_what_the_sweep_finds_with_snapshots(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let now = t0();
+    let idle = insert(store, TYPE_A, now).await.id;
+    park(store, idle, now).await;
+    let mut first = new_item(TYPE_A, None, now);
+    first.dimensions =
+        vec![DimensionUpdate::new("needs_mr", false).detail(serde_json::json!({"mr": 7}))];
+    let first = store.item_insert(first).await.unwrap().id;
+    let second = insert(store, TYPE_A, now).await.id;
+    let other_type = insert(store, TYPE_B, now).await.id;
+    let leased = insert(store, TYPE_A, now).await.id;
+    let held = claim(store, leased, now).await;
+    // Pending events with actionable forced off: the event branch.
+    let with_event = insert(store, TYPE_A, now).await.id;
+    park(store, with_event, now).await;
+    add_event(store, with_event, "note", now).await;
+    db.force_not_actionable(with_event).await;
+    // A parked item whose timer expires a second later: the timer branch.
+    let timer = insert(store, TYPE_A, now).await.id;
+    store
+        .dimension_upsert(
+            timer,
+            DimensionUpdate::new("needs_reconcile", true).pending_until(now + Duration::seconds(1)),
+            now,
+        )
+        .await
+        .unwrap();
+    park(store, timer, now).await;
+    // A failed item's expired timer wakes nothing.
+    let failed = insert(store, TYPE_A, now).await.id;
+    store
+        .dimension_upsert(
+            failed,
+            DimensionUpdate::new("needs_reconcile", true)
+                .pending_until(now + Duration::minutes(10)),
+            now,
+        )
+        .await
+        .unwrap();
+    let lease = fail_permanently(store, failed, now).await;
+    store.item_park(lease, now).await.unwrap();
+
+    assert!(claim_due(store, &[], now, 10).await.is_empty(), "no types");
+    let oldest = claim_due(store, &[TYPE_A], now, 1).await;
+    assert_eq!(
+        claimed_ids(&oldest),
+        vec![first],
+        "oldest first, the limit kept"
+    );
+    let (snapshot, lease) = &oldest[0];
+    assert_eq!(lease.until, to_micros(now + LEASE));
+    assert_eq!(snapshot.view.item, get(store, first).await);
+    assert_eq!(snapshot.view.item.leased_until, Some(lease.until));
+    assert_eq!(
+        snapshot.view.dimensions,
+        store.dimension_list(first).await.unwrap()
+    );
+    assert!(!snapshot.has_events);
+
+    // Two seconds on: the timer expired, the leases taken at `now` hold.
+    let later = now + Duration::seconds(2);
+    let rest = claim_due(store, &[TYPE_A], later, 10).await;
+    assert_eq!(
+        claimed_ids(&rest),
+        sorted(vec![second, with_event, timer]),
+        "the leased, idle, other-type and failed items stay"
+    );
+    for (snapshot, lease) in &rest {
+        assert_eq!(snapshot.view.item, get(store, lease.id).await);
+        assert_eq!(
+            snapshot.view.dimensions,
+            store.dimension_list(lease.id).await.unwrap()
+        );
+        assert_eq!(snapshot.has_events, lease.id == with_event);
+        assert_eq!(lease.until, to_micros(later + LEASE));
+    }
+    assert!(
+        claim_due(store, &[TYPE_A], later, 10).await.is_empty(),
+        "all leased now"
+    );
+    assert_eq!(get(store, leased).await.leased_until, Some(held.until));
+    assert_eq!(
+        claimed_ids(&claim_due(store, &[TYPE_B], later, 10).await),
+        vec![other_type]
+    );
+    // The leases it hands out are the ones the loop writes with.
+    for (_, lease) in rest {
+        store.item_park(lease, later).await.unwrap();
+    }
+}
+
+/// Engines claiming batches at once get different items: together they
+/// take every due item exactly once.
+pub async fn concurrent_batch_claims_take_each_item_once(db: &TestDb) {
+    const ITEMS: usize = 60;
+    let now = t0();
+    for _ in 0..ITEMS {
+        insert(db.store().as_ref(), TYPE_A, now).await;
+    }
+    let barrier = Arc::new(Barrier::new(4));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let store = db.store();
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut mine = Vec::new();
+            loop {
+                let batch = claim_due(store.as_ref(), &[TYPE_A], now, 7).await;
+                if batch.is_empty() {
+                    return mine;
+                }
+                mine.extend(batch.into_iter().map(|(_, lease)| lease.id));
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    assert_eq!(all.len(), ITEMS, "each item claimed once");
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), ITEMS, "no item claimed twice");
+}

@@ -11,9 +11,9 @@ use wq_core::{DimensionStatus, DimensionUpdate, EventResult, ItemId, Phase, Work
 use wq_store::sqlite::SqliteStore;
 use wq_store::testing::{drop_postgres_database, fresh_postgres_url, fresh_sqlite_url};
 use wq_store::{
-    ApplyEvent, ApplyOutcome, Backend, BackendKind, BeginAction, ClaimParams, EventApplied,
-    ItemListParams, Lease, NewEvent, NewItem, OutcomeChanges, Park, ParkParams, PhaseCount,
-    RecordFailure, Store, StoreError, SweepParams, Visibility, VisibleScope, to_micros,
+    ApplyEvent, ApplyOutcome, Backend, BackendKind, BeginAction, ClaimDueParams, ClaimParams,
+    EventApplied, ItemListParams, Lease, NewEvent, NewItem, OutcomeChanges, Park, ParkParams,
+    PhaseCount, RecordFailure, Store, StoreError, SweepParams, Visibility, VisibleScope, to_micros,
 };
 
 // --- harness -----------------------------------------------------------------
@@ -148,9 +148,12 @@ conformance_suite!(
     park_refuses_while_events_are_pending,
     snapshot_reports_the_view_and_pending_events,
     claim_snapshot_claims_and_reads_in_one_step,
+    claim_due_takes_what_the_sweep_finds_with_snapshots,
+    concurrent_batch_claims_take_each_item_once,
     park_with_outcome_writes_it_and_parks,
     park_with_outcome_while_events_are_pending_keeps_the_lease,
     park_with_stale_lease_writes_nothing,
+    parks_that_arrive_together_each_get_their_own_answer,
     event_insert_wakes_the_item,
     event_next_returns_the_oldest_event,
     event_apply_applies_phase_and_dimensions,

@@ -285,3 +285,178 @@ pub async fn park_with_stale_lease_writes_nothing(db: &TestDb) {
     );
     assert!(store.dimension_list(item.id).await.unwrap().is_empty());
 }
+
+/// Parks that arrive together (on both backends they share a statement)
+/// each get their own answer and write only their own item: an outcome
+/// with a detail and a timer, a park without an outcome, an item with an
+/// event waiting (outcome written, lease kept), and a stale lease (nothing
+/// written). Every record chains.
+pub async fn parks_that_arrive_together_each_get_their_own_answer(db: &TestDb) {
+    const ITEMS: usize = 24;
+    let now = t0();
+    let later = now + LEASE + Duration::seconds(1);
+    let mut parks = Vec::new();
+    for n in 0..ITEMS {
+        let store = db.store();
+        let store = store.as_ref();
+        let mut item = new_item(TYPE_A, None, now);
+        // A timer that has expired by the park (consumed), and one that has
+        // not (kept).
+        item.dimensions = vec![
+            DimensionUpdate::new("needs_t", true).pending_until(now + Duration::seconds(1)),
+            DimensionUpdate::new("needs_u", true).pending_until(later + Duration::minutes(5)),
+        ];
+        let id = store.item_insert(item).await.unwrap().id;
+        let lease = match n % 4 {
+            3 => {
+                // Its lease expired and another worker holds a new one.
+                let stale = claim(store, id, now).await;
+                claim(store, id, later).await;
+                stale
+            }
+            _ => claim(store, id, later).await,
+        };
+        if n % 4 == 2 {
+            add_event(store, id, "note", later).await;
+        }
+        let outcome = (n % 4 != 1).then(|| OutcomeChanges {
+            phase: None,
+            error: Some(format!("e{n}")),
+            dimensions: vec![
+                DimensionUpdate::new("needs_x", false).detail(serde_json::json!({ "n": n })),
+                DimensionUpdate::new("needs_y", true).pending_until(later + Duration::minutes(1)),
+            ],
+            action: Some("step".into()),
+            records: vec![wq_core::OutcomeRecord {
+                kind: "forge.note_posted".into(),
+                metadata: serde_json::json!({ "n": n }),
+            }],
+        });
+        parks.push((
+            n,
+            id,
+            ParkParams {
+                lease,
+                now: later,
+                outcome,
+            },
+        ));
+    }
+    let barrier = Arc::new(Barrier::new(ITEMS));
+    let tasks: Vec<_> = parks
+        .iter()
+        .cloned()
+        .map(|(n, id, params)| {
+            let store = db.store();
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                (n, id, store.item_park_with(params).await)
+            })
+        })
+        .collect();
+    let store = db.store();
+    let store = store.as_ref();
+    for task in tasks {
+        let (n, id, result) = task.await.unwrap();
+        let item = get(store, id).await;
+        let dimensions = store.dimension_list(id).await.unwrap();
+        let row = |name: &str| dimensions.iter().find(|row| row.dimension == name).cloned();
+        let records = store
+            .audit_list(wq_store::audit::AuditQuery {
+                item_id: Some(id),
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let kinds: Vec<&str> = records.iter().map(|record| record.kind.as_str()).collect();
+        match n % 4 {
+            0 | 2 => {
+                let parked = if n % 4 == 0 {
+                    Park::Parked
+                } else {
+                    Park::EventsPending
+                };
+                assert_eq!(result.unwrap(), parked, "item {n}");
+                assert_eq!(item.error, Some(format!("e{n}")), "item {n}");
+                assert_eq!(item.updated_at, to_micros(later));
+                let x = row("needs_x").expect("outcome written");
+                assert_eq!(x.detail, serde_json::json!({ "n": n }));
+                assert_eq!(x.status, DimensionStatus::False);
+                let y = row("needs_y").expect("outcome written");
+                assert_eq!(
+                    y.detail,
+                    serde_json::json!({}),
+                    "a new row without a detail"
+                );
+                assert_eq!(
+                    y.pending_until,
+                    Some(to_micros(later + Duration::minutes(1)))
+                );
+                let expected: &[&str] = if n % 4 == 0 {
+                    &["item.created", "action.succeeded", "forge.note_posted"]
+                } else {
+                    &[
+                        "item.created",
+                        "event.received",
+                        "action.succeeded",
+                        "forge.note_posted",
+                    ]
+                };
+                assert_eq!(kinds, expected, "item {n}");
+                if n % 4 == 0 {
+                    assert!(!item.actionable && item.leased_until.is_none(), "item {n}");
+                    assert_eq!(row("needs_t").unwrap().pending_until, None, "consumed");
+                } else {
+                    assert!(item.actionable && item.leased_until.is_some(), "item {n}");
+                    assert!(
+                        row("needs_t").unwrap().pending_until.is_some(),
+                        "not parked"
+                    );
+                }
+                assert!(
+                    row("needs_u").unwrap().pending_until.is_some(),
+                    "not expired"
+                );
+            }
+            1 => {
+                assert_eq!(result.unwrap(), Park::Parked, "item {n}");
+                assert!(!item.actionable && item.leased_until.is_none());
+                assert_eq!(item.error, None);
+                assert!(row("needs_x").is_none());
+                assert_eq!(row("needs_t").unwrap().pending_until, None, "consumed");
+                assert_eq!(kinds, ["item.created"]);
+            }
+            _ => {
+                assert_lease_lost(result, id, "a stale lease");
+                assert!(item.actionable && item.leased_until.is_some(), "item {n}");
+                assert_eq!(item.error, None, "nothing written");
+                assert!(row("needs_x").is_none(), "nothing written");
+                assert_eq!(kinds, ["item.created"]);
+            }
+        }
+    }
+    assert_eq!(
+        store.audit_verify().await.unwrap().1,
+        None,
+        "every chain verifies"
+    );
+    match &db.backend {
+        Backend::Sqlite(sqlite) => {
+            assert!(
+                sqlite.largest_park_batch() > 1,
+                "parks shared a job (largest batch {})",
+                sqlite.largest_park_batch()
+            );
+            assert_eq!(
+                sqlite.park_fallbacks(),
+                0,
+                "no batch fell back to one by one"
+            );
+        }
+        Backend::Postgres(pg) => {
+            assert_eq!(pg.batch_counts().2, 0, "no batch fell back to one by one");
+        }
+    }
+}
