@@ -235,6 +235,33 @@ pub(crate) fn decide_event(
     }
 }
 
+/// `updates` with each (dimension, variant) once, where it last appeared,
+/// keeping the last detail given: what writing them in turn leaves in the
+/// rows, as one set-based upsert per batch needs it (a row may not be
+/// written twice by one statement).
+pub(crate) fn fold_dimension_updates(
+    updates: &[wq_core::DimensionUpdate],
+) -> Vec<wq_core::DimensionUpdate> {
+    let mut folded: Vec<wq_core::DimensionUpdate> = Vec::with_capacity(updates.len());
+    for update in updates {
+        match folded
+            .iter()
+            .position(|seen| seen.dimension == update.dimension && seen.variant == update.variant)
+        {
+            Some(at) => {
+                let earlier = folded.remove(at);
+                let mut update = update.clone();
+                if update.detail.is_none() {
+                    update.detail = earlier.detail;
+                }
+                folded.push(update);
+            }
+            None => folded.push(update.clone()),
+        }
+    }
+    folded
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,5 +366,32 @@ mod like_tests {
         assert_eq!(glob_like_prefix("t?am"), "t%");
         assert_eq!(glob_like_prefix("[tT]eam"), "%");
         assert_eq!(glob_like_prefix("back\\\\slash"), "back\\\\slash");
+    }
+}
+
+#[cfg(test)]
+mod fold_tests {
+    use super::fold_dimension_updates as fold;
+    use serde_json::json;
+    use wq_core::DimensionUpdate;
+
+    #[test]
+    fn updates_of_one_row_fold_into_the_last_keeping_the_last_detail() {
+        let updates = vec![
+            DimensionUpdate::new("needs_a", true).detail(json!({"n": 1})),
+            DimensionUpdate::new("needs_b", true),
+            DimensionUpdate::new("needs_a", false),
+        ];
+        let folded = fold(&updates);
+        assert_eq!(folded.len(), 2);
+        assert_eq!(folded[0].dimension, "needs_b");
+        assert_eq!(folded[1].dimension, "needs_a");
+        assert_eq!(folded[1].status, wq_core::DimensionStatus::False);
+        assert_eq!(folded[1].detail, Some(json!({"n": 1})));
+        let variants = vec![
+            DimensionUpdate::new("needs_a", true).variant("x"),
+            DimensionUpdate::new("needs_a", true).variant("y"),
+        ];
+        assert_eq!(fold(&variants).len(), 2, "variants are rows of their own");
     }
 }

@@ -121,6 +121,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "audit_and_batches",
             sql: include_str!("../../migrations/postgres/0008_audit_and_batches.sql"),
         },
+        EmbeddedMigration {
+            version: 9,
+            description: "park_batch",
+            sql: include_str!("../../migrations/postgres/0009_park_batch.sql"),
+        },
     ])
 });
 
@@ -432,76 +437,38 @@ impl ParkCall {
     }
 }
 
-/// A park waiting for its batch: the call and the outcome's audit records.
+/// A park waiting for its batch: the call, the outcome's dimension rows and
+/// its audit records.
 #[derive(Debug, Clone)]
 struct ParkRequest {
     call: ParkCall,
+    dimensions: Vec<wq_core::DimensionUpdate>,
     records: Vec<crate::audit::NewAudit>,
 }
 
-impl ParkRequest {
-    /// As `wq_park_many` takes it, with the records it will append.
-    fn payload(&self) -> (serde_json::Value, Vec<crate::audit::AuditRecord>) {
-        let call = &self.call;
-        let (records, appends) = crate::audit::unchained_with_payload(self.records.clone());
-        let payload = serde_json::json!({
-            "id": call.lease.id.to_string(),
-            "lease": rfc3339(call.lease.until),
-            "now": rfc3339(call.now),
-            "lock_key": lock_key(call.lease.id),
-            "write_outcome": call.write_outcome,
-            "phase": call.phase.map(Phase::as_str),
-            "error": call.error,
-            "dimensions": call.dimensions.0,
-            "records": appends,
-        });
-        (payload, records)
-    }
-}
+type Parked = (Park, Vec<crate::audit::AuditRecord>);
 
-/// Parks `requests` in one statement (`wq_park_many`), sorted by lock key
-/// so that two batches take their advisory locks in one order; a batch of
-/// one, or one whose statement failed (its transaction rolled back), runs
-/// each park alone.
+/// Parks `requests` with one statement per step (`wq_park_batch`, then
+/// the records the caller chained, in one transaction); a batch of one,
+/// one with two parks of one item, or one whose transaction failed (rolled
+/// back) runs each park alone (`wq_park_audited`).
 async fn park_batch(
     pool: PgPool,
     fallbacks: Arc<std::sync::atomic::AtomicUsize>,
     requests: Vec<ParkRequest>,
-) -> Vec<StoreResult<(Park, Vec<crate::audit::AuditRecord>)>> {
-    if requests.len() > 1 {
-        let mut order: Vec<usize> = (0..requests.len()).collect();
-        order.sort_by_key(|&index| lock_key(requests[index].call.lease.id));
-        let (payload, records): (Vec<_>, Vec<_>) =
-            order.iter().map(|&index| requests[index].payload()).unzip();
-        let answer = sqlx::query_scalar::<_, DbJson<Vec<ParkAudited>>>(sql!("items/park_many.sql"))
-            .bind(DbJson(payload))
-            .fetch_one(&pool)
-            .await;
-        match answer {
-            Ok(DbJson(answers)) if answers.len() == requests.len() => {
-                let mut results: Vec<Option<_>> = (0..requests.len()).map(|_| None).collect();
-                for ((index, answer), records) in order.into_iter().zip(answers).zip(records) {
-                    let call = &requests[index].call;
-                    results[index] = Some(call.answer(&answer.answer).and_then(|parked| {
-                        Ok((parked, crate::audit::appended(records, answer.records)?))
-                    }));
-                }
-                return results.into_iter().flatten().collect();
-            }
-            Ok(DbJson(answers)) => {
-                tracing::warn!(
-                    parks = requests.len(),
-                    answers = answers.len(),
-                    "wq_park_many answered {} parks for {}; parking them one by one",
-                    answers.len(),
-                    requests.len()
-                );
-            }
+) -> Vec<StoreResult<Parked>> {
+    let mut seen = std::collections::HashSet::new();
+    let distinct = requests
+        .iter()
+        .all(|request| seen.insert(request.call.lease.id));
+    if requests.len() > 1 && distinct {
+        match park_set(&pool, &requests).await {
+            Ok(results) => return results,
             Err(error) => {
-                tracing::debug!(%error, parks = requests.len(), "a batch of {} parks failed ({error}); parking them one by one", requests.len());
+                fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(%error, parks = requests.len(), "a batch of {} parks failed ({error}); parking them one by one", requests.len());
             }
         }
-        fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     let mut results = Vec::with_capacity(requests.len());
     for request in requests {
@@ -511,6 +478,162 @@ async fn park_batch(
         });
     }
     results
+}
+
+/// One transaction for the batch: `items/park_batch.sql` (advisory locks,
+/// leases, outcomes, parks, timers, chain heads locked), the records
+/// chained to the heads it answered (`audit/append_chained.sql`), commit.
+async fn park_set(
+    pool: &PgPool,
+    requests: &[ParkRequest],
+) -> StoreResult<Vec<StoreResult<Parked>>> {
+    let mut ids = Vec::with_capacity(requests.len());
+    let mut leases = Vec::with_capacity(requests.len());
+    let mut nows = Vec::with_capacity(requests.len());
+    let mut writes = Vec::with_capacity(requests.len());
+    let mut phases = Vec::with_capacity(requests.len());
+    let mut errors = Vec::with_capacity(requests.len());
+    let mut lock_keys = Vec::with_capacity(requests.len());
+    let mut chained = Vec::new();
+    let (mut d_items, mut d_names, mut d_variants, mut d_statuses) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut d_details, mut d_pending, mut d_nows) = (Vec::new(), Vec::new(), Vec::new());
+    for request in requests {
+        let call = &request.call;
+        let id = call.lease.id.0;
+        ids.push(id);
+        leases.push(to_micros(call.lease.until));
+        nows.push(to_micros(call.now));
+        writes.push(call.write_outcome);
+        phases.push(call.phase.map(Phase::as_str));
+        errors.push(call.error.as_deref());
+        lock_keys.push(lock_key(call.lease.id));
+        if !request.records.is_empty() {
+            chained.push(id);
+        }
+        for update in common::fold_dimension_updates(&request.dimensions) {
+            d_items.push(id);
+            d_names.push(update.dimension);
+            d_variants.push(update.variant);
+            d_statuses.push(update.status.as_str());
+            d_details.push(update.detail.map(|detail| detail.to_string()));
+            d_pending.push(update.pending_until.map(to_micros));
+            d_nows.push(to_micros(call.now));
+        }
+    }
+    let mut tx = pool.begin().await?;
+    let rows = sqlx::query(sql!("items/park_batch.sql"))
+        .bind(&ids)
+        .bind(&leases)
+        .bind(&nows)
+        .bind(&writes)
+        .bind(&phases)
+        .bind(&errors)
+        .bind(&lock_keys)
+        .bind(&d_items)
+        .bind(&d_names)
+        .bind(&d_variants)
+        .bind(&d_statuses)
+        .bind(&d_details)
+        .bind(&d_pending)
+        .bind(&d_nows)
+        .bind(&chained)
+        .fetch_all(&mut *tx)
+        .await?;
+    let mut held: std::collections::HashMap<uuid::Uuid, bool> =
+        std::collections::HashMap::with_capacity(requests.len());
+    let mut heads: std::collections::HashMap<uuid::Uuid, String> =
+        std::collections::HashMap::with_capacity(chained.len());
+    for row in rows {
+        let id: uuid::Uuid = row.decode("id")?;
+        if let Some(parked) = row.decode::<Option<bool>>("parked")? {
+            held.insert(id, parked);
+        }
+        if let Some(head) = row.decode::<Option<String>>("head")? {
+            heads.insert(id, head);
+        }
+    }
+    let mut records: Vec<crate::audit::AuditRecord> = Vec::new();
+    for request in requests {
+        let id = request.call.lease.id;
+        let Some(head) = heads.get_mut(&id.0) else {
+            continue;
+        };
+        for new in &request.records {
+            let record = new.clone().chained(std::mem::take(head));
+            head.clone_from(&record.hash);
+            records.push(record);
+        }
+    }
+    if !records.is_empty() {
+        let text =
+            |value: &Option<serde_json::Value>| value.as_ref().map(|value| value.to_string());
+        let seqs: std::collections::HashMap<uuid::Uuid, i64> =
+            sqlx::query_as::<_, (uuid::Uuid, i64)>(sql!("audit/append_chained.sql"))
+                .bind(records.iter().map(|r| r.id).collect::<Vec<_>>())
+                .bind(records.iter().map(|r| r.item_id.0).collect::<Vec<_>>())
+                .bind(records.iter().map(|r| r.at).collect::<Vec<_>>())
+                .bind(records.iter().map(|r| r.actor.as_str()).collect::<Vec<_>>())
+                .bind(records.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>())
+                .bind(
+                    records
+                        .iter()
+                        .map(|r| text(&r.old_state))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    records
+                        .iter()
+                        .map(|r| text(&r.new_state))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(records.iter().map(|r| text(&r.trigger)).collect::<Vec<_>>())
+                .bind(
+                    records
+                        .iter()
+                        .map(|r| r.metadata.to_string())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    records
+                        .iter()
+                        .map(|r| r.prev_hash.as_str())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(records.iter().map(|r| r.hash.as_str()).collect::<Vec<_>>())
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .collect();
+        for record in &mut records {
+            record.seq = *seqs.get(&record.id).ok_or_else(|| {
+                StoreError::Corrupt(format!("audit record {} not appended", record.id))
+            })?;
+        }
+    }
+    tx.commit().await?;
+    let mut by_item: std::collections::HashMap<ItemId, Vec<crate::audit::AuditRecord>> =
+        std::collections::HashMap::new();
+    for record in records {
+        by_item.entry(record.item_id).or_default().push(record);
+    }
+    Ok(requests
+        .iter()
+        .map(|request| {
+            let id = request.call.lease.id;
+            match held.get(&id.0) {
+                None => Err(StoreError::LeaseLost(id)),
+                Some(&parked) => Ok((
+                    if parked {
+                        Park::Parked
+                    } else {
+                        Park::EventsPending
+                    },
+                    by_item.remove(&id).unwrap_or_default(),
+                )),
+            }
+        })
+        .collect())
 }
 
 /// A claim's answer: the snapshot and lease, or `None` when not claimed.
@@ -741,6 +864,7 @@ impl_store!(PgStore, Postgres, {
                 .parks
                 .call(ParkRequest {
                     call,
+                    dimensions: Vec::new(),
                     records: Vec::new(),
                 })
                 .await?;
@@ -769,6 +893,7 @@ impl_store!(PgStore, Postgres, {
             .parks
             .call(ParkRequest {
                 call,
+                dimensions: outcome.dimensions,
                 records: audits,
             })
             .await?;

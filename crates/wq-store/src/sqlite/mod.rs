@@ -141,6 +141,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "audit_and_batches",
             sql: include_str!("../../migrations/sqlite/0008_audit_and_batches.sql"),
         },
+        EmbeddedMigration {
+            version: 9,
+            description: "park_batch",
+            sql: include_str!("../../migrations/sqlite/0009_park_batch.sql"),
+        },
     ])
 });
 

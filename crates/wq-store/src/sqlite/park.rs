@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Value, json};
 use sqlx::SqliteConnection;
-use wq_core::{DimensionUpdate, ItemId};
+use wq_core::ItemId;
 
 use super::{DbId, DbJson, id_text, micros};
 use crate::audit::{AuditRecord, NewAudit};
@@ -111,7 +111,7 @@ async fn upsert_dimensions(
 ) -> StoreResult<()> {
     let (mut with_detail, mut keep_detail) = (Vec::new(), Vec::new());
     for (park, outcome) in written {
-        for update in fold(&outcome.dimensions) {
+        for update in crate::common::fold_dimension_updates(&outcome.dimensions) {
             let mut row = json!({
                 "item": id_text(park.lease.id),
                 "dimension": update.dimension,
@@ -141,28 +141,6 @@ async fn upsert_dimensions(
         }
     }
     Ok(())
-}
-
-/// `updates` with each (dimension, variant) once, where it last appeared.
-fn fold(updates: &[DimensionUpdate]) -> Vec<DimensionUpdate> {
-    let mut folded: Vec<DimensionUpdate> = Vec::with_capacity(updates.len());
-    for update in updates {
-        match folded
-            .iter()
-            .position(|seen| seen.dimension == update.dimension && seen.variant == update.variant)
-        {
-            Some(at) => {
-                let earlier = folded.remove(at);
-                let mut update = update.clone();
-                if update.detail.is_none() {
-                    update.detail = earlier.detail;
-                }
-                folded.push(update);
-            }
-            None => folded.push(update.clone()),
-        }
-    }
-    folded
 }
 
 /// The written outcomes' records (`action.succeeded` and the executor's
@@ -257,29 +235,4 @@ async fn append_records(
         by_item.entry(record.item_id).or_default().push(record);
     }
     Ok(by_item)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn updates_of_one_row_fold_into_the_last_keeping_the_last_detail() {
-        let updates = vec![
-            DimensionUpdate::new("needs_a", true).detail(json!({"n": 1})),
-            DimensionUpdate::new("needs_b", true),
-            DimensionUpdate::new("needs_a", false),
-        ];
-        let folded = fold(&updates);
-        assert_eq!(folded.len(), 2);
-        assert_eq!(folded[0].dimension, "needs_b");
-        assert_eq!(folded[1].dimension, "needs_a");
-        assert_eq!(folded[1].status, wq_core::DimensionStatus::False);
-        assert_eq!(folded[1].detail, Some(json!({"n": 1})));
-        let variants = vec![
-            DimensionUpdate::new("needs_a", true).variant("x"),
-            DimensionUpdate::new("needs_a", true).variant("y"),
-        ];
-        assert_eq!(fold(&variants).len(), 2, "variants are rows of their own");
-    }
 }
