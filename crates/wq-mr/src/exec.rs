@@ -379,7 +379,7 @@ impl Run<'_> {
                     })
                     .await;
                 let head = match pushed {
-                    Ok(head) => head,
+                    Ok(pushed) => pushed.sha,
                     Err(error) => {
                         // A definite refusal wrote nothing: withdraw the
                         // intent, or a branch someone else creates later

@@ -262,6 +262,7 @@ mod tests {
             queue: QueueObservation::Unobserved,
             author: Some("workqueue-bot".into()),
             merge_commit_sha: None,
+            review_read: true,
         }
     }
 

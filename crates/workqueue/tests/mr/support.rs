@@ -954,10 +954,20 @@ impl Forge for Intercept {
     ) -> wq_forge::ForgeResult<Option<String>> {
         self.inner.branch_head(project, branch).await
     }
+    async fn source_branch(
+        &self,
+        project: &str,
+        branch: &str,
+    ) -> wq_forge::ForgeResult<wq_forge::SourceBranch> {
+        self.inner.source_branch(project, branch).await
+    }
+    fn creates_branch_atomically(&self) -> bool {
+        self.inner.creates_branch_atomically()
+    }
     async fn commit_files(
         &self,
         request: &wq_forge::CommitRequest<'_>,
-    ) -> wq_forge::ForgeResult<String> {
+    ) -> wq_forge::ForgeResult<wq_forge::PushedCommit> {
         let head = self.inner.commit_files(request).await;
         if self
             .crash
