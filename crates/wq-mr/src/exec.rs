@@ -56,6 +56,10 @@ pub(crate) struct Run<'a> {
     /// What `reconcile_mr` saw of the gates (its `needs_reconcile`
     /// detail), for the status note of whatever outcome follows.
     pub seen: std::sync::OnceLock<serde_json::Value>,
+    /// The status note this run wrote: (change request, note id, text
+    /// hash). A second write in the same run (a cancel's note, then the
+    /// final one) edits it rather than posting another.
+    pub written: std::sync::Mutex<Option<(u64, u64, String)>>,
 }
 
 impl Run<'_> {
@@ -669,15 +673,47 @@ impl Run<'_> {
     /// on `number` (its id and text hash in the `needs_dashboard` detail)
     /// is edited by its id without listing the notes, and not touched when
     /// the text is the same; a note gone meanwhile is looked for and posted
-    /// anew.
+    /// anew. The first note on `number` is posted without listing the
+    /// notes when no post was started there before: the intent is stored
+    /// before the post (`note_intent_number`), so a run after a crash that
+    /// lost the note's id looks for it first and never posts it twice.
     pub(crate) async fn write_note(
+        &self,
+        number: u64,
+        note: &StatusNote,
+    ) -> Result<NoteWrite, ExecError> {
+        let written = self.write_note_once(number, note).await?;
+        if written.kind.is_some() {
+            let mut last = self
+                .written
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *last = Some((number, written.id, note.hash()));
+        }
+        Ok(written)
+    }
+
+    /// The note this run wrote on `number`, else the one the item's
+    /// `needs_dashboard` detail names.
+    fn last_written(&self, number: u64) -> Option<(u64, String)> {
+        let this_run = self
+            .written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+            .filter(|(on, _, _)| *on == number)
+            .map(|(_, id, hash)| (id, hash));
+        this_run.or_else(|| dashboard::last_written(self.view, number))
+    }
+
+    async fn write_note_once(
         &self,
         number: u64,
         note: &StatusNote,
     ) -> Result<NoteWrite, ExecError> {
         let body = self.outgoing(&note.body).into_owned();
         let body_sha256 = hex::encode(Sha256::digest(body.as_bytes()));
-        if let Some((id, hash)) = dashboard::last_written(self.view, number) {
+        if let Some((id, hash)) = self.last_written(number) {
             if hash == note.hash() {
                 return Ok(NoteWrite {
                     id,
@@ -702,6 +738,25 @@ impl Run<'_> {
                 }
                 Err(error) => return Err(forge_failure("updating the status note", error)),
             }
+        }
+        if self.details.note_intent != Some(number) {
+            // No post started on this change request: there is nothing to
+            // find.
+            self.mr
+                .store
+                .mark_note_intent(self.view.item.id, number, self.now())
+                .await
+                .map_err(store_error)?;
+            let posted = self
+                .forge
+                .create_note(self.project(), number, &body)
+                .await
+                .map_err(|e| forge_failure("posting the status note", e))?;
+            return Ok(NoteWrite {
+                id: posted.id,
+                kind: Some("forge.note_posted"),
+                body_sha256,
+            });
         }
         let notes = self
             .forge

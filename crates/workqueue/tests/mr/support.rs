@@ -865,6 +865,9 @@ pub enum CrashAt {
     /// After the forge closed the change request, before anything else is
     /// recorded.
     AfterClose,
+    /// After the forge took the status note's post, before its id is
+    /// recorded.
+    AfterNotePost,
 }
 
 /// A [`CrashAt`] that happens once, the first time the process gets there.
@@ -1053,7 +1056,15 @@ impl Forge for Intercept {
         number: u64,
         body: &str,
     ) -> wq_forge::ForgeResult<wq_forge::NoteRef> {
-        self.inner.create_note(project, number, body).await
+        let posted = self.inner.create_note(project, number, body).await;
+        if self
+            .crash
+            .as_ref()
+            .is_some_and(|crash| crash.fire_at(CrashAt::AfterNotePost))
+        {
+            panic!("the process dies after the forge took the status note: {posted:?}");
+        }
+        posted
     }
     async fn list_notes(
         &self,

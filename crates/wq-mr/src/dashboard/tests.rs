@@ -42,6 +42,7 @@ fn details(auto_merge: bool) -> MrDetails {
         push_intent_at: None,
         applied_labels: None,
         pushed_target_branch: None,
+        note_intent: None,
         created_at: NOW,
         updated_at: NOW,
     }
