@@ -12,9 +12,9 @@
 //! nothing new. Nor does news of CI that started or still runs (a
 //! pipeline or check pending or running): no gate passes on it, and its
 //! end asks. The opening of the change request the item recorded is its
-//! own creation, read by the reconcile that follows it; the label the item
-//! sets, added (GitHub's `labeled`, after the creation), is its own call,
-//! and no gate depends on a label.
+//! own creation, whose answer was its first observation; the label the
+//! item sets, added (GitHub's `labeled`, after the creation), is its own
+//! call, and no gate depends on a label.
 
 use wq_core::{DimensionUpdate, EventResult, ExecError, ItemView, PendingEvent};
 use wq_forge::{ChangeAction, CiStatus, ForgeEvent};
