@@ -7,7 +7,7 @@
 //! made is never written over (issue #12).
 
 use sha2::{Digest, Sha256};
-use wq_core::{DimensionUpdate, ExecError, ExecOutcome, ItemView, Phase};
+use wq_core::{DimensionStatus, DimensionUpdate, ExecError, ExecOutcome, ItemView, Phase};
 use wq_forge::{
     ChangeRequest, ChangeState, ChangeUpdate, CiStatus, CommitMode, CommitRequest, Forge,
     MergeOutcome, MergeParams, Mergeable, NewChange, PushedCommit, QueueEntry,
@@ -598,7 +598,9 @@ impl Run<'_> {
     /// the `needs_reconcile` detail. The reconcile that reads it all waits
     /// for the webhook of what it waits for (CI's end, the forge's
     /// mergeability), or a busy interval; at once when only the review is
-    /// left to read.
+    /// left to read, or when something asked for it before this run (a
+    /// webhook handled between two tries of `ensure_mr`: CI may have ended
+    /// already).
     async fn first_sight(&self, change: &ChangeRequest) -> Result<DimensionUpdate, ExecError> {
         let queue = resolve_queue(self.details.queue.as_ref(), change);
         self.observe(change, queue.as_ref()).await?;
@@ -616,7 +618,12 @@ impl Run<'_> {
             "ci": change.ci.as_str(),
         });
         let _ = self.seen.set(seen.clone());
-        if unmet.iter().all(|gate| unread.contains(gate)) {
+        // A new item has no `needs_reconcile` row until something asks.
+        let asked = self
+            .view
+            .dimension(NEEDS_RECONCILE, "")
+            .is_some_and(|row| row.status == DimensionStatus::True && row.pending_until.is_none());
+        if asked || unmet.iter().all(|gate| unread.contains(gate)) {
             return Ok(DimensionUpdate::new(NEEDS_RECONCILE, true).detail(seen));
         }
         let settled = change.ci == CiStatus::Success

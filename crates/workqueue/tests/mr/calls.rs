@@ -19,6 +19,7 @@ use crate::support::{
 backend_tests!(
     gitlab_a_typical_change_is_seven_calls_and_three_first_reads,
     github_a_typical_change_is_thirteen_calls_and_one_first_read,
+    a_reconcile_asked_for_before_the_creation_is_not_deferred,
     gitlab_a_crash_after_the_merge_request_is_opened_makes_no_second_one,
     github_a_crash_after_the_pull_request_is_opened_makes_no_second_one,
     gitlab_a_crash_after_the_first_note_is_posted_posts_no_second_one,
@@ -161,6 +162,49 @@ async fn github_a_typical_change_is_thirteen_calls_and_one_first_read(backend: B
             ("PATCH repos/*/issues/comments/*", 1),
         ]),
     );
+    h.finish().await;
+}
+
+/// The first try of `ensure_mr` pushes, then the creation of the merge
+/// request fails; a caller's `refresh` asks for a reconcile before the
+/// second try opens the merge request. The creation's answer does not
+/// defer that reconcile (it may have been CI's end, which on a real forge
+/// can come before the merge request exists): it reads at once, without
+/// waiting for the busy interval.
+async fn a_reconcile_asked_for_before_the_creation_is_not_deferred(backend: Backend) {
+    let h = Harness::start_with(backend, options("gitlab", None)).await;
+    h.sim.add_fault(
+        forge_sim::FaultRule::pattern(
+            "POST",
+            "/api/v4/projects/*/merge_requests",
+            forge_sim::HttpFault::Status { status: 500 },
+        )
+        .times(1),
+    );
+    let id = h
+        .submit_ok(
+            &h.change("wq/asked", &[("a.txt", "a\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    h.wait_for(&id, "the failed creation", |item| item["attempts"] == 1)
+        .await;
+    let (status, reply) = h
+        .post(&format!("/api/v1/work-items/{id}/refresh"), None)
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    // Past the engine's first backoff (two seconds and its jitter), well
+    // short of the busy interval (60 s) a deferred reconcile would wait.
+    h.advance(Duration::from_secs(10)).await;
+    let item = h
+        .wait_for(&id, "the reconcile's own read", |item| {
+            let seen = &dimension(item, "needs_reconcile")["detail"];
+            seen["unmet_gates"].is_array() && seen["unread_gates"].is_null()
+        })
+        .await;
+    assert!(item["detail"]["mr"]["number"].is_u64(), "{item:#}");
+    assert_eq!(h.count("GET", "/merge_requests/1"), 1, "one read");
     h.finish().await;
 }
 
