@@ -345,6 +345,9 @@ struct Merges {
     latencies: Vec<f64>,
     /// Every request the service sent to the forge during the pass.
     requests: Vec<RequestLogEntry>,
+    /// The sequence number of the last request before the last change was
+    /// submitted: its requests come after it.
+    last_change_after: u64,
 }
 
 /// Submits `count` changes one after the other on `kind` and waits for each
@@ -355,7 +358,11 @@ async fn bench_merges(database_url: &str, sim: &SimHandle, count: usize, kind: K
     // The pass's requests only: the log starts empty once the project is set up.
     sim.clear_requests();
     let mut latencies = Vec::new();
+    let mut last_change_after = 0;
     for n in 0..count {
+        if n + 1 == count {
+            last_change_after = sim.requests().last().map_or(0, |r| r.seq);
+        }
         let mut submission = body(kind, &service.project_path, n);
         submission["file_actions"] =
             json!([{"action": "create", "file_path": format!("m/{n}.txt"), "content": "m\n"}]);
@@ -405,6 +412,7 @@ async fn bench_merges(database_url: &str, sim: &SimHandle, count: usize, kind: K
     Merges {
         latencies,
         requests,
+        last_change_after,
     }
 }
 
@@ -467,7 +475,8 @@ fn template(entry: &RequestLogEntry) -> String {
 /// The calls of one pass per merged change, by endpoint: a markdown table
 /// with the calls answered other than 304, the 304 answers apart, and the
 /// totals.
-fn calls_table(forge: Kind, requests: &[RequestLogEntry], merged: usize) -> String {
+fn calls_table(forge: Kind, merges: &Merges, merged: usize) -> String {
+    let requests = &merges.requests;
     let mut by_endpoint: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let is_forge = |entry: &&RequestLogEntry| match forge {
         Kind::Gitlab => entry.path.starts_with("/api/v4"),
@@ -484,20 +493,15 @@ fn calls_table(forge: Kind, requests: &[RequestLogEntry], merged: usize) -> Stri
     if std::env::var_os("WQ_BENCH_CALL_LOG").is_some() {
         // The last change's requests in order, to see where calls go.
         let branch = format!("{}", merged.saturating_sub(1));
-        let mut last_start = 0;
-        for (i, entry) in requests.iter().enumerate().filter(|(_, e)| is_forge(e)) {
-            if entry.method == "POST"
-                && (entry.path.ends_with("/repository/commits")
-                    || entry.path.ends_with("/git/blobs"))
-            {
-                last_start = i;
-            }
-        }
         println!(
             "{} requests of the last change (bench/{branch}):",
             forge.name()
         );
-        for entry in requests[last_start..].iter().filter(is_forge) {
+        for entry in requests
+            .iter()
+            .filter(|entry| entry.seq > merges.last_change_after)
+            .filter(is_forge)
+        {
             println!(
                 "  {:>4} {} {} {}",
                 entry.seq,
@@ -581,8 +585,8 @@ fn main() {
             let github = bench_merges(&fresh().await, &sim, merges, Kind::Github).await;
             calls.push(format!(
                 "{backend}, forge calls per merged change:\n\n{}\n{}",
-                calls_table(Kind::Gitlab, &gitlab.requests, merges),
-                calls_table(Kind::Github, &github.requests, merges),
+                calls_table(Kind::Gitlab, &gitlab, merges),
+                calls_table(Kind::Github, &github, merges),
             ));
             let mut latencies = gitlab.latencies;
             latencies.sort_by(f64::total_cmp);

@@ -86,10 +86,10 @@ async fn an_mr_merged_through_ci_retry_and_a_rate_limit_shows_in_the_metrics() {
         },
     )
     .await;
-    // The first look for an existing merge request is rate limited.
+    // The first creation of the merge request is rate limited.
     h.sim.add_fault(
         FaultRule::pattern(
-            "GET",
+            "POST",
             "/api/v4/projects/*/merge_requests",
             HttpFault::RateLimit {
                 retry_after_secs: 120,
@@ -192,14 +192,14 @@ async fn an_mr_merged_through_ci_retry_and_a_rate_limit_shows_in_the_metrics() {
         forge("POST projects/*/jobs/*/retry", "2xx"),
         h.count("POST", "/retry") as f64
     );
-    assert_eq!(forge("GET projects/*/merge_requests", "4xx"), 1.0);
+    assert_eq!(forge("POST projects/*/merge_requests", "4xx"), 1.0);
     assert_eq!(
         value(
             "workqueue_forge_request_errors_total",
             &[
                 ("forge", "gitlab"),
                 ("host", &host),
-                ("endpoint", "GET projects/*/merge_requests"),
+                ("endpoint", "POST projects/*/merge_requests"),
                 ("error", "rate_limited"),
             ],
         ),

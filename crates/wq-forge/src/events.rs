@@ -16,6 +16,9 @@ pub enum ChangeAction {
     Opened,
     /// Title, description, labels or similar changed; no new commits.
     Updated,
+    /// A label was added (GitHub's `labeled`; the event's `label` names
+    /// it).
+    Labeled,
     /// New commits were pushed.
     Pushed,
     Approved,
@@ -38,6 +41,9 @@ pub enum ForgeEvent {
         state: ChangeState,
         source_branch: Option<String>,
         head_sha: Option<String>,
+        /// The label a [`ChangeAction::Labeled`] delivery names.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
     },
     Pipeline {
         project: String,

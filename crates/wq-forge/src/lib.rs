@@ -64,10 +64,33 @@ pub trait Forge: Send + Sync + 'static {
     /// The head commit of `branch`, or `None` when it does not exist.
     async fn branch_head(&self, project: &str, branch: &str) -> ForgeResult<Option<String>>;
 
+    /// What a push to `branch` needs to know first: its head and whether
+    /// the forge protects it. The default asks [`Forge::branch_head`] and
+    /// [`Forge::branch_protected`]; a client that reads both in fewer
+    /// requests says so (GitHub: the branch's own answer tells its classic
+    /// protection).
+    async fn source_branch(&self, project: &str, branch: &str) -> ForgeResult<SourceBranch> {
+        let head = self.branch_head(project, branch).await?;
+        let protected = self.branch_protected(project, branch).await?;
+        Ok(SourceBranch { head, protected })
+    }
+
+    /// True when a [`CommitMode::CreateBranch`] commit onto a branch that
+    /// exists already is refused as [`ForgeErrorKind::Conflict`] before
+    /// anything is written (GitLab's commits API with `start_branch`), so
+    /// a first push needs no read of the branch before it. False (the
+    /// default) when the refusal would come after other writes (GitHub
+    /// creates the ref after the tree and the commit).
+    fn creates_branch_atomically(&self) -> bool {
+        false
+    }
+
     /// Commits `actions` as one commit on `branch`, based on the current head
-    /// of `base_branch` ([`CommitMode::CreateBranch`] creates `branch`;
-    /// [`CommitMode::ForceUpdate`] overwrites it). Returns the new head SHA.
-    async fn commit_files(&self, request: &CommitRequest<'_>) -> ForgeResult<String>;
+    /// of `base_branch` ([`CommitMode::CreateBranch`] creates `branch`, and
+    /// an existing one is [`ForgeErrorKind::Conflict`];
+    /// [`CommitMode::ForceUpdate`] overwrites it). Returns the new head and,
+    /// when the forge's answer tells, whether it changes anything.
+    async fn commit_files(&self, request: &CommitRequest<'_>) -> ForgeResult<PushedCommit>;
 
     /// True when `head` has no changes against `base` (the two trees are
     /// identical: merging would change nothing), DDR-43.
@@ -80,6 +103,12 @@ pub trait Forge: Send + Sync + 'static {
         source_branch: &str,
     ) -> ForgeResult<Option<ChangeRequest>>;
 
+    /// Opens a change request. Another one open from the same source
+    /// branch is [`ForgeErrorKind::Conflict`] (GitLab 409, GitHub 422 "A
+    /// pull request already exists"). The answer is the forge's answer to
+    /// the creation: what the readiness gates need that it does not carry
+    /// (GitLab's approvals, GitHub's CI, reviews and threads) is left
+    /// unread ([`ChangeRequest::review_read`] is false).
     async fn create_change(&self, request: &NewChange<'_>) -> ForgeResult<ChangeRequest>;
 
     /// Changes title, description, labels or state; `None` fields are left

@@ -79,6 +79,28 @@ pub struct CommitRequest<'a> {
     pub actions: &'a [FileAction],
 }
 
+/// A commit `commit_files` made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushedCommit {
+    /// The branch's new head.
+    pub sha: String,
+    /// Whether the commit changes nothing against its parent, the base
+    /// branch's head it was built on, when the forge's answer to the push
+    /// tells (GitHub: the new tree is the base's tree; GitLab: its `stats`
+    /// count changed lines, so only a nonzero count tells, `Some(false)`).
+    /// `None`: ask [`Forge::diff_is_empty`](crate::Forge::diff_is_empty).
+    pub empty: Option<bool>,
+}
+
+/// What a push to a branch needs to know first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceBranch {
+    /// The branch's head, `None` when it does not exist.
+    pub head: Option<String>,
+    /// The forge protects the branch (whether or not it exists).
+    pub protected: bool,
+}
+
 /// A new change request.
 #[derive(Debug, Clone, Copy)]
 pub struct NewChange<'a> {
@@ -257,6 +279,18 @@ pub struct ChangeRequest {
     /// `merge_commit_sha`, read only once merged since before that it names
     /// a test merge).
     pub merge_commit_sha: Option<String>,
+    /// The review was read: `review`, `approvals`, `required_approvals` and
+    /// `approved_by` say what the forge holds. False in the answer to
+    /// [`Forge::create_change`](crate::Forge::create_change), which carries
+    /// no review (GitLab's approvals are a request of their own; GitHub's
+    /// answer has no reviews): they are then placeholders, and the review
+    /// gates are not judged from them.
+    #[serde(default = "read")]
+    pub review_read: bool,
+}
+
+fn read() -> bool {
+    true
 }
 
 /// The forge user a client's token acts as.

@@ -66,6 +66,7 @@ async fn commit(
             actions,
         })
         .await
+        .map(|pushed| pushed.sha)
 }
 
 /// A branch with one new file and a pull request from it; returns (number,
@@ -1584,9 +1585,11 @@ async fn the_simulators_webhook_deliveries_parse_into_events() {
                 state,
                 source_branch,
                 head_sha,
+                label,
             } => {
                 assert_eq!(project, REPO);
                 assert!(source_branch.is_some() && head_sha.is_some());
+                assert_eq!(label.is_some(), action == ChangeAction::Labeled);
                 changes.push((number, action, state));
             }
             ForgeEvent::Queue {
@@ -1717,6 +1720,7 @@ fn deliveries_the_simulator_does_not_send() {
             state: ChangeState::Open,
             source_branch: Some("wq/x".into()),
             head_sha: Some(STALE_SHA.into()),
+            label: None,
         })
     };
     assert_eq!(
@@ -1739,6 +1743,27 @@ fn deliveries_the_simulator_does_not_send() {
             json!({ "action": "resolved", "repository": repository, "pull_request": pull_request, "thread": {} })
         ),
         change(ChangeAction::Other)
+    );
+    // `labeled` names its label (the handler tells its own labels from a
+    // person's); `unlabeled` is an update like any other.
+    let labeled = parse(
+        "pull_request",
+        json!({ "action": "labeled", "repository": repository, "pull_request": pull_request, "label": { "name": "workqueue" } }),
+    );
+    match labeled {
+        Ok(ForgeEvent::Change {
+            action: ChangeAction::Labeled,
+            label,
+            ..
+        }) => assert_eq!(label.as_deref(), Some("workqueue")),
+        other => panic!("labeled: {other:?}"),
+    }
+    assert_eq!(
+        parse(
+            "pull_request",
+            json!({ "action": "unlabeled", "repository": repository, "pull_request": pull_request, "label": { "name": "workqueue" } })
+        ),
+        change(ChangeAction::Updated)
     );
     assert_eq!(
         parse(
@@ -2221,5 +2246,117 @@ async fn the_empty_diff_check_reads_no_commit_the_client_made() {
         requests(&sim),
         [("GET".to_owned(), format!("/repos/{REPO}/commits/{other}"))],
         "read once"
+    );
+}
+
+/// One tree request carries UTF-8 content inline (GitHub writes it out as a
+/// blob); only other bytes take a blob request. A file the request writes
+/// inline can be moved or chmodded by a later action of the same request.
+/// The push's answer says whether the commit changes anything: its tree is
+/// the base's exactly when it does not.
+#[tokio::test]
+async fn a_push_sends_text_inline_and_tells_an_empty_commit() {
+    let sim = start_stepped_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let github = client(&sim);
+    sim.clear_requests();
+    let push = |branch: &'static str, actions: Vec<FileAction>| {
+        let github = &github;
+        async move {
+            github
+                .commit_files(&CommitRequest {
+                    project: REPO,
+                    branch,
+                    base_branch: "main",
+                    mode: CommitMode::CreateBranch,
+                    message: "workqueue change",
+                    actions: &actions,
+                })
+                .await
+                .expect("commit")
+        }
+    };
+    let mut moved = action(FileOp::Move, "docs/moved.txt", None);
+    moved.previous_path = Some("b.txt".into());
+    let mut chmod = action(FileOp::Chmod, "run.sh", None);
+    chmod.execute_filemode = Some(true);
+    let pushed = push(
+        "wq/inline",
+        vec![
+            action(FileOp::Create, "a.txt", Some("é\n".as_bytes())),
+            action(FileOp::Create, "b.txt", Some(b"b\n")),
+            action(FileOp::Create, "run.sh", Some(b"#!/bin/sh\n")),
+            moved,
+            chmod,
+        ],
+    )
+    .await;
+    assert_eq!(pushed.empty, Some(false));
+    let served = requests(&sim);
+    let methods: Vec<(&str, &str)> = served
+        .iter()
+        .map(|(method, path)| (method.as_str(), path.as_str()))
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            ("GET", "/repos/octo/app/branches/main"),
+            ("GET", served[1].1.as_str()),
+            ("POST", "/repos/octo/app/git/trees"),
+            ("POST", "/repos/octo/app/git/commits"),
+            ("POST", "/repos/octo/app/git/refs"),
+        ],
+        "no blob request for text"
+    );
+    assert!(
+        served[1].1.starts_with("/repos/octo/app/git/trees/"),
+        "{served:?}"
+    );
+    let file = |path: &str| sim.github_file(REPO, "wq/inline", path);
+    assert_eq!(file("a.txt").as_deref(), Some("é\n".as_bytes()));
+    assert_eq!(file("b.txt"), None, "moved away");
+    assert_eq!(file("docs/moved.txt").as_deref(), Some(&b"b\n"[..]));
+    assert_eq!(file("run.sh").as_deref(), Some(&b"#!/bin/sh\n"[..]));
+    assert_eq!(modes(&sim, &pushed.sha).await["run.sh"], "100755");
+
+    // Bytes that are not UTF-8 go through a blob of their own.
+    sim.clear_requests();
+    let binary = push(
+        "wq/binary",
+        vec![action(
+            FileOp::Create,
+            "data.bin",
+            Some(&[0xff, 0x00, 0xfe]),
+        )],
+    )
+    .await;
+    assert_eq!(
+        requests(&sim)
+            .iter()
+            .filter(|(method, path)| method == "POST" && path.ends_with("/git/blobs"))
+            .count(),
+        1
+    );
+    assert_eq!(
+        sim.github_file(REPO, "wq/binary", "data.bin").as_deref(),
+        Some(&[0xff, 0x00, 0xfe][..])
+    );
+    assert_eq!(binary.empty, Some(false));
+
+    // The same content as the base: the same tree, an empty commit.
+    let readme = sim
+        .github_file(REPO, "main", "README.md")
+        .expect("main has a README");
+    let same = push(
+        "wq/same",
+        vec![action(FileOp::Update, "README.md", Some(&readme))],
+    )
+    .await;
+    assert_eq!(same.empty, Some(true));
+    assert!(
+        github
+            .diff_is_empty(REPO, "main", &same.sha)
+            .await
+            .expect("diff")
     );
 }

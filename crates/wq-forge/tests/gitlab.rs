@@ -61,6 +61,7 @@ async fn commit(
         })
         .await
         .expect("commit")
+        .sha
 }
 
 /// A branch with one new file and an MR from it; returns (iid, head sha).
@@ -89,9 +90,10 @@ async fn open_change(gitlab: &GitlabClient, project: &str, branch: &str) -> (u64
 
 /// What every forge does with commit modes, branch heads and empty diffs
 /// is the conformance suite's; here: GitLab's answer to creating a branch
-/// that exists.
+/// that exists, a 400 the client takes for a conflict (nothing written),
+/// and the one request a push is.
 #[tokio::test]
-async fn creating_an_existing_branch_is_rejected() {
+async fn creating_an_existing_branch_is_a_conflict() {
     let sim = start_sim().await;
     let pid = sim
         .gitlab_project("team/repo")
@@ -99,7 +101,9 @@ async fn creating_an_existing_branch_is_rejected() {
         .create()
         .expect("project");
     let gitlab = client(&sim);
+    assert!(gitlab.creates_branch_atomically());
     let project = "team/repo";
+    sim.clear_requests();
     let head = commit(
         &gitlab,
         project,
@@ -108,6 +112,19 @@ async fn creating_an_existing_branch_is_rejected() {
         &[create("notes.txt", b"notes\n")],
     )
     .await;
+    let served: Vec<(String, String)> = sim
+        .requests()
+        .into_iter()
+        .map(|r| (r.method, r.path))
+        .collect();
+    assert_eq!(
+        served,
+        [(
+            "POST".to_owned(),
+            "/api/v4/projects/team%2Frepo/repository/commits".to_owned()
+        )],
+        "a push is one request"
+    );
     let again = gitlab
         .commit_files(&CommitRequest {
             project,
@@ -119,7 +136,8 @@ async fn creating_an_existing_branch_is_rejected() {
         })
         .await
         .expect_err("the branch exists");
-    assert_eq!(again.kind, ForgeErrorKind::Rejected);
+    assert_eq!(again.kind, ForgeErrorKind::Conflict, "{again}");
+    assert_eq!(again.status, Some(400), "{again}");
     assert!(again.message.contains("already exists"), "{again}");
     assert_eq!(sim.gitlab_branch_head(pid, "wq/one"), Some(head));
 }
@@ -657,7 +675,9 @@ async fn webhook_deliveries_parse_into_events() {
                 state,
                 source_branch,
                 head_sha,
+                label,
             } => {
+                assert_eq!(label, None);
                 assert_eq!((project.as_str(), number), ("team/hooks", iid));
                 assert_eq!(source_branch.as_deref(), Some("wq/hooks"));
                 assert!(head_sha.is_some());

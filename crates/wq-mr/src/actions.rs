@@ -40,6 +40,7 @@ pub(crate) async fn execute(
         details: &details,
         forge: forge.as_ref(),
         seen: std::sync::OnceLock::new(),
+        written: std::sync::Mutex::new(None),
     };
     let outcome = match action {
         MrAction::CancelMr => run.cancel_mr().await,

@@ -68,10 +68,14 @@ impl StatusNote {
     }
 }
 
-/// What the last reconcile saw: the unmet gates and the forge's merge
-/// status word (the `needs_reconcile` detail).
+/// What the last reconcile saw: the unmet gates (with those it could not
+/// read) and the forge's merge status word (the `needs_reconcile`
+/// detail).
 struct Seen {
     unmet: Vec<String>,
+    /// Gates the observation could not judge (the review, in the answer to
+    /// the change request's creation); they count as unmet too.
+    unread: Vec<String>,
     merge_status: String,
 }
 
@@ -84,6 +88,16 @@ impl Seen {
             .iter()
             .filter_map(|g| g.as_str().map(str::to_owned))
             .collect();
+        let unread = detail
+            .get("unread_gates")
+            .and_then(|gates| gates.as_array())
+            .map(|gates| {
+                gates
+                    .iter()
+                    .filter_map(|g| g.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
         let merge_status = detail
             .get("merge_status")
             .and_then(|s| s.as_str())
@@ -91,12 +105,17 @@ impl Seen {
             .to_owned();
         Some(Self {
             unmet,
+            unread,
             merge_status,
         })
     }
 
     fn unmet(&self, gate: &str) -> bool {
         self.unmet.iter().any(|g| g == gate)
+    }
+
+    fn unread(&self, gate: &str) -> bool {
+        self.unread.iter().any(|g| g == gate)
     }
 }
 
@@ -148,7 +167,10 @@ fn state_line(
         (REVIEW_BY_PERSON, "Waiting for review"),
         ("threads_resolved", "Waiting for threads to be resolved"),
     ];
-    if let Some((_, line)) = waiting.iter().find(|(gate, _)| seen.unmet(gate)) {
+    if let Some((gate, line)) = waiting.iter().find(|(gate, _)| seen.unmet(gate)) {
+        if seen.unread(gate) {
+            return "Checking the merge request".into();
+        }
         return (*line).into();
     }
     if seen.unmet("mergeable") {
@@ -173,15 +195,20 @@ fn state_line(
     }
 }
 
-/// Every gate met or not; "not checked yet" before the first reconcile.
+/// Every gate met or not; "not checked yet" before the first reconcile,
+/// and for a gate its observation could not read.
 fn gates_section(seen: Option<&Seen>, person_review: bool) -> String {
     let Some(seen) = seen else {
         return "\nGates: not checked yet.\n".into();
     };
     let mut text = "\nGates:\n".to_owned();
     for gate in gate_names(person_review) {
-        let mark = if seen.unmet(gate) { "⏳" } else { "✅" };
         let what = gate_description(gate);
+        if seen.unread(gate) {
+            text.push_str(&format!("- ❔ `{gate}`: {what} (not checked yet)\n"));
+            continue;
+        }
+        let mark = if seen.unmet(gate) { "⏳" } else { "✅" };
         text.push_str(&format!("- {mark} `{gate}`: {what}\n"));
     }
     text

@@ -12,7 +12,9 @@
 //! nothing new. Nor does news of CI that started or still runs (a
 //! pipeline or check pending or running): no gate passes on it, and its
 //! end asks. The opening of the change request the item recorded is its
-//! own creation, read by the reconcile that follows it.
+//! own creation, whose answer was its first observation; the label the
+//! item sets, added (GitHub's `labeled`, after the creation), is its own
+//! call, and no gate depends on a label.
 
 use wq_core::{DimensionUpdate, EventResult, ExecError, ItemView, PendingEvent};
 use wq_forge::{ChangeAction, CiStatus, ForgeEvent};
@@ -87,6 +89,24 @@ async fn handle_forge_event(
             .await
             .map_err(store_error)?
             .is_some_and(|details| details.mr_number == Some(number)) =>
+        {
+            Ok(EventResult::ignored())
+        }
+        // A label the item sets (its submitted labels and the managed one)
+        // added: workqueue's own label call (GitHub labels a pull request
+        // after opening it), which no gate depends on.
+        ForgeEvent::Change {
+            action: ChangeAction::Labeled,
+            label: Some(label),
+            ..
+        } if mr
+            .store
+            .get(view.item.id)
+            .await
+            .map_err(store_error)?
+            .is_some_and(|details| {
+                details.spec.labels.contains(&label) || label == mr.config.managed_label
+            }) =>
         {
             Ok(EventResult::ignored())
         }

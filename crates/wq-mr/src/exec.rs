@@ -7,16 +7,16 @@
 //! made is never written over (issue #12).
 
 use sha2::{Digest, Sha256};
-use wq_core::{DimensionUpdate, ExecError, ExecOutcome, ItemView, Phase};
+use wq_core::{DimensionStatus, DimensionUpdate, ExecError, ExecOutcome, ItemView, Phase};
 use wq_forge::{
     ChangeRequest, ChangeState, ChangeUpdate, CiStatus, CommitMode, CommitRequest, Forge,
-    MergeOutcome, MergeParams, Mergeable, NewChange, QueueEntry,
+    MergeOutcome, MergeParams, Mergeable, NewChange, PushedCommit, QueueEntry,
 };
 
 use crate::dashboard::{self, StatusNote};
 use crate::dims::{NEEDS_CANCEL, NEEDS_DASHBOARD, NEEDS_EMPTY_CHECK, NEEDS_MR, NEEDS_RECONCILE};
 use crate::errors::{forge_failure, store_error};
-use crate::merge::{ReviewRule, resolve_queue, signature, unmet_gates};
+use crate::merge::{ReviewRule, resolve_queue, signature, unmet_gates, unread_gates};
 use crate::store::{MergeResult, MrDetails, Observation, RecordedChange};
 use crate::{CLOSED_ON_FORGE, MrType};
 
@@ -56,6 +56,10 @@ pub(crate) struct Run<'a> {
     /// What `reconcile_mr` saw of the gates (its `needs_reconcile`
     /// detail), for the status note of whatever outcome follows.
     pub seen: std::sync::OnceLock<serde_json::Value>,
+    /// The status note this run wrote: (change request, note id, text
+    /// hash). A second write in the same run (a cancel's note, then the
+    /// final one) edits it rather than posting another.
+    pub written: std::sync::Mutex<Option<(u64, u64, String)>>,
 }
 
 impl Run<'_> {
@@ -283,143 +287,216 @@ impl Run<'_> {
             )
     }
 
-    /// Pushes the desired content (unless this exact content is already the
-    /// branch head we recorded), then creates or updates the change request
-    /// (DDR-10, DDR-40, DDR-43). Only on a branch and change request
-    /// workqueue owns (or adopts, with `mr.adopt_existing_branches`); a
-    /// branch the forge protects is never pushed to.
-    pub(crate) async fn ensure_mr(&self) -> Result<ExecOutcome, ExecError> {
-        let spec = &self.details.spec;
-        let project = self.project();
-        let adopt = self.mr.config.adopt_existing_branches;
-        let existing = match self.open_change().await? {
-            Existing::Ended(change) => return self.ended(&change).await,
-            Existing::Locked => {
-                // Merging right now: look again shortly.
-                return Ok(ExecOutcome::done().with_dimension(
-                    DimensionUpdate::new(NEEDS_MR, true).pending_until(
-                        self.now()
-                            + MrType::seconds(self.mr.config.reconcile_busy_interval_seconds),
-                    ),
-                ));
-            }
-            Existing::Open(open) => Some(open),
-            Existing::None => None,
-        };
-        if let Some(open) = &existing
-            && !open.ours
-            && !adopt
-        {
-            return Ok(self.refused(
-                BRANCH_NOT_MANAGED,
-                &format!(
-                    "has an open merge request (#{}) that workqueue did not open",
-                    open.change.number
+    /// No earlier attempt of this item can have pushed or opened anything:
+    /// no change request recorded, no push recorded, none under way (a push
+    /// intent is stored before every push, and a change request is opened
+    /// only after its push is recorded).
+    fn first_push(&self) -> bool {
+        self.details.mr_number.is_none()
+            && self.details.pushed_content_hash.is_none()
+            && self.details.push_intent_at.is_none()
+    }
+
+    /// The change request of the branch for `ensure_mr` ([`Run::open_change`]):
+    /// `Err` with the outcome when the run ends here (the recorded one
+    /// ended or is being merged, or the open one is someone else's).
+    async fn existing_change(&self) -> Result<Result<Option<OpenChange>, ExecOutcome>, ExecError> {
+        Ok(match self.open_change().await? {
+            Existing::Ended(change) => Err(self.ended(&change).await?),
+            // Merging right now: look again shortly.
+            Existing::Locked => Err(ExecOutcome::done().with_dimension(
+                DimensionUpdate::new(NEEDS_MR, true).pending_until(
+                    self.now() + MrType::seconds(self.mr.config.reconcile_busy_interval_seconds),
                 ),
-            ));
-        }
-        let branch_head = self
-            .forge
-            .branch_head(project, &spec.source_branch)
+            )),
+            Existing::Open(open) if !open.ours && !self.mr.config.adopt_existing_branches => {
+                Err(self.refused(
+                    BRANCH_NOT_MANAGED,
+                    &format!(
+                        "has an open merge request (#{}) that workqueue did not open",
+                        open.change.number
+                    ),
+                ))
+            }
+            Existing::Open(open) => Ok(Some(open)),
+            Existing::None => Ok(None),
+        })
+    }
+
+    /// Commits the file actions: the push intent is stored first (a crash
+    /// before the head is recorded leaves the branch this item's, not a
+    /// stranger's), and the head is recorded at once. A definite refusal
+    /// wrote nothing and withdraws the intent, or a branch someone else
+    /// creates later would pass for this item's; an unanswered call
+    /// (unavailable, rate limited) may have landed and keeps it.
+    async fn push(
+        &self,
+        mode: CommitMode,
+    ) -> Result<wq_forge::ForgeResult<PushedCommit>, ExecError> {
+        let spec = &self.details.spec;
+        let id = self.view.item.id;
+        self.mr
+            .store
+            .mark_push_intent(id, self.now())
             .await
-            .map_err(|e| forge_failure("reading the source branch", e))?;
-        // This content, built on this target, is the branch head recorded.
-        let already_pushed = self.details.pushed_content_hash.as_deref()
-            == Some(self.details.content_hash.as_str())
-            && self
-                .details
-                .pushed_target_branch
-                .as_deref()
-                .is_none_or(|target| target == spec.target_branch.as_str())
-            && branch_head.is_some()
-            && branch_head == self.details.head_sha;
-        let head = match (already_pushed, branch_head) {
-            (true, Some(head)) => head,
-            (_, branch_head) => {
-                if let Some(head) = &branch_head
-                    && !adopt
-                    && !self.branch_is_ours(head).await?
-                {
-                    return Ok(self.refused(
-                        BRANCH_NOT_MANAGED,
-                        &format!(
-                            "exists on the forge with head {head}, which workqueue did not push"
-                        ),
-                    ));
-                }
-                let protected = self
-                    .forge
-                    .branch_protected(project, &spec.source_branch)
-                    .await
-                    .map_err(|e| forge_failure("reading the branch protection", e))?;
-                if protected {
-                    return Ok(self.refused(BRANCH_PROTECTED, "is protected on the forge"));
-                }
-                let mode = if branch_head.is_some() {
-                    CommitMode::ForceUpdate
-                } else {
-                    CommitMode::CreateBranch
-                };
-                // Durable before the push: a crash before its record leaves
-                // the branch this item's, not a stranger's.
-                self.mr
-                    .store
-                    .mark_push_intent(self.view.item.id, self.now())
-                    .await
-                    .map_err(store_error)?;
-                let pushed = self
-                    .forge
-                    .commit_files(&CommitRequest {
-                        project,
-                        branch: &spec.source_branch,
-                        base_branch: &spec.target_branch,
-                        mode,
-                        message: &spec.commit_message,
-                        actions: &spec.file_actions,
-                    })
-                    .await;
-                let head = match pushed {
-                    Ok(head) => head,
-                    Err(error) => {
-                        // A definite refusal wrote nothing: withdraw the
-                        // intent, or a branch someone else creates later
-                        // would pass for this item's. An unanswered call
-                        // (unavailable, rate limited) may have landed and
-                        // keeps it.
-                        if !matches!(
-                            error.kind,
-                            wq_forge::ForgeErrorKind::Unavailable
-                                | wq_forge::ForgeErrorKind::RateLimited
-                        ) {
-                            self.mr
-                                .store
-                                .clear_push_intent(self.view.item.id, self.now())
-                                .await
-                                .map_err(store_error)?;
-                        }
-                        return Err(forge_failure("committing the file actions", error));
-                    }
-                };
+            .map_err(store_error)?;
+        let pushed = self
+            .forge
+            .commit_files(&CommitRequest {
+                project: self.project(),
+                branch: &spec.source_branch,
+                base_branch: &spec.target_branch,
+                mode,
+                message: &spec.commit_message,
+                actions: &spec.file_actions,
+            })
+            .await;
+        match &pushed {
+            Ok(commit) => {
                 self.mr
                     .store
                     .record_push(
-                        self.view.item.id,
-                        &head,
+                        id,
+                        &commit.sha,
                         (&self.details.content_hash, &spec.target_branch),
                         self.now(),
                     )
                     .await
                     .map_err(store_error)?;
-                head
+            }
+            Err(error)
+                if !matches!(
+                    error.kind,
+                    wq_forge::ForgeErrorKind::Unavailable | wq_forge::ForgeErrorKind::RateLimited
+                ) =>
+            {
+                self.mr
+                    .store
+                    .clear_push_intent(id, self.now())
+                    .await
+                    .map_err(store_error)?;
+            }
+            Err(_) => {}
+        }
+        Ok(pushed)
+    }
+
+    /// Pushes the desired content (unless this exact content is already the
+    /// branch head we recorded), then creates or updates the change request
+    /// (DDR-10, DDR-40, DDR-43). Only on a branch and change request
+    /// workqueue owns (or adopts, with `mr.adopt_existing_branches`); a
+    /// branch the forge protects is never pushed to.
+    ///
+    /// A first push (nothing recorded or under way, [`Run::first_push`])
+    /// looks up no change request: none of this item's can exist, and the
+    /// creation's conflict answer tells of anyone else's. Where the forge
+    /// refuses to create a branch that exists before writing anything
+    /// ([`Forge::creates_branch_atomically`], GitLab), it does not read the
+    /// branch either: the push creates it, and only a refusal reads it.
+    /// The branch that exists is read, and the change request open on it
+    /// looked at, before anything is written over it.
+    pub(crate) async fn ensure_mr(&self) -> Result<ExecOutcome, ExecError> {
+        let spec = &self.details.spec;
+        let project = self.project();
+        let adopt = self.mr.config.adopt_existing_branches;
+        let first = self.first_push();
+        let mut existing = None;
+        if !first {
+            match self.existing_change().await? {
+                Ok(open) => existing = open,
+                Err(end) => return Ok(end),
+            }
+        }
+        let mut pushed: Option<PushedCommit> = None;
+        if first && self.forge.creates_branch_atomically() {
+            let protected = self
+                .forge
+                .branch_protected(project, &spec.source_branch)
+                .await
+                .map_err(|e| forge_failure("reading the branch protection", e))?;
+            if protected {
+                return Ok(self.refused(BRANCH_PROTECTED, "is protected on the forge"));
+            }
+            match self.push(CommitMode::CreateBranch).await? {
+                Ok(commit) => pushed = Some(commit),
+                Err(error) if error.kind == wq_forge::ForgeErrorKind::Conflict => {
+                    tracing::info!(item = %self.view.item.id, branch = %spec.source_branch, %error, "the branch exists already; reading it");
+                }
+                Err(error) => return Err(forge_failure("committing the file actions", error)),
+            }
+        }
+        let head = match &pushed {
+            Some(commit) => commit.sha.clone(),
+            None => {
+                let source = self
+                    .forge
+                    .source_branch(project, &spec.source_branch)
+                    .await
+                    .map_err(|e| forge_failure("reading the source branch", e))?;
+                if first && source.head.is_some() {
+                    // Someone's branch, or an earlier generation's: the
+                    // change request open on it is looked at first.
+                    match self.existing_change().await? {
+                        Ok(open) => existing = open,
+                        Err(end) => return Ok(end),
+                    }
+                }
+                // This content, built on this target, is the branch head
+                // recorded.
+                let already_pushed = self.details.pushed_content_hash.as_deref()
+                    == Some(self.details.content_hash.as_str())
+                    && self
+                        .details
+                        .pushed_target_branch
+                        .as_deref()
+                        .is_none_or(|target| target == spec.target_branch.as_str())
+                    && source.head.is_some()
+                    && source.head == self.details.head_sha;
+                match (already_pushed, source.head) {
+                    (true, Some(head)) => head,
+                    (_, branch_head) => {
+                        if let Some(head) = &branch_head
+                            && !adopt
+                            && !self.branch_is_ours(head).await?
+                        {
+                            return Ok(self.refused(
+                                BRANCH_NOT_MANAGED,
+                                &format!(
+                                    "exists on the forge with head {head}, which workqueue did not push"
+                                ),
+                            ));
+                        }
+                        if source.protected {
+                            return Ok(self.refused(BRANCH_PROTECTED, "is protected on the forge"));
+                        }
+                        let mode = if branch_head.is_some() {
+                            CommitMode::ForceUpdate
+                        } else {
+                            CommitMode::CreateBranch
+                        };
+                        let commit = self
+                            .push(mode)
+                            .await?
+                            .map_err(|e| forge_failure("committing the file actions", e))?;
+                        let head = commit.sha.clone();
+                        pushed = Some(commit);
+                        head
+                    }
+                }
             }
         };
-        // Against the head just pushed or found: the same as the branch,
-        // and a commit whose tree the client may know already.
-        let empty = self
-            .forge
-            .diff_is_empty(project, &spec.target_branch, &head)
-            .await
-            .map_err(|e| forge_failure("comparing the branches", e))?;
+        // The push's answer tells, where the forge says: its commit is
+        // built on the target's head, so its own diff is the change's.
+        // Else the head just pushed or found is compared with the target
+        // (a commit whose tree the client may know already).
+        let empty = match pushed.as_ref().and_then(|commit| commit.empty) {
+            Some(empty) => empty,
+            None => self
+                .forge
+                .diff_is_empty(project, &spec.target_branch, &head)
+                .await
+                .map_err(|e| forge_failure("comparing the branches", e))?,
+        };
         if empty {
             if let Some(open) = &existing {
                 self.close(open.change.number).await?;
@@ -427,25 +504,15 @@ impl Run<'_> {
             return Ok(cancelled_empty(&spec.target_branch));
         }
         let labels = self.labels();
-        let description = self.outgoing(&spec.description);
-        let (change, created) = match existing {
-            None => {
-                let created = self
-                    .forge
-                    .create_change(&NewChange {
-                        project,
-                        source_branch: &spec.source_branch,
-                        target_branch: &spec.target_branch,
-                        title: &spec.title,
-                        description: &description,
-                        labels: &labels,
-                    })
-                    .await;
-                (self.created_or_found(created).await?, true)
-            }
+        let (change, created, fresh) = match existing {
+            None => match self.open_new(&labels).await? {
+                Ok(opened) => opened,
+                Err(end) => return Ok(end),
+            },
             Some(open) => (
                 self.sync_metadata(open.change, &labels).await?,
                 open.created,
+                false,
             ),
         };
         self.mr
@@ -466,6 +533,11 @@ impl Run<'_> {
             .await
             .map_err(store_error)?;
         tracing::info!(item = %self.view.item.id, number = change.number, head = %head, "merge request ensured");
+        let reconcile = if fresh {
+            self.first_sight(&change).await?
+        } else {
+            DimensionUpdate::new(NEEDS_RECONCILE, true)
+        };
         Ok(ExecOutcome::done()
             .with_dimension(
                 DimensionUpdate::new(NEEDS_MR, false).detail(serde_json::json!({
@@ -475,7 +547,111 @@ impl Run<'_> {
                 })),
             )
             .with_dimension(self.empty_check_later())
-            .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, true)))
+            .with_dimension(reconcile))
+    }
+
+    /// Opens the change request: `(change, created, fresh)`, `fresh` when
+    /// `change` is the creation's answer. Another open on the branch (the
+    /// forge's conflict answer) is looked up: one this item made in an
+    /// earlier attempt is taken up and converged, anyone else's refuses the
+    /// item (`Err` with the outcome). An unanswered call is looked up too
+    /// ([`Run::created_or_found`]).
+    async fn open_new(
+        &self,
+        labels: &[String],
+    ) -> Result<Result<(ChangeRequest, bool, bool), ExecOutcome>, ExecError> {
+        let spec = &self.details.spec;
+        let description = self.outgoing(&spec.description);
+        let created = self
+            .forge
+            .create_change(&NewChange {
+                project: self.project(),
+                source_branch: &spec.source_branch,
+                target_branch: &spec.target_branch,
+                title: &spec.title,
+                description: &description,
+                labels,
+            })
+            .await;
+        match created {
+            Ok(change) => Ok(Ok((change, true, true))),
+            Err(error) if error.kind == wq_forge::ForgeErrorKind::Conflict => {
+                tracing::info!(item = %self.view.item.id, %error, "a merge request is open on the branch already; looking it up");
+                match self.existing_change().await? {
+                    Ok(Some(open)) => Ok(Ok((
+                        self.sync_metadata(open.change, labels).await?,
+                        open.created,
+                        false,
+                    ))),
+                    // Gone meanwhile: the next try creates it.
+                    Ok(None) => Err(forge_failure("creating the merge request", error)),
+                    Err(end) => Ok(Err(end)),
+                }
+            }
+            Err(error) => Ok(Ok((self.created_or_found(Err(error)).await?, true, false))),
+        }
+    }
+
+    /// What the creation's answer tells is the change request's first
+    /// observation: head, pipeline and URL are recorded, and its gates
+    /// (those the answer cannot tell, the review's, as not read yet) are
+    /// the `needs_reconcile` detail. The reconcile that reads it all waits
+    /// for the webhook of what it waits for (CI's end, the forge's
+    /// mergeability), or a busy interval; at once when only the review is
+    /// left to read, or when something asked for it before this run (a
+    /// webhook handled between two tries of `ensure_mr`: CI may have ended
+    /// already).
+    async fn first_sight(&self, change: &ChangeRequest) -> Result<DimensionUpdate, ExecError> {
+        let queue = resolve_queue(self.details.queue.as_ref(), change);
+        self.observe(change, queue.as_ref()).await?;
+        let bot = self.review_bot().await?;
+        let rule = bot
+            .as_deref()
+            .map_or(ReviewRule::Forge, |bot| ReviewRule::Person { bot });
+        let unmet = unmet_gates(change, rule);
+        let unread = unread_gates(change, rule);
+        let seen = serde_json::json!({
+            "unmet_gates": unmet,
+            "unread_gates": unread,
+            "review_gate": rule.gate(),
+            "merge_status": change.merge_status,
+            "ci": change.ci.as_str(),
+        });
+        let _ = self.seen.set(seen.clone());
+        // A new item has no `needs_reconcile` row until something asks.
+        let asked = self
+            .view
+            .dimension(NEEDS_RECONCILE, "")
+            .is_some_and(|row| row.status == DimensionStatus::True && row.pending_until.is_none());
+        if asked || unmet.iter().all(|gate| unread.contains(gate)) {
+            return Ok(DimensionUpdate::new(NEEDS_RECONCILE, true).detail(seen));
+        }
+        let settled = change.ci == CiStatus::Success
+            && change.pending_checks == 0
+            && change.mergeable != Mergeable::Unknown;
+        let config = &self.mr.config;
+        let wait = if settled {
+            config.reconcile_interval_seconds
+        } else {
+            config.reconcile_busy_interval_seconds
+        };
+        Ok(self.reconcile_in(wait).detail(seen))
+    }
+
+    /// The token's forge user when the project's review gate needs a
+    /// person's approval (its own does not count), `None` when the forge's
+    /// rules decide (the user is read once and cached by the client).
+    async fn review_bot(&self) -> Result<Option<String>, ExecError> {
+        if !self.person_review() {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.forge
+                .current_user()
+                .await
+                .map_err(|e| forge_failure("reading the forge user of the token", e))?
+                .username,
+        ))
     }
 
     /// Title, description, target branch and labels as submitted. Labels
@@ -669,15 +845,47 @@ impl Run<'_> {
     /// on `number` (its id and text hash in the `needs_dashboard` detail)
     /// is edited by its id without listing the notes, and not touched when
     /// the text is the same; a note gone meanwhile is looked for and posted
-    /// anew.
+    /// anew. The first note on `number` is posted without listing the
+    /// notes when no post was started there before: the intent is stored
+    /// before the post (`note_intent_number`), so a run after a crash that
+    /// lost the note's id looks for it first and never posts it twice.
     pub(crate) async fn write_note(
+        &self,
+        number: u64,
+        note: &StatusNote,
+    ) -> Result<NoteWrite, ExecError> {
+        let written = self.write_note_once(number, note).await?;
+        if written.kind.is_some() {
+            let mut last = self
+                .written
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *last = Some((number, written.id, note.hash()));
+        }
+        Ok(written)
+    }
+
+    /// The note this run wrote on `number`, else the one the item's
+    /// `needs_dashboard` detail names.
+    fn last_written(&self, number: u64) -> Option<(u64, String)> {
+        let this_run = self
+            .written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+            .filter(|(on, _, _)| *on == number)
+            .map(|(_, id, hash)| (id, hash));
+        this_run.or_else(|| dashboard::last_written(self.view, number))
+    }
+
+    async fn write_note_once(
         &self,
         number: u64,
         note: &StatusNote,
     ) -> Result<NoteWrite, ExecError> {
         let body = self.outgoing(&note.body).into_owned();
         let body_sha256 = hex::encode(Sha256::digest(body.as_bytes()));
-        if let Some((id, hash)) = dashboard::last_written(self.view, number) {
+        if let Some((id, hash)) = self.last_written(number) {
             if hash == note.hash() {
                 return Ok(NoteWrite {
                     id,
@@ -702,6 +910,25 @@ impl Run<'_> {
                 }
                 Err(error) => return Err(forge_failure("updating the status note", error)),
             }
+        }
+        if self.details.note_intent != Some(number) {
+            // No post started on this change request: there is nothing to
+            // find.
+            self.mr
+                .store
+                .mark_note_intent(self.view.item.id, number, self.now())
+                .await
+                .map_err(store_error)?;
+            let posted = self
+                .forge
+                .create_note(self.project(), number, &body)
+                .await
+                .map_err(|e| forge_failure("posting the status note", e))?;
+            return Ok(NoteWrite {
+                id: posted.id,
+                kind: Some("forge.note_posted"),
+                body_sha256,
+            });
         }
         let notes = self
             .forge
@@ -820,17 +1047,7 @@ impl Run<'_> {
         }
         // The review gate as configured: a person's approval needs the
         // token's own user to tell it apart (cached by the client).
-        let bot = if self.person_review() {
-            Some(
-                self.forge
-                    .current_user()
-                    .await
-                    .map_err(|e| forge_failure("reading the forge user of the token", e))?
-                    .username,
-            )
-        } else {
-            None
-        };
+        let bot = self.review_bot().await?;
         let rule = bot
             .as_deref()
             .map_or(ReviewRule::Forge, |bot| ReviewRule::Person { bot });

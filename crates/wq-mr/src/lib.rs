@@ -86,7 +86,9 @@
 //!   (workqueue opened the recorded MR), `push_intent_at` (a push whose
 //!   head is not recorded yet); what was applied (migration 1003):
 //!   `applied_labels` (the labels workqueue set, the only ones it removes),
-//!   `pushed_target_branch` (the target the pushed head was built on).
+//!   `pushed_target_branch` (the target the pushed head was built on);
+//!   the status note's post (migration 1004): `note_intent_number` (the
+//!   change request a post started on).
 //!   Indexed for the upsert lookup and the webhook lookups (by number, by
 //!   pipeline), also on `lower(project)`.
 //! - `mr_pushes` (migration 1002): every head workqueue pushed, primary key
@@ -105,9 +107,9 @@
 //! | dimension | action | what it does |
 //! |---|---|---|
 //! | `needs_cancel` | `cancel_mr` | the `cancel` command (`admin`, or `submit` for the item's submitter) stored an `mr.cancel` event; applied, it asks for this before anything else, so no push, merge or retry follows. The status note is edited to say who cancelled it and why, the MR closed (only workqueue's; a merged one completes the item instead), the item cancelled. After a crash the note (same text) and the closed MR are found and not written again |
-//! | `needs_mr` | `ensure_mr` | reads the recorded MR first: merged → the item completes and content not yet on the forge becomes the next generation (below), closed → cancelled, never a second MR; else finds the open MR by source branch and checks it is workqueue's; when the content (or its target) is not the recorded head: checks the branch head is workqueue's (below), refuses a branch the forge protects, marks a push intent, commits the file actions (create the branch from the target, or force it), records the pushed head at once; compares target and source (`straight=true`: identical trees mean nothing to merge, DDR-43), creates the MR or converges it (title, description, target branch, labels incl. `managed-by::workqueue`: added, and only those workqueue applied earlier removed) |
+//! | `needs_mr` | `ensure_mr` | reads the recorded MR first: merged → the item completes and content not yet on the forge becomes the next generation (below), closed → cancelled, never a second MR; else, when an earlier attempt may have opened one (a push recorded or under way), finds the open MR by source branch and checks it is workqueue's; when the content (or its target) is not the recorded head: checks the branch head is workqueue's (below), refuses a branch the forge protects, marks a push intent, commits the file actions (create the branch from the target, or force it), records the pushed head at once. A first push (nothing recorded or under way) looks nothing up: on a forge that refuses to create an existing branch before writing anything (GitLab) it creates the branch without reading it, and only that refusal reads the branch (and the MR open on it) before anything is written over it. The empty-diff check (DDR-43) takes the push's answer where the forge tells (GitHub: the new tree is the target's; GitLab: a nonzero `stats` count means not empty), else compares target and head (`straight=true`: identical trees mean nothing to merge). Creates the MR (another open on the branch, the forge's conflict answer, is looked up: workqueue's is taken up, anyone else's refuses the item) or converges it (title, description, target branch, labels incl. `managed-by::workqueue`: added, and only those workqueue applied earlier removed). The creation's answer is the MR's first observation: head, pipeline and its gates (the review as not checked yet, `unread_gates`), and the reconcile waits for a webhook or the busy interval |
 //! | `needs_empty_check` | `check_empty_diff` | every 30 min (`pending_until`): an MR whose target already has its changes is closed, the item cancelled with the reason |
-//! | `needs_dashboard` | `post_dashboard_note` | one status note, found again by a hidden marker *and* its author (the token's forge user, so a person's comment quoting the marker is never edited) after a crash; edited in place when its text changes: the state in one line, every gate met or not, the last merge attempt, the CI retry decisions (which job was retried by which matcher, which was not and why), the item's link. The detail keeps the note id, its text's hash and when it was written |
+//! | `needs_dashboard` | `post_dashboard_note` | one status note, found again by a hidden marker *and* its author (the token's forge user, so a person's comment quoting the marker is never edited) after a crash; edited in place when its text changes: the state in one line, every gate met or not (or not checked yet), the last merge attempt, the CI retry decisions (which job was retried by which matcher, which was not and why), the item's link. The detail keeps the note id, its text's hash and when it was written. The first note on an MR is posted without listing the notes: `note_intent_number` is stored before the post, so a run after a crash that lost the note's id looks for it first |
 //! | `needs_ci_retry` | `retry_ci_jobs` | see [`ci_retry`] and "CI retry" below |
 //! | `needs_reconcile` | `reconcile_mr` | one MR read: merged → completed, closed → cancelled, head/pipeline/queue recorded, title and description drift corrected, and the merge when every gate holds; re-armed every 30 min, every 60 s while CI runs or the merge is queued |
 //!
@@ -140,10 +142,20 @@
 //! it carries the managed label. Anything else fails the item with
 //! `branch_not_managed: source branch "..." ...` and the `needs_mr` detail
 //! `{"error_kind": "branch_not_managed", "branch": ...}`, before any forge
-//! write; `Forge::branch_protected` refuses the same way with
+//! write over it; `Forge::branch_protected` refuses the same way with
 //! `branch_protected` before every push. `mr.adopt_existing_branches: true`
 //! restores adoption of strangers' branches and MRs (protection still
 //! refuses).
+//!
+//! A first push on GitLab creates the branch without reading it: GitLab
+//! refuses to create a branch that exists (400, before writing anything),
+//! and that refusal reads the branch and the MR open on it before any
+//! force push. One case is seen only after the push: a person's MR still
+//! open on a source branch that was deleted (GitLab keeps it open; GitHub
+//! closes a pull request whose head branch is deleted). The push creates
+//! the branch again (nothing of anyone's is written over, but the person's
+//! MR now shows workqueue's commit), the creation's 409 finds the MR, and
+//! the item fails `branch_not_managed` with the branch left as pushed.
 //!
 //! # Merging
 //!

@@ -89,8 +89,21 @@ pub fn gate_description(gate: &str) -> &'static str {
     }
 }
 
+/// The review gates a change request's read could not judge: both when
+/// its review was not read (the answer to its creation), else none.
+pub fn unread_gates(change: &ChangeRequest, rule: ReviewRule<'_>) -> Vec<&'static str> {
+    if change.review_read {
+        return Vec::new();
+    }
+    match rule {
+        ReviewRule::Forge => vec![APPROVED],
+        ReviewRule::Person { .. } => vec![APPROVED, REVIEW_BY_PERSON],
+    }
+}
+
 /// The gates a change request does not pass yet, by name, in
-/// [`gate_names`] order; empty when it may be merged.
+/// [`gate_names`] order; empty when it may be merged. A review gate its
+/// read did not judge ([`unread_gates`]) does not pass.
 pub fn unmet_gates(change: &ChangeRequest, rule: ReviewRule<'_>) -> Vec<&'static str> {
     let mut unmet = Vec::new();
     if change.state != ChangeState::Open {
@@ -105,11 +118,11 @@ pub fn unmet_gates(change: &ChangeRequest, rule: ReviewRule<'_>) -> Vec<&'static
     if change.ci != CiStatus::Success || change.pending_checks > 0 {
         unmet.push("ci_passed");
     }
-    if !change.review.allows_merge() {
+    if !change.review_read || !change.review.allows_merge() {
         unmet.push(APPROVED);
     }
     if let ReviewRule::Person { bot } = rule
-        && !change.approved_by.iter().any(|login| login != bot)
+        && (!change.review_read || !change.approved_by.iter().any(|login| login != bot))
     {
         unmet.push(REVIEW_BY_PERSON);
     }
@@ -262,6 +275,7 @@ mod tests {
             queue: QueueObservation::Unobserved,
             author: Some("workqueue-bot".into()),
             merge_commit_sha: None,
+            review_read: true,
         }
     }
 
@@ -301,6 +315,25 @@ mod tests {
             assert_eq!(unmet_gates(&c, ReviewRule::Forge), vec![gate]);
             assert_eq!(unmet_gates(&c, PERSON), vec![gate]);
         }
+    }
+
+    /// A change request whose review was not read (the answer to its
+    /// creation) passes no review gate, whatever its placeholders say,
+    /// and says which gates were not read.
+    #[test]
+    fn an_unread_review_passes_no_review_gate() {
+        let mut c = ready_change();
+        assert!(unread_gates(&c, PERSON).is_empty());
+        c.review_read = false;
+        assert_eq!(unmet_gates(&c, ReviewRule::Forge), vec![APPROVED]);
+        assert_eq!(unread_gates(&c, ReviewRule::Forge), vec![APPROVED]);
+        assert_eq!(unmet_gates(&c, PERSON), vec![APPROVED, REVIEW_BY_PERSON]);
+        assert_eq!(unread_gates(&c, PERSON), vec![APPROVED, REVIEW_BY_PERSON]);
+        c.ci = CiStatus::Running;
+        assert_eq!(
+            unmet_gates(&c, ReviewRule::Forge),
+            vec!["ci_passed", APPROVED]
+        );
     }
 
     #[test]

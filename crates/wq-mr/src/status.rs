@@ -18,9 +18,11 @@ use crate::store::MrDetails;
 /// Longest file content shown on an item's page, in bytes.
 const MAX_SHOWN_CONTENT: usize = 64 * 1024;
 
-/// What the last reconcile recorded: its unmet gates and CI word.
+/// What the last reconcile recorded: its unmet gates (with those its
+/// observation could not read) and CI word.
 struct Seen {
     unmet: Vec<String>,
+    unread: Vec<String>,
     ci: CiState,
 }
 
@@ -33,11 +35,21 @@ impl Seen {
             .iter()
             .filter_map(|gate| gate.as_str().map(str::to_owned))
             .collect();
+        let unread = detail
+            .get("unread_gates")
+            .and_then(|gates| gates.as_array())
+            .map(|gates| {
+                gates
+                    .iter()
+                    .filter_map(|gate| gate.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
         let ci = detail
             .get("ci")
             .and_then(|word| word.as_str())
             .map_or(CiState::Unknown, CiState::from_word);
-        Some(Self { unmet, ci })
+        Some(Self { unmet, unread, ci })
     }
 }
 
@@ -53,7 +65,11 @@ pub(crate) fn summary(view: &ItemView, details: &MrDetails) -> StatusSummary {
                 .iter()
                 .map(|gate| UnmetGate {
                     name: gate.clone(),
-                    reason: reason(gate),
+                    reason: if seen.unread.contains(gate) {
+                        format!("not checked yet: {}", gate_description(gate))
+                    } else {
+                        reason(gate)
+                    },
                 })
                 .collect()
         })

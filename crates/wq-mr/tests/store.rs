@@ -128,6 +128,7 @@ backend_tests!(
     every_accepted_submission_keeps_its_submitter,
     pushed_heads_belong_to_the_branch_line,
     created_change_requests_are_recorded,
+    a_status_note_post_is_remembered_per_item,
     lookups_ignore_the_project_case,
     the_queue_watch_pages_through_every_item,
     a_transient_answer_allows_one_more_call_when_due,
@@ -347,6 +348,22 @@ async fn created_change_requests_are_recorded(backend: Backend) {
         "earlier generation"
     );
     assert!(!mr.change_created(second, 9).await.unwrap());
+}
+
+/// The change request a status note post started on is kept with the
+/// item; the next generation of the branch line starts without one.
+async fn a_status_note_post_is_remembered_per_item(backend: Backend) {
+    let (store, mr) = setup(backend).await;
+    let (first, _) = upsert(&mr, &spec("1"), NOW).await;
+    assert_eq!(mr.get(first).await.unwrap().unwrap().note_intent, None);
+    mr.mark_note_intent(first, 7, NOW).await.unwrap();
+    assert_eq!(mr.get(first).await.unwrap().unwrap().note_intent, Some(7));
+    store
+        .set_phase_for_test(first, Phase::Completed)
+        .await
+        .unwrap();
+    let (second, _) = upsert(&mr, &spec("2"), NOW).await;
+    assert_eq!(mr.get(second).await.unwrap().unwrap().note_intent, None);
 }
 
 async fn lookups_ignore_the_project_case(backend: Backend) {

@@ -9,6 +9,7 @@ Usage: check_clients.py --base http://127.0.0.1:PORT --token TOKEN
 """
 
 import argparse
+import base64
 import sys
 import traceback
 import warnings
@@ -148,6 +149,82 @@ def gitlab_checks(base, token, control):
         pages = project.mergerequests.list(iterator=True)
         expect(pages.total == 3 and pages.total_pages == 2, f"totals {pages.total} {pages.total_pages}")
 
+    # A project of its own (no CI), so that the checks below change no count
+    # the others read.
+    control.post("/gitlab/projects", {"path": "clients/answers"})
+    answers = gl.projects.get("clients/answers")
+
+    @check("gitlab: the creation's answer is the merge request")
+    def _():
+        answers.branches.create({"branch": "answer", "ref": "main"})
+        answers.commits.create(
+            {
+                "branch": "answer",
+                "commit_message": "a change",
+                "actions": [{"action": "create", "file_path": "a.txt", "content": "a\n"}],
+            }
+        )
+        mr = answers.mergerequests.create(
+            {"source_branch": "answer", "target_branch": "main", "title": "Answer", "labels": "a,b"}
+        )
+        state["answer"] = mr.iid
+        head = answers.branches.get("answer").commit["id"]
+        expect(mr.sha == head, f"sha {mr.sha} head {head}")
+        expect(mr.author["username"] == gl.user.username, f"author {mr.author}")
+        expect(sorted(mr.labels) == ["a", "b"], f"labels {mr.labels}")
+        expect(mr.state == "opened" and mr.web_url, f"state {mr.state}")
+        expect("detailed_merge_status" in mr.attributes, "detailed_merge_status")
+
+    @check("gitlab: a second open merge request from a branch is a 409")
+    def _():
+        try:
+            answers.mergerequests.create(
+                {"source_branch": "answer", "target_branch": "main", "title": "Again"}
+            )
+        except gitlab.exceptions.GitlabCreateError as error:
+            expect(error.response_code == 409, f"status {error.response_code}")
+            expect(
+                "Another open merge request already exists for this source branch"
+                in str(error.error_message),
+                f"message {error.error_message!r}",
+            )
+        else:
+            raise AssertionError("a second open merge request was created")
+        mrs = answers.mergerequests.list(get_all=True, state="opened", source_branch="answer")
+        expect([m.iid for m in mrs] == [state["answer"]], f"open from answer: {mrs}")
+
+    @check("gitlab: creating a branch that exists is refused, a commit tells its stats")
+    def _():
+        try:
+            answers.commits.create(
+                {
+                    "branch": "answer",
+                    "start_branch": "main",
+                    "commit_message": "again",
+                    "actions": [{"action": "create", "file_path": "again.txt", "content": "x"}],
+                }
+            )
+        except gitlab.exceptions.GitlabCreateError as error:
+            expect(error.response_code == 400, f"status {error.response_code}")
+            expect(
+                str(error.error_message)
+                == "A branch called 'answer' already exists. Switch to that branch in order to make changes",
+                f"message {error.error_message!r}",
+            )
+        else:
+            raise AssertionError("an existing branch was created again")
+        main = answers.branches.get("main").commit["id"]
+        commit = answers.commits.create(
+            {
+                "branch": "stats",
+                "start_branch": "main",
+                "commit_message": "two lines",
+                "actions": [{"action": "create", "file_path": "two.txt", "content": "1\n2\n"}],
+            }
+        )
+        expect(commit.stats == {"additions": 2, "deletions": 0, "total": 2}, f"{commit.stats}")
+        expect(commit.parent_ids == [main], f"parents {commit.parent_ids}, main {main}")
+
     @check("gitlab: notes posted, edited and listed over pages")
     def _():
         mr = project.mergerequests.get(1)
@@ -226,6 +303,21 @@ def github_checks(base, token, control):
                 {"branch": f"feature-{index}", "files": {f"f{index}.txt": f"{index}\n"}},
             )
 
+    @check("github: tree content inline, and the same content is the same tree")
+    def _():
+        main = repo.get_git_ref("heads/main")
+        parent = repo.get_git_commit(main.object.sha)
+        text = github.InputGitTreeElement("inline/é.txt", "100644", "blob", content="héllo\n")
+        tree = repo.create_git_tree([text], base_tree=parent.tree)
+        entries = {e.path: e for e in repo.get_git_tree(tree.sha, recursive=True).tree}
+        blob = repo.get_git_blob(entries["inline/é.txt"].sha)
+        expect(blob.encoding == "base64", f"encoding {blob.encoding}")
+        expect(base64.b64decode(blob.content).decode() == "héllo\n", "content written out")
+        readme = repo.get_contents("README.md", ref="main").decoded_content.decode()
+        same = github.InputGitTreeElement("README.md", "100644", "blob", content=readme)
+        unchanged = repo.create_git_tree([same], base_tree=parent.tree)
+        expect(unchanged.sha == parent.tree.sha, f"{unchanged.sha} != {parent.tree.sha}")
+
     @check("github: branches listed over pages")
     def _():
         names = sorted(b.name for b in repo.get_branches())
@@ -252,6 +344,30 @@ def github_checks(base, token, control):
         listed = repo.get_pulls(state="open")
         expect(sorted(p.number for p in listed) == [1, 2, 3], f"pulls: {list(listed)}")
         expect(listed.totalCount == 3, f"totalCount {listed.totalCount}")
+
+    @check("github: a second pull request from a branch is a 422")
+    def _():
+        try:
+            repo.create_pull(title="Again", body="b", head="feature-0", base="main")
+        except github.GithubException as error:
+            expect(error.status == 422, f"status {error.status}")
+            messages = [e.get("message") for e in error.data.get("errors", [])]
+            expect(
+                messages == ["A pull request already exists for clients:feature-0."],
+                f"errors {error.data}",
+            )
+        else:
+            raise AssertionError("a second pull request was created")
+        open_from = [p.number for p in repo.get_pulls(state="open", head="clients:feature-0")]
+        expect(open_from == [state["pull"].number], f"open from feature-0: {open_from}")
+
+    @check("github: the creation's answer is the pull request")
+    def _():
+        pull = state["pull"]
+        head = repo.get_branch("feature-0").commit.sha
+        expect(pull.head.sha == head and pull.head.ref == "feature-0", f"head {pull.head}")
+        expect(pull.user.login == gh.get_user().login, f"user {pull.user.login}")
+        expect(pull.state == "open" and pull.html_url, f"state {pull.state}")
 
     @check("github: issue comments posted, edited and listed over pages")
     def _():

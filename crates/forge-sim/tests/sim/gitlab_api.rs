@@ -497,7 +497,16 @@ async fn merge_request_lifecycle_notes_and_approvals() {
     assert_eq!(mr["state"], "opened");
     assert_eq!(mr["draft"], true);
     assert_eq!(mr["labels"], json!(["bot", "ci"]));
-    assert_eq!(mr["detailed_merge_status"], "draft_status");
+    // The answer is the merge request before GitLab's preparation, which
+    // runs after it (`NewMergeRequestWorker`): `preparing`, no head
+    // pipeline yet; a read shows it prepared.
+    assert_eq!(mr["detailed_merge_status"], "preparing");
+    assert_eq!(mr["merge_status"], "preparing");
+    assert_eq!(mr["head_pipeline"], Value::Null);
+    let (status, read) = api.get(&format!("{p}/merge_requests/1")).await;
+    assert_eq!(status, StatusCode::OK, "{read}");
+    assert_eq!(read["detailed_merge_status"], "draft_status");
+    assert_eq!(read["head_pipeline"]["sha"], mr["sha"]);
     assert_eq!(
         mr["sha"].as_str(),
         sim.gitlab_branch_head(project, "feature").as_deref()
@@ -509,7 +518,6 @@ async fn merge_request_lifecycle_notes_and_approvals() {
             .expect("url")
             .ends_with("/group/app/-/merge_requests/1")
     );
-    assert_eq!(mr["head_pipeline"]["sha"], mr["sha"]);
     assert_eq!(mr["has_conflicts"], false);
     assert_eq!(mr["blocking_discussions_resolved"], true);
 
@@ -818,12 +826,16 @@ async fn merge_request_pipelines_run_on_the_merge_request_ref() {
         commit_body("feature", Some("main"), &[("create", "x", "1")]),
     )
     .await;
-    let (_, mr) = api
+    let (_, created) = api
         .post(
             &format!("{p}/merge_requests"),
             json!({"source_branch": "feature", "target_branch": "main", "title": "t"}),
         )
         .await;
+    // The creation's answer comes before GitLab prepares the merge request
+    // (its pipeline among it); a read shows the head pipeline.
+    assert_eq!(created["head_pipeline"], Value::Null);
+    let (_, mr) = api.get(&format!("{p}/merge_requests/1")).await;
     let first = mr["head_pipeline"]["id"].as_u64().expect("head pipeline");
     assert_eq!(mr["head_pipeline"]["ref"], "refs/merge-requests/1/head");
     let (_, pipeline) = api.get(&format!("{p}/pipelines/{first}")).await;
@@ -865,12 +877,12 @@ async fn merge_request_pipelines_run_on_the_merge_request_ref() {
         commit_body("feature", Some("main"), &[("create", "x", "1")]),
     )
     .await;
-    let (_, mr) = api
-        .post(
-            &format!("{p}/merge_requests"),
-            json!({"source_branch": "feature", "target_branch": "main", "title": "t"}),
-        )
-        .await;
+    api.post(
+        &format!("{p}/merge_requests"),
+        json!({"source_branch": "feature", "target_branch": "main", "title": "t"}),
+    )
+    .await;
+    let (_, mr) = api.get(&format!("{p}/merge_requests/1")).await;
     assert_eq!(mr["head_pipeline"]["ref"], "feature");
     let hook = receiver
         .wait_for("the branch pipeline's hook", |r| {
@@ -905,11 +917,14 @@ async fn pipelines_jobs_traces_and_retry() {
         commit_body("feature", Some("main"), &[("create", "x", "x")]),
     )
     .await;
-    let (_, mr) = api
+    let (_, created) = api
         .post(
             &format!("{p}/merge_requests"),
             json!({"source_branch": "feature", "target_branch": "main", "title": "t"}),
         )
+        .await;
+    let (_, mr) = api
+        .get(&format!("{p}/merge_requests/{}", created["iid"]))
         .await;
     let pipeline_id = mr["head_pipeline"]["id"].as_u64().expect("pipeline");
     assert_eq!(mr["head_pipeline"]["sha"], mr["sha"]);
@@ -1045,6 +1060,7 @@ async fn scenario_flaky_retry_merge_with_webhooks() {
         .await;
     assert_eq!(status, StatusCode::CREATED);
     let iid = mr["iid"].as_u64().expect("iid");
+    let (_, mr) = api.get(&format!("{p}/merge_requests/{iid}")).await;
     let pipeline_id = mr["head_pipeline"]["id"].as_u64().expect("pipeline");
 
     let failed = receiver

@@ -377,6 +377,9 @@ async fn control_api_over_http() {
         )
         .await;
     assert_eq!(mr["author"]["username"], "carol");
+    let (_, mr) = api
+        .get(&format!("/projects/{id}/merge_requests/{}", mr["iid"]))
+        .await;
     assert_eq!(mr["head_pipeline"]["status"], "running");
 
     // Sim time: the 5 s job finishes (and fails once: flaky) after advancing.

@@ -214,9 +214,10 @@ async fn forge_errors_retry_with_backoff_then_fail_and_retry_recovers(backend: B
         },
     )
     .await;
+    // Every attempt gets as far as opening the merge request.
     h.sim.add_fault(
         FaultRule::pattern(
-            "GET",
+            "POST",
             "/api/v4/projects/*/merge_requests",
             HttpFault::Status { status: 500 },
         )
@@ -251,13 +252,13 @@ async fn forge_errors_retry_with_backoff_then_fail_and_retry_recovers(backend: B
     let failed = h.wait_phase(&id, "failed").await;
     let error = failed["error"].as_str().unwrap();
     assert!(error.contains("500"), "{error}");
-    let lookups = h.count("GET", "/merge_requests");
+    let creations = h.count("POST", "/merge_requests");
     assert_eq!(
-        i64::try_from(lookups).unwrap(),
+        i64::try_from(creations).unwrap(),
         failed["attempts"].as_i64().unwrap(),
         "bounded: one call per attempt"
     );
-    assert_eq!(lookups, 7);
+    assert_eq!(creations, 7);
     h.sim.clear_faults();
     let (status, reply) = h
         .post(&format!("/api/v1/work-items/{id}/retry"), None)
@@ -270,7 +271,7 @@ async fn forge_errors_retry_with_backoff_then_fail_and_retry_recovers(backend: B
 async fn rate_limits_honour_retry_after(backend: Backend) {
     let h = Harness::start(backend).await;
     h.sim.add_fault(FaultRule::pattern(
-        "GET",
+        "POST",
         "/api/v4/projects/*/merge_requests",
         HttpFault::RateLimit {
             retry_after_secs: 120,

@@ -7,6 +7,7 @@
 
 mod audit;
 mod auth;
+mod calls;
 mod cancel;
 mod ci_retry;
 mod converge;

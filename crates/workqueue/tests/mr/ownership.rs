@@ -20,6 +20,7 @@ backend_tests!(
     github_a_persons_branch_is_never_written,
     gitlab_a_persons_open_mr_is_not_adopted,
     github_a_persons_open_pr_is_not_adopted,
+    gitlab_a_persons_open_mr_of_a_deleted_branch_is_not_adopted,
     gitlab_a_later_generation_reuses_the_branch_workqueue_pushed,
     github_a_later_generation_reuses_the_branch_workqueue_pushed,
     gitlab_a_protected_branch_is_refused_before_any_push,
@@ -234,6 +235,72 @@ async fn gitlab_a_persons_open_mr_is_not_adopted(backend: Backend) {
 
 async fn github_a_persons_open_pr_is_not_adopted(backend: Backend) {
     a_persons_open_change_is_not_adopted(backend, GITHUB).await;
+}
+
+/// GitLab keeps a merge request open when its source branch is deleted.
+/// A first push reads neither the branch nor the open merge requests: it
+/// creates the branch (it did not exist, so nothing is written over), and
+/// the creation's conflict answer (409, another open merge request from
+/// the branch) tells of the person's, which is looked up and not adopted:
+/// its title, labels and state stay, nothing is merged, and workqueue opens
+/// none.
+async fn gitlab_a_persons_open_mr_of_a_deleted_branch_is_not_adopted(backend: Backend) {
+    let h = Harness::start(backend).await;
+    let branch = "feature/gone";
+    h.person_push(branch, &[("person.txt", Some("mine\n"))]);
+    let theirs = h
+        .person_open_change(branch, "A person's work", &["mine"])
+        .await;
+    let deleted = h
+        .client
+        .delete(format!(
+            "{}/projects/{}/repository/branches/feature%2Fgone",
+            h.sim.gitlab_url(),
+            h.project
+        ))
+        .header("PRIVATE-TOKEN", forge_sim::DEFAULT_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert!(deleted.status().is_success(), "{}", deleted.status());
+    assert_eq!(h.branch_head(branch), None);
+    h.settle().await;
+    let before = h.change_state(theirs);
+    h.sim.clear_requests();
+    let id = h
+        .submit_ok(
+            &h.change(branch, &[("x.txt", "x\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let item = h.wait_phase(&id, "failed").await;
+    assert_not_managed(&item, branch);
+    assert!(
+        item["error"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("#{theirs}")),
+        "{item:#}"
+    );
+    let after = h.change_state(theirs);
+    assert_eq!(
+        (&after.0, &after.1, &after.2),
+        (&before.0, &before.1, &before.2),
+        "title, labels and state unchanged"
+    );
+    assert!(!after.3, "not merged");
+    assert_eq!(
+        h.count("POST", "/merge_requests"),
+        1,
+        "the refused creation"
+    );
+    assert_eq!(
+        h.forge_writes(),
+        vec!["POST /api/v4/projects/team%2Fapp/repository/commits".to_owned()],
+        "the branch the push created is the only write"
+    );
+    h.finish().await;
 }
 
 /// Waits for the item's change request and, on GitHub, approves it (the

@@ -644,13 +644,15 @@ impl Harness {
     }
 
     /// Requests to the forge that could change something (anything but a
-    /// read; GitHub's GraphQL endpoint only reads for workqueue), as
-    /// `METHOD path`.
+    /// read; GitHub's GraphQL endpoint only reads for workqueue) and that
+    /// the forge took (2xx), as `METHOD path`: one it refused wrote nothing
+    /// (GitLab refuses to create a branch that exists before it writes).
     pub fn forge_writes(&self) -> Vec<String> {
         self.sim
             .requests()
             .iter()
             .filter(|r| r.method != "GET" && r.method != "HEAD" && !r.path.ends_with("/graphql"))
+            .filter(|r| (200..300).contains(&r.status))
             .map(|r| format!("{} {}", r.method, r.path))
             .collect()
     }
@@ -865,6 +867,11 @@ pub enum CrashAt {
     /// After the forge closed the change request, before anything else is
     /// recorded.
     AfterClose,
+    /// After the forge opened the change request, before it is recorded.
+    AfterCreate,
+    /// After the forge took the status note's post, before its id is
+    /// recorded.
+    AfterNotePost,
 }
 
 /// A [`CrashAt`] that happens once, the first time the process gets there.
@@ -954,10 +961,20 @@ impl Forge for Intercept {
     ) -> wq_forge::ForgeResult<Option<String>> {
         self.inner.branch_head(project, branch).await
     }
+    async fn source_branch(
+        &self,
+        project: &str,
+        branch: &str,
+    ) -> wq_forge::ForgeResult<wq_forge::SourceBranch> {
+        self.inner.source_branch(project, branch).await
+    }
+    fn creates_branch_atomically(&self) -> bool {
+        self.inner.creates_branch_atomically()
+    }
     async fn commit_files(
         &self,
         request: &wq_forge::CommitRequest<'_>,
-    ) -> wq_forge::ForgeResult<String> {
+    ) -> wq_forge::ForgeResult<wq_forge::PushedCommit> {
         let head = self.inner.commit_files(request).await;
         if self
             .crash
@@ -987,7 +1004,15 @@ impl Forge for Intercept {
         &self,
         request: &wq_forge::NewChange<'_>,
     ) -> wq_forge::ForgeResult<wq_forge::ChangeRequest> {
-        self.inner.create_change(request).await
+        let created = self.inner.create_change(request).await;
+        if self
+            .crash
+            .as_ref()
+            .is_some_and(|crash| crash.fire_at(CrashAt::AfterCreate))
+        {
+            panic!("the process dies after the forge opened the change request: {created:?}");
+        }
+        created
     }
     async fn update_change(
         &self,
@@ -1043,7 +1068,15 @@ impl Forge for Intercept {
         number: u64,
         body: &str,
     ) -> wq_forge::ForgeResult<wq_forge::NoteRef> {
-        self.inner.create_note(project, number, body).await
+        let posted = self.inner.create_note(project, number, body).await;
+        if self
+            .crash
+            .as_ref()
+            .is_some_and(|crash| crash.fire_at(CrashAt::AfterNotePost))
+        {
+            panic!("the process dies after the forge took the status note: {posted:?}");
+        }
+        posted
     }
     async fn list_notes(
         &self,

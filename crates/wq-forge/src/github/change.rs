@@ -53,7 +53,10 @@ impl GithubClient {
     }
 
     /// `POST pulls`, then the labels; "a pull request already exists" is
-    /// [`ForgeErrorKind::Conflict`].
+    /// [`ForgeErrorKind::Conflict`]. The pull request is the one in the
+    /// creation's answer (GitHub's REST pull request: no CI, reviews or
+    /// threads, so `review_read` is false); the labels are the label call's
+    /// answer.
     pub(super) async fn create_change(
         &self,
         request: &NewChange<'_>,
@@ -76,7 +79,8 @@ impl GithubClient {
             Err(error) => return Err(error),
         };
         let number = pr.number;
-        let mut change = self.read_change(&repo, number).await?;
+        let mut change = pr.into_change();
+        change.review_read = false;
         if !request.labels.is_empty() {
             change.labels = self
                 .set_labels(&repo, number, &change.labels, request.labels)

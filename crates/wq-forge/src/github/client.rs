@@ -11,6 +11,7 @@ use super::merge::{MERGE_BUDGET, MERGE_POLL_INTERVAL};
 use super::wire;
 use crate::config::{ForgeConfig, ForgeKind};
 use crate::error::{ForgeErrorKind, ForgeResult};
+use crate::model::SourceBranch;
 
 /// A GitHub (or GitHub Enterprise) instance.
 pub struct GithubClient {
@@ -144,17 +145,45 @@ impl GithubClient {
     /// 404 from the rules endpoint (a server without rulesets) means no
     /// rules; a missing repository is an error.
     pub(super) async fn branch_protected(&self, project: &str, branch: &str) -> ForgeResult<bool> {
+        Ok(self.source_branch(project, branch).await?.protected)
+    }
+
+    /// The branch's head and protection: `GET branches/:branch` tells the
+    /// head and the classic protection of a branch that exists, then the
+    /// rulesets are read unless that said protected
+    /// ([`GithubClient::branch_protected`]).
+    pub(super) async fn source_branch(
+        &self,
+        project: &str,
+        branch: &str,
+    ) -> ForgeResult<SourceBranch> {
         let repo = Repo::parse(project)?;
         let call = Call::repo(Method::GET, &repo, &["branches"]).branch_path(branch);
-        match self.http.json::<wire::Branch>(&call, "a branch").await {
-            Ok(found) if found.protected => return Ok(true),
-            Ok(_) => {}
+        let head = match self.http.json::<wire::Branch>(&call, "a branch").await {
+            Ok(found) if found.protected => {
+                return Ok(SourceBranch {
+                    head: Some(found.commit.sha),
+                    protected: true,
+                });
+            }
+            Ok(found) => Some(found.commit.sha),
             Err(error)
                 if error.kind == ForgeErrorKind::NotFound
-                    && error.message.contains("Branch not found") => {}
+                    && error.message.contains("Branch not found") =>
+            {
+                None
+            }
             Err(error) => return Err(error),
-        }
-        let call = Call::repo(Method::GET, &repo, &["rules", "branches"]).branch_path(branch);
+        };
+        let protected = self.ruleset_protects(&repo, branch).await?;
+        Ok(SourceBranch { head, protected })
+    }
+
+    /// Whether an active ruleset's rules other than content-only ones
+    /// apply to the branch name (`GET rules/branches/:branch`, every page;
+    /// a 404 is a server without rulesets).
+    async fn ruleset_protects(&self, repo: &Repo<'_>, branch: &str) -> ForgeResult<bool> {
+        let call = Call::repo(Method::GET, repo, &["rules", "branches"]).branch_path(branch);
         match self
             .http
             .list::<wire::BranchRule>(call, "a list of branch rules")

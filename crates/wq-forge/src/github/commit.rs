@@ -12,18 +12,24 @@ use super::GithubClient;
 use super::http::{Call, Repo};
 use super::wire;
 use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
-use crate::model::{CommitMode, CommitRequest, FileOp};
+use crate::model::{CommitMode, CommitRequest, FileOp, PushedCommit};
 
 impl GithubClient {
-    /// The Git data API: the base branch's head and tree; a blob per new
-    /// content (base64); one tree on top of the base tree (a delete is
-    /// `sha: null`, a move deletes the old path and adds the new one, a
-    /// chmod re-adds the existing blob with mode `100755`/`100644`); a
-    /// commit whose parent is the base head; then the branch is created
-    /// (`POST git/refs`, an existing branch is [`ForgeErrorKind::Conflict`])
-    /// or force-moved (`PATCH git/refs/heads/:branch`, `force: true`;
-    /// created when missing).
-    pub(super) async fn commit_files(&self, request: &CommitRequest<'_>) -> ForgeResult<String> {
+    /// The Git data API: the base branch's head and tree; one tree on top
+    /// of the base tree, with UTF-8 content inline (the entry's `content`,
+    /// which GitHub writes out as a blob) and a blob (base64) only for
+    /// other bytes (a delete is `sha: null`, a move deletes the old path
+    /// and adds the new one, a chmod re-adds the existing blob with mode
+    /// `100755`/`100644`); a commit whose parent is the base head; then the
+    /// branch is created (`POST git/refs`, an existing branch is
+    /// [`ForgeErrorKind::Conflict`]) or force-moved (`PATCH
+    /// git/refs/heads/:branch`, `force: true`; created when missing). The
+    /// commit is empty exactly when the new tree is the base's tree (a
+    /// tree's SHA is its content's).
+    pub(super) async fn commit_files(
+        &self,
+        request: &CommitRequest<'_>,
+    ) -> ForgeResult<PushedCommit> {
         let repo = Repo::parse(request.project)?;
         let base = self
             .branch(&repo, request.base_branch)
@@ -55,6 +61,9 @@ impl GithubClient {
             ));
         }
         let mut entries: Vec<Value> = Vec::new();
+        // The content of files this request writes inline, by path: a later
+        // move or chmod of one names it again (it has no blob sha yet).
+        let mut inline: HashMap<String, String> = HashMap::new();
         for action in request.actions {
             let path = action.path.as_str();
             let op = action.op.as_str();
@@ -64,15 +73,16 @@ impl GithubClient {
                         ForgeError::invalid(format!("{op} {path}: content required"))
                     })?;
                     check_file_path(&files, op, path)?;
-                    let sha = self.blob(&repo, content).await?;
                     let mode = file_mode(action.execute_filemode, files.get(path));
-                    entries.push(json!({ "path": path, "mode": mode, "type": "blob", "sha": sha }));
-                    files.insert(path.to_owned(), tree_entry(path, &mode, &sha));
+                    let source = self.source_of(&repo, content).await?;
+                    entries.push(source.entry(path, &mode));
+                    files.insert(path.to_owned(), source.remember(path, &mode, &mut inline));
                 }
                 FileOp::Delete => {
                     existing_file(&files, op, path)?;
                     entries.push(delete_entry(path));
                     files.remove(path);
+                    inline.remove(path);
                 }
                 FileOp::Move => {
                     let previous = action.previous_path.as_deref().ok_or_else(|| {
@@ -85,20 +95,16 @@ impl GithubClient {
                         .map(|(p, e)| (p.clone(), e.clone()))
                         .collect();
                     check_file_path(&rest, op, path)?;
-                    let (sha, mode) = match action.content.as_deref() {
-                        Some(content) => (
-                            self.blob(&repo, content).await?,
-                            file_mode(action.execute_filemode, Some(&old)),
-                        ),
-                        None => (
-                            old.sha.clone(),
-                            file_mode(action.execute_filemode, Some(&old)),
-                        ),
+                    let mode = file_mode(action.execute_filemode, Some(&old));
+                    let kept = inline.remove(previous);
+                    let source = match action.content.as_deref() {
+                        Some(content) => self.source_of(&repo, content).await?,
+                        None => Source::existing(&old, kept),
                     };
                     entries.push(delete_entry(previous));
-                    entries.push(json!({ "path": path, "mode": mode, "type": "blob", "sha": sha }));
+                    entries.push(source.entry(path, &mode));
                     files = rest;
-                    files.insert(path.to_owned(), tree_entry(path, &mode, &sha));
+                    files.insert(path.to_owned(), source.remember(path, &mode, &mut inline));
                 }
                 FileOp::Chmod => {
                     let old = existing_file(&files, op, path)?.clone();
@@ -106,10 +112,9 @@ impl GithubClient {
                         ForgeError::invalid(format!("chmod {path}: execute_filemode required"))
                     })?;
                     let mode = file_mode(Some(executable), None);
-                    entries.push(
-                        json!({ "path": path, "mode": mode, "type": "blob", "sha": old.sha }),
-                    );
-                    files.insert(path.to_owned(), tree_entry(path, &mode, &old.sha));
+                    let source = Source::existing(&old, inline.remove(path));
+                    entries.push(source.entry(path, &mode));
+                    files.insert(path.to_owned(), source.remember(path, &mode, &mut inline));
                 }
             }
         }
@@ -134,6 +139,7 @@ impl GithubClient {
             .await?;
         self.keep_tree(request.project, &commit.sha, &tree.sha);
         self.keep_tree(request.project, &base.sha, &base.commit.tree.sha);
+        let empty = tree.sha == base.commit.tree.sha;
         match request.mode {
             CommitMode::CreateBranch => self.create_ref(&repo, request.branch, &commit.sha).await?,
             CommitMode::ForceUpdate => {
@@ -152,7 +158,20 @@ impl GithubClient {
                 }
             }
         }
-        Ok(commit.sha)
+        Ok(PushedCommit {
+            sha: commit.sha,
+            empty: Some(empty),
+        })
+    }
+
+    /// Where the tree takes `content` from: inline when it is UTF-8 (an
+    /// entry's `content` is a string, which GitHub writes out as a blob),
+    /// else a blob of its own (base64).
+    async fn source_of(&self, repo: &Repo<'_>, content: &[u8]) -> ForgeResult<Source> {
+        Ok(match std::str::from_utf8(content) {
+            Ok(text) => Source::Inline(text.to_owned()),
+            Err(_) => Source::Blob(self.blob(repo, content).await?),
+        })
     }
 
     /// True when the two commits' trees are identical (`git diff base
@@ -227,6 +246,53 @@ impl GithubClient {
                 })
             }
             Err(error) => Err(error),
+        }
+    }
+}
+
+/// A file's content in a tree request: a blob by its sha, or text GitHub
+/// writes out as a blob.
+enum Source {
+    Blob(String),
+    Inline(String),
+}
+
+impl Source {
+    /// An existing file's content: its text when this request wrote it
+    /// inline, else its blob.
+    fn existing(entry: &wire::TreeEntry, inline: Option<String>) -> Self {
+        match inline {
+            Some(text) => Self::Inline(text),
+            None => Self::Blob(entry.sha.clone()),
+        }
+    }
+
+    fn entry(&self, path: &str, mode: &str) -> Value {
+        match self {
+            Self::Blob(sha) => json!({ "path": path, "mode": mode, "type": "blob", "sha": sha }),
+            Self::Inline(text) => {
+                json!({ "path": path, "mode": mode, "type": "blob", "content": text })
+            }
+        }
+    }
+
+    /// The file as later actions of the request see it (inline text kept
+    /// in `inline`, with no sha in its entry).
+    fn remember(
+        self,
+        path: &str,
+        mode: &str,
+        inline: &mut HashMap<String, String>,
+    ) -> wire::TreeEntry {
+        match self {
+            Self::Blob(sha) => {
+                inline.remove(path);
+                tree_entry(path, mode, &sha)
+            }
+            Self::Inline(text) => {
+                inline.insert(path.to_owned(), text);
+                tree_entry(path, mode, "")
+            }
         }
     }
 }

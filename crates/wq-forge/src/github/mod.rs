@@ -12,15 +12,16 @@
 //! |---|---|
 //! | `get_change` | 1: one GraphQL query for the whole state (the pull request's fields and labels, review decision, reviews, review threads, merge queue entry, the head's check runs and statuses through `statusCheckRollup.contexts`); when it fails or does not tell everything (errors, more than 100 labels or checks), `GET pulls/:n` and for an open PR `GET commits/:head/check-runs` and `GET commits/:head/status` (one more each per further page of 100) make it up |
 //! | `find_open_change` | `GET pulls?state=open&head=owner:branch`, then `get_change` of the match |
-//! | `create_change` | `POST pulls`, the read of `get_change`, then one `POST issues/:n/labels` when there are labels |
+//! | `create_change` | `POST pulls` (its answer is the pull request: CI, reviews and threads unread), then one `POST issues/:n/labels` when there are labels |
 //! | `update_change` | `PATCH pulls/:n` (none when only labels change), the read of `get_change`, then one `POST` for the labels to add and a `DELETE` per label to remove |
 //! | `queue_entries` | 1 GraphQL query with an alias per pull request (up to [`QUEUE_ALIASES_PER_QUERY`]) |
 //! | `merge_change` | `PUT pulls/:n/merge-async`, then `GET pulls/:n/merge-async/:uuid` every [`MERGE_POLL_INTERVAL`] while pending, within [`MERGE_BUDGET`] |
-//! | `commit_files` | `GET branches/:base`, `GET git/trees/:tree?recursive=1` (deletes, moves and writes are checked against the base tree's files), `POST git/blobs` per file content, `POST git/trees`, `POST git/commits`, `POST git/refs` or `PATCH git/refs/heads/:branch` |
+//! | `commit_files` | `GET branches/:base`, `GET git/trees/:tree?recursive=1` (deletes, moves and writes are checked against the base tree's files), `POST git/blobs` per file content that is not UTF-8 (UTF-8 goes inline in the tree), `POST git/trees`, `POST git/commits`, `POST git/refs` or `PATCH git/refs/heads/:branch` |
 //! | `diff_is_empty` | `GET commits/:base` and `GET commits/:head` (their trees compared; the tree of a commit this client made or read is known and not read again) |
 //! | `current_user` | `GET /user`, once per client (an error is not kept) |
 //! | `project_path` | `GET repos/:owner/:repo` |
 //! | `branch_protected` | `GET branches/:branch` (classic protection), then, unless that said protected, `GET rules/branches/:branch` (rulesets; every page) |
+//! | `source_branch` | the requests of `branch_protected`, whose `GET branches/:branch` also tells the head |
 //!
 //! Every REST `GET` is conditional once its URL was read: the client keeps
 //! the last answer with its `ETag` and sends `If-None-Match`; a `304 Not
@@ -65,8 +66,10 @@
 //! poll, an unknown status) is an error and never claimed as merged or
 //! queued.
 //!
-//! **Commits** go through the Git data API: blobs, one tree on the base's
-//! tree, a commit, the ref created or force-updated.
+//! **Commits** go through the Git data API: one tree on the base's tree
+//! (UTF-8 content inline, other bytes as blobs), a commit, the ref created
+//! or force-updated. A new tree with the base tree's SHA changes nothing:
+//! the push's answer tells the empty diff.
 //!
 //! **Webhooks** are authenticated by `X-Hub-Signature-256`, an HMAC-SHA256
 //! over the raw body, checked in constant time.
@@ -99,7 +102,7 @@ use crate::error::ForgeResult;
 use crate::events::{ForgeEvent, WebhookRejection};
 use crate::model::{
     ChangeRequest, ChangeUpdate, CommitRequest, ForgeUser, MergeOutcome, MergeParams, NewChange,
-    Note, NoteRef, QueueObservation,
+    Note, NoteRef, PushedCommit, QueueObservation, SourceBranch,
 };
 
 pub use self::ci::job_status;
@@ -133,7 +136,11 @@ impl Forge for GithubClient {
         self.branch_head(project, branch).await
     }
 
-    async fn commit_files(&self, request: &CommitRequest<'_>) -> ForgeResult<String> {
+    async fn source_branch(&self, project: &str, branch: &str) -> ForgeResult<SourceBranch> {
+        self.source_branch(project, branch).await
+    }
+
+    async fn commit_files(&self, request: &CommitRequest<'_>) -> ForgeResult<PushedCommit> {
         self.commit_files(request).await
     }
 

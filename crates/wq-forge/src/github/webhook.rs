@@ -147,6 +147,10 @@ fn change_event(payload: &Value, action: ChangeAction) -> Result<ForgeEvent, Web
         state: pr_state(payload)?,
         source_branch: opt_str(payload, "pull_request.head.ref"),
         head_sha: opt_str(payload, "pull_request.head.sha"),
+        label: match action {
+            ChangeAction::Labeled => opt_str(payload, "label.name"),
+            _ => None,
+        },
     })
 }
 
@@ -166,9 +170,8 @@ fn pull_request_event(payload: &Value) -> Result<ForgeEvent, WebhookRejection> {
         "closed" if merged => ChangeAction::Merged,
         "closed" => ChangeAction::Closed,
         "reopened" => ChangeAction::Reopened,
-        "edited" | "labeled" | "unlabeled" | "ready_for_review" | "converted_to_draft" => {
-            ChangeAction::Updated
-        }
+        "labeled" => ChangeAction::Labeled,
+        "edited" | "unlabeled" | "ready_for_review" | "converted_to_draft" => ChangeAction::Updated,
         _ => ChangeAction::Other,
     };
     change_event(payload, action)

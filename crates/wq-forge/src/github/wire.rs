@@ -199,6 +199,7 @@ impl PullRequest {
             merge_commit_sha: self
                 .merge_commit_sha
                 .filter(|sha| state == ChangeState::Merged && !sha.is_empty()),
+            review_read: true,
         }
     }
 }
@@ -564,6 +565,7 @@ pub fn graphql_change(answer: &Value) -> Option<ChangeRequest> {
             .and_then(Value::as_str)
             .filter(|sha| state == ChangeState::Merged && !sha.is_empty())
             .map(str::to_owned),
+        review_read: true,
     };
     if state != ChangeState::Open {
         // Merged or closed: out of any queue, nothing to gate.

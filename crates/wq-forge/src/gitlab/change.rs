@@ -34,6 +34,10 @@ impl GitlabClient {
         self.get_change(project, first).await.map(Some)
     }
 
+    /// `POST merge_requests`; its answer is the merge request as GitLab
+    /// made it (no approvals: `review_read` is false). Another open merge
+    /// request from the branch is GitLab's 409 "Another open merge request
+    /// already exists for this source branch" ([`ForgeErrorKind::Conflict`]).
     pub(super) async fn create_change(
         &self,
         request: &NewChange<'_>,
@@ -56,7 +60,9 @@ impl GitlabClient {
                 "a merge request",
             )
             .await?;
-        mr.into_change(QueueObservation::Unobserved)
+        let mut change = mr.into_change(QueueObservation::Unobserved)?;
+        change.review_read = false;
+        Ok(change)
     }
 
     pub(super) async fn update_change(

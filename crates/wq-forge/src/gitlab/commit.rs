@@ -8,11 +8,23 @@ use serde_json::{Value, json};
 use super::GitlabClient;
 use super::http::Call;
 use super::wire;
-use crate::error::{ForgeError, ForgeResult};
-use crate::model::{CommitMode, CommitRequest, FileAction};
+use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
+use crate::model::{CommitMode, CommitRequest, FileAction, PushedCommit};
 
 impl GitlabClient {
-    pub(super) async fn commit_files(&self, request: &CommitRequest<'_>) -> ForgeResult<String> {
+    /// `POST repository/commits` with `start_branch` = the base branch, so
+    /// the commit's parent is the base's head: GitLab refuses it (400, "A
+    /// branch called '…' already exists", before writing anything) when
+    /// the branch exists and `force` is not set, which is
+    /// [`ForgeErrorKind::Conflict`] here. The answer's `stats` count the
+    /// lines the commit changes against that parent: a nonzero count means
+    /// the branch differs from the base (not empty); zero tells nothing (a
+    /// mode change or a binary file counts no line), so the empty-diff
+    /// check is left to [`GitlabClient::diff_is_empty`].
+    pub(super) async fn commit_files(
+        &self,
+        request: &CommitRequest<'_>,
+    ) -> ForgeResult<PushedCommit> {
         let actions: Vec<Value> = request.actions.iter().map(action_json).collect();
         let mut body = json!({
             "branch": request.branch,
@@ -25,18 +37,27 @@ impl GitlabClient {
             // branch's head plus this commit.
             body["force"] = json!(true);
         }
-        let commit: wire::CommitRef = self
-            .http
-            .json(
-                &Call::new(
-                    Method::POST,
-                    &["projects", request.project, "repository", "commits"],
-                )
-                .body(body),
-                "a commit",
-            )
-            .await?;
-        Ok(commit.id)
+        let call = Call::new(
+            Method::POST,
+            &["projects", request.project, "repository", "commits"],
+        )
+        .body(body);
+        let commit: wire::CreatedCommit = match self.http.json(&call, "a commit").await {
+            Ok(commit) => commit,
+            Err(error) if request.mode == CommitMode::CreateBranch && branch_exists(&error) => {
+                return Err(ForgeError {
+                    kind: ForgeErrorKind::Conflict,
+                    message: format!("branch {}: {}", request.branch, error.message),
+                    ..error
+                });
+            }
+            Err(error) => return Err(error),
+        };
+        let empty = commit.stats.filter(|stats| stats.total > 0).map(|_| false);
+        Ok(PushedCommit {
+            sha: commit.id,
+            empty,
+        })
     }
 
     /// `GET repository/compare?from=base&to=head&straight=true`.
@@ -68,6 +89,14 @@ impl GitlabClient {
         }
         Ok(compare.diffs.is_empty())
     }
+}
+
+/// GitLab's refusal to create a branch that exists (`Commits::CreateService`'s
+/// `validate_branch_existence!`, a 400).
+fn branch_exists(error: &ForgeError) -> bool {
+    error.status == Some(400)
+        && error.message.contains("A branch called")
+        && error.message.contains("already exists")
 }
 
 /// One commit action as the Commits API takes it: UTF-8 content as text,

@@ -11,8 +11,11 @@
 //! |---|---|
 //! | `get_change` | `GET merge_requests/:iid`; for an open MR also `GET merge_requests/:iid/approvals` and the project's approval settings (`GET approvals`, read at most every [`PROJECT_SETTINGS_TTL`]); on merge-train projects with an open MR also `GET merge_trains` (the project's settings are read at most every [`PROJECT_SETTINGS_TTL`]) |
 //! | `find_open_change` | `GET merge_requests?source_branch&state=opened`, then `get_change` of the match |
+//! | `create_change` | `POST merge_requests` (its answer is the merge request, approvals unread; another open one from the branch is a 409) |
+//! | `commit_files` | `POST repository/commits` (creating the branch from `start_branch`, or with `force`; its `stats` tell a non-empty commit) |
 //! | `merge_change` | `PUT merge_requests/:iid/merge`, or `POST merge_trains/merge_requests/:iid` on merge-train projects |
 //! | `diff_is_empty` | `GET repository/compare?straight=true` |
+//! | `source_branch` | `GET repository/branches/:branch`, then `branch_protected` |
 //! | `current_user` | `GET /user`, once per client (an error is not kept) |
 //! | `project_path` | `GET /projects/:path` (shares the project settings cache) |
 //! | `branch_protected` | `GET protected_branches` (every page) |
@@ -56,7 +59,7 @@ use crate::error::ForgeResult;
 use crate::events::{ForgeEvent, WebhookRejection};
 use crate::model::{
     ChangeRequest, ChangeUpdate, CommitRequest, ForgeUser, MergeOutcome, MergeParams, NewChange,
-    Note, NoteRef,
+    Note, NoteRef, PushedCommit,
 };
 use crate::{CiJobs, Forge};
 
@@ -89,7 +92,11 @@ impl Forge for GitlabClient {
         self.branch_head(project, branch).await
     }
 
-    async fn commit_files(&self, request: &CommitRequest<'_>) -> ForgeResult<String> {
+    fn creates_branch_atomically(&self) -> bool {
+        true
+    }
+
+    async fn commit_files(&self, request: &CommitRequest<'_>) -> ForgeResult<PushedCommit> {
         self.commit_files(request).await
     }
 

@@ -108,6 +108,7 @@ fn merge_request_event(payload: &Value) -> Result<ForgeEvent, WebhookRejection> 
         state: change_state(payload, "object_attributes.state")?,
         source_branch: opt_str(payload, "object_attributes.source_branch"),
         head_sha: opt_str(payload, "object_attributes.last_commit.id"),
+        label: None,
     })
 }
 

@@ -63,6 +63,22 @@ pub struct Branch {
     pub commit: CommitRef,
 }
 
+/// `POST /projects/:id/repository/commits`: the commit, with the lines it
+/// changes against its parent (`stats`, which the answer carries unless
+/// the request turns it off).
+#[derive(Debug, Deserialize)]
+pub struct CreatedCommit {
+    pub id: String,
+    #[serde(default)]
+    pub stats: Option<CommitStats>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CommitStats {
+    #[serde(default, deserialize_with = "null_default")]
+    pub total: u64,
+}
+
 #[derive(Debug, Deserialize)]
 pub struct Compare {
     #[serde(deserialize_with = "null_default")]
@@ -237,6 +253,7 @@ impl MergeRequest {
                 .map(|a| a.username)
                 .filter(|name| !name.is_empty()),
             merge_commit_sha,
+            review_read: true,
         })
     }
 }

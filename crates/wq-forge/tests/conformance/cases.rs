@@ -29,7 +29,8 @@ async fn open_change(forge: &dyn Forge, project: &str, branch: &str) -> (u64, St
             }],
         })
         .await
-        .expect("commit");
+        .expect("commit")
+        .sha;
     let change = forge
         .create_change(&NewChange {
             project,
@@ -582,6 +583,8 @@ pub async fn commits_create_force_update_delete_move_and_chmod<H: Harness>() {
     )
     .await
     .expect("create branch");
+    assert_eq!(created.empty, Some(false), "the answer tells a change");
+    let created = created.sha;
     assert_eq!(harness.branch_head("wq/one"), Some(created.clone()));
     assert_eq!(
         forge.branch_head(H::PROJECT, "wq/one").await.expect("head"),
@@ -599,14 +602,15 @@ pub async fn commits_create_force_update_delete_move_and_chmod<H: Harness>() {
     );
     assert!(harness.executable("wq/one", "run.sh").await);
 
-    // Creating the branch again is refused; nothing moves.
-    commit(
+    // Creating the branch again is refused as a conflict; nothing moves.
+    let exists = commit(
         "wq/one",
         CommitMode::CreateBranch,
         vec![action(FileOp::Create, "x.txt", Some(b"x"))],
     )
     .await
     .expect_err("the branch exists");
+    assert_eq!(exists.kind, ForgeErrorKind::Conflict, "{exists}");
     assert_eq!(harness.branch_head("wq/one"), Some(created));
 
     // Force update: main plus update, delete, move and chmod; the earlier
@@ -626,7 +630,8 @@ pub async fn commits_create_force_update_delete_move_and_chmod<H: Harness>() {
         ],
     )
     .await
-    .expect("force update");
+    .expect("force update")
+    .sha;
     assert_eq!(harness.branch_head("wq/one"), Some(forced));
     let file = |path: &str| harness.file("wq/one", path);
     assert_eq!(file("README.md").as_deref(), Some(&b"# Updated\n"[..]));
@@ -651,8 +656,43 @@ pub async fn commits_create_force_update_delete_move_and_chmod<H: Harness>() {
         vec![action(FileOp::Create, "f.txt", Some(b"f"))],
     )
     .await
-    .expect("force update creates");
+    .expect("force update creates")
+    .sha;
     assert_eq!(harness.branch_head("wq/fresh"), Some(fresh));
+}
+
+/// A push tells from its answer whether it changes anything against the
+/// base it was built on, where the forge's answer says: never "empty" for
+/// a commit that changes a file, never "changes something" for one that
+/// does not. What it leaves open, the comparison answers.
+pub async fn a_push_says_whether_it_changes_anything<H: Harness>() {
+    let harness = H::start().await;
+    let forge = harness.forge();
+    harness.push_to_main(&[("same.txt", Some("same\n"))]);
+    let push = |branch: &'static str, content: &'static [u8]| async move {
+        forge
+            .commit_files(&CommitRequest {
+                project: H::PROJECT,
+                branch,
+                base_branch: "main",
+                mode: CommitMode::CreateBranch,
+                message: "workqueue change",
+                actions: &[action(FileOp::Update, "same.txt", Some(content))],
+            })
+            .await
+            .expect("commit")
+    };
+    let changed = push("wq/changed", b"other\n").await;
+    assert_eq!(changed.empty, Some(false));
+    let same = push("wq/same", b"same\n").await;
+    assert_ne!(same.empty, Some(false), "a commit that changes nothing");
+    assert!(
+        forge
+            .diff_is_empty(H::PROJECT, "main", &same.sha)
+            .await
+            .expect("compare"),
+        "the comparison agrees: {same:?}"
+    );
 }
 
 pub async fn changes_are_created_found_updated_closed_and_reopened<H: Harness>() {
@@ -706,12 +746,46 @@ pub async fn changes_are_created_found_updated_closed_and_reopened<H: Harness>()
         labels
     };
     assert_eq!(sorted(created.labels.clone()), labels);
+    // The creation's answer: who opened it and at which head, the review
+    // left unread.
+    let me = forge.current_user().await.expect("user").username;
+    assert_eq!(created.author.as_deref(), Some(me.as_str()));
+    assert_eq!(
+        created.head_sha.as_deref(),
+        harness.branch_head("wq/pr").as_deref()
+    );
+    assert!(!created.review_read, "{created:?}");
     let found = forge
         .find_open_change(project, "wq/pr")
         .await
         .expect("find")
         .expect("open");
     assert_eq!(found.number, created.number);
+    assert!(found.review_read, "a read reads the review");
+
+    // Another change request from the same branch is a conflict, and none
+    // is opened.
+    let again = forge
+        .create_change(&NewChange {
+            project,
+            source_branch: "wq/pr",
+            target_branch: "main",
+            title: "Add pr.txt again",
+            description: "",
+            labels: &[],
+        })
+        .await
+        .expect_err("one open change request per branch");
+    assert_eq!(again.kind, ForgeErrorKind::Conflict, "{again}");
+    assert!(again.message.contains("already exists"), "{again}");
+    assert_eq!(
+        forge
+            .find_open_change(project, "wq/pr")
+            .await
+            .expect("find")
+            .map(|change| change.number),
+        Some(created.number)
+    );
 
     let replaced = vec!["bot".to_owned(), "ready".to_owned()];
     let updated = forge

@@ -48,6 +48,7 @@ forge_suite!(
         a_merge_bound_to_a_stale_head_is_a_conflict,
         webhooks_are_authenticated_before_they_are_read,
         commits_create_force_update_delete_move_and_chmod,
+        a_push_says_whether_it_changes_anything,
         changes_are_created_found_updated_closed_and_reopened,
     ],
 );

@@ -42,6 +42,7 @@ fn details(auto_merge: bool) -> MrDetails {
         push_intent_at: None,
         applied_labels: None,
         pushed_target_branch: None,
+        note_intent: None,
         created_at: NOW,
         updated_at: NOW,
     }
@@ -96,6 +97,43 @@ fn waiting_for_ci_lists_every_gate() {
         &details(true),
         true
     ));
+}
+
+/// The first observation, the answer to the change request's creation,
+/// has no review: its gates say so instead of claiming them either way.
+#[test]
+fn gates_the_creation_could_not_read_are_not_claimed() {
+    let mut v = view(Phase::Active, None, None);
+    v.dimensions.push(Dimension {
+        dimension: NEEDS_RECONCILE.into(),
+        variant: String::new(),
+        status: DimensionStatus::True,
+        detail: serde_json::json!({
+            "unmet_gates": ["ci_passed", APPROVED, REVIEW_BY_PERSON, "mergeable"],
+            "unread_gates": [APPROVED, REVIEW_BY_PERSON],
+            "merge_status": "checking",
+        }),
+        pending_until: None,
+        updated_at: NOW,
+    });
+    let waiting = body(&v, &details(true), true);
+    insta::assert_snapshot!("unread_review", waiting);
+    // Only the unread review and the forge's mergeability left: nothing is
+    // claimed ready or waited for yet.
+    v.dimensions[0].detail = serde_json::json!({
+        "unmet_gates": [APPROVED, "mergeable"],
+        "unread_gates": [APPROVED],
+        "merge_status": "checking",
+    });
+    let checking = body(&v, &details(true), false);
+    assert!(
+        checking.contains("**workqueue:** Checking the merge request\n"),
+        "{checking}"
+    );
+    assert!(
+        checking.contains("- ❔ `approved`: the forge's review rules hold (not checked yet)"),
+        "{checking}"
+    );
 }
 
 #[test]

@@ -56,6 +56,12 @@ pub(super) trait MrBackend: Send + Sync + std::fmt::Debug {
     async fn record_change(&self, id: ItemId, change: &RecordedChange<'_>) -> StoreResult<()>;
     async fn mark_push_intent(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()>;
     async fn clear_push_intent(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()>;
+    async fn mark_note_intent(
+        &self,
+        id: ItemId,
+        number: u64,
+        now: OffsetDateTime,
+    ) -> StoreResult<()>;
     async fn branch_ownership(&self, id: ItemId, head: &str) -> StoreResult<BranchOwnership>;
     async fn change_created(&self, id: ItemId, number: u64) -> StoreResult<bool>;
     async fn submissions(&self, id: ItemId) -> StoreResult<Vec<SubmissionRecord>>;
@@ -183,6 +189,9 @@ macro_rules! mr_backend {
                     )),
                     migration(1003, "mr_converge", include_str!(
                         concat!("../../migrations/", $dir, "/1003_mr_converge.sql")
+                    )),
+                    migration(1004, "mr_note_intent", include_str!(
+                        concat!("../../migrations/", $dir, "/1004_mr_note_intent.sql")
                     )),
                 ])
             });
@@ -410,6 +419,10 @@ macro_rules! mr_backend {
                             .map(|labels| from_json(labels, "applied_labels"))
                             .transpose()?,
                         pushed_target_branch: row.try_get("pushed_target_branch")?,
+                        note_intent: unsigned(
+                            row.try_get("note_intent_number")?,
+                            "note_intent_number",
+                        )?,
                         created_at: Self::read_at(row, "created_at")?,
                         updated_at: Self::read_at(row, "updated_at")?,
                     })
@@ -544,6 +557,19 @@ macro_rules! mr_backend {
                 ) -> StoreResult<()> {
                     self.execute([sqlx::query(include_str!("sql/clear_push_intent.sql"))
                         .bind(Self::id(id))
+                        .bind(Self::at(now))])
+                    .await
+                }
+
+                async fn mark_note_intent(
+                    &self,
+                    id: ItemId,
+                    number: u64,
+                    now: OffsetDateTime,
+                ) -> StoreResult<()> {
+                    self.execute([sqlx::query(include_str!("sql/note_intent.sql"))
+                        .bind(Self::id(id))
+                        .bind(signed(Some(number)))
                         .bind(Self::at(now))])
                     .await
                 }

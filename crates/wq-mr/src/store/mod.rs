@@ -222,6 +222,10 @@ pub struct MrDetails {
     pub applied_labels: Option<Vec<String>>,
     /// The target branch the pushed head was built on.
     pub pushed_target_branch: Option<String>,
+    /// The change request a status note post started on (its note id may
+    /// not have been recorded): the note is looked for there before
+    /// another is posted.
+    pub note_intent: Option<u64>,
     pub created_at: OffsetDateTime,
     pub updated_at: OffsetDateTime,
 }
@@ -393,6 +397,18 @@ impl MrStore {
     /// taken for this item's.
     pub async fn clear_push_intent(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()> {
         self.backend.clear_push_intent(id, now).await
+    }
+
+    /// Marks a status note post about to leave on change request `number`:
+    /// after a crash before its id is recorded, the note is looked for
+    /// before another is posted.
+    pub async fn mark_note_intent(
+        &self,
+        id: ItemId,
+        number: u64,
+        now: OffsetDateTime,
+    ) -> StoreResult<()> {
+        self.backend.mark_note_intent(id, number, now).await
     }
 
     /// Whether `head` on the item's branch is workqueue's (pushed on the

@@ -168,8 +168,27 @@ pub async fn create(call: ProjectCall, params: Params) -> ApiResult {
         emit_mr_hook(ctx, pid, iid, "open", &call.user, json!({}), None);
         ensure_pipeline(ctx, pid, iid, &call.user);
         let project = ctx.project(pid);
-        created(mr_json(project, mr_ref(project, iid)?, ctx.base, true))
+        created(as_created(mr_json(
+            project,
+            mr_ref(project, iid)?,
+            ctx.base,
+            true,
+        )))
     })
+}
+
+/// The answer to a creation: the merge request as GitLab has it before its
+/// preparation, which runs after the answer (`MergeRequests::CreateService`
+/// marks it `preparing` and leaves its diff, pipeline and head pipeline to
+/// `NewMergeRequestWorker` / `AfterCreateService`). So no head pipeline
+/// yet, and the merge status is `preparing`; a read afterwards shows the
+/// prepared state.
+fn as_created(mut body: Value) -> Value {
+    body["merge_status"] = json!("preparing");
+    body["detailed_merge_status"] = json!("preparing");
+    body["pipeline"] = Value::Null;
+    body["head_pipeline"] = Value::Null;
+    body
 }
 
 pub async fn list(call: ProjectCall, params: Params) -> ApiResult {

@@ -1,0 +1,332 @@
+//! What a typical change costs on each forge, request by request (the mr
+//! benchmark counts the same over many changes), and the crashes between a
+//! forge write and its record that the fewer requests must survive: the
+//! change request's creation, and the first status note, which is posted
+//! without looking for an earlier one.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use forge_sim::{JobOutcome, JobSpec};
+use reqwest::StatusCode;
+use wq_testkit::{Backend, backend_tests};
+
+use crate::support::{
+    CrashAt, CrashOnce, GITHUB, GithubRepo, Harness, Intercept, Options, dimension, manual,
+};
+
+backend_tests!(
+    gitlab_a_typical_change_is_seven_calls_and_three_first_reads,
+    github_a_typical_change_is_thirteen_calls_and_one_first_read,
+    a_reconcile_asked_for_before_the_creation_is_not_deferred,
+    gitlab_a_crash_after_the_merge_request_is_opened_makes_no_second_one,
+    github_a_crash_after_the_pull_request_is_opened_makes_no_second_one,
+    gitlab_a_crash_after_the_first_note_is_posted_posts_no_second_one,
+    github_a_crash_after_the_first_note_is_posted_posts_no_second_one,
+);
+
+/// How long the change's CI runs: it still runs while the item's first
+/// steps do, and its end is a webhook.
+const CI: Duration = Duration::from_secs(60);
+
+fn options(forge: &str, crash: Option<CrashAt>) -> Options {
+    Options {
+        jobs: vec![JobSpec::new("unit", JobOutcome::Success).duration_secs(CI.as_secs())],
+        github: (forge == GITHUB).then_some(GithubRepo {
+            merge_queue: false,
+            required_approvals: 0,
+            dismiss_stale_reviews: false,
+        }),
+        wrap: crash.map(|at| -> crate::support::WrapForge {
+            Box::new(move |inner, _, _| {
+                Arc::new(Intercept {
+                    inner,
+                    before_merge: Box::new(|| Box::pin(async {})),
+                    gate: None,
+                    crash: Some(CrashOnce::new(at)),
+                    torn_read: None,
+                })
+            })
+        }),
+        ..Options::default()
+    }
+}
+
+/// The requests the sim served since the log was cleared, by endpoint
+/// class (`POST projects/*/merge_requests`): every one the service sent,
+/// as the test reads nothing through the forge's API meanwhile.
+fn calls(h: &Harness) -> BTreeMap<String, usize> {
+    let mut calls = BTreeMap::new();
+    for request in h.sim.requests() {
+        let path = request
+            .path
+            .strip_prefix("/api/v4")
+            .unwrap_or(&request.path);
+        let class = wq_forge::metrics::endpoint_class(&format!("{} {path}", request.method));
+        *calls.entry(class).or_default() += 1;
+    }
+    calls
+}
+
+fn expected(calls: &[(&str, usize)]) -> BTreeMap<String, usize> {
+    calls
+        .iter()
+        .map(|(class, count)| ((*class).to_owned(), *count))
+        .collect()
+}
+
+/// Submits a change, waits for its status note while CI runs, lets CI
+/// pass and waits for the merge; the requests of it all.
+async fn typical_change(h: &Harness) -> BTreeMap<String, usize> {
+    h.sim.clear_requests();
+    let id = h
+        .submit_ok(
+            &h.change("wq/typical", &[("t.txt", "t\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    h.wait_for(&id, "the status note while CI runs", |item| {
+        dimension(item, "needs_dashboard")["detail"]["note_id"].is_u64()
+    })
+    .await;
+    h.settle().await;
+    h.sim.advance(CI);
+    let item = h.wait_phase(&id, "completed").await;
+    assert_eq!(
+        item["detail"]["merge"]["last_result"], "accepted",
+        "{item:#}"
+    );
+    h.settle().await;
+    calls(h)
+}
+
+/// GitLab: the push creates the branch (no read of it first, and its
+/// `stats` tell the commit changes something, so no compare), the merge
+/// request is created without a lookup and its answer is the first
+/// observation, the first note is posted without listing the notes; the
+/// pipeline's webhook brings the one read (the merge request and its
+/// approvals), the merge and the note's final edit. The project, its
+/// protected branches and its approval settings are read once for many
+/// changes.
+async fn gitlab_a_typical_change_is_seven_calls_and_three_first_reads(backend: Backend) {
+    let h = Harness::start_with(backend, options("gitlab", None)).await;
+    let calls = typical_change(&h).await;
+    assert_eq!(
+        calls,
+        expected(&[
+            ("GET projects/*", 1),
+            ("GET projects/*/approvals", 1),
+            ("GET projects/*/protected_branches", 1),
+            ("POST projects/*/repository/commits", 1),
+            ("POST projects/*/merge_requests", 1),
+            ("POST projects/*/merge_requests/*/notes", 1),
+            ("GET projects/*/merge_requests/*", 1),
+            ("GET projects/*/merge_requests/*/approvals", 1),
+            ("PUT projects/*/merge_requests/*/merge", 1),
+            ("PUT projects/*/merge_requests/*/notes/*", 1),
+        ]),
+    );
+    h.finish().await;
+}
+
+/// GitHub: the source branch's one read tells its head and classic
+/// protection, then its rulesets; the base branch and its tree are read
+/// for the commit, whose text goes inline in one tree (no blob) and whose
+/// tree says it changes something (no comparison); the pull request is
+/// created without a lookup (the branch was new) and its answer is the
+/// first observation; the label's own webhook asks for no read; the first
+/// note is posted without listing the comments. The checks' webhook
+/// brings the one GraphQL read, the merge (and its one poll) and the
+/// note's final edit. The repository is read once for many changes.
+async fn github_a_typical_change_is_thirteen_calls_and_one_first_read(backend: Backend) {
+    let h = Harness::start_with(backend, options(GITHUB, None)).await;
+    let calls = typical_change(&h).await;
+    assert_eq!(
+        calls,
+        expected(&[
+            ("GET repos/*", 1),
+            ("GET repos/*/branches/*", 2),
+            ("GET repos/*/rules/branches/*", 1),
+            ("GET repos/*/git/trees/*", 1),
+            ("POST repos/*/git/trees", 1),
+            ("POST repos/*/git/commits", 1),
+            ("POST repos/*/git/refs", 1),
+            ("POST repos/*/pulls", 1),
+            ("POST repos/*/issues/*/labels", 1),
+            ("POST repos/*/issues/*/comments", 1),
+            ("POST graphql", 1),
+            ("PUT repos/*/pulls/*/merge-async", 1),
+            ("GET repos/*/pulls/*/merge-async/*", 1),
+            ("PATCH repos/*/issues/comments/*", 1),
+        ]),
+    );
+    h.finish().await;
+}
+
+/// The first try of `ensure_mr` pushes, then the creation of the merge
+/// request fails; a caller's `refresh` asks for a reconcile before the
+/// second try opens the merge request. The creation's answer does not
+/// defer that reconcile (it may have been CI's end, which on a real forge
+/// can come before the merge request exists): it reads at once, without
+/// waiting for the busy interval.
+async fn a_reconcile_asked_for_before_the_creation_is_not_deferred(backend: Backend) {
+    let h = Harness::start_with(backend, options("gitlab", None)).await;
+    h.sim.add_fault(
+        forge_sim::FaultRule::pattern(
+            "POST",
+            "/api/v4/projects/*/merge_requests",
+            forge_sim::HttpFault::Status { status: 500 },
+        )
+        .times(1),
+    );
+    let id = h
+        .submit_ok(
+            &h.change("wq/asked", &[("a.txt", "a\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    h.wait_for(&id, "the failed creation", |item| item["attempts"] == 1)
+        .await;
+    let (status, reply) = h
+        .post(&format!("/api/v1/work-items/{id}/refresh"), None)
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    // Past the engine's first backoff (two seconds and its jitter), well
+    // short of the busy interval (60 s) a deferred reconcile would wait.
+    h.advance(Duration::from_secs(10)).await;
+    let item = h
+        .wait_for(&id, "the reconcile's own read", |item| {
+            let seen = &dimension(item, "needs_reconcile")["detail"];
+            seen["unmet_gates"].is_array() && seen["unread_gates"].is_null()
+        })
+        .await;
+    assert!(item["detail"]["mr"]["number"].is_u64(), "{item:#}");
+    assert_eq!(h.count("GET", "/merge_requests/1"), 1, "one read");
+    h.finish().await;
+}
+
+/// The process dies after the forge opened the change request and before
+/// it was recorded. The push was recorded, so the run after the crash
+/// looks the change request up before creating one, and takes up its own:
+/// one change request, recorded as workqueue's.
+async fn a_crash_after_the_change_request_is_opened_makes_no_second_one(
+    backend: Backend,
+    forge: &str,
+) {
+    let mut h = Harness::start_with(backend, options(forge, Some(CrashAt::AfterCreate))).await;
+    let id = h
+        .submit_ok(
+            &manual(h.change("wq/opened", &[("o.txt", "o\n")])),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    h.settle().await;
+    let item = h.item(&id).await;
+    assert!(item["detail"]["mr"]["number"].is_null(), "{item:#}");
+    let created = if forge == GITHUB {
+        ("POST", "/pulls")
+    } else {
+        ("POST", "/merge_requests")
+    };
+    assert_eq!(h.count(created.0, created.1), 1, "the forge opened it");
+    let before = h.audit(&id).await;
+    let open = Harness::unfinished(&before).expect("an unfinished action");
+    assert_eq!(open["trigger"]["action"], "ensure_mr", "{open}");
+
+    h.crash_and_restart().await;
+    // The crashed run's lease expires; the item runs again.
+    h.advance(Duration::from_secs(600)).await;
+    let number = h.wait_mr(&id).await;
+    h.settle().await;
+    assert_eq!(h.count(created.0, created.1), 1, "never opened twice");
+    assert_eq!(number, 1, "the one change request of the project");
+    let after = h.audit(&id).await;
+    assert_eq!(Harness::count_kind(&after, "forge.change_created"), 1);
+    let item = h.item(&id).await;
+    assert_eq!(item["phase"], "active", "{item:#}");
+    h.finish().await;
+}
+
+async fn gitlab_a_crash_after_the_merge_request_is_opened_makes_no_second_one(backend: Backend) {
+    a_crash_after_the_change_request_is_opened_makes_no_second_one(backend, "gitlab").await;
+}
+
+async fn github_a_crash_after_the_pull_request_is_opened_makes_no_second_one(backend: Backend) {
+    a_crash_after_the_change_request_is_opened_makes_no_second_one(backend, GITHUB).await;
+}
+
+/// The bot's status notes on change request `number` for item `id`.
+async fn status_notes(h: &Harness, number: u64, id: &str) -> Vec<u64> {
+    let marker = format!("<!-- workqueue:item:{id} -->");
+    h.comments(number)
+        .await
+        .into_iter()
+        .filter(|(_, author, body)| author == forge_sim::DEFAULT_USERNAME && body.contains(&marker))
+        .map(|(note, _, _)| note)
+        .collect()
+}
+
+/// The first status note is posted without listing the notes, so its post
+/// is remembered first: the process dies after the forge took the note
+/// and before its id was recorded, and the run after the crash looks for
+/// it (by its marker and the bot as author) instead of posting another.
+async fn a_crash_after_the_first_note_is_posted_posts_no_second_one(backend: Backend, forge: &str) {
+    let mut h = Harness::start_with(backend, options(forge, Some(CrashAt::AfterNotePost))).await;
+    let id = h
+        .submit_ok(
+            &manual(h.change("wq/noted", &[("n.txt", "n\n")])),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let number = h.wait_mr(&id).await;
+    h.settle().await;
+    let posted = status_notes(&h, number, &id).await;
+    assert_eq!(posted.len(), 1, "the forge took the note: {posted:?}");
+    let item = h.item(&id).await;
+    assert!(
+        dimension(&item, "needs_dashboard")["detail"]["note_id"].is_null(),
+        "its id was never recorded: {item:#}"
+    );
+    let before = h.audit(&id).await;
+    let open = Harness::unfinished(&before).expect("an unfinished action");
+    assert_eq!(open["trigger"]["action"], "post_dashboard_note", "{open}");
+
+    h.crash_and_restart().await;
+    h.advance(Duration::from_secs(600)).await;
+    let item = h
+        .wait_for(&id, "the note found again", |item| {
+            dimension(item, "needs_dashboard")["detail"]["note_id"].is_u64()
+        })
+        .await;
+    h.settle().await;
+    assert_eq!(
+        dimension(&item, "needs_dashboard")["detail"]["note_id"],
+        posted[0],
+        "{item:#}"
+    );
+    assert_eq!(
+        status_notes(&h, number, &id).await,
+        posted,
+        "one status note"
+    );
+    let after = h.audit(&id).await;
+    assert_eq!(
+        Harness::count_kind(&after, "forge.note_posted"),
+        0,
+        "the note was found, not posted again: {after:#?}"
+    );
+    h.finish().await;
+}
+
+async fn gitlab_a_crash_after_the_first_note_is_posted_posts_no_second_one(backend: Backend) {
+    a_crash_after_the_first_note_is_posted_posts_no_second_one(backend, "gitlab").await;
+}
+
+async fn github_a_crash_after_the_first_note_is_posted_posts_no_second_one(backend: Backend) {
+    a_crash_after_the_first_note_is_posted_posts_no_second_one(backend, GITHUB).await;
+}
