@@ -302,7 +302,10 @@ impl AuditRecord {
     /// The SHA-256 (hex) of its canonical JSON: every field but `seq` (the
     /// store's) and `hash` itself.
     pub fn digest(&self) -> String {
-        hex_digest(canonical(&self.hashed()).as_bytes())
+        let (mut text, suffix) = self.canonical_around_prev_hash();
+        text.push_str(&self.prev_hash);
+        text.push_str(&suffix);
+        hex_digest(text.as_bytes())
     }
 
     /// Its canonical JSON cut around the value of `prev_hash`: `prefix +
@@ -312,27 +315,62 @@ impl AuditRecord {
     /// hashes the joined text there, and the hash is the one [`verify`]
     /// recomputes.
     pub fn hash_parts(&self) -> (String, String) {
-        let Value::Object(fields) = self.hashed() else {
-            unreachable!("a record's hashed form is an object");
-        };
-        let sorted: BTreeMap<&String, &Value> = fields
-            .iter()
-            .filter(|(key, _)| key.as_str() != PREV_HASH)
-            .collect();
-        let mut prefix = String::from("{");
-        let mut suffix = String::from("\"");
-        for (key, value) in sorted {
-            let entry = format!("{}:{}", Value::String(key.clone()), canonical(value));
-            if key.as_str() < PREV_HASH {
-                prefix.push_str(&entry);
-                prefix.push(',');
-            } else {
-                suffix.push(',');
-                suffix.push_str(&entry);
+        self.canonical_around_prev_hash()
+    }
+
+    /// The hashed fields as canonical JSON (keys in byte order, as
+    /// [`canonical`] writes an object), written field by field without
+    /// copying the record, cut where `prev_hash`'s value goes. The previous
+    /// hash is hex (or empty): it needs no escaping.
+    fn canonical_around_prev_hash(&self) -> (String, String) {
+        fn field(out: &mut Vec<u8>, key: &str, value: impl FnOnce(&mut Vec<u8>)) {
+            if out.len() > 1 {
+                out.push(b',');
+            }
+            write_json_string(key, out);
+            out.push(b':');
+            value(out);
+        }
+        fn optional(out: &mut Vec<u8>, value: Option<&Value>) {
+            match value {
+                Some(value) => write_canonical(value, out),
+                None => out.extend_from_slice(b"null"),
             }
         }
-        prefix.push_str("\"prev_hash\":\"");
-        suffix.push('}');
+        // Byte order: actor, at, id, item_id, kind, metadata, new_state,
+        // old_state, prev_hash, trigger.
+        let mut out = Vec::with_capacity(512);
+        out.push(b'{');
+        field(&mut out, "actor", |out| write_json_string(&self.actor, out));
+        field(&mut out, "at", |out| {
+            write_json_string(&rfc3339(self.at), out)
+        });
+        field(&mut out, "id", |out| {
+            write_json_string(&self.id.hyphenated().to_string(), out);
+        });
+        field(&mut out, "item_id", |out| {
+            write_json_string(&self.item_id.to_string(), out);
+        });
+        field(&mut out, "kind", |out| write_json_string(&self.kind, out));
+        field(&mut out, "metadata", |out| {
+            write_canonical(&self.metadata, out)
+        });
+        field(&mut out, "new_state", |out| {
+            optional(out, self.new_state.as_ref())
+        });
+        field(&mut out, "old_state", |out| {
+            optional(out, self.old_state.as_ref())
+        });
+        field(&mut out, PREV_HASH, |out| out.push(b'"'));
+        let prefix = String::from_utf8(out).expect("JSON text is UTF-8");
+        let mut out = Vec::with_capacity(128);
+        out.push(b'"');
+        out.push(b',');
+        write_json_string("trigger", &mut out);
+        out.push(b':');
+        optional(&mut out, self.trigger.as_ref());
+        out.push(b'}');
+        let suffix = String::from_utf8(out).expect("JSON text is UTF-8");
         (prefix, suffix)
     }
 
@@ -348,6 +386,9 @@ impl AuditRecord {
         })
     }
 
+    /// The hashed fields as a JSON object (tests compare the canonical
+    /// writer against it).
+    #[cfg(test)]
     fn hashed(&self) -> Value {
         serde_json::json!({
             "id": self.id.to_string(),
@@ -440,26 +481,46 @@ pub(crate) fn record_from_row(row: &impl DbRow) -> StoreResult<AuditRecord> {
 /// Canonical JSON text: object keys sorted (byte order), no whitespace,
 /// whatever order the value was built in.
 pub fn canonical(value: &Value) -> String {
-    fn sorted(value: &Value) -> Value {
-        match value {
-            Value::Object(map) => {
-                let ordered: BTreeMap<&String, Value> = map
-                    .iter()
-                    .map(|(key, value)| (key, sorted(value)))
-                    .collect();
-                let mut out = serde_json::Map::new();
-                for (key, value) in ordered {
-                    out.insert(key.clone(), value);
+    let mut out = Vec::with_capacity(128);
+    write_canonical(value, &mut out);
+    String::from_utf8(out).expect("JSON text is UTF-8")
+}
+
+/// [`canonical`] into `out`, without copying the value: each object's keys
+/// are sorted in place of a sorted copy.
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (n, (key, value)) in entries.into_iter().enumerate() {
+                if n > 0 {
+                    out.push(b',');
                 }
-                Value::Object(out)
+                write_json_string(key, out);
+                out.push(b':');
+                write_canonical(value, out);
             }
-            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
-            other => other.clone(),
+            out.push(b'}');
         }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (n, item) in items.iter().enumerate() {
+                if n > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(b']');
+        }
+        scalar => serde_json::to_writer(out, scalar).expect("JSON values serialise"),
     }
-    // A map serialises its keys in insertion order (or sorted, without
-    // serde_json's `preserve_order`): built sorted, it is sorted either way.
-    serde_json::to_string(&sorted(value)).expect("JSON values serialise")
+}
+
+/// A JSON string literal, escaped as serde_json escapes it.
+fn write_json_string(text: &str, out: &mut Vec<u8>) {
+    serde_json::to_writer(out, text).expect("strings serialise");
 }
 
 /// The first broken link of a chain.
@@ -566,6 +627,56 @@ mod tests {
         .chained(prev.to_owned())
     }
 
+    /// The canonical form as a sorted copy serialised by serde_json: what
+    /// the writer must produce byte for byte (stored hashes depend on it).
+    fn reference(value: &Value) -> String {
+        fn sorted(value: &Value) -> Value {
+            match value {
+                Value::Object(map) => {
+                    let ordered: BTreeMap<&String, Value> = map
+                        .iter()
+                        .map(|(key, value)| (key, sorted(value)))
+                        .collect();
+                    let mut out = serde_json::Map::new();
+                    for (key, value) in ordered {
+                        out.insert(key.clone(), value);
+                    }
+                    Value::Object(out)
+                }
+                Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+                other => other.clone(),
+            }
+        }
+        serde_json::to_string(&sorted(value)).unwrap()
+    }
+
+    #[test]
+    fn the_canonical_writer_matches_a_sorted_copy_byte_for_byte() {
+        let values = [
+            serde_json::json!(null),
+            serde_json::json!({"b": {"d": 1.5, "c": [{"f": 2, "e": -3}]}, "a": null, "é": "\u{1}\"\\/\n"}),
+            serde_json::json!([1e300, 0.1, -0, u64::MAX, i64::MIN, true, "x", {"Z": 1, "_": 2, "a": 3}]),
+            serde_json::json!({"": {}, " ": [], "aa": "a\u{2028}b", "a": "\u{10ffff}"}),
+        ];
+        for value in values {
+            assert_eq!(canonical(&value), reference(&value));
+        }
+    }
+
+    #[test]
+    fn a_record_hashes_its_canonical_json() {
+        let mut full = record("00ff");
+        full.old_state = Some(serde_json::json!({"phase": "active"}));
+        full.new_state = Some(serde_json::json!({"phase": "merged", "quote": "a\"b"}));
+        full.trigger = Some(serde_json::json!({"source": "worker", "prev_hash": "x"}));
+        for record in [record(""), record("abc"), full] {
+            assert_eq!(
+                record.digest(),
+                hex_digest(reference(&record.hashed()).as_bytes())
+            );
+        }
+    }
+
     #[test]
     fn canonical_json_sorts_keys_at_every_depth() {
         let value = serde_json::json!({"b": {"d": 1, "c": [{"f": 2, "e": 3}]}, "a": null});
@@ -617,7 +728,7 @@ mod tests {
                 chained.prev_hash = prev.to_owned();
                 assert_eq!(
                     format!("{prefix}{prev}{suffix}"),
-                    canonical(&chained.hashed()),
+                    reference(&chained.hashed()),
                     "prev {prev:?}"
                 );
             }
