@@ -180,19 +180,15 @@ async fn append_records(
     }
     let items: HashSet<ItemId> = new.iter().map(|record| record.item_id).collect();
     let ids = Value::from(items.iter().map(|id| id_text(*id)).collect::<Vec<_>>());
-    let mut heads: HashMap<ItemId, String> = HashMap::with_capacity(items.len());
-    for row in sqlx::query(sql!("audit/heads_many.sql"))
-        .bind(DbJson(&ids))
-        .fetch_all(&mut *conn)
-        .await?
-    {
-        let id: DbId = row.decode("work_item_id")?;
-        heads.insert(id.0, row.decode("hash")?);
-    }
+    let DbJson(mut heads): DbJson<HashMap<String, String>> =
+        sqlx::query_scalar(sql!("audit/heads_many.sql"))
+            .bind(DbJson(&ids))
+            .fetch_one(&mut *conn)
+            .await?;
     let chained: Vec<AuditRecord> = new
         .into_iter()
         .map(|record| {
-            let head = heads.entry(record.item_id).or_default();
+            let head = heads.entry(id_text(record.item_id)).or_default();
             let record = record.chained(std::mem::take(head));
             head.clone_from(&record.hash);
             record
@@ -217,21 +213,21 @@ async fn append_records(
             })
         })
         .collect();
-    let mut seqs: HashMap<String, i64> = HashMap::with_capacity(chained.len());
-    for row in sqlx::query(sql!("audit/append_many.sql"))
+    let appended = sqlx::query(sql!("audit/append_many.sql"))
         .bind(DbJson(Value::Array(rows)))
-        .fetch_all(&mut *conn)
-        .await?
-    {
-        seqs.insert(row.decode("id")?, row.decode("seq")?);
+        .execute(&mut *conn)
+        .await?;
+    let count = i64::try_from(chained.len()).expect("a batch's records fit in i64");
+    if appended.rows_affected() != chained.len() as u64 {
+        return Err(StoreError::Corrupt(format!(
+            "{} audit records appended of {count}",
+            appended.rows_affected()
+        )));
     }
-    for mut record in chained {
-        record.seq = seqs
-            .get(&record.id.hyphenated().to_string())
-            .copied()
-            .ok_or_else(|| {
-                StoreError::Corrupt(format!("audit record {} not appended", record.id))
-            })?;
+    // Consecutive under the single writer, in the order given.
+    let first = appended.last_insert_rowid() - count + 1;
+    for (seq, mut record) in (first..).zip(chained) {
+        record.seq = seq;
         by_item.entry(record.item_id).or_default().push(record);
     }
     Ok(by_item)
