@@ -12,6 +12,12 @@
 //!   insert, wake-up, event handling, one MR read, the journal reservation
 //!   and the merge request.
 //!
+//! - **webhook → merge, many in flight**: the same latency with about
+//!   `WQ_BENCH_IN_FLIGHT` (100) GitLab merge requests open at once: one
+//!   change submitted every 50 ms, each with five seconds of CI, so their
+//!   pipelines' webhooks arrive one every 50 ms while the others wait;
+//!   p50, p90, p99 and max.
+//!
 //! - **forge calls per merged change**: every request the service sent to
 //!   forge-sim while the merges ran (forge-sim's request log), by forge and
 //!   endpoint (method and path template), divided by the number of merged
@@ -25,7 +31,7 @@
 //! webhook. A negative figure would mean something else triggered it.
 //!
 //! Env: `WQ_BENCH_SUBMISSIONS` (default 2000), `WQ_BENCH_MERGES` (20, the
-//! same number on GitHub),
+//! same number on GitHub), `WQ_BENCH_IN_FLIGHT` (100; 0 skips that pass),
 //! `WQ_BENCH_BACKENDS` (`sqlite,postgres`).
 #![allow(
     clippy::disallowed_methods,
@@ -87,6 +93,17 @@ struct Service {
 }
 
 async fn start(database_url: &str, sim: &SimHandle, process: bool, kind: Kind) -> Service {
+    start_with_ci(database_url, sim, process, kind, 1).await
+}
+
+/// [`start`] with CI that takes `ci_secs` seconds.
+async fn start_with_ci(
+    database_url: &str,
+    sim: &SimHandle,
+    process: bool,
+    kind: Kind,
+    ci_secs: u64,
+) -> Service {
     let (token, _) = wq_auth::new_static_token("bench");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -96,9 +113,9 @@ async fn start(database_url: &str, sim: &SimHandle, process: bool, kind: Kind) -
             let project = sim
                 .gitlab_project(&path)
                 .require_pipeline_success(true)
-                // One second of CI, so the first reconcile sees it running and the
+                // Seconds of CI, so the first reconcile sees it running and the
                 // merge waits for the pipeline's webhook.
-                .job(JobSpec::new("unit", JobOutcome::Success).duration_secs(1))
+                .job(JobSpec::new("unit", JobOutcome::Success).duration_secs(ci_secs))
                 .webhook(&format!("{url}/webhooks/gitlab"), SECRET)
                 .create()
                 .unwrap();
@@ -110,8 +127,8 @@ async fn start(database_url: &str, sim: &SimHandle, process: bool, kind: Kind) -
             let (owner, name) = path.split_once('/').unwrap();
             sim.github_create_repo(
                 GithubRepoSpec::new(owner, name)
-                    // One check run of one second: the merge waits for its webhook.
-                    .checks(&[CheckScript::new("ci", JobOutcome::Success).duration_secs(1)])
+                    // One check run: the merge waits for its webhook.
+                    .checks(&[CheckScript::new("ci", JobOutcome::Success).duration_secs(ci_secs)])
                     .webhook(&format!("{url}/webhooks/github"), SECRET),
             )
             .unwrap();
@@ -416,6 +433,89 @@ async fn bench_merges(database_url: &str, sim: &SimHandle, count: usize, kind: K
     }
 }
 
+/// Webhook → merge with many merge requests in flight (GitLab): `count`
+/// changes submitted one every `interval`, each with CI of `ci_secs`, so
+/// that about `count` are open at once while their pipelines' webhooks
+/// arrive one every `interval`. Answers each change's webhook → merge
+/// latency in ms, and the most changes open at once (submitted, not yet
+/// merged).
+async fn bench_in_flight(
+    database_url: &str,
+    sim: &SimHandle,
+    count: usize,
+    interval: Duration,
+    ci_secs: u64,
+) -> (Vec<f64>, usize) {
+    let service = start_with_ci(database_url, sim, true, Kind::Gitlab, ci_secs).await;
+    let client = service.client.clone();
+    let mut submitted = Vec::with_capacity(count);
+    let mut ticker = tokio::time::interval(interval);
+    for n in 0..count {
+        ticker.tick().await;
+        let mut submission = body(Kind::Gitlab, &service.project_path, n);
+        submission["file_actions"] =
+            json!([{"action": "create", "file_path": format!("f/{n}.txt"), "content": "f\n"}]);
+        let at = OffsetDateTime::now_utc();
+        let reply: Value = client
+            .post(format!("{}/api/v1/work-items", service.url))
+            .json(&submission)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        submitted.push((reply["item"]["id"].as_str().unwrap().to_owned(), at));
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut numbers = Vec::with_capacity(count);
+    for (id, _) in &submitted {
+        let number = loop {
+            let item: Value = client
+                .get(format!("{}/api/v1/work-items/{id}", service.url))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if item["phase"] == "completed" {
+                break item["detail"]["mr"]["number"].as_u64().unwrap();
+            }
+            assert!(Instant::now() < deadline, "not merged: {item}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        numbers.push(number);
+    }
+    let requests = sim.requests();
+    let encoded = service.project_path.replace('/', "%2F");
+    let mut latencies = Vec::with_capacity(count);
+    let mut spans = Vec::with_capacity(count);
+    for (n, number) in numbers.into_iter().enumerate() {
+        let merge_path = format!("/projects/{encoded}/merge_requests/{number}/merge");
+        let merge_at = requests
+            .iter()
+            .find(|r| r.method == "PUT" && r.path.ends_with(&merge_path))
+            .map(|r| r.time)
+            .expect("merge call");
+        let hook_at = wait_for_arrival(&service.arrivals, &format!("bench/{n}")).await;
+        latencies.push((merge_at - hook_at).as_seconds_f64() * 1000.0);
+        spans.push((submitted[n].1, merge_at));
+    }
+    service.stop().await;
+    let most = spans
+        .iter()
+        .map(|(start, _)| {
+            spans
+                .iter()
+                .filter(|(from, to)| from <= start && start < to)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    (latencies, most)
+}
+
 /// The request log once it stopped growing for a second (at most ten).
 async fn settled_requests(sim: &SimHandle) -> Vec<RequestLogEntry> {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -613,6 +713,30 @@ fn main() {
         }
         for table in calls {
             println!("\n{table}");
+        }
+        let in_flight = env_usize("WQ_BENCH_IN_FLIGHT", 100);
+        if in_flight > 0 {
+            println!(
+                "\nwebhook→merge with merge requests in flight (GitLab, one change every 50 ms, CI 5 s):\n"
+            );
+            println!("| backend | in flight (most) | p50 | p90 | p99 | max |");
+            println!("|---|---|---|---|---|---|");
+            for backend in backends.split(',') {
+                let url = match backend {
+                    "sqlite" => wq_store::testing::fresh_sqlite_url(),
+                    _ => wq_store::testing::fresh_postgres_url().await,
+                };
+                let (mut latencies, most) =
+                    bench_in_flight(&url, &sim, in_flight, Duration::from_millis(50), 5).await;
+                latencies.sort_by(f64::total_cmp);
+                println!(
+                    "| {backend} | {most} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms |",
+                    percentile(&latencies, 0.5),
+                    percentile(&latencies, 0.9),
+                    percentile(&latencies, 0.99),
+                    latencies.last().copied().unwrap_or_default(),
+                );
+            }
         }
     });
 }
