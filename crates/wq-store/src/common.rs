@@ -126,6 +126,32 @@ fn time_column(row: &impl DbRow, name: &str) -> StoreResult<Option<OffsetDateTim
     Ok(row.decode::<Option<DbTime>>(name)?.map(|DbTime(at)| at))
 }
 
+/// A dimension row as a snapshot statement renders it in JSON (times in
+/// microseconds): PostgreSQL's `items/snapshot.sql`, SQLite's
+/// `items/due_snapshots.sql`.
+#[derive(serde::Deserialize)]
+pub(crate) struct SnapshotDimension {
+    dimension: String,
+    variant: String,
+    status: String,
+    detail: serde_json::Value,
+    pending_until: Option<i64>,
+    updated_at: i64,
+}
+
+impl SnapshotDimension {
+    pub(crate) fn into_dimension(self) -> StoreResult<Dimension> {
+        Ok(Dimension {
+            dimension: self.dimension,
+            variant: self.variant,
+            status: DimensionStatus::from_stored(&self.status),
+            detail: self.detail,
+            pending_until: self.pending_until.map(crate::codec::from_micros).transpose()?,
+            updated_at: crate::codec::from_micros(self.updated_at)?,
+        })
+    }
+}
+
 pub(crate) fn lease_lost_unless_one_row(rows_affected: u64, id: ItemId) -> StoreResult<()> {
     if rows_affected == 1 {
         Ok(())

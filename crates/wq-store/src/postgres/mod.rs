@@ -61,12 +61,12 @@ use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 use sqlx::{PgConnection, Postgres, Transaction};
 use time::OffsetDateTime;
-use wq_core::{Dimension, DimensionStatus, ItemId, ItemView, Phase};
+use wq_core::{ItemId, ItemView, Phase};
 
 #[cfg(doc)]
 use crate::Store;
 use crate::coalesce::Coalescer;
-use crate::codec::{DbId, DbJson, DbRow, DbTime, from_micros};
+use crate::codec::{DbId, DbJson, DbRow, DbTime};
 use crate::common::{self, BoxFuture, EmbeddedMigration};
 use crate::{ClaimParams, Lease, Park, ParkParams, Snapshot, StoreError, StoreResult, to_micros};
 
@@ -343,10 +343,10 @@ pub(crate) async fn append_audit_records(
 fn snapshot_from_row(row: &PgRow, now: OffsetDateTime) -> StoreResult<Snapshot> {
     let item = common::item_from_row(row)?;
     let has_events: bool = row.decode("has_events")?;
-    let DbJson(rows) = row.decode::<DbJson<Vec<SnapshotDimension>>>("dimensions")?;
+    let DbJson(rows) = row.decode::<DbJson<Vec<common::SnapshotDimension>>>("dimensions")?;
     let dimensions = rows
         .into_iter()
-        .map(SnapshotDimension::into_dimension)
+        .map(common::SnapshotDimension::into_dimension)
         .collect::<StoreResult<_>>()?;
     Ok(Snapshot {
         view: ItemView {
@@ -356,31 +356,6 @@ fn snapshot_from_row(row: &PgRow, now: OffsetDateTime) -> StoreResult<Snapshot> 
         },
         has_events,
     })
-}
-
-/// A dimension row as `items/snapshot.sql` renders it (times in
-/// microseconds).
-#[derive(serde::Deserialize)]
-struct SnapshotDimension {
-    dimension: String,
-    variant: String,
-    status: String,
-    detail: serde_json::Value,
-    pending_until: Option<i64>,
-    updated_at: i64,
-}
-
-impl SnapshotDimension {
-    fn into_dimension(self) -> StoreResult<Dimension> {
-        Ok(Dimension {
-            dimension: self.dimension,
-            variant: self.variant,
-            status: DimensionStatus::from_stored(&self.status),
-            detail: self.detail,
-            pending_until: self.pending_until.map(from_micros).transpose()?,
-            updated_at: from_micros(self.updated_at)?,
-        })
-    }
 }
 
 /// RFC 3339 text that PostgreSQL parses back to the same microsecond.

@@ -195,7 +195,7 @@ pub struct SqliteStore {
     /// The group-commit task that runs every `Store` write on `writer`.
     batcher: Batcher,
     /// Parks that arrive together, run as one set-based job ([`park`]).
-    parks: Arc<Coalescer<ParkParams, park::Parked>>,
+    parks: Arc<Coalescer<park::ParkRequest, park::Parked>>,
     /// Batches of parks that failed and ran one by one.
     park_fallbacks: Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -364,7 +364,7 @@ impl SqliteStore {
 fn park_coalescer(
     batcher: &Batcher,
     fallbacks: &Arc<std::sync::atomic::AtomicUsize>,
-) -> Arc<Coalescer<ParkParams, park::Parked>> {
+) -> Arc<Coalescer<park::ParkRequest, park::Parked>> {
     let batcher = batcher.clone();
     let fallbacks = Arc::clone(fallbacks);
     Arc::new(Coalescer::new(
@@ -377,12 +377,12 @@ fn park_coalescer(
 async fn park_batch(
     batcher: Batcher,
     fallbacks: Arc<std::sync::atomic::AtomicUsize>,
-    parks: Vec<ParkParams>,
+    parks: Vec<park::ParkRequest>,
 ) -> Vec<StoreResult<park::Parked>> {
     // Two parks of one item (two runs, one of them past its lease) are not
     // set apart by a set-based statement: the later ones run alone.
     let mut seen = std::collections::HashSet::new();
-    let distinct = parks.iter().all(|park| seen.insert(park.lease.id));
+    let distinct = parks.iter().all(|park| seen.insert(park.params.lease.id));
     if parks.len() > 1 && distinct {
         let batch = parks.clone();
         match batcher
@@ -397,7 +397,7 @@ async fn park_batch(
         }
     }
     let mut results = Vec::with_capacity(parks.len());
-    for params in parks {
+    for park::ParkRequest { params, .. } in parks {
         results.push(
             batcher
                 .write(move |conn| {
@@ -501,70 +501,93 @@ pub(crate) async fn append_audit_records(
 }
 
 /// Claims due items and reads their snapshots, inside the writer's
-/// transaction (see `items/claim_due.sql`): three statements for the whole
-/// batch.
+/// transaction: the snapshots as one JSON row (`items/due_snapshots.sql`),
+/// then the lease on exactly those items (`items/claim_ids.sql`).
 async fn claim_due(
     conn: &mut SqliteConnection,
     params: &crate::ClaimDueParams,
 ) -> StoreResult<Vec<(Snapshot, crate::Lease)>> {
-    let rows = sqlx::query(sql!("items/claim_due.sql"))
+    let DbJson(due): DbJson<Vec<DueItem>> = sqlx::query_scalar(sql!("items/due_snapshots.sql"))
         .bind(handled_types(&params.handled_types))
         .bind(DbTime(params.now))
         .bind(i64::from(params.limit))
-        .bind(DbTime(params.lease_until))
-        .fetch_all(&mut *conn)
+        .fetch_one(&mut *conn)
         .await?;
-    if rows.is_empty() {
+    if due.is_empty() {
         return Ok(Vec::new());
     }
-    let items = rows
-        .iter()
-        .map(common::item_from_row)
-        .collect::<StoreResult<Vec<_>>>()?;
-    let ids = serde_json::Value::from(
-        items
-            .iter()
-            .map(|item| id_text(item.id))
-            .collect::<Vec<_>>(),
-    );
-    let mut dimensions: std::collections::HashMap<ItemId, Vec<wq_core::Dimension>> =
-        std::collections::HashMap::with_capacity(items.len());
-    for row in sqlx::query(sql!("dimensions/list_many.sql"))
+    let ids = serde_json::Value::from(due.iter().map(|item| item.id.clone()).collect::<Vec<_>>());
+    let leased = sqlx::query(sql!("items/claim_ids.sql"))
         .bind(DbJson(&ids))
-        .fetch_all(&mut *conn)
-        .await?
-    {
-        let id: DbId = crate::codec::DbRow::decode(&row, "work_item_id")?;
-        dimensions
-            .entry(id.0)
-            .or_default()
-            .push(common::dimension_from_row(&row)?);
+        .bind(DbTime(params.lease_until))
+        .execute(&mut *conn)
+        .await?;
+    if leased.rows_affected() != due.len() as u64 {
+        return Err(StoreError::Corrupt(format!(
+            "{} of {} due items leased",
+            leased.rows_affected(),
+            due.len()
+        )));
     }
-    let with_events: std::collections::HashSet<ItemId> =
-        sqlx::query_scalar::<_, DbId>(sql!("events/pending_among.sql"))
-            .bind(DbJson(&ids))
-            .fetch_all(&mut *conn)
-            .await?
-            .into_iter()
-            .map(|DbId(id)| id)
-            .collect();
     let now = crate::to_micros(params.now);
     let until = crate::to_micros(params.lease_until);
-    Ok(items
-        .into_iter()
+    due.into_iter()
         .map(|item| {
-            let id = item.id;
-            let snapshot = Snapshot {
-                view: wq_core::ItemView {
-                    item,
-                    dimensions: dimensions.remove(&id).unwrap_or_default(),
-                    now,
-                },
-                has_events: with_events.contains(&id),
-            };
-            (snapshot, crate::Lease { id, until })
+            let snapshot = item.into_snapshot(now, until)?;
+            let id = snapshot.view.item.id;
+            Ok((snapshot, crate::Lease { id, until }))
         })
-        .collect())
+        .collect()
+}
+
+/// An item as `items/due_snapshots.sql` renders it (times in microseconds).
+#[derive(serde::Deserialize)]
+struct DueItem {
+    id: String,
+    item_type: String,
+    phase: String,
+    actionable: i64,
+    attempts: i32,
+    error: Option<String>,
+    idempotency_key: Option<String>,
+    caller_identity: Option<String>,
+    created_at: i64,
+    updated_at: i64,
+    last_event_at: Option<i64>,
+    has_events: i64,
+    dimensions: Vec<common::SnapshotDimension>,
+}
+
+impl DueItem {
+    /// The snapshot of the item as claimed, leased until `until`.
+    fn into_snapshot(self, now: OffsetDateTime, until: OffsetDateTime) -> StoreResult<Snapshot> {
+        let item = wq_core::WorkItem {
+            id: parse_id(&self.id)?,
+            item_type: self.item_type,
+            phase: common::parse_phase(&self.phase)?,
+            actionable: self.actionable != 0,
+            attempts: self.attempts,
+            error: self.error,
+            leased_until: Some(until),
+            idempotency_key: self.idempotency_key,
+            caller_identity: self.caller_identity,
+            created_at: from_micros(self.created_at)?,
+            updated_at: from_micros(self.updated_at)?,
+            last_event_at: self.last_event_at.map(from_micros).transpose()?,
+        };
+        Ok(Snapshot {
+            view: wq_core::ItemView {
+                item,
+                dimensions: self
+                    .dimensions
+                    .into_iter()
+                    .map(common::SnapshotDimension::into_dimension)
+                    .collect::<StoreResult<_>>()?,
+                now,
+            },
+            has_events: self.has_events != 0,
+        })
+    }
 }
 
 async fn has_pending_events(conn: &mut SqliteConnection, id: ItemId) -> StoreResult<bool> {
@@ -670,7 +693,9 @@ impl_store!(SqliteStore, Sqlite, {
         // Inside the batch's BEGIN IMMEDIATE: event_insert cannot commit
         // between the check and the update (DDR-34). Parks that arrive
         // together run as one job ([`park`]).
-        let (park, records) = self.parks.call(params).await?;
+        // Prepared here, beside the other callers, not in the writer's
+        // transaction.
+        let (park, records) = self.parks.call(park::ParkRequest::new(params)).await?;
         crate::audit::log(&records);
         Ok(park)
     }

@@ -5,12 +5,20 @@
 //! Under `synchronous = FULL` the group commit already shares one fsync
 //! among concurrent parks, but each park still ran about ten statements on
 //! the one writer connection, each a round trip to sqlx's SQLite worker
-//! thread. Here a batch of parks costs seven statements whatever its size:
-//! the outcomes and parks (`items/park_many.sql`, one `UPDATE ... FROM`
-//! that checks each lease and each item's pending events), the dimension
-//! upserts (two: with and without a detail), the consumed timers, the chain
-//! heads, and the audit records, chained in Rust as
-//! [`super::append_audit_records`] chains them.
+//! thread, as does each row a statement answers. Here a batch of parks
+//! costs eight statements whatever its size, each answering at most one
+//! row: the held leases and pending events (`items/park_held.sql`), the
+//! outcomes and parks (`items/park_many.sql`, one `UPDATE ... FROM`), the
+//! dimension upserts (two: with and without a detail), the consumed
+//! timers, the chain heads, and the audit records (`audit/append_values.sql`,
+//! bound as parameters), chained as [`super::append_audit_records`] chains
+//! them.
+//!
+//! The writer's transaction is held while a job runs, so a job does as
+//! little as it can: each park's statement arguments and audit records,
+//! down to the canonical text each record's hash is taken over, are
+//! prepared by its caller before it joins a batch ([`ParkRequest::new`]);
+//! the job joins them and hashes each record once its chain head is known.
 //!
 //! Every step runs inside the writer's transaction, so what holds for one
 //! park holds for each park of a batch: the check for events and the park
@@ -20,64 +28,197 @@
 use std::collections::{HashMap, HashSet};
 
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 use sqlx::SqliteConnection;
 use wq_core::ItemId;
 
-use super::{DbId, DbJson, id_text, micros};
-use crate::audit::{AuditRecord, NewAudit};
-use crate::codec::DbRow;
-use crate::{OutcomeChanges, Park, ParkParams, StoreError, StoreResult};
+use super::{DbJson, id_text, micros};
+use crate::audit::AuditRecord;
+use crate::{Park, ParkParams, StoreError, StoreResult};
 
 /// What one park answers: parked or not, and the records it appended.
 pub(crate) type Parked = (Park, Vec<AuditRecord>);
+
+/// One park, its statement arguments and audit records prepared before it
+/// joins a batch.
+#[derive(Debug, Clone)]
+pub(crate) struct ParkRequest {
+    pub(crate) params: ParkParams,
+    /// Its `items/park_held.sql` element.
+    lease: String,
+    /// Its `items/park_many.sql` element.
+    call: String,
+    /// Its outcome's dimension rows (`dimensions/upsert_many.sql` and
+    /// `upsert_many_keep_detail.sql` elements).
+    with_detail: Vec<String>,
+    keep_detail: Vec<String>,
+    /// Its `dimensions/clear_consumed_timers_many.sql` element.
+    timers: String,
+    /// Its outcome's records, not chained yet.
+    records: Vec<Prepared>,
+}
+
+/// A record with its id, its statement arguments and its canonical text
+/// cut around the previous hash ([`AuditRecord::hash_parts`]).
+#[derive(Debug, Clone)]
+struct Prepared {
+    record: AuditRecord,
+    id: String,
+    item: String,
+    old_state: Option<String>,
+    new_state: Option<String>,
+    trigger: Option<String>,
+    metadata: String,
+    prefix: String,
+    suffix: String,
+}
+
+impl ParkRequest {
+    pub(crate) fn new(params: ParkParams) -> Self {
+        let id = id_text(params.lease.id);
+        let outcome = params.outcome.as_ref();
+        let lease = json!({"id": id, "lease": micros(params.lease.until)}).to_string();
+        let call = json!({
+            "id": id,
+            "lease": micros(params.lease.until),
+            "now": micros(params.now),
+            "write": i32::from(outcome.is_some()),
+            "phase": outcome.and_then(|outcome| outcome.phase).map(wq_core::Phase::as_str),
+            "error": outcome.and_then(|outcome| outcome.error.as_deref()),
+        })
+        .to_string();
+        let timers = json!({"id": id, "now": micros(params.now)}).to_string();
+        let (mut with_detail, mut keep_detail) = (Vec::new(), Vec::new());
+        let mut records = Vec::new();
+        if let Some(outcome) = outcome {
+            for update in crate::common::fold_dimension_updates(&outcome.dimensions) {
+                let mut row = json!({
+                    "item": id,
+                    "dimension": update.dimension,
+                    "variant": update.variant,
+                    "status": update.status.as_str(),
+                    "pending_until": update.pending_until.map(micros),
+                    "now": micros(params.now),
+                });
+                match &update.detail {
+                    Some(detail) => {
+                        row["detail"] = Value::String(detail.to_string());
+                        with_detail.push(row.to_string());
+                    }
+                    None => keep_detail.push(row.to_string()),
+                }
+            }
+            let audits = crate::audit::succeeded(
+                params.lease.id,
+                params.now,
+                outcome.action.as_deref(),
+                outcome.phase,
+                outcome.error.as_deref(),
+                &outcome.dimensions,
+                &outcome.records,
+            );
+            // Benchmarks measure the trail's cost by turning it off.
+            #[cfg(feature = "testing")]
+            let audits = if crate::testing::audit_enabled() {
+                audits
+            } else {
+                Vec::new()
+            };
+            let text = |value: &Option<Value>| value.as_ref().map(Value::to_string);
+            records = audits
+                .into_iter()
+                .map(|audit| {
+                    let record = audit.unchained();
+                    let (prefix, suffix) = record.hash_parts();
+                    Prepared {
+                        id: record.id.hyphenated().to_string(),
+                        item: id.clone(),
+                        old_state: text(&record.old_state),
+                        new_state: text(&record.new_state),
+                        trigger: text(&record.trigger),
+                        metadata: record.metadata.to_string(),
+                        prefix,
+                        suffix,
+                        record,
+                    }
+                })
+                .collect();
+        }
+        Self {
+            params,
+            lease,
+            call,
+            with_detail,
+            keep_detail,
+            timers,
+            records,
+        }
+    }
+}
+
+/// `elements` as one JSON array text.
+fn array<'a>(elements: impl IntoIterator<Item = &'a String>) -> String {
+    let mut text = String::from("[");
+    for (n, element) in elements.into_iter().enumerate() {
+        if n > 0 {
+            text.push(',');
+        }
+        text.push_str(element);
+    }
+    text.push(']');
+    text
+}
 
 /// Parks `parks` (distinct items) set-based; each gets its own answer.
 /// An error of a statement fails the whole batch (the caller's savepoint
 /// rolls it back).
 pub(crate) async fn park_many(
     conn: &mut SqliteConnection,
-    parks: &[ParkParams],
+    parks: &[ParkRequest],
 ) -> StoreResult<Vec<StoreResult<Parked>>> {
-    let calls: Vec<Value> = parks
+    // Held leases, and whether events wait (then the item is not parked).
+    let DbJson(waiting): DbJson<HashMap<String, i64>> =
+        sqlx::query_scalar(sql!("items/park_held.sql"))
+            .bind(array(parks.iter().map(|park| &park.lease)))
+            .fetch_one(&mut *conn)
+            .await?;
+    let mut held: HashMap<ItemId, bool> = HashMap::with_capacity(waiting.len());
+    for (id, events) in waiting {
+        held.insert(super::parse_id(&id)?, events == 0);
+    }
+    sqlx::query(sql!("items/park_many.sql"))
+        .bind(array(parks.iter().map(|park| &park.call)))
+        .execute(&mut *conn)
+        .await?;
+
+    let written: Vec<&ParkRequest> = parks
         .iter()
-        .map(|park| {
-            let outcome = park.outcome.as_ref();
-            json!({
-                "id": id_text(park.lease.id),
-                "lease": micros(park.lease.until),
-                "now": micros(park.now),
-                "write": i32::from(outcome.is_some()),
-                "phase": outcome.and_then(|outcome| outcome.phase).map(wq_core::Phase::as_str),
-                "error": outcome.and_then(|outcome| outcome.error.as_deref()),
-            })
-        })
+        .filter(|park| park.params.outcome.is_some() && held.contains_key(&park.params.lease.id))
         .collect();
-    let mut held: HashMap<ItemId, bool> = HashMap::with_capacity(parks.len());
-    for row in sqlx::query(sql!("items/park_many.sql"))
-        .bind(DbJson(Value::Array(calls)))
-        .fetch_all(&mut *conn)
-        .await?
-    {
-        let id: DbId = row.decode("id")?;
-        let parked: bool = row.decode("parked")?;
-        held.insert(id.0, parked);
+    for (statement, rows) in [
+        (
+            sql!("dimensions/upsert_many.sql"),
+            array(written.iter().flat_map(|park| &park.with_detail)),
+        ),
+        (
+            sql!("dimensions/upsert_many_keep_detail.sql"),
+            array(written.iter().flat_map(|park| &park.keep_detail)),
+        ),
+    ] {
+        if rows != "[]" {
+            sqlx::query(statement).bind(rows).execute(&mut *conn).await?;
+        }
     }
 
-    let written: Vec<(&ParkParams, &OutcomeChanges)> = parks
-        .iter()
-        .filter(|park| held.contains_key(&park.lease.id))
-        .filter_map(|park| park.outcome.as_ref().map(|outcome| (park, outcome)))
-        .collect();
-    upsert_dimensions(conn, &written).await?;
-
-    let parked: Vec<Value> = parks
-        .iter()
-        .filter(|park| held.get(&park.lease.id) == Some(&true))
-        .map(|park| json!({"id": id_text(park.lease.id), "now": micros(park.now)}))
-        .collect();
-    if !parked.is_empty() {
+    let parked = array(
+        parks
+            .iter()
+            .filter(|park| held.get(&park.params.lease.id) == Some(&true))
+            .map(|park| &park.timers),
+    );
+    if parked != "[]" {
         sqlx::query(sql!("dimensions/clear_consumed_timers_many.sql"))
-            .bind(DbJson(Value::Array(parked)))
+            .bind(parked)
             .execute(&mut *conn)
             .await?;
     }
@@ -86,7 +227,7 @@ pub(crate) async fn park_many(
     Ok(parks
         .iter()
         .map(|park| {
-            let id = park.lease.id;
+            let id = park.params.lease.id;
             match held.get(&id) {
                 None => Err(StoreError::LeaseLost(id)),
                 Some(&parked) => Ok((
@@ -102,133 +243,100 @@ pub(crate) async fn park_many(
         .collect())
 }
 
-/// The outcomes' dimension rows, at most one per (item, dimension,
-/// variant): consecutive updates of one row fold into the last, keeping
-/// the last detail given, as writing them in turn would leave the row.
-async fn upsert_dimensions(
-    conn: &mut SqliteConnection,
-    written: &[(&ParkParams, &OutcomeChanges)],
-) -> StoreResult<()> {
-    let (mut with_detail, mut keep_detail) = (Vec::new(), Vec::new());
-    for (park, outcome) in written {
-        for update in crate::common::fold_dimension_updates(&outcome.dimensions) {
-            let mut row = json!({
-                "item": id_text(park.lease.id),
-                "dimension": update.dimension,
-                "variant": update.variant,
-                "status": update.status.as_str(),
-                "pending_until": update.pending_until.map(micros),
-                "now": micros(park.now),
-            });
-            match &update.detail {
-                Some(detail) => {
-                    row["detail"] = Value::String(detail.to_string());
-                    with_detail.push(row);
-                }
-                None => keep_detail.push(row),
-            }
-        }
-    }
-    for (statement, rows) in [
-        (sql!("dimensions/upsert_many.sql"), with_detail),
-        (sql!("dimensions/upsert_many_keep_detail.sql"), keep_detail),
-    ] {
-        if !rows.is_empty() {
-            sqlx::query(statement)
-                .bind(DbJson(Value::Array(rows)))
-                .execute(&mut *conn)
-                .await?;
-        }
-    }
-    Ok(())
-}
+/// The most records one append statement binds.
+const APPEND_ROWS: usize = 64;
 
 /// The written outcomes' records (`action.succeeded` and the executor's
-/// own), chained to each item's head and appended in one statement.
+/// own), chained to each item's head and appended, at most
+/// [`APPEND_ROWS`] a statement.
 async fn append_records(
     conn: &mut SqliteConnection,
-    written: &[(&ParkParams, &OutcomeChanges)],
+    written: &[&ParkRequest],
 ) -> StoreResult<HashMap<ItemId, Vec<AuditRecord>>> {
-    let new: Vec<NewAudit> = written
-        .iter()
-        .flat_map(|(park, outcome)| {
-            crate::audit::succeeded(
-                park.lease.id,
-                park.now,
-                outcome.action.as_deref(),
-                outcome.phase,
-                outcome.error.as_deref(),
-                &outcome.dimensions,
-                &outcome.records,
-            )
-        })
-        .collect();
     let mut by_item: HashMap<ItemId, Vec<AuditRecord>> = HashMap::new();
-    if new.is_empty() {
+    let prepared: Vec<&Prepared> = written.iter().flat_map(|park| &park.records).collect();
+    if prepared.is_empty() {
         return Ok(by_item);
     }
-    // Benchmarks measure the trail's cost by turning it off.
-    #[cfg(feature = "testing")]
-    if !crate::testing::audit_enabled() {
-        for record in new {
-            by_item
-                .entry(record.item_id)
-                .or_default()
-                .push(record.chained(String::new()));
-        }
-        return Ok(by_item);
-    }
-    let items: HashSet<ItemId> = new.iter().map(|record| record.item_id).collect();
-    let ids = Value::from(items.iter().map(|id| id_text(*id)).collect::<Vec<_>>());
+    let items: HashSet<&String> = prepared.iter().map(|record| &record.item).collect();
+    let ids = Value::from(items.into_iter().cloned().collect::<Vec<_>>());
     let DbJson(mut heads): DbJson<HashMap<String, String>> =
         sqlx::query_scalar(sql!("audit/heads_many.sql"))
             .bind(DbJson(&ids))
             .fetch_one(&mut *conn)
             .await?;
-    let chained: Vec<AuditRecord> = new
+    let chained: Vec<(&Prepared, String, String)> = prepared
         .into_iter()
         .map(|record| {
-            let head = heads.entry(id_text(record.item_id)).or_default();
-            let record = record.chained(std::mem::take(head));
-            head.clone_from(&record.hash);
-            record
+            let head = heads.entry(record.item.clone()).or_default();
+            let prev = std::mem::take(head);
+            let mut hasher = Sha256::new();
+            hasher.update(record.prefix.as_bytes());
+            hasher.update(prev.as_bytes());
+            hasher.update(record.suffix.as_bytes());
+            let hash = hex::encode(hasher.finalize());
+            head.clone_from(&hash);
+            (record, prev, hash)
         })
         .collect();
-    let text = |value: &Option<Value>| value.as_ref().map(Value::to_string);
-    let rows: Vec<Value> = chained
-        .iter()
-        .map(|record| {
-            json!({
-                "id": record.id.hyphenated().to_string(),
-                "item": id_text(record.item_id),
-                "at": micros(record.at),
-                "actor": record.actor,
-                "kind": record.kind,
-                "old_state": text(&record.old_state),
-                "new_state": text(&record.new_state),
-                "trigger": text(&record.trigger),
-                "metadata": record.metadata.to_string(),
-                "prev_hash": record.prev_hash,
-                "hash": record.hash,
-            })
-        })
-        .collect();
-    let appended = sqlx::query(sql!("audit/append_many.sql"))
-        .bind(DbJson(Value::Array(rows)))
-        .execute(&mut *conn)
-        .await?;
-    let count = i64::try_from(chained.len()).expect("a batch's records fit in i64");
-    if appended.rows_affected() != chained.len() as u64 {
+    let mut rest = chained.as_slice();
+    while !rest.is_empty() {
+        // 64, 32, ... 1 records a statement: a handful of statements,
+        // each prepared once on the writer connection.
+        let size = 1usize << rest.len().min(APPEND_ROWS).ilog2();
+        let (chunk, tail) = rest.split_at(size);
+        let first = append_values(conn, chunk).await?;
+        for ((prepared, prev, hash), seq) in chunk.iter().zip(first..) {
+            let mut record = prepared.record.clone();
+            record.seq = seq;
+            record.prev_hash.clone_from(prev);
+            record.hash.clone_from(hash);
+            by_item.entry(record.item_id).or_default().push(record);
+        }
+        rest = tail;
+    }
+    Ok(by_item)
+}
+
+/// The text of `audit/append_values.sql` for `rows` records.
+fn append_statement(rows: usize) -> String {
+    const ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let mut statement = String::from(sql!("audit/append_values.sql"));
+    statement.push_str(&vec![ROW; rows].join(",\n"));
+    statement
+}
+
+/// Appends `records` (chained: each with its previous hash and its hash,
+/// in order) in one statement; answers the first one's sequence number
+/// (the others follow it).
+async fn append_values(
+    conn: &mut SqliteConnection,
+    records: &[(&Prepared, String, String)],
+) -> StoreResult<i64> {
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(append_statement(records.len())));
+    for (prepared, prev, hash) in records {
+        let record = &prepared.record;
+        query = query
+            .bind(prepared.id.as_str())
+            .bind(prepared.item.as_str())
+            .bind(micros(record.at))
+            .bind(record.actor.as_str())
+            .bind(record.kind.as_str())
+            .bind(prepared.old_state.as_deref())
+            .bind(prepared.new_state.as_deref())
+            .bind(prepared.trigger.as_deref())
+            .bind(prepared.metadata.as_str())
+            .bind(prev.as_str())
+            .bind(hash.as_str());
+    }
+    let appended = query.execute(&mut *conn).await?;
+    let count = i64::try_from(records.len()).expect("a statement's records fit in i64");
+    if appended.rows_affected() != records.len() as u64 {
         return Err(StoreError::Corrupt(format!(
             "{} audit records appended of {count}",
             appended.rows_affected()
         )));
     }
     // Consecutive under the single writer, in the order given.
-    let first = appended.last_insert_rowid() - count + 1;
-    for (seq, mut record) in (first..).zip(chained) {
-        record.seq = seq;
-        by_item.entry(record.item_id).or_default().push(record);
-    }
-    Ok(by_item)
+    Ok(appended.last_insert_rowid() - count + 1)
 }

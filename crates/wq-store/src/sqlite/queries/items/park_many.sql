@@ -26,4 +26,3 @@ FROM (
 ) AS p
 WHERE work_items.id = p.id
   AND work_items.leased_until = p.lease  -- still our lease
-RETURNING id, leased_until IS NULL AS parked

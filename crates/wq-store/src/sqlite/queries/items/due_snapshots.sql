@@ -1,12 +1,13 @@
--- Claims up to ?3 items that are due, as the sweep finds them (DDR-25,
--- DDR-35, DDR-48, DDR-49): actionable and not leased, with undrained events,
--- or active with an expired timer; only of the handled types (?1, a JSON
--- array of strings); not leased at ?2 (µs). Each gets the lease ?4 (µs).
--- Oldest first on the actionable branch (the partial index is in id order,
--- and ids are UUIDv7). Run in the writer's transaction, so no other claim
--- can take the same rows; the snapshot reads that follow in that
--- transaction see exactly what was claimed. The unary + and CROSS JOIN keep
--- the plan on the small indexes, as in sweep/candidates.sql.
+-- Up to ?3 items that are due, as the sweep finds them (DDR-25, DDR-35,
+-- DDR-48, DDR-49): actionable and not leased, with undrained events, or
+-- active with an expired timer; only of the handled types (?1, a JSON array
+-- of strings); not leased at ?2 (µs). Oldest first on the actionable branch
+-- (the partial index is in id order, and ids are UUIDv7). Answers one row:
+-- the items with their dimensions and whether events wait, as a JSON array
+-- (one row, not one per item and dimension: each row crosses from sqlx's
+-- worker thread on its own). Run in the writer's transaction, then
+-- items/claim_ids.sql leases exactly these items. The unary + and CROSS
+-- JOIN keep the plan on the small indexes, as in sweep/candidates.sql.
 WITH handled (item_type) AS (
     SELECT value FROM json_each(?1)
 ),
@@ -54,8 +55,31 @@ due (id) AS (
     SELECT id FROM expired_timers
     LIMIT ?3
 )
-UPDATE work_items
-SET leased_until = ?4
-WHERE id IN (SELECT id FROM due)
-RETURNING id, item_type, phase, actionable, attempts, error, leased_until,
-          idempotency_key, caller_identity, created_at, updated_at, last_event_at
+SELECT json_group_array(json_object(
+           'id', w.id,
+           'item_type', w.item_type,
+           'phase', w.phase,
+           'actionable', w.actionable,
+           'attempts', w.attempts,
+           'error', w.error,
+           'idempotency_key', w.idempotency_key,
+           'caller_identity', w.caller_identity,
+           'created_at', w.created_at,
+           'updated_at', w.updated_at,
+           'last_event_at', w.last_event_at,
+           'has_events', EXISTS (SELECT 1 FROM pending_events AS e WHERE e.work_item_id = w.id),
+           'dimensions', (
+               SELECT json_group_array(json_object(
+                          'dimension', s.dimension,
+                          'variant', s.variant,
+                          'status', s.status,
+                          'detail', json(s.detail),
+                          'pending_until', s.pending_until,
+                          'updated_at', s.updated_at))
+               FROM (SELECT * FROM work_item_statuses AS d
+                     WHERE d.work_item_id = w.id
+                     ORDER BY d.dimension, d.variant) AS s
+           ))) AS items
+FROM due
+CROSS JOIN work_items AS w
+WHERE w.id = due.id
