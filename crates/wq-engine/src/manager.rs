@@ -151,6 +151,9 @@ pub struct ProcessingManager {
     /// Sweeps whose claimed items are not tracked yet: the engine is not
     /// idle while one runs.
     sweeping: AtomicUsize,
+    /// One sweep at a time, so two do not split the free slots between
+    /// them.
+    sweep_turn: tokio::sync::Mutex<()>,
     shutdown: CancellationToken,
     /// Cancelled when a bounded shutdown gives up on the loops still
     /// running: their heartbeats stop, so their leases expire.
@@ -211,6 +214,7 @@ impl ProcessingManager {
             workers,
             waiting: AtomicUsize::new(0),
             sweeping: AtomicUsize::new(0),
+            sweep_turn: tokio::sync::Mutex::new(()),
             shutdown: CancellationToken::new(),
             abandoned: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -362,24 +366,35 @@ impl ProcessingManager {
 
     /// Runs one sweep now: claims the items that are due, as many as there
     /// are free run slots (at most `sweep_batch`), with their snapshots in
-    /// one statement, and starts their runs. Returns how many it claimed.
-    /// Claims nothing while runs already wait for a worker: claimed items
-    /// hold their leases, which another replica could use.
+    /// one statement, and starts their runs. Returns how many it claimed:
+    /// 0 means nothing was due. While no slot is free, or `workers` runs
+    /// already wait for a worker (claimed items hold their leases, which
+    /// another replica could use), it waits for room first.
     pub async fn sweep_now(&self) -> Result<usize, StoreError> {
         Ok(self.sweep_round().await?.0)
     }
 
     /// [`ProcessingManager::sweep_now`], and how many it could have
-    /// claimed (0: no room).
+    /// claimed.
     async fn sweep_round(&self) -> Result<(usize, u32), StoreError> {
         if self.config.handled_types.is_empty() || self.shutdown.is_cancelled() {
             return Ok((0, 0));
         }
+        let _turn = self.sweep_turn.lock().await;
         let _sweeping = Sweeping::new(self);
-        let limit = self.claim_capacity();
-        if limit == 0 {
-            return Ok((0, 0));
-        }
+        let limit = loop {
+            let freed = self.slot_freed.notified();
+            let limit = self.claim_capacity();
+            if limit > 0 {
+                break limit;
+            }
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return Ok((0, 0)),
+                _ = freed => {}
+                // A worker freed (not a slot) is seen within this time.
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        };
         let Ok(slots) = Arc::clone(&self.slots).try_acquire_many_owned(limit) else {
             return Ok((0, 0));
         };
@@ -661,10 +676,10 @@ impl ProcessingManager {
             if self.shutdown.is_cancelled() {
                 return;
             }
-            // A full claim, or no room to claim, means there may be more:
-            // sweep again once there is room.
+            // A full claim means there may be more: sweep again once
+            // there is room.
             let backlog = match self.sweep_round().await {
-                Ok((found, limit)) => limit == 0 || found as u32 >= limit,
+                Ok((found, limit)) => limit > 0 && found as u32 >= limit,
                 Err(error) => {
                     tracing::warn!(%error, "sweep failed: {error}");
                     false
