@@ -2,15 +2,19 @@
 -- step for the whole batch. wq_park_many (migration 0008) called wq_park
 -- and wq_audit_append once per item, each a loop of statements in
 -- PL/pgSQL; here each step is one set-based statement, and the audit
--- records are chained by the caller, which hashes them once this function
--- has locked the chain heads and told it their hashes. The caller runs it
--- in a transaction, then appends the records (audit/append_chained.sql)
--- and commits: no outcome without its records.
+-- records are chained by the caller, which hashes them with the chain
+-- heads this function answers. The caller runs it in a transaction, then
+-- appends the records and moves the heads (audit/append_chained.sql, which
+-- checks that each head is still the one it chained to) and commits: no
+-- outcome without its records.
 --
 -- Locks, in the store's order: every item's advisory lock (sorted by key,
 -- so two batches never wait on each other in a cycle), then the rows whose
--- lease is still held, then the chain heads of the items whose outcome is
--- written (sorted by item), last.
+-- lease is still held (by the update that writes them), then, in the
+-- append, the chain heads, last. The heads are read here without a lock:
+-- an append elsewhere that moves one before the batch's own append makes
+-- that append find it moved, and the batch rolls back (its parks then run
+-- one by one, each locking its head).
 --
 -- $1..$6 one entry per park (distinct items): id, lease (the holder's
 -- leased_until), now, write (an outcome is written), phase (NULL keeps
@@ -22,8 +26,9 @@
 --
 -- Answers one row per park whose lease was held (`parked` false: events
 -- are pending, the outcome is written and the lease kept) and one row per
--- held item of $15 with its chain head's hash (`head`, '' for a new
--- chain); a park whose lease was lost wrote nothing and is not answered.
+-- held item of $15 whose chain has a head, with its hash (`head`; an item
+-- without one starts a new chain); a park whose lease was lost wrote
+-- nothing and is not answered.
 CREATE FUNCTION wq_park_batch(
     p_ids uuid[],
     p_leases timestamptz[],
@@ -47,31 +52,39 @@ DECLARE
     held uuid[];
     written uuid[];
     waiting uuid[];
-    chained uuid[];
 BEGIN
     PERFORM pg_advisory_xact_lock(k.key)
     FROM (SELECT DISTINCT u.key FROM unnest(p_lock_keys) AS u (key) ORDER BY u.key) AS k;
 
-    -- The rows whose lease is still ours, locked.
-    held := ARRAY(
-        SELECT w.id
-        FROM work_items AS w
-        JOIN unnest(p_ids, p_leases) AS p (id, lease) ON p.id = w.id
-        WHERE w.leased_until = p.lease
-        ORDER BY w.id
-        FOR NO KEY UPDATE OF w
-    );
-    written := ARRAY(
-        SELECT p.id
-        FROM unnest(p_ids, p_writes) AS p (id, write)
-        WHERE p.write AND p.id = ANY (held)
-    );
     -- No event can commit for these items now (their advisory locks are
     -- ours, DDR-34); what committed before is seen here.
     waiting := ARRAY(
         SELECT DISTINCT e.work_item_id
         FROM pending_events AS e
-        WHERE e.work_item_id = ANY (held)
+        WHERE e.work_item_id = ANY (p_ids)
+    );
+
+    -- Each row whose lease is still ours: its outcome, and its park unless
+    -- events are pending, in one update (which locks it).
+    WITH updated AS (
+        UPDATE work_items AS w
+        SET attempts = CASE WHEN p.write THEN 0 ELSE w.attempts END,
+            phase = CASE WHEN p.write THEN coalesce(p.phase, w.phase) ELSE w.phase END,
+            error = CASE WHEN p.write THEN p.error ELSE w.error END,
+            updated_at = CASE WHEN p.write THEN p.now ELSE w.updated_at END,
+            actionable = CASE WHEN p.id = ANY (waiting) THEN w.actionable ELSE false END,
+            leased_until = CASE WHEN p.id = ANY (waiting) THEN w.leased_until ELSE NULL END
+        FROM unnest(p_ids, p_leases, p_nows, p_writes, p_phases, p_errors)
+             AS p (id, lease, now, write, phase, error)
+        WHERE w.id = p.id
+          AND w.leased_until = p.lease  -- still our lease
+        RETURNING w.id
+    )
+    SELECT coalesce(array_agg(updated.id), '{}') INTO held FROM updated;
+    written := ARRAY(
+        SELECT p.id
+        FROM unnest(p_ids, p_writes) AS p (id, write)
+        WHERE p.write AND p.id = ANY (held)
     );
 
     -- The outcomes' dimension rows: those with a detail replace it...
@@ -102,20 +115,6 @@ BEGIN
         pending_until = excluded.pending_until,
         updated_at = excluded.updated_at;
 
-    -- The outcomes, and the park of every item without pending events, in
-    -- one update of each row.
-    UPDATE work_items AS w
-    SET attempts = CASE WHEN p.write THEN 0 ELSE w.attempts END,
-        phase = CASE WHEN p.write THEN coalesce(p.phase, w.phase) ELSE w.phase END,
-        error = CASE WHEN p.write THEN p.error ELSE w.error END,
-        updated_at = CASE WHEN p.write THEN p.now ELSE w.updated_at END,
-        actionable = CASE WHEN p.id = ANY (waiting) THEN w.actionable ELSE false END,
-        leased_until = CASE WHEN p.id = ANY (waiting) THEN w.leased_until ELSE NULL END
-    FROM unnest(p_ids, p_nows, p_writes, p_phases, p_errors)
-         AS p (id, now, write, phase, error)
-    WHERE w.id = p.id
-      AND w.id = ANY (held);
-
     -- Consumed timers of the parked items: expired ones, and every one of
     -- an item that is no longer active.
     UPDATE work_item_statuses AS s
@@ -130,25 +129,15 @@ BEGIN
           OR NOT EXISTS (SELECT 1 FROM work_items AS w WHERE w.id = p.id AND w.phase = 'active')
       );
 
-    -- The chain heads of the written outcomes the caller records, created
-    -- empty for a new chain, locked last.
-    chained := ARRAY(SELECT x.id FROM unnest(p_chained) AS x (id) WHERE x.id = ANY (written));
-    INSERT INTO audit_heads (work_item_id, seq, prev_hash, hash)
-    SELECT x.id, 0, '', ''
-    FROM unnest(chained) AS x (id)
-    ON CONFLICT (work_item_id) DO NOTHING;
-
+    -- The chain heads of the written outcomes the caller records, read
+    -- (the caller's append locks and moves them).
     RETURN QUERY
     SELECT x.id, NOT x.id = ANY (waiting), NULL::text
     FROM unnest(held) AS x (id)
     UNION ALL
-    SELECT h.work_item_id, NULL::boolean, h.hash
-    FROM (
-        SELECT a.work_item_id, a.hash
-        FROM audit_heads AS a
-        WHERE a.work_item_id = ANY (chained)
-        ORDER BY a.work_item_id
-        FOR UPDATE
-    ) AS h;
+    SELECT a.work_item_id, NULL::boolean, a.hash
+    FROM audit_heads AS a
+    WHERE a.work_item_id = ANY (p_chained)
+      AND a.work_item_id = ANY (written);
 END;
 $$;

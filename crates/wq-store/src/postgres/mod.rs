@@ -137,7 +137,7 @@ pub struct PgStore {
 }
 
 /// At most this many claims, or parks, share one statement.
-const MAX_BATCH: usize = 64;
+const MAX_BATCH: usize = 256;
 /// At most this many claim batches, and as many park batches, run at once.
 const BATCHES_IN_FLIGHT: usize = 2;
 
@@ -531,9 +531,11 @@ async fn park_set(
     let mut records: Vec<crate::audit::AuditRecord> = Vec::new();
     for request in requests {
         let id = request.call.lease.id;
-        let Some(head) = heads.get_mut(&id.0) else {
+        if !request.call.write_outcome || !held.contains_key(&id.0) {
             continue;
-        };
+        }
+        // No head yet: a new chain.
+        let head = heads.entry(id.0).or_default();
         for new in &request.records {
             let record = new.clone().chained(std::mem::take(head));
             head.clone_from(&record.hash);
@@ -543,8 +545,8 @@ async fn park_set(
     if !records.is_empty() {
         let text =
             |value: &Option<serde_json::Value>| value.as_ref().map(|value| value.to_string());
-        let seqs: std::collections::HashMap<uuid::Uuid, i64> =
-            sqlx::query_as::<_, (uuid::Uuid, i64)>(sql!("audit/append_chained.sql"))
+        let appended =
+            sqlx::query_as::<_, (uuid::Uuid, i64, i64)>(sql!("audit/append_chained.sql"))
                 .bind(records.iter().map(|r| r.id).collect::<Vec<_>>())
                 .bind(records.iter().map(|r| r.item_id.0).collect::<Vec<_>>())
                 .bind(records.iter().map(|r| r.at).collect::<Vec<_>>())
@@ -577,9 +579,22 @@ async fn park_set(
                 )
                 .bind(records.iter().map(|r| r.hash.as_str()).collect::<Vec<_>>())
                 .fetch_all(&mut *tx)
-                .await?
-                .into_iter()
-                .collect();
+                .await?;
+        let chains = records
+            .iter()
+            .map(|record| record.item_id)
+            .collect::<std::collections::HashSet<_>>()
+            .len();
+        let moved = appended.first().map_or(0, |(_, _, heads)| *heads);
+        if usize::try_from(moved).ok() != Some(chains) {
+            // Another writer appended to one of these chains first: the
+            // transaction rolls back and the parks run one by one.
+            return Err(StoreError::Conflict(format!(
+                "{moved} of {chains} audit chain heads were where this batch found them"
+            )));
+        }
+        let seqs: std::collections::HashMap<uuid::Uuid, i64> =
+            appended.into_iter().map(|(id, seq, _)| (id, seq)).collect();
         for record in &mut records {
             record.seq = *seqs.get(&record.id).ok_or_else(|| {
                 StoreError::Corrupt(format!("audit record {} not appended", record.id))
@@ -787,6 +802,7 @@ impl_store!(PgStore, Postgres, {
             .bind(DbTime(params.now))
             .bind(i64::from(params.limit))
             .bind(DbTime(params.lease_until))
+            .bind(params.after.map(DbId))
             .fetch_all(&self.pool)
             .await?;
         let until = to_micros(params.lease_until);
