@@ -152,8 +152,9 @@ pub struct ProcessingManager {
     /// idle while one runs.
     sweeping: AtomicUsize,
     /// One sweep at a time, so two do not split the free slots between
-    /// them.
-    sweep_turn: tokio::sync::Mutex<()>,
+    /// them. It holds where the next claim goes on, while a backlog drains:
+    /// the last id claimed and when the drain began.
+    sweep_turn: tokio::sync::Mutex<Option<(ItemId, Instant)>>,
     shutdown: CancellationToken,
     /// Cancelled when a bounded shutdown gives up on the loops still
     /// running: their heartbeats stop, so their leases expire.
@@ -214,7 +215,7 @@ impl ProcessingManager {
             workers,
             waiting: AtomicUsize::new(0),
             sweeping: AtomicUsize::new(0),
-            sweep_turn: tokio::sync::Mutex::new(()),
+            sweep_turn: tokio::sync::Mutex::new(None),
             shutdown: CancellationToken::new(),
             abandoned: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -380,7 +381,7 @@ impl ProcessingManager {
         if self.config.handled_types.is_empty() || self.shutdown.is_cancelled() {
             return Ok((0, 0));
         }
-        let _turn = self.sweep_turn.lock().await;
+        let mut cursor = self.sweep_turn.lock().await;
         let _sweeping = Sweeping::new(self);
         let limit = loop {
             let freed = self.slot_freed.notified();
@@ -398,16 +399,36 @@ impl ProcessingManager {
         let Ok(slots) = Arc::clone(&self.slots).try_acquire_many_owned(limit) else {
             return Ok((0, 0));
         };
+        // While a backlog drains, each claim goes on after the last one
+        // (oldest first, without walking again over what the earlier
+        // claims took); once it runs short, or a sweep interval after the
+        // drain began, it starts from the oldest again, so an old item that
+        // became due again is not left behind.
+        let after = cursor
+            .filter(|(_, began)| began.elapsed() < self.config.sweep_interval)
+            .map(|(id, _)| id);
         let now = self.clock.now();
-        let claimed = self
-            .store
-            .item_claim_due(ClaimDueParams {
-                now,
-                lease_until: now + self.config.lease,
-                handled_types: self.config.handled_types.clone(),
-                limit,
-            })
-            .await?;
+        let mut claimed = self.claim_due(now, limit, after).await?;
+        if after.is_some() && (claimed.len() as u32) < limit {
+            let more = self
+                .claim_due(now, limit - claimed.len() as u32, None)
+                .await?;
+            claimed.extend(more);
+        }
+        *cursor = if claimed.len() as u32 >= limit {
+            let began = match (after, *cursor) {
+                (Some(_), Some((_, began))) => began,
+                _ => Instant::now(),
+            };
+            claimed
+                .iter()
+                .map(|(_, lease)| lease.id)
+                .max()
+                .map(|last| (last, began))
+        } else {
+            None
+        };
+        drop(cursor);
         metrics::gauge!(SWEEP_BACKLOG).set(claimed.len() as f64);
         let count = claimed.len();
         let mut slots = Some(slots);
@@ -429,6 +450,25 @@ impl ProcessingManager {
         }
         // Unused slots go back with `slots`.
         Ok((count, limit))
+    }
+
+    /// One batch claim of up to `limit` due items (after `after` on the
+    /// actionable branch).
+    async fn claim_due(
+        &self,
+        now: OffsetDateTime,
+        limit: u32,
+        after: Option<ItemId>,
+    ) -> Result<Vec<(Snapshot, Lease)>, StoreError> {
+        self.store
+            .item_claim_due(ClaimDueParams {
+                now,
+                lease_until: now + self.config.lease,
+                handled_types: self.config.handled_types.clone(),
+                limit,
+                after,
+            })
+            .await
     }
 
     /// How many items a sweep may claim now: the free run slots, at most

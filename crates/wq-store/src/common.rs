@@ -146,7 +146,10 @@ impl SnapshotDimension {
             variant: self.variant,
             status: DimensionStatus::from_stored(&self.status),
             detail: self.detail,
-            pending_until: self.pending_until.map(crate::codec::from_micros).transpose()?,
+            pending_until: self
+                .pending_until
+                .map(crate::codec::from_micros)
+                .transpose()?,
             updated_at: crate::codec::from_micros(self.updated_at)?,
         })
     }

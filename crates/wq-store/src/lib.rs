@@ -217,6 +217,11 @@ pub struct ClaimDueParams {
     pub handled_types: Vec<String>,
     /// At most this many.
     pub limit: u32,
+    /// On the actionable branch, only items after this id (`None`: from
+    /// the oldest). An engine draining a backlog passes the last id it
+    /// claimed: on PostgreSQL the index entries its earlier claims left
+    /// behind (until vacuum) are not walked again.
+    pub after: Option<ItemId>,
 }
 
 /// A held lease: the `leased_until` value the holder last wrote. Every loop

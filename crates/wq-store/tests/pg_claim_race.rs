@@ -126,6 +126,7 @@ async fn a_batch_claim_skips_a_held_row_and_takes_it_after_the_commit() {
         lease_until: now + Duration::minutes(1),
         handled_types: vec!["t".into()],
         limit: 10,
+        after: None,
     };
     // Another writer holds `held`'s row and changes its dimensions.
     let mut a = store.pool().begin().await.unwrap();

@@ -511,6 +511,7 @@ async fn claim_due(
         .bind(handled_types(&params.handled_types))
         .bind(DbTime(params.now))
         .bind(i64::from(params.limit))
+        .bind(params.after.map(DbId))
         .fetch_one(&mut *conn)
         .await?;
     if due.is_empty() {

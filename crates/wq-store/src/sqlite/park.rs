@@ -206,7 +206,10 @@ pub(crate) async fn park_many(
         ),
     ] {
         if rows != "[]" {
-            sqlx::query(statement).bind(rows).execute(&mut *conn).await?;
+            sqlx::query(statement)
+                .bind(rows)
+                .execute(&mut *conn)
+                .await?;
         }
     }
 

@@ -764,12 +764,23 @@ async fn claim_due(
     now: OffsetDateTime,
     limit: u32,
 ) -> Vec<(wq_store::Snapshot, Lease)> {
+    claim_due_after(store, types, now, limit, None).await
+}
+
+async fn claim_due_after(
+    store: &dyn Store,
+    types: &[&str],
+    now: OffsetDateTime,
+    limit: u32,
+    after: Option<ItemId>,
+) -> Vec<(wq_store::Snapshot, Lease)> {
     store
         .item_claim_due(ClaimDueParams {
             now,
             lease_until: now + LEASE,
             handled_types: handled(types),
             limit,
+            after,
         })
         .await
         .expect("claim due")
@@ -908,4 +919,40 @@ pub async fn concurrent_batch_claims_take_each_item_once(db: &TestDb) {
     all.sort();
     all.dedup();
     assert_eq!(all.len(), ITEMS, "no item claimed twice");
+}
+
+/// A claim that goes on after an id takes the actionable items after it,
+/// oldest first, and still every item with events or an expired timer.
+pub async fn claim_due_after_an_id_goes_on_from_it(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let now = t0();
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        ids.push(insert(store, TYPE_A, now).await.id);
+    }
+    ids.sort();
+    let taken = claim_due_after(store, &[TYPE_A], now, 2, Some(ids[2])).await;
+    assert_eq!(
+        claimed_ids(&taken),
+        vec![ids[3], ids[4]],
+        "the two after the cursor, oldest first"
+    );
+    // An older item with an event waiting (actionable forced off): the
+    // event branch does not look at the cursor.
+    db.force_not_actionable(ids[0]).await;
+    add_event(store, ids[0], "note", now).await;
+    db.force_not_actionable(ids[0]).await;
+    let rest = claim_due_after(store, &[TYPE_A], now, 10, Some(ids[4])).await;
+    assert_eq!(
+        claimed_ids(&rest),
+        vec![ids[0], ids[5]],
+        "the event branch ignores the cursor"
+    );
+    let from_start = claim_due_after(store, &[TYPE_A], now, 10, None).await;
+    assert_eq!(
+        claimed_ids(&from_start),
+        vec![ids[1], ids[2]],
+        "from the oldest again"
+    );
 }

@@ -150,6 +150,7 @@ conformance_suite!(
     claim_snapshot_claims_and_reads_in_one_step,
     claim_due_takes_what_the_sweep_finds_with_snapshots,
     concurrent_batch_claims_take_each_item_once,
+    claim_due_after_an_id_goes_on_from_it,
     park_with_outcome_writes_it_and_parks,
     park_with_outcome_while_events_are_pending_keeps_the_lease,
     park_with_stale_lease_writes_nothing,

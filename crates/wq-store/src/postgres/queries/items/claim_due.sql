@@ -1,7 +1,10 @@
 -- Claims up to $3 items that are due, as the sweep finds them (DDR-25,
 -- DDR-35, DDR-48, DDR-49): actionable and not leased, with undrained events,
 -- or active with an expired timer; only of the handled types ($1); not
--- leased at $2. Each gets the lease $4 and is returned as
+-- leased at $2; on the actionable branch only ids after $5 (an engine
+-- draining a backlog passes the last id it claimed, so the scan does not
+-- walk again over the index entries its earlier claims left behind; NULL:
+-- from the start). Each gets the lease $4 and is returned as
 -- items/snapshot.sql returns an item, in one statement: how an engine takes
 -- a batch of work.
 --
@@ -18,6 +21,7 @@ WITH actionable AS (
     SELECT w.id, w.xmin::text AS locked
     FROM work_items AS w
     WHERE w.actionable                                      -- the partial index's predicate
+      AND w.id > coalesce($5, '00000000-0000-0000-0000-000000000000'::uuid)  -- after the cursor
       AND (w.leased_until IS NULL OR w.leased_until <= $2)  -- not leased (or the lease expired)
       AND w.item_type = ANY($1::text[])                     -- handled types only
     ORDER BY w.id

@@ -2,7 +2,9 @@
 -- DDR-48, DDR-49): actionable and not leased, with undrained events, or
 -- active with an expired timer; only of the handled types (?1, a JSON array
 -- of strings); not leased at ?2 (µs). Oldest first on the actionable branch
--- (the partial index is in id order, and ids are UUIDv7). Answers one row:
+-- (the partial index is in id order, and ids are UUIDv7), and there only
+-- ids after ?4 (the last id an engine draining a backlog claimed; NULL:
+-- from the start). Answers one row:
 -- the items with their dimensions and whether events wait, as a JSON array
 -- (one row, not one per item and dimension: each row crosses from sqlx's
 -- worker thread on its own). Run in the writer's transaction, then
@@ -17,6 +19,7 @@ actionable AS (
     SELECT w.id
     FROM work_items AS w
     WHERE w.actionable                                      -- the partial index's predicate
+      AND w.id > coalesce(?4, '')                           -- after the cursor
       AND (w.leased_until IS NULL OR w.leased_until <= ?2)  -- not leased (or the lease expired)
       AND +w.item_type IN (SELECT item_type FROM handled)   -- handled types only
     ORDER BY w.id
