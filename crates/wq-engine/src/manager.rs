@@ -151,6 +151,9 @@ pub struct ProcessingManager {
     /// Sweeps whose claimed items are not tracked yet: the engine is not
     /// idle while one runs.
     sweeping: AtomicUsize,
+    /// Whether this engine hears the work hints of other processes
+    /// ([`ProcessingManager::listening`]).
+    listening: watch::Sender<bool>,
     /// One sweep at a time, so two do not split the free slots between
     /// them. It holds where the next claim goes on, while a backlog drains:
     /// the last id claimed and when the drain began.
@@ -216,6 +219,7 @@ impl ProcessingManager {
             waiting: AtomicUsize::new(0),
             sweeping: AtomicUsize::new(0),
             sweep_turn: tokio::sync::Mutex::new(None),
+            listening: watch::Sender::new(false),
             shutdown: CancellationToken::new(),
             abandoned: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -242,6 +246,9 @@ impl ProcessingManager {
         let sweeper = Arc::clone(self);
         self.tasks
             .spawn(async move { sweeper.sweep_forever().await });
+        let listener = Arc::clone(self);
+        self.tasks
+            .spawn(async move { listener.hear_hints_forever().await });
         for task in self.periodic_tasks() {
             let runner = Arc::clone(self);
             let task = task.clone();
@@ -702,6 +709,57 @@ impl ProcessingManager {
             self.slot_freed.notify_waiters();
             self.runs_finished.send_modify(|runs| *runs += 1);
             return;
+        }
+    }
+
+    /// Whether this engine hears the work other processes make due
+    /// ([`Store::work_hints`], PostgreSQL): true once it listens, false
+    /// where there is nothing to hear (SQLite) or while it cannot.
+    pub fn listening(&self) -> watch::Receiver<bool> {
+        self.listening.subscribe()
+    }
+
+    /// Takes the items other processes make due as they hear of them, so
+    /// another replica's work (a submission through an API-only replica, a
+    /// webhook another replica received) starts at once instead of at the
+    /// next sweep. Hints missed while not listening are swept up: a sweep
+    /// follows every (re)start of the listener and every lost connection.
+    async fn hear_hints_forever(self: Arc<Self>) {
+        if self.config.handled_types.is_empty() {
+            return;
+        }
+        loop {
+            let mut hints = match self.store.work_hints().await {
+                Ok(Some(hints)) => hints,
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot listen for work hints: {error}; the sweep finds their items");
+                    tokio::select! {
+                        _ = self.shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(self.config.sweep_interval.min(Duration::from_secs(5))) => {}
+                    }
+                    continue;
+                }
+            };
+            self.listening.send_replace(true);
+            let mut sweep = true;
+            loop {
+                if std::mem::take(&mut sweep)
+                    && let Err(error) = self.sweep_now().await
+                {
+                    tracing::warn!(%error, "sweep after hints were missed failed: {error}");
+                }
+                let hint = tokio::select! {
+                    _ = self.shutdown.cancelled() => return,
+                    hint = hints.next() => hint,
+                };
+                match hint {
+                    Some(wq_store::Hint::Due(id)) => self.notify(id),
+                    Some(wq_store::Hint::Lost) => sweep = true,
+                    None => break,
+                }
+            }
+            self.listening.send_replace(false);
         }
     }
 

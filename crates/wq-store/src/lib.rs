@@ -88,6 +88,9 @@ pub mod sqlite;
 pub mod testing;
 
 pub use codec::to_micros;
+
+/// The PostgreSQL channel of work hints ([`Store::work_hints`]).
+pub const HINT_CHANNEL: &str = "wq_work";
 pub use common::{BoxFuture, EmbeddedMigration, migrator};
 
 /// Errors of the store layer.
@@ -466,6 +469,31 @@ impl Leadership {
     }
 }
 
+/// Work another process made due, as an engine hears of it
+/// ([`Store::work_hints`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hint {
+    /// This item was made due (created, given an event, retried or marked
+    /// actionable) by another process's transaction, which committed.
+    Due(ItemId),
+    /// Hints may have been missed (the listening connection was lost and
+    /// made again): sweep.
+    Lost,
+}
+
+/// The hints of work other processes made due, in the order heard
+/// ([`Store::work_hints`]). They are hints: a lost one only delays the item
+/// until a sweep finds it.
+#[derive(Debug)]
+pub struct WorkHints(pub(crate) tokio::sync::mpsc::Receiver<Hint>);
+
+impl WorkHints {
+    /// The next hint; `None` once the listener has stopped for good.
+    pub async fn next(&mut self) -> Option<Hint> {
+        self.0.recv().await
+    }
+}
+
 /// The generic store. Both backends pass one conformance suite.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -541,6 +569,15 @@ pub trait Store: Send + Sync + 'static {
     /// another claimer holds); as in [`Store::item_claim_snapshot`], an item
     /// whose row changed after the statement's snapshot is not claimed.
     async fn item_claim_due(&self, params: ClaimDueParams) -> StoreResult<Vec<(Snapshot, Lease)>>;
+
+    /// Listens for work other processes sharing the database make due, so
+    /// an engine takes it at once instead of at its next sweep: on
+    /// PostgreSQL every transaction that creates an item, gives it an event,
+    /// retries it or marks it actionable sends a notification on commit,
+    /// and this store's listener (a pooled connection of its own) hears the
+    /// other stores' ones. `None` where one process has the database
+    /// (SQLite).
+    async fn work_hints(&self) -> StoreResult<Option<WorkHints>>;
 
     /// Extends a held lease; [`StoreError::LeaseLost`] if it is not held.
     async fn item_heartbeat(&self, lease: Lease, until: OffsetDateTime) -> StoreResult<Lease>;

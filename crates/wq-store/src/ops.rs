@@ -17,6 +17,9 @@
 //! - `lock_for_event(conn, id)`: what serialises an event insert with the
 //!   loop's exit (PostgreSQL: the item's advisory lock; SQLite: nothing, the
 //!   write lock already does);
+//! - `hint_work(conn, id)`: tells other processes the item was made due
+//!   when the transaction commits (PostgreSQL: a notification,
+//!   [`crate::Store::work_hints`]; SQLite: nothing, one process);
 //! - `handled_types(&[String])`: the bind parameter of a type filter;
 //! - `append_audit_records(conn, records)`: audit appends, chained to their
 //!   heads (PostgreSQL: one call of `wq_audit_append`, migration 0008;
@@ -56,6 +59,7 @@ macro_rules! building_blocks {
             for update in &item.dimensions {
                 upsert_dimension(&mut *conn, item.id, update, item.now).await?;
             }
+            hint_work(&mut *conn, item.id).await?;
             Ok(work_item)
         }
 
@@ -100,6 +104,7 @@ macro_rules! building_blocks {
             if woken.rows_affected() == 0 {
                 return Err($crate::StoreError::NotFound(event.item_id));
             }
+            hint_work(&mut *conn, event.item_id).await?;
             let origin = event.origin.as_ref();
             let raw = origin
                 .and_then(|origin| origin.raw.as_deref())
@@ -166,6 +171,7 @@ macro_rules! building_blocks {
                     })
                 })?;
             if let Some(row) = row {
+                hint_work(&mut *conn, id).await?;
                 return common::item_from_row(&row);
             }
             let phase: Option<String> = sqlx::query_scalar(sql!("items/phase.sql"))
@@ -809,7 +815,7 @@ macro_rules! impl_store {
                         if result.rows_affected() == 0 {
                             return Err($crate::StoreError::NotFound(id));
                         }
-                        Ok(())
+                        hint_work(&mut *conn, id).await
                     })
                 })
                 .await

@@ -92,6 +92,9 @@ impl Store for FaultyStore {
     async fn item_claim(&self, params: ClaimParams) -> StoreResult<Option<(WorkItem, Lease)>> {
         self.inner.item_claim(params).await
     }
+    async fn work_hints(&self) -> StoreResult<Option<wq_store::WorkHints>> {
+        self.inner.work_hints().await
+    }
     async fn item_claim_due(
         &self,
         params: wq_store::ClaimDueParams,

@@ -896,3 +896,61 @@ backend_tests!(
     deadline_leaves_the_item_to_the_sweep,
     shutdown_finishes_the_step_and_releases_the_lease,
 );
+
+/// PostgreSQL: an item another replica creates (an API-only replica taking
+/// a submission, say) or gives an event is taken at once by the replica
+/// that processes, from the work hint its commit sent, not at its next
+/// sweep (an hour away here); and the hints of its own store are not
+/// heard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_replicas_new_work_is_taken_at_once() {
+    let url = Backend::Postgres.fresh_url().await;
+    let processing = open_store(&url).await;
+    let api_only = open_store(&url).await;
+    let chain = ChainType::new();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let engine = ProcessingManager::new(
+        processing.clone(),
+        registry(&chain),
+        clock.clone(),
+        config(),
+    )
+    .unwrap();
+    engine.start();
+    let mut listening = engine.listening();
+    tokio::time::timeout(Duration::from_secs(30), listening.wait_for(|on| *on))
+        .await
+        .expect("the engine listens for hints")
+        .unwrap();
+    engine.wait_idle().await;
+    assert_eq!(engine.in_flight(), 0);
+
+    let mut finished = engine.runs_finished();
+    let before = *finished.borrow_and_update();
+    let id = insert_chain(&api_only, clock.as_ref()).await;
+    // The only way the engine hears of it before the hour is up: the hint.
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        finished.wait_for(|runs| *runs > before),
+    )
+    .await
+    .expect("the item another replica created was taken from its hint")
+    .unwrap();
+    engine.wait_idle().await;
+    assert_eq!(chain.executions.order(id), vec!["step1", "step2", "step3"]);
+    assert_done(&processing, id, false).await;
+
+    // An event the other replica stores wakes it the same way.
+    let before = *finished.borrow_and_update();
+    insert_event(&api_only, id, "extra", clock.as_ref()).await;
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        finished.wait_for(|runs| *runs > before),
+    )
+    .await
+    .expect("the event another replica stored was taken from its hint")
+    .unwrap();
+    engine.wait_idle().await;
+    assert_done(&processing, id, true).await;
+    engine.shutdown().await;
+}

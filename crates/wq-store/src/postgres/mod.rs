@@ -134,7 +134,13 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
 pub struct PgStore {
     pool: PgPool,
     batches: Arc<Batches>,
+    /// Names this store's connections in the work hints they send
+    /// ([`crate::Store::work_hints`]), so its own listener skips them.
+    origin: uuid::Uuid,
 }
+
+/// Work hints kept while the engine is busy; more are dropped.
+const HINTS_BUFFERED: usize = 4096;
 
 /// At most this many claims, or parks, share one statement.
 const MAX_BATCH: usize = 256;
@@ -148,6 +154,10 @@ struct Batches {
     claims: Coalescer<ClaimParams, Claimed>,
     parks: Coalescer<ParkRequest, (Park, Vec<crate::audit::AuditRecord>)>,
     /// Batches of parks that failed and ran one by one.
+    #[cfg_attr(
+        not(feature = "testing"),
+        expect(dead_code, reason = "read by tests and benchmarks (`testing`)")
+    )]
     park_fallbacks: Arc<std::sync::atomic::AtomicUsize>,
 }
 
@@ -189,18 +199,38 @@ impl PgStore {
         max_connections: u32,
         connect_timeout: std::time::Duration,
     ) -> StoreResult<Self> {
+        let origin = uuid::Uuid::new_v4();
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(connect_timeout)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    sqlx::query(sql!("hints/origin.sql"))
+                        .bind(origin.to_string())
+                        .execute(conn)
+                        .await?;
+                    Ok(())
+                })
+            })
             .connect(url)
             .await?;
-        Ok(Self::from_pool(pool))
+        Ok(Self::with_origin(pool, origin))
     }
 
-    /// Wraps an existing pool.
+    /// Wraps an existing pool. Its connections send work hints without
+    /// an origin, so this store's own listener hears them too (each then
+    /// costs a claim that finds the item taken).
     pub fn from_pool(pool: PgPool) -> Self {
+        Self::with_origin(pool, uuid::Uuid::new_v4())
+    }
+
+    fn with_origin(pool: PgPool, origin: uuid::Uuid) -> Self {
         let batches = Arc::new(Batches::new(&pool));
-        Self { pool, batches }
+        Self {
+            pool,
+            batches,
+            origin,
+        }
     }
 
     /// The largest batch of claims and of parks run so far, for tests that
@@ -316,6 +346,70 @@ pub async fn lock_item(conn: &mut PgConnection, id: ItemId) -> StoreResult<()> {
 /// serialised with the loop's exit (DDR-34).
 async fn lock_for_event(conn: &mut PgConnection, id: ItemId) -> StoreResult<()> {
     lock_item(conn, id).await
+}
+
+/// Tells the other processes that item `id` was made due, on commit
+/// (`hints/work.sql`).
+async fn hint_work(conn: &mut PgConnection, id: ItemId) -> StoreResult<()> {
+    sqlx::query(sql!("hints/work.sql"))
+        .bind(id.0.to_string())
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Hands the work hints `listener` hears, but those of `own`, to `hints`
+/// until nobody takes them; a lost connection is a [`crate::Hint::Lost`]
+/// (the listener connects again on its next wait).
+async fn relay_hints(
+    mut listener: sqlx::postgres::PgListener,
+    own: String,
+    hints: tokio::sync::mpsc::Sender<crate::Hint>,
+) {
+    loop {
+        let heard = tokio::select! {
+            () = hints.closed() => return,
+            heard = listener.try_recv() => heard,
+        };
+        let hint = match heard {
+            Ok(Some(notification)) => {
+                let Some((origin, id)) = notification.payload().split_once(' ') else {
+                    continue;
+                };
+                if origin == own {
+                    continue;
+                }
+                match id.parse() {
+                    Ok(id) => crate::Hint::Due(id),
+                    Err(_) => continue,
+                }
+            }
+            Ok(None) => crate::Hint::Lost,
+            Err(error) => {
+                tracing::warn!(%error, "listening for work hints failed: {error}; trying again");
+                tokio::select! {
+                    () = hints.closed() => return,
+                    () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                }
+                crate::Hint::Lost
+            }
+        };
+        // Hints are hints: when the engine is behind, a full buffer drops
+        // them (a sweep finds the items), a lost connection is kept.
+        match hint {
+            crate::Hint::Lost => {
+                if hints.send(hint).await.is_err() {
+                    return;
+                }
+            }
+            crate::Hint::Due(_) => {
+                if let Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) = hints.try_send(hint)
+                {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// A type filter as a `text[]` parameter.
@@ -755,6 +849,14 @@ impl_store!(PgStore, Postgres, {
     async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.pool).await?;
         Ok(())
+    }
+
+    async fn work_hints(&self) -> StoreResult<Option<crate::WorkHints>> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
+        listener.listen(crate::HINT_CHANNEL).await?;
+        let (hints, heard) = tokio::sync::mpsc::channel(HINTS_BUFFERED);
+        tokio::spawn(relay_hints(listener, self.origin.to_string(), hints));
+        Ok(Some(crate::WorkHints(heard)))
     }
 
     async fn lead(&self, task: &str) -> StoreResult<Option<crate::Leadership>> {

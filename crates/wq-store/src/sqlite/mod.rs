@@ -197,6 +197,10 @@ pub struct SqliteStore {
     /// Parks that arrive together, run as one set-based job ([`park`]).
     parks: Arc<Coalescer<park::ParkRequest, park::Parked>>,
     /// Batches of parks that failed and ran one by one.
+    #[cfg_attr(
+        not(feature = "testing"),
+        expect(dead_code, reason = "read by tests and benchmarks (`testing`)")
+    )]
     park_fallbacks: Arc<std::sync::atomic::AtomicUsize>,
 }
 
@@ -463,6 +467,11 @@ async fn lock_for_event(_conn: &mut SqliteConnection, _id: ItemId) -> StoreResul
     Ok(())
 }
 
+/// Nothing to tell: one process has the database.
+async fn hint_work(_conn: &mut SqliteConnection, _id: ItemId) -> StoreResult<()> {
+    Ok(())
+}
+
 /// A type filter as one JSON array parameter.
 fn handled_types(types: &[String]) -> String {
     serde_json::Value::from(types.to_vec()).to_string()
@@ -657,6 +666,11 @@ impl_store!(SqliteStore, Sqlite, {
     async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.writer).await?;
         Ok(())
+    }
+
+    /// One database file, one process: no other process makes work due.
+    async fn work_hints(&self) -> StoreResult<Option<crate::WorkHints>> {
+        Ok(None)
     }
 
     /// One database file, one process: no election.
