@@ -52,6 +52,14 @@
 //!   claimed items hold leases another replica could use. A full claim
 //!   means a backlog: the sweep claims again as soon as half a batch of
 //!   slots is free.
+//! - **Hints.** On PostgreSQL an engine also listens for the work other
+//!   replicas make due (`wq_store::Store::work_hints`: a notification each
+//!   transaction that creates an item, gives it an event, retries it or
+//!   marks it actionable sends on commit) and takes each item at once,
+//!   as a `notify`. Hints are hints: one lost (a full buffer, a dropped
+//!   connection) only waits for a sweep, and a sweep follows every start
+//!   of the listener and every lost connection.
+//!   [`ProcessingManager::listening`] says whether it hears them.
 //! - **Periodic tasks.** Beside the sweep, the engine runs the
 //!   `wq_core::Periodic` tasks of its `handled_types` (e.g. `mr.queue_sync`),
 //!   each every its interval, the first one interval after the start; the

@@ -38,7 +38,8 @@
 //! Migrations are per backend under `migrations/{sqlite,postgres}/`, with
 //! the same names (0001 the queue, 0002 the loop functions such as
 //! PostgreSQL's `wq_park`, 0003 the place, 0004 `failing_since`, when the
-//! current streak of failures began, 0005 the audit trail). An item type's own tables are
+//! current streak of failures began, 0005 the audit trail, 0008 and 0009
+//! PostgreSQL's batched parks and audit appends). An item type's own tables are
 //! migrated by the type (versions 1000 and up) through [`migrator`], which
 //! ignores versions it does not know.
 //!
@@ -56,6 +57,12 @@
 //! otherwise a commit landing between the snapshot and the `UPDATE` would
 //! be claimed with the older dimensions (`tests/pg_claim_race.rs` shows the
 //! interleaving). The park is the `wq_park` function.
+//!
+//! Both backends claim due items in batches with their snapshots
+//! ([`Store::item_claim_due`]) and park the loop's exits that arrive
+//! together with one statement per step for the whole batch (PostgreSQL's
+//! `wq_park_batch`, migration 0009; SQLite's `sqlite::park`), the audit
+//! records chained in Rust to heads read in the same transaction.
 //!
 //! **Lock order (PostgreSQL).** A transaction that takes several locks on
 //! an item takes the item's advisory lock first

@@ -610,6 +610,23 @@ async fn postgres_one_process_leads_a_periodic_task() {
     .await
     .unwrap();
     assert_eq!(killed, vec![true], "one session held the lead");
+    // pg_terminate_backend only signals the session: its locks go when it
+    // has exited.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let held: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks \
+             WHERE locktype = 'advisory' AND classid = 22353 AND objid = hashtext('sync')::oid",
+        )
+        .fetch_one(pg.pool())
+        .await
+        .unwrap();
+        if held == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the killed session kept its lock");
+        tokio::task::yield_now().await;
+    }
     assert!(!second.still_held().await, "the holder sees its lead lost");
     let third = db
         .store()
