@@ -624,7 +624,10 @@ async fn postgres_one_process_leads_a_periodic_task() {
         if held == 0 {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "the killed session kept its lock");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed session kept its lock"
+        );
         tokio::task::yield_now().await;
     }
     assert!(!second.still_held().await, "the holder sees its lead lost");
