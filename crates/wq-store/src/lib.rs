@@ -671,8 +671,11 @@ pub trait Store: Send + Sync + 'static {
     /// The oldest records not archived yet, in order (at most `limit`).
     async fn audit_unarchived(&self, limit: u32) -> StoreResult<Vec<audit::AuditRecord>>;
 
-    /// Marks the records `seqs` archived at `now` (once shipped).
-    async fn audit_mark_archived(&self, seqs: &[i64], now: OffsetDateTime) -> StoreResult<u64>;
+    /// Marks the records `seqs` archived at `now`, once shipped: a batch
+    /// [`Store::audit_unarchived`] answered. (SQLite, whose records are
+    /// numbered in commit order, moves a cursor over the oldest unarchived
+    /// records in `seqs`, up to the first one not in it.)
+    async fn audit_mark_archived(&self, seqs: &[i64], now: OffsetDateTime) -> StoreResult<()>;
 
     /// Deletes archived records older than `before` (never unarchived
     /// ones), keeping each chain's last deleted hash for verification.

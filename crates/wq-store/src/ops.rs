@@ -377,16 +377,16 @@ macro_rules! impl_store {
                 &self,
                 seqs: &[i64],
                 now: time::OffsetDateTime,
-            ) -> $crate::StoreResult<u64> {
+            ) -> $crate::StoreResult<()> {
                 let seqs = serde_json::Value::from(seqs.to_vec());
                 self.autocommit(move |conn| {
                     Box::pin(async move {
-                        Ok(sqlx::query(sql!("audit/mark_archived.sql"))
+                        sqlx::query(sql!("audit/mark_archived.sql"))
                             .bind(DbJson(&seqs))
                             .bind(DbTime(now))
                             .execute(&mut *conn)
-                            .await?
-                            .rows_affected())
+                            .await?;
+                        Ok(())
                     })
                 })
                 .await

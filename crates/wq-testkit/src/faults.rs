@@ -171,7 +171,7 @@ impl Store for FaultyStore {
     async fn audit_unarchived(&self, limit: u32) -> StoreResult<Vec<wq_store::audit::AuditRecord>> {
         self.inner.audit_unarchived(limit).await
     }
-    async fn audit_mark_archived(&self, seqs: &[i64], now: OffsetDateTime) -> StoreResult<u64> {
+    async fn audit_mark_archived(&self, seqs: &[i64], now: OffsetDateTime) -> StoreResult<()> {
         self.inner.audit_mark_archived(seqs, now).await
     }
     async fn audit_prune_archived(&self, before: OffsetDateTime) -> StoreResult<u64> {

@@ -146,6 +146,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "park_batch",
             sql: include_str!("../../migrations/sqlite/0009_park_batch.sql"),
         },
+        EmbeddedMigration {
+            version: 10,
+            description: "audit_lean",
+            sql: include_str!("../../migrations/sqlite/0010_audit_lean.sql"),
+        },
     ])
 });
 

@@ -653,3 +653,101 @@ async fn sqlite_always_leads() {
     first.release().await;
     db.finish().await;
 }
+
+/// Migration 0010 rebuilds SQLite's audit table without the UNIQUE index on
+/// the record id and archives with a cursor: the records stay as they were,
+/// the cursor stops before the first record not archived (what was archived
+/// after it is shipped again: at least once), and the sequence goes on
+/// from the last number the old table gave, even where its newest records
+/// were pruned (a number below the cursor would never be shipped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_audit_upgrade_keeps_records_and_archive_position() {
+    let store = SqliteStore::connect(&fresh_sqlite_url(), 2).await.unwrap();
+    wq_store::sqlite::MIGRATOR
+        .run_to(9, store.writer())
+        .await
+        .unwrap();
+    let item = ItemId::new_v7();
+    for (seq, archived) in [
+        (1, true),
+        (2, true),
+        (3, false),
+        (4, true),
+        (5, false),
+        (9, true),
+    ] {
+        sqlx::query(
+            "INSERT INTO audit_records (seq, id, work_item_id, at, actor, kind, metadata,
+                                        prev_hash, hash, archived_at)
+             VALUES (?1, ?2, ?3, ?4, 'ci-bot', 'submission.created', '{}', 'p', ?5, ?6)",
+        )
+        .bind(seq)
+        .bind(uuid::Uuid::now_v7().hyphenated().to_string())
+        .bind(item.to_string())
+        .bind(seq * 1_000)
+        .bind(format!("h{seq}"))
+        .bind(archived.then_some(7_i64))
+        .execute(store.writer())
+        .await
+        .unwrap();
+    }
+    // Record 9 was archived and pruned: the sequence has given 9.
+    sqlx::query("DELETE FROM audit_records WHERE seq = 9")
+        .execute(store.writer())
+        .await
+        .unwrap();
+
+    store.migrate().await.unwrap();
+
+    let unarchived: Vec<(i64, String)> = store
+        .audit_unarchived(100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|record| (record.seq, record.hash))
+        .collect();
+    assert_eq!(
+        unarchived,
+        [(3, "h3".into()), (4, "h4".into()), (5, "h5".into())],
+        "from the first record not archived on"
+    );
+    let indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'audit_records'
+         ORDER BY name",
+    )
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(indexes, ["audit_records_at", "audit_records_item"]);
+
+    let next = store
+        .audit_append(wq_store::audit::NewAudit::new(
+            item,
+            t0(),
+            "engine",
+            "event.received",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(next.seq, 10, "numbered after the pruned record 9");
+    assert_eq!(next.prev_hash, "h5", "chained to the item's last record");
+
+    // Marking goes over the shipped prefix only.
+    store.audit_mark_archived(&[3, 4], t0()).await.unwrap();
+    let left: Vec<i64> = store
+        .audit_unarchived(100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|record| record.seq)
+        .collect();
+    assert_eq!(left, [5, 10]);
+    store.audit_mark_archived(&[10], t0()).await.unwrap();
+    assert_eq!(
+        store.audit_unarchived_stats().await.unwrap().0,
+        2,
+        "a batch that is not the oldest records moves nothing"
+    );
+    store.audit_mark_archived(&[5, 10], t0()).await.unwrap();
+    assert!(store.audit_unarchived(100).await.unwrap().is_empty());
+}

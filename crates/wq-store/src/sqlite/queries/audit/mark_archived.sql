@@ -1,5 +1,13 @@
--- Marks the records of a shipped batch archived. ?1 their seqs (JSON
--- array text), ?2 now (µs).
-UPDATE audit_records SET archived_at = ?2
-WHERE archived_at IS NULL
-  AND seq IN (SELECT value FROM json_each(?1))
+-- Marks shipped records archived: the archive's cursor moves over the
+-- oldest unarchived records that are in ?1 (their seqs, a JSON array), up
+-- to the first one that is not (records are numbered in commit order, so
+-- the cursor covers exactly the shipped prefix). ?2 now (µs).
+UPDATE audit_archived
+SET seq = coalesce((SELECT min(r.seq) - 1
+                    FROM audit_records AS r
+                    WHERE r.seq > audit_archived.seq
+                      AND r.seq <= (SELECT max(value) FROM json_each(?1))
+                      AND r.seq NOT IN (SELECT value FROM json_each(?1))),
+                   (SELECT max(value) FROM json_each(?1))),
+    archived_at = ?2
+WHERE seq < (SELECT max(value) FROM json_each(?1))
