@@ -18,8 +18,9 @@
 //!   loop's exit (PostgreSQL: the item's advisory lock; SQLite: nothing, the
 //!   write lock already does);
 //! - `hint_work(conn, id)`: tells other processes the item was made due
-//!   when the transaction commits (PostgreSQL: a notification,
-//!   [`crate::Store::work_hints`]; SQLite: nothing, one process);
+//!   once the transaction commits (PostgreSQL: a notification,
+//!   [`crate::Store::work_hints`], sent after the commit of a
+//!   `PgStore::write`; SQLite: nothing, one process);
 //! - `handled_types(&[String])`: the bind parameter of a type filter;
 //! - `append_audit_records(conn, records)`: audit appends, chained to their
 //!   heads (PostgreSQL: one call of `wq_audit_append`, migration 0008;

@@ -98,10 +98,9 @@ impl PgBackend {
         T: Send + 'static,
         F: for<'c> FnOnce(&'c mut PgConnection) -> BoxFuture<'c, StoreResult<T>> + Send + 'static,
     {
-        let mut tx = self.store.pool().begin().await?;
-        let value = statements(&mut tx).await?;
-        tx.commit().await?;
-        Ok(value)
+        // The generic store's transaction: its work hints go out after the
+        // commit.
+        self.store.write(statements).await
     }
 
     /// Under the branch lock, the live item; if there is one, under its
