@@ -8,6 +8,9 @@ use std::sync::Mutex;
 
 use reqwest::header::HeaderMap;
 
+/// The most [`RateBudget::pace`] stretches background reads.
+pub const MAX_PACE: f64 = 8.0;
+
 /// What the forge last reported of one budget.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateBudget {
@@ -31,6 +34,30 @@ impl RateBudget {
             return false;
         }
         (self.remaining as f64) < reserve * self.limit as f64
+    }
+
+    /// How much longer background reads should wait than they would with
+    /// a full budget, so that they spread out before the budget runs dry:
+    /// 1.0 while at least half of what lies above the `reserve` (a share
+    /// of the limit) is left, then in inverse proportion to what is left
+    /// (a quarter: 2.0, a tenth: 5.0), at most [`MAX_PACE`]; 1.0 in a window
+    /// that renewed by `now_unix`. Below the reserve background reads stop
+    /// ([`RateBudget::below`]).
+    pub fn pace(&self, reserve: f64, now_unix: i64) -> f64 {
+        if self.reset_unix.is_some_and(|reset| reset <= now_unix) || self.limit == 0 {
+            return 1.0;
+        }
+        let floor = reserve.clamp(0.0, 1.0) * self.limit as f64;
+        let above = self.limit as f64 - floor;
+        if above <= 0.0 {
+            return 1.0;
+        }
+        let left = ((self.remaining as f64 - floor) / above).clamp(0.0, 1.0);
+        if left >= 0.5 {
+            1.0
+        } else {
+            (0.5 / left).min(MAX_PACE)
+        }
     }
 
     /// The budget an answer reports, if it reports one (a limit and what
@@ -118,6 +145,27 @@ mod tests {
         assert_eq!(gitlab.resource, "core");
         assert_eq!(gitlab.reset_unix, None);
         assert_eq!(RateBudget::from_headers(&headers(&[])), None);
+    }
+
+    #[test]
+    fn background_reads_spread_out_as_the_budget_drains() {
+        let budget = |remaining| RateBudget {
+            resource: "core".into(),
+            limit: 1100,
+            remaining,
+            reset_unix: Some(1000),
+        };
+        // A reserve of 100 (1100 × 1/11): 1000 requests above it.
+        let reserve = 1.0 / 11.0;
+        let pace = |remaining| budget(remaining).pace(reserve, 999);
+        assert_eq!(pace(1100), 1.0, "a full budget");
+        assert_eq!(pace(600), 1.0, "half of it left");
+        assert!((pace(350) - 2.0).abs() < 1e-9, "a quarter: twice as long");
+        assert!((pace(200) - 5.0).abs() < 1e-9, "a tenth: five times");
+        assert_eq!(pace(150), MAX_PACE, "at most MAX_PACE");
+        assert_eq!(pace(50), MAX_PACE, "below the reserve too");
+        assert!(pace(300) > pace(400), "the less is left, the slower");
+        assert_eq!(budget(200).pace(reserve, 1000), 1.0, "a renewed window");
     }
 
     #[test]

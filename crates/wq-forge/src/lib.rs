@@ -21,7 +21,7 @@ pub mod metrics;
 mod model;
 mod payload;
 
-pub use budget::RateBudget;
+pub use budget::{MAX_PACE, RateBudget};
 pub use config::{ForgeConfig, ForgeKind, ForgesConfig};
 pub use error::{ForgeError, ForgeErrorKind, ForgeResult};
 pub use events::{ChangeAction, ForgeEvent, WebhookRejection};

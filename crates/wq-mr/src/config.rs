@@ -62,7 +62,9 @@ pub struct MrConfig {
     /// for merges (10): while less is left in the window the forge last
     /// reported, a reconcile its timer woke (a background read: no webhook
     /// or command asked for it, no merge attempt waits on it) is deferred
-    /// until the window renews. 0: never deferred.
+    /// until the window renews; and once less than half of what lies above
+    /// it is left, such reads spread out ([`wq_forge::RateBudget::pace`]).
+    /// 0: never deferred.
     pub rate_limit_reserve_percent: u8,
 }
 

@@ -1062,7 +1062,7 @@ impl Run<'_> {
         let waiting = matches!(change.ci, CiStatus::Pending | CiStatus::Running)
             || change.pending_checks > 0
             || change.mergeable == Mergeable::Unknown;
-        let rearm = self.reconcile_in(if waiting { busy } else { idle });
+        let rearm = self.reconcile_in(self.paced(if waiting { busy } else { idle }));
         if !self.details.spec.automation.auto_merge || !unmet.is_empty() {
             return Ok(ExecOutcome::done().with_dimension(rearm.detail(seen)));
         }
@@ -1208,6 +1208,31 @@ impl Run<'_> {
             .max()?;
         let wait = u64::try_from((reset - now).max(1)).unwrap_or(1);
         Some(wait.min(self.mr.config.reconcile_interval_seconds))
+    }
+
+    /// A background re-read's interval, `seconds` at full budget, spread
+    /// out as a budget the forge reported drains toward
+    /// `mr.rate_limit_reserve_percent` ([`wq_forge::RateBudget::pace`]), and
+    /// not past that window's reset (when it is later than `seconds`).
+    fn paced(&self, seconds: u64) -> u64 {
+        let reserve = f64::from(self.mr.config.rate_limit_reserve_percent) / 100.0;
+        if reserve <= 0.0 {
+            return seconds;
+        }
+        let now = self.now().unix_timestamp();
+        self.forge
+            .rate_budgets()
+            .into_iter()
+            .map(|budget| {
+                let pace = budget.pace(reserve, now);
+                let stretched = (seconds as f64 * pace).round() as u64;
+                let until_reset = budget
+                    .reset_unix
+                    .map_or(u64::MAX, |reset| u64::try_from(reset - now).unwrap_or(0));
+                stretched.min(until_reset.max(seconds))
+            })
+            .max()
+            .unwrap_or(seconds)
     }
 
     /// The merge call got a transient answer (5xx, 429, timeout): it may or
