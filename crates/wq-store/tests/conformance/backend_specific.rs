@@ -751,3 +751,59 @@ async fn sqlite_audit_upgrade_keeps_records_and_archive_position() {
     store.audit_mark_archived(&[5, 10], t0()).await.unwrap();
     assert!(store.audit_unarchived(100).await.unwrap().is_empty());
 }
+
+/// A write's work hints go out once it committed (after the commit, not
+/// inside its transaction), and a write that rolled back sends none: the
+/// first hint a listener hears is the committed item's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_work_hints_follow_commits_only() {
+    let db = TestDb::postgres().await;
+    let Backend::Postgres(store) = &db.backend else {
+        unreachable!()
+    };
+    let mut listener = sqlx::postgres::PgListener::connect_with(store.pool())
+        .await
+        .unwrap();
+    listener.listen(wq_store::HINT_CHANNEL).await.unwrap();
+
+    let now = t0();
+    let rolled_back = new_item(TYPE_A, None, now);
+    let rolled_back_id = rolled_back.id;
+    let failed = store
+        .write(move |conn| {
+            Box::pin(async move {
+                wq_store::postgres::insert_item(conn, &rolled_back).await?;
+                Err::<(), _>(StoreError::Conflict("rolled back on purpose".into()))
+            })
+        })
+        .await;
+    assert!(failed.is_err());
+    let committed = new_item(TYPE_A, None, now);
+    let committed_id = committed.id;
+    store
+        .write(move |conn| {
+            Box::pin(async move { wq_store::postgres::insert_item(conn, &committed).await })
+        })
+        .await
+        .unwrap();
+
+    let heard = tokio::time::timeout(std::time::Duration::from_secs(30), listener.recv())
+        .await
+        .expect("a hint within 30 s")
+        .unwrap();
+    let payload = heard.payload();
+    assert!(
+        payload.ends_with(&committed_id.to_string()),
+        "the committed item's hint first: {payload}"
+    );
+    assert!(!payload.contains(&rolled_back_id.to_string()));
+    assert!(
+        store.item_get(rolled_back_id).await.unwrap().is_none(),
+        "the rolled-back item was never stored"
+    );
+    assert_eq!(get(store, committed_id).await.phase, Phase::Active);
+    // The listener's connection goes before its database.
+    listener.unlisten_all().await.unwrap();
+    drop(listener);
+    db.finish().await;
+}
