@@ -82,17 +82,18 @@ async fn a_batch_whose_chain_head_moved_rolls_back_and_parks_one_by_one() {
     // so that the next parks queue and run together.
     let hold_e = open_append(&store, e.id, now).await;
     let hold_f = open_append(&store, f.id, now).await;
+    // One after the other: started together, they could share one batch.
     let mut first = Vec::new();
-    for lease in [e, f] {
-        let store = store.clone();
+    for (lease, waiting) in [(e, 1), (f, 2)] {
+        let parker = store.clone();
         first.push(tokio::spawn(async move {
-            store.item_park_with(park(lease, now)).await
+            parker.item_park_with(park(lease, now)).await
         }));
+        assert!(
+            wait_for_lock_waiters(store.pool(), None, waiting).await,
+            "e and f wait, each in a batch of its own"
+        );
     }
-    assert!(
-        wait_for_lock_waiters(store.pool(), None, 2).await,
-        "e and f wait"
-    );
     // A's head moves in a transaction still open: the batch reads the head
     // before it.
     let hold_a = open_append(&store, a.id, now).await;
