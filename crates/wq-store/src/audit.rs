@@ -133,6 +133,29 @@ pub fn succeeded(
     all
 }
 
+/// [`succeeded`] for the outcome a park writes; nothing where a benchmark
+/// turned the trail off (`testing::set_audit`, only with the `testing`
+/// feature).
+pub(crate) fn park_succeeded(
+    item_id: ItemId,
+    now: OffsetDateTime,
+    outcome: &crate::OutcomeChanges,
+) -> Vec<NewAudit> {
+    #[cfg(feature = "testing")]
+    if !crate::testing::audit_enabled() {
+        return Vec::new();
+    }
+    succeeded(
+        item_id,
+        now,
+        outcome.action.as_deref(),
+        outcome.phase,
+        outcome.error.as_deref(),
+        &outcome.dimensions,
+        &outcome.records,
+    )
+}
+
 /// `action.started`: an action with outside effects is about to run. A
 /// crash before its outcome leaves this record without an
 /// `action.succeeded` or `action.failed` after it.

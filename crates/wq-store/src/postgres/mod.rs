@@ -1072,22 +1072,7 @@ impl_store!(PgStore, Postgres, {
         }
         // An outcome is written with its audit records, after the park
         // (whose locks come first), in one statement.
-        let audits = crate::audit::succeeded(
-            lease.id,
-            now,
-            outcome.action.as_deref(),
-            outcome.phase,
-            outcome.error.as_deref(),
-            &outcome.dimensions,
-            &outcome.records,
-        );
-        // Benchmarks measure the trail's cost by turning it off.
-        #[cfg(feature = "testing")]
-        let audits = if crate::testing::audit_enabled() {
-            audits
-        } else {
-            Vec::new()
-        };
+        let audits = crate::audit::park_succeeded(lease.id, now, &outcome);
         let (parked, records) = self
             .batches
             .parks

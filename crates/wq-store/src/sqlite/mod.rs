@@ -635,15 +635,7 @@ async fn park_with(
             .await?;
             // The park's own writes take no other lock: the record goes
             // with the outcome.
-            let audits = crate::audit::succeeded(
-                lease.id,
-                params.now,
-                outcome.action.as_deref(),
-                outcome.phase,
-                outcome.error.as_deref(),
-                &outcome.dimensions,
-                &outcome.records,
-            );
+            let audits = crate::audit::park_succeeded(lease.id, params.now, outcome);
             records.extend(append_audits(&mut *conn, audits).await?);
         }
         None => {

@@ -108,22 +108,7 @@ impl ParkRequest {
                     None => keep_detail.push(row.to_string()),
                 }
             }
-            let audits = crate::audit::succeeded(
-                params.lease.id,
-                params.now,
-                outcome.action.as_deref(),
-                outcome.phase,
-                outcome.error.as_deref(),
-                &outcome.dimensions,
-                &outcome.records,
-            );
-            // Benchmarks measure the trail's cost by turning it off.
-            #[cfg(feature = "testing")]
-            let audits = if crate::testing::audit_enabled() {
-                audits
-            } else {
-                Vec::new()
-            };
+            let audits = crate::audit::park_succeeded(params.lease.id, params.now, outcome);
             let text = |value: &Option<Value>| value.as_ref().map(Value::to_string);
             records = audits
                 .into_iter()
