@@ -93,6 +93,47 @@ struct Service {
     server: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
+impl Service {
+    /// Submits change `n` creating the one file `path`; answers its item id.
+    async fn submit_file(&self, n: usize, path: &str, content: &str) -> String {
+        let mut submission = body(self.kind, &self.project_path, n);
+        submission["file_actions"] =
+            json!([{"action": "create", "file_path": path, "content": content}]);
+        let reply: Value = self
+            .client
+            .post(format!("{}/api/v1/work-items", self.url))
+            .json(&submission)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        reply["item"]["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Waits (reading the item every `poll`, until `deadline`) for item
+    /// `id` to complete; answers its merge request's number.
+    async fn merged_number(&self, id: &str, deadline: Instant, poll: Duration) -> u64 {
+        loop {
+            let item: Value = self
+                .client
+                .get(format!("{}/api/v1/work-items/{id}", self.url))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if item["phase"] == "completed" {
+                return item["detail"]["mr"]["number"].as_u64().unwrap();
+            }
+            assert!(Instant::now() < deadline, "not merged: {item}");
+            tokio::time::sleep(poll).await;
+        }
+    }
+}
+
 async fn start(database_url: &str, sim: &SimHandle, process: bool, kind: Kind) -> Service {
     start_with_ci(database_url, sim, process, kind, 1).await
 }
@@ -372,7 +413,6 @@ struct Merges {
 /// to be merged.
 async fn bench_merges(database_url: &str, sim: &SimHandle, count: usize, kind: Kind) -> Merges {
     let service = start(database_url, sim, true, kind).await;
-    let client = service.client.clone();
     // The pass's requests only: the log starts empty once the project is set up.
     sim.clear_requests();
     let mut latencies = Vec::new();
@@ -381,35 +421,11 @@ async fn bench_merges(database_url: &str, sim: &SimHandle, count: usize, kind: K
         if n + 1 == count {
             last_change_after = sim.requests().last().map_or(0, |r| r.seq);
         }
-        let mut submission = body(kind, &service.project_path, n);
-        submission["file_actions"] =
-            json!([{"action": "create", "file_path": format!("m/{n}.txt"), "content": "m\n"}]);
-        let reply: Value = client
-            .post(format!("{}/api/v1/work-items", service.url))
-            .json(&submission)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let id = reply["item"]["id"].as_str().unwrap().to_owned();
+        let id = service.submit_file(n, &format!("m/{n}.txt"), "m\n").await;
         let deadline = Instant::now() + Duration::from_secs(60);
-        let number = loop {
-            let item: Value = client
-                .get(format!("{}/api/v1/work-items/{id}", service.url))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            if item["phase"] == "completed" {
-                break item["detail"]["mr"]["number"].as_u64().unwrap();
-            }
-            assert!(Instant::now() < deadline, "not merged: {item}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+        let number = service
+            .merged_number(&id, deadline, Duration::from_millis(20))
+            .await;
         if service.kind != Kind::Gitlab {
             continue;
         }
@@ -448,45 +464,22 @@ async fn bench_in_flight(
     ci_secs: u64,
 ) -> (Vec<f64>, usize) {
     let service = start_with_ci(database_url, sim, true, Kind::Gitlab, ci_secs).await;
-    let client = service.client.clone();
     let mut submitted = Vec::with_capacity(count);
     let mut ticker = tokio::time::interval(interval);
     for n in 0..count {
         ticker.tick().await;
-        let mut submission = body(Kind::Gitlab, &service.project_path, n);
-        submission["file_actions"] =
-            json!([{"action": "create", "file_path": format!("f/{n}.txt"), "content": "f\n"}]);
         let at = OffsetDateTime::now_utc();
-        let reply: Value = client
-            .post(format!("{}/api/v1/work-items", service.url))
-            .json(&submission)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        submitted.push((reply["item"]["id"].as_str().unwrap().to_owned(), at));
+        let id = service.submit_file(n, &format!("f/{n}.txt"), "f\n").await;
+        submitted.push((id, at));
     }
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut numbers = Vec::with_capacity(count);
     for (id, _) in &submitted {
-        let number = loop {
-            let item: Value = client
-                .get(format!("{}/api/v1/work-items/{id}", service.url))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            if item["phase"] == "completed" {
-                break item["detail"]["mr"]["number"].as_u64().unwrap();
-            }
-            assert!(Instant::now() < deadline, "not merged: {item}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        numbers.push(number);
+        numbers.push(
+            service
+                .merged_number(id, deadline, Duration::from_millis(50))
+                .await,
+        );
     }
     let requests = sim.requests();
     let encoded = service.project_path.replace('/', "%2F");
