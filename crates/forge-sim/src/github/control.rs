@@ -64,11 +64,16 @@ pub struct GithubRepoSpec {
     /// Users with no access to the repository (`authorAssociation: NONE`).
     #[serde(default)]
     pub outside_users: Option<Vec<String>>,
+    /// The most entries a recursive `GET git/trees/{sha}?recursive=1` lists before answering
+    /// `"truncated": true`; `Some(None)` (JSON `null`) restores GitHub's 100,000.
+    #[serde(default, deserialize_with = "some_null")]
+    pub tree_listing_limit: Option<Option<usize>>,
 }
 
-fn some_null<'de, D: serde::Deserializer<'de>>(
+/// Reads a present field, `null` included, as `Some(value)` (an absent one stays `None`).
+fn some_null<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
     deserializer: D,
-) -> Result<Option<Option<u64>>, D::Error> {
+) -> Result<Option<Option<T>>, D::Error> {
     Ok(Some(Option::deserialize(deserializer)?))
 }
 
@@ -118,6 +123,13 @@ impl GithubRepoSpec {
         self.checks = Some(checks.iter().map(CheckScript::to_json).collect());
         self
     }
+
+    /// Truncates recursive tree listings after `limit` entries (`"truncated": true`), as GitHub
+    /// does after 100,000.
+    pub fn tree_listing_limit(mut self, limit: usize) -> GithubRepoSpec {
+        self.tree_listing_limit = Some(Some(limit));
+        self
+    }
 }
 
 fn parse_checks(list: &[Value]) -> Result<Vec<CheckScript>, ControlError> {
@@ -150,6 +162,9 @@ fn apply_spec(settings: &mut RepoSettings, spec: &GithubRepoSpec) -> Result<(), 
     }
     if let Some(eta) = spec.queue_eta_seconds_per_entry {
         settings.queue_eta_seconds_per_entry = eta;
+    }
+    if let Some(limit) = spec.tree_listing_limit {
+        settings.tree_listing_limit = limit;
     }
     if let Some(method) = &spec.queue_merge_method {
         if ops::parse_merge_method(method).is_none() {

@@ -879,3 +879,199 @@ async fn trees_list_directories_and_follow_githubs_base_tree_rules() {
         ])
     );
 }
+
+/// The paths of `GET git/trees/{sha}`, recursive or not, and its `truncated`.
+async fn listing_truncated(gh: &ApiClient, sha: &str, recursive: bool) -> (Vec<String>, bool) {
+    let query = if recursive { "?recursive=1" } else { "" };
+    let (status, tree) = gh
+        .get(&format!("/repos/octo/app/git/trees/{sha}{query}"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{tree}");
+    let paths = tree["tree"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap().to_string())
+        .collect();
+    (paths, tree["truncated"].as_bool().unwrap())
+}
+
+#[tokio::test]
+async fn recursive_tree_listings_truncate_beyond_the_repository_limit() {
+    let sim = start_stepped_sim().await;
+    create_repo(
+        &sim,
+        GithubRepoSpec::new("octo", "app").tree_listing_limit(3),
+    );
+    let gh = ApiClient::github(&sim);
+    let blob =
+        |path: &str| json!({ "path": path, "mode": "100644", "type": "blob", "content": path });
+    let tree = new_tree(
+        &gh,
+        None,
+        json!([blob("README.md"), blob("dir/a"), blob("dir/b")]),
+    )
+    .await;
+    let strings = |paths: &[&str]| paths.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+
+    // Four entries over a limit of three: the first three, in the listing's order.
+    assert_eq!(
+        listing_truncated(&gh, &tree, true).await,
+        (strings(&["README.md", "dir", "dir/a"]), true)
+    );
+    // A plain listing is not cut.
+    assert_eq!(
+        listing_truncated(&gh, &tree, false).await,
+        (strings(&["README.md", "dir"]), false)
+    );
+
+    // At the limit nothing is left out.
+    sim.github_update_repo(REPO, GithubRepoSpec::default().tree_listing_limit(4))
+        .unwrap();
+    let all = strings(&["README.md", "dir", "dir/a", "dir/b"]);
+    assert_eq!(
+        listing_truncated(&gh, &tree, true).await,
+        (all.clone(), false)
+    );
+
+    // The control route sets it too; `null` restores GitHub's 100,000.
+    let ctl = gh.with_auth(None);
+    let (status, summary) = ctl
+        .patch(
+            "/_sim/github/repos/octo/app",
+            json!({ "tree_listing_limit": 1 }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{summary}");
+    assert_eq!(summary["settings"]["tree_listing_limit"], 1);
+    assert_eq!(
+        listing_truncated(&gh, &tree, true).await,
+        (strings(&["README.md"]), true)
+    );
+    let (status, summary) = ctl
+        .patch(
+            "/_sim/github/repos/octo/app",
+            json!({ "tree_listing_limit": null }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{summary}");
+    assert!(summary["settings"]["tree_listing_limit"].is_null());
+    assert_eq!(listing_truncated(&gh, &tree, true).await, (all, false));
+}
+
+/// GraphQL's `ref` / `Commit.tree` / `Commit.file` answer the same object ids as the REST git
+/// data API.
+#[tokio::test]
+async fn graphql_ref_tree_and_file_agree_with_rest_git_data() {
+    let sim = start_stepped_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let gh = ApiClient::github(&sim);
+    let head = sim.github_branch_head(REPO, "main").unwrap();
+    let file = |path: &str, mode: &str| json!({ "path": path, "mode": mode, "type": "blob", "content": format!("{path}\n") });
+    let tree = new_tree(
+        &gh,
+        Some(&head),
+        json!([
+            file("src/lib.rs", "100644"),
+            file("dir/a.txt", "100644"),
+            file("dir/sub/b.txt", "100644"),
+            file("bin/run.sh", "100755"),
+        ]),
+    )
+    .await;
+    let (status, commit) = gh
+        .post(
+            "/repos/octo/app/git/commits",
+            json!({ "message": "files", "tree": tree, "parents": [head] }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{commit}");
+    let sha = commit["sha"].as_str().unwrap().to_string();
+    let (status, _) = gh
+        .patch("/repos/octo/app/git/refs/heads/main", json!({ "sha": sha }))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+
+    let q = r#"query($owner: String!, $name: String!, $p: String!, $oid: GitObjectID!) {
+      repository(owner: $owner, name: $name) {
+        ref(qualifiedName: "refs/heads/main") {
+          name prefix
+          target {
+            oid
+            ... on Commit {
+              tree { oid }
+              a: file(path: $p) { name path mode type oid size }
+              d: file(path: "dir") { type mode oid }
+              x: file(path: "bin/run.sh") { mode oid }
+              m: file(path: "missing") { oid }
+            }
+          }
+        }
+        short: ref(qualifiedName: "main") { target { oid } }
+        gone: ref(qualifiedName: "refs/heads/gone") { name }
+        object(oid: $oid) { ... on Commit { oid file(path: "dir/sub") { type oid } } }
+      } }"#;
+    let body = gh
+        .graphql(
+            q,
+            json!({ "owner": "octo", "name": "app", "p": "src/lib.rs", "oid": sha }),
+        )
+        .await;
+    assert!(body.get("errors").is_none(), "{body}");
+    let repo = &body["data"]["repository"];
+    let reference = &repo["ref"];
+    assert_eq!(reference["name"], "main");
+    assert_eq!(reference["prefix"], "refs/heads/");
+    let target = &reference["target"];
+    assert_eq!(target["oid"], sha.as_str());
+    assert_eq!(repo["short"]["target"]["oid"], sha.as_str());
+    assert!(repo["gone"].is_null());
+    assert!(target["m"].is_null());
+
+    // The commit's tree is the REST commit's; `dir` and `dir/sub` are the subtrees the REST
+    // listings name, `src/lib.rs` the blob REST serves.
+    let (_, rest_commit) = gh.get(&format!("/repos/octo/app/commits/{sha}")).await;
+    assert_eq!(target["tree"]["oid"], rest_commit["commit"]["tree"]["sha"]);
+    assert_eq!(target["tree"]["oid"], tree.as_str());
+    let (_, top) = gh.get(&format!("/repos/octo/app/git/trees/{tree}")).await;
+    let entry = |listing: &serde_json::Value, path: &str| {
+        listing["tree"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["path"] == path)
+            .cloned()
+            .unwrap_or_else(|| panic!("{path} in {listing}"))
+    };
+    assert_eq!(
+        target["d"],
+        json!({ "type": "tree", "mode": 16384, "oid": entry(&top, "dir")["sha"] })
+    );
+    let (_, deep) = gh
+        .get(&format!("/repos/octo/app/git/trees/{tree}?recursive=1"))
+        .await;
+    assert_eq!(repo["object"]["oid"], sha.as_str());
+    assert_eq!(
+        repo["object"]["file"],
+        json!({ "type": "tree", "oid": entry(&deep, "dir/sub")["sha"] })
+    );
+    let lib = entry(&deep, "src/lib.rs");
+    assert_eq!(
+        target["a"],
+        json!({
+            "name": "lib.rs", "path": "src/lib.rs", "mode": 33188, "type": "blob",
+            "oid": lib["sha"], "size": lib["size"],
+        })
+    );
+    let run = entry(&deep, "bin/run.sh");
+    assert_eq!(run["mode"], "100755");
+    assert_eq!(target["x"], json!({ "mode": 33261, "oid": run["sha"] }));
+    let (status, blob) = gh
+        .get(&format!(
+            "/repos/octo/app/git/blobs/{}",
+            target["a"]["oid"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{blob}");
+    assert_eq!(blob["content"], "c3JjL2xpYi5ycwo=");
+}

@@ -15,6 +15,7 @@ use crate::github::model;
 use crate::github::model::{GhRepo, PullRequest, QueueEntry};
 use crate::github::rest::reply;
 use crate::github::{Ctx, GithubState, authenticate, ops, with_github};
+use crate::repo::{Commit, Tree};
 use crate::state::Shared;
 
 const GRAPHQL_DOCS: &str = "https://docs.github.com/graphql";
@@ -153,6 +154,10 @@ enum Obj<'a> {
     Queue(&'a GhRepo, String),
     /// The checks and statuses of a commit (`StatusCheckRollup`), by its sha.
     Rollup(&'a GhRepo, String),
+    /// A branch as a `Ref` (`refs/heads/<name>`), by its short name.
+    Ref(&'a GhRepo, String),
+    /// A commit of the repository as a `Commit` git object.
+    Commit(&'a GhRepo, &'a Commit),
     /// A mutation payload: type name, clientMutationId, and the entry it reports.
     Payload(&'static str, Value, Option<Box<Obj<'a>>>),
     /// A plain JSON object whose `__typename` key names its type.
@@ -178,6 +183,11 @@ const CONCRETE: &[&str] = &[
     "StatusCheckRollup",
     "CheckRun",
     "StatusContext",
+    "Ref",
+    "Tree",
+    "TreeEntry",
+    "Blob",
+    "Tag",
 ];
 
 struct Exec<'d> {
@@ -546,9 +556,65 @@ impl Exec<'_> {
                 Some(e) => self.resolve(gh, &Obj::Entry(r, e), f, path),
                 None => Value::Null,
             },
-            (Obj::Pr(r, _), "repository") | (Obj::Queue(r, _), "repository") => {
-                self.resolve(gh, &Obj::Repo(r), f, path)
+            (Obj::Repo(r), "ref") => {
+                let name = self.arg(f, "qualifiedName");
+                let Some(name) = name.as_str() else {
+                    return self.exec_error(
+                        "ARGUMENT_ERROR",
+                        "Field 'ref' is missing required arguments: qualifiedName".into(),
+                        f,
+                        path,
+                    );
+                };
+                match qualified_branch(r, name) {
+                    Some(branch) => self.resolve(gh, &Obj::Ref(r, branch), f, path),
+                    None => Value::Null,
+                }
             }
+            (Obj::Repo(r), "defaultBranchRef") => {
+                let branch = r.git.default_branch();
+                match r.git.branch_head(branch) {
+                    Some(_) => self.resolve(gh, &Obj::Ref(r, branch.to_string()), f, path),
+                    None => Value::Null,
+                }
+            }
+            (Obj::Repo(r), "object") => {
+                let oid = self.arg(f, "oid");
+                let expression = self.arg(f, "expression");
+                match git_object(r, oid.as_str(), expression.as_str()) {
+                    Some(commit) => self.resolve(gh, &Obj::Commit(r, commit), f, path),
+                    None => Value::Null,
+                }
+            }
+            (Obj::Ref(r, branch), "target") => {
+                match r.git.branch_head(branch).and_then(|sha| r.git.commit(sha)) {
+                    Some(commit) => self.resolve(gh, &Obj::Commit(r, commit), f, path),
+                    None => Value::Null,
+                }
+            }
+            (Obj::Commit(r, commit), "tree") => {
+                let tree = tree_object(r, &model::tree_sha(&commit.tree));
+                self.resolve(gh, &Obj::Static(tree), f, path)
+            }
+            (Obj::Commit(_, commit), "file") => {
+                let file = self.arg(f, "path");
+                let Some(file) = file.as_str() else {
+                    return self.exec_error(
+                        "ARGUMENT_ERROR",
+                        "Field 'file' is missing required arguments: path".into(),
+                        f,
+                        path,
+                    );
+                };
+                match tree_entry(&commit.tree, file) {
+                    Some(entry) => self.resolve(gh, &Obj::Static(entry), f, path),
+                    None => Value::Null,
+                }
+            }
+            (Obj::Pr(r, _), "repository")
+            | (Obj::Queue(r, _), "repository")
+            | (Obj::Ref(r, _), "repository")
+            | (Obj::Commit(r, _), "repository") => self.resolve(gh, &Obj::Repo(r), f, path),
             (Obj::Pr(_, pr), "reviewThreads") => {
                 let items: Vec<Obj> = pr
                     .threads
@@ -881,6 +947,8 @@ fn type_of(obj: &Obj<'_>) -> String {
         Obj::Entry(..) => "MergeQueueEntry".into(),
         Obj::Queue(..) => "MergeQueue".into(),
         Obj::Rollup(..) => "StatusCheckRollup".into(),
+        Obj::Ref(..) => "Ref".into(),
+        Obj::Commit(..) => "Commit".into(),
         Obj::Payload(t, ..) => (*t).into(),
         Obj::Static(v) => v["__typename"].as_str().unwrap_or("Object").to_string(),
     }
@@ -909,6 +977,7 @@ fn gql_state(pr: &PullRequest) -> &'static str {
     }
 }
 
+/// A commit's leaf fields (`null` message and dates for a sha the repository does not hold).
 fn commit_json(r: &GhRepo, sha: &str) -> Value {
     let rollup = r
         .rollup(sha)
@@ -924,6 +993,104 @@ fn commit_json(r: &GhRepo, sha: &str) -> Value {
         "committedDate": c.map(|c| ts(c.created_at)),
         "statusCheckRollup": rollup,
     })
+}
+
+/// The branch `Repository.ref(qualifiedName:)` names. As GitHub does, a fully qualified name
+/// (`refs/heads/main`) is checked before a short one (`main`); the simulator has branches only
+/// (no tags), so anything else is no ref.
+fn qualified_branch(r: &GhRepo, name: &str) -> Option<String> {
+    let exists = |branch: &&str| r.git.branch_head(branch).is_some();
+    name.strip_prefix("refs/heads/")
+        .filter(exists)
+        .or_else(|| Some(name).filter(exists))
+        .map(str::to_string)
+}
+
+/// The git object `Repository.object(oid:, expression:)` names: the commit with that full
+/// `oid`, else the commit the `expression` (a branch, `refs/heads/<branch>`, or a full or
+/// abbreviated commit sha) resolves to. Only commits are answered; anything else is `None`.
+fn git_object<'a>(
+    r: &'a GhRepo,
+    oid: Option<&str>,
+    expression: Option<&str>,
+) -> Option<&'a Commit> {
+    if let Some(oid) = oid {
+        return r.git.commit(oid);
+    }
+    let expression = expression?;
+    r.git.resolve(expression).or_else(|| {
+        let branch = expression.strip_prefix("refs/heads/")?;
+        r.git.commit(r.git.branch_head(branch)?)
+    })
+}
+
+/// A `Tree` git object's leaf fields, by its sha (the sha the REST git data API uses).
+fn tree_object(r: &GhRepo, sha: &str) -> Value {
+    json!({
+        "__typename": "Tree",
+        "id": model::node_id("TR", &format!("{}:{sha}", r.id)),
+        "oid": sha,
+        "abbreviatedOid": &sha[..7.min(sha.len())],
+    })
+}
+
+/// GitHub's GraphQL `TreeEntry.mode` of a regular file: git's `100644` as a number (33188).
+const MODE_FILE: u32 = 0o100644;
+/// `TreeEntry.mode` of an executable file: git's `100755` (33261).
+const MODE_EXECUTABLE: u32 = 0o100755;
+/// `TreeEntry.mode` of a directory: git's `040000` (16384).
+const MODE_DIRECTORY: u32 = 0o40000;
+
+/// The `TreeEntry` at `path` in a flat tree, as `Commit.file(path:)` answers it: the file there,
+/// else the directory there (some file lies under `path/`), else `None`. An empty path, or one
+/// starting or ending with `/`, is no entry. A directory's `oid` is its subtree's sha, the one a
+/// REST tree listing gives it.
+fn tree_entry(tree: &Tree, path: &str) -> Option<Value> {
+    use base64::Engine as _;
+    if path.is_empty() || path.starts_with('/') || path.ends_with('/') {
+        return None;
+    }
+    let (kind, mode, oid, size) = match tree.get(path) {
+        Some(file) => {
+            let mode = if file.executable {
+                MODE_EXECUTABLE
+            } else {
+                MODE_FILE
+            };
+            ("blob", mode, file.blob_id(), file.content.len())
+        }
+        None => {
+            let sub = model::subtree(tree, path);
+            if sub.is_empty() {
+                return None;
+            }
+            ("tree", MODE_DIRECTORY, model::tree_sha(&sub), 0)
+        }
+    };
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let b64 = base64::engine::general_purpose::STANDARD;
+    Some(json!({
+        "__typename": "TreeEntry",
+        "name": name,
+        "nameRaw": b64.encode(name),
+        "path": path,
+        "pathRaw": b64.encode(path),
+        "mode": mode,
+        "type": kind,
+        "oid": oid,
+        "size": size,
+        "extension": extension(name),
+        "isGenerated": false,
+        "submodule": Value::Null,
+    }))
+}
+
+/// A file name's extension as GitHub's `TreeEntry.extension` gives it (Ruby's `File.extname`):
+/// from the last `.` that is not leading (`.rs` of `main.rs`, `.yml` of `.ci.yml`); `None` for
+/// `Makefile` or `.gitignore`.
+fn extension(name: &str) -> Option<&str> {
+    let stem = name.trim_start_matches('.');
+    stem.rfind('.').map(|dot| &stem[dot..])
 }
 
 /// A check run as a `StatusCheckRollupContext` (`CheckRun`): GitHub's GraphQL spells its
@@ -985,10 +1152,6 @@ fn static_json(ctx: &Ctx, obj: &Obj<'_>) -> Value {
         Obj::Payload(t, cmid, _) => json!({ "__typename": t, "clientMutationId": cmid }),
         Obj::Repo(r) => {
             let full = r.full_name();
-            let head = r
-                .git
-                .branch_head(r.git.default_branch())
-                .unwrap_or_default();
             json!({
                 "__typename": "Repository",
                 "id": r.node_id,
@@ -1002,11 +1165,6 @@ fn static_json(ctx: &Ctx, obj: &Obj<'_>) -> Value {
                 "mergeCommitAllowed": true,
                 "squashMergeAllowed": true,
                 "rebaseMergeAllowed": true,
-                "defaultBranchRef": {
-                    "__typename": "Ref",
-                    "name": r.git.default_branch(),
-                    "target": commit_json(r, head),
-                },
             })
         }
         Obj::Queue(r, branch) => {
@@ -1031,6 +1189,26 @@ fn static_json(ctx: &Ctx, obj: &Obj<'_>) -> Value {
         Obj::Entry(r, e) => {
             let pos = r.queue_position(e.pr).map(|(p, _)| p).unwrap_or(1);
             entry_json(r, e, pos)
+        }
+        Obj::Ref(r, branch) => json!({
+            "__typename": "Ref",
+            "id": model::node_id("REF", &format!("{}:refs/heads/{branch}", r.id)),
+            "name": branch,
+            "prefix": "refs/heads/",
+        }),
+        Obj::Commit(r, commit) => {
+            let sha = &commit.sha;
+            let path = format!("/{}/commit/{sha}", r.full_name());
+            let tree_path = format!("/{}/tree/{sha}", r.full_name());
+            let mut v = commit_json(r, sha);
+            v["authoredDate"] = json!(ts(commit.created_at));
+            v["url"] = json!(format!("{}{path}", ctx.base_url));
+            v["commitUrl"] = v["url"].clone();
+            v["resourcePath"] = json!(path);
+            v["commitResourcePath"] = json!(path);
+            v["treeUrl"] = json!(format!("{}{tree_path}", ctx.base_url));
+            v["treeResourcePath"] = json!(tree_path);
+            v
         }
         Obj::Rollup(r, sha) => json!({
             "__typename": "StatusCheckRollup",
@@ -1122,6 +1300,7 @@ fn find_node<'a>(gh: &'a GithubState, id: &str) -> Option<Obj<'a>> {
 mod tests {
     use super::*;
     use crate::github::model::RepoSettings;
+    use crate::repo::FileEntry;
 
     fn ctx() -> Ctx {
         Ctx {
@@ -1186,6 +1365,196 @@ mod tests {
             out["data"]["repository"]["a"]["mergeQueueEntry"]["state"],
             "QUEUED"
         );
+    }
+
+    /// A repository whose `main` holds `src/lib.rs`, `dir/a.txt`, `dir/sub/b.txt` and an
+    /// executable `bin/run.sh`; returns the state and `main`'s head.
+    fn state_with_tree() -> (GithubState, String) {
+        let mut gh = state_with_pr();
+        let ctx = ctx();
+        let (r, env) = gh.repo_env("o", "r").unwrap();
+        let main = r.git.branch_head("main").unwrap().to_string();
+        let mut tree = (*r.git.commit(&main).unwrap().tree).clone();
+        tree.insert("src/lib.rs".into(), FileEntry::new("pub fn f() {}\n"));
+        tree.insert("dir/a.txt".into(), FileEntry::new("a"));
+        tree.insert("dir/sub/b.txt".into(), FileEntry::new("b"));
+        tree.insert(
+            "bin/run.sh".into(),
+            FileEntry {
+                content: b"#!/bin/sh\n".to_vec(),
+                executable: true,
+            },
+        );
+        let sha = r.git.create_commit(
+            vec![main],
+            std::sync::Arc::new(tree),
+            "tree",
+            "a",
+            "a@x",
+            ctx.now,
+        );
+        ops::set_branch(r, env, &ctx, "main", Some(&sha));
+        (gh, sha)
+    }
+
+    #[test]
+    fn ref_target_tree_and_file_entries() {
+        let (mut gh, head) = state_with_tree();
+        let q = r#"query($p: String!) { repository(owner: "o", name: "r") {
+            ref(qualifiedName: "refs/heads/main") {
+              __typename id name prefix
+              repository { name }
+              target {
+                __typename oid
+                ... on Commit {
+                  message
+                  tree { __typename oid }
+                  a: file(path: $p) { __typename name path mode type oid size extension isGenerated }
+                  d: file(path: "dir") { name path type mode oid size extension }
+                  nested: file(path: "dir/sub") { type oid }
+                  x: file(path: "bin/run.sh") { mode type extension }
+                  m: file(path: "missing") { oid }
+                  lead: file(path: "/dir") { oid }
+                  trail: file(path: "dir/") { oid }
+                  empty: file(path: "") { oid }
+                  partial: file(path: "di") { oid }
+                  spread: file(path: "dir/a.txt") { ...entry }
+                }
+                ... on Tree { entries { name } }
+              }
+            } } }
+            fragment entry on TreeEntry { type mode oid }"#;
+        let out = run(&mut gh, q, json!({ "p": "src/lib.rs" }));
+        assert!(out.get("errors").is_none(), "{out}");
+        let r = gh.repo("o", "r").unwrap();
+        let commit = r.git.commit(&head).unwrap();
+        let reference = &out["data"]["repository"]["ref"];
+        assert_eq!(reference["__typename"], "Ref");
+        assert!(reference["id"].as_str().is_some_and(|id| !id.is_empty()));
+        assert_eq!(reference["name"], "main");
+        assert_eq!(reference["prefix"], "refs/heads/");
+        assert_eq!(reference["repository"]["name"], "r");
+        let target = &reference["target"];
+        assert_eq!(target["__typename"], "Commit");
+        assert_eq!(target["oid"], head.as_str());
+        assert_eq!(target["message"], "tree");
+        assert!(target.get("entries").is_none());
+
+        // The commit's tree is the one the REST commit names.
+        let rest = crate::github::json::commit(&ctx(), r, &head).unwrap();
+        assert_eq!(target["tree"]["__typename"], "Tree");
+        assert_eq!(target["tree"]["oid"], rest["commit"]["tree"]["sha"]);
+
+        let lib = FileEntry::new("pub fn f() {}\n");
+        assert_eq!(
+            target["a"],
+            json!({
+                "__typename": "TreeEntry", "name": "lib.rs", "path": "src/lib.rs",
+                "mode": 33188, "type": "blob", "oid": lib.blob_id(),
+                "size": lib.content.len(), "extension": ".rs", "isGenerated": false,
+            })
+        );
+        let dir = model::tree_sha(&model::subtree(&commit.tree, "dir"));
+        assert_eq!(
+            target["d"],
+            json!({
+                "name": "dir", "path": "dir", "type": "tree", "mode": 16384, "oid": dir,
+                "size": 0, "extension": null,
+            })
+        );
+        let sub = model::tree_sha(&model::subtree(&commit.tree, "dir/sub"));
+        assert_eq!(target["nested"], json!({ "type": "tree", "oid": sub }));
+        assert_eq!(
+            target["x"],
+            json!({ "mode": 33261, "type": "blob", "extension": ".sh" })
+        );
+        assert_eq!(
+            target["spread"],
+            json!({ "type": "blob", "mode": 33188, "oid": FileEntry::new("a").blob_id() })
+        );
+        for missing in ["m", "lead", "trail", "empty", "partial"] {
+            assert!(target[missing].is_null(), "{missing}: {}", target[missing]);
+        }
+    }
+
+    #[test]
+    fn short_missing_and_default_refs_and_objects() {
+        let (mut gh, head) = state_with_tree();
+        let feature = gh
+            .repo("o", "r")
+            .unwrap()
+            .git
+            .branch_head("feature")
+            .unwrap()
+            .to_string();
+        let q = r#"query($oid: GitObjectID, $sha: String) { repository(owner: "o", name: "r") {
+            short: ref(qualifiedName: "feature") { name prefix target { oid } }
+            missing: ref(qualifiedName: "refs/heads/nope") { name }
+            tag: ref(qualifiedName: "refs/tags/v1") { name }
+            heads: ref(qualifiedName: "heads/main") { name }
+            defaultBranchRef { name target { ... on Commit { file(path: "dir/a.txt") { size } } } }
+            byOid: object(oid: $oid) { __typename oid ... on Commit { file(path: "f.txt") { type } } }
+            byBranch: object(expression: "main") { oid }
+            bySha: object(expression: $sha) { oid }
+            byShort: object(expression: "refs/heads/feature") { oid }
+            unknownOid: object(oid: "0000000000000000000000000000000000000000") { oid }
+            unknownExpression: object(expression: "nope") { oid }
+          } }"#;
+        let out = run(&mut gh, q, json!({ "oid": feature, "sha": &feature[..10] }));
+        assert!(out.get("errors").is_none(), "{out}");
+        let repo = &out["data"]["repository"];
+        assert_eq!(
+            repo["short"],
+            json!({ "name": "feature", "prefix": "refs/heads/", "target": { "oid": feature } })
+        );
+        for missing in ["missing", "tag", "heads", "unknownOid", "unknownExpression"] {
+            assert!(repo[missing].is_null(), "{missing}: {}", repo[missing]);
+        }
+        assert_eq!(
+            repo["defaultBranchRef"],
+            json!({ "name": "main", "target": { "file": { "size": 1 } } })
+        );
+        assert_eq!(
+            repo["byOid"],
+            json!({ "__typename": "Commit", "oid": feature, "file": { "type": "blob" } })
+        );
+        assert_eq!(repo["byBranch"]["oid"], head.as_str());
+        assert_eq!(repo["bySha"]["oid"], feature.as_str());
+        assert_eq!(repo["byShort"]["oid"], feature.as_str());
+
+        // A required argument left out is an error on the field.
+        let out = run(
+            &mut gh,
+            r#"{ repository(owner: "o", name: "r") { ref { name } } }"#,
+            json!({}),
+        );
+        assert!(out["data"]["repository"]["ref"].is_null());
+        assert_eq!(out["errors"][0]["type"], "ARGUMENT_ERROR");
+    }
+
+    #[test]
+    fn unknown_fields_on_git_objects_are_validation_errors() {
+        let (mut gh, _) = state_with_tree();
+        for (selection, type_name) in [
+            ("nope", "Ref"),
+            ("target { nope }", "Commit"),
+            ("target { ... on Commit { tree { nope } } }", "Tree"),
+            (
+                r#"target { ... on Commit { file(path: "dir") { nope } } }"#,
+                "TreeEntry",
+            ),
+        ] {
+            let q = format!(
+                r#"{{ repository(owner: "o", name: "r") {{ ref(qualifiedName: "main") {{ {selection} }} }} }}"#
+            );
+            let out = run(&mut gh, &q, json!({}));
+            assert!(out.get("data").is_none(), "{out}");
+            assert_eq!(
+                out["errors"][0]["extensions"]["typeName"], type_name,
+                "{out}"
+            );
+            assert_eq!(out["errors"][0]["extensions"]["fieldName"], "nope");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Derived state: pure reads of the model that REST, GraphQL, webhooks and transitions share.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use base64::Engine as _;
@@ -20,6 +21,16 @@ pub fn tree_sha(tree: &Tree) -> String {
         buf.extend_from_slice(entry.blob_id().as_bytes());
     }
     sign::object_id("tree", &buf)
+}
+
+/// The subtree of a flat `tree` under the directory `dir` (no leading or trailing `/`), its
+/// paths relative to `dir`: what GitHub stores as the directory's own tree object. Empty when
+/// no file lies under `dir`.
+pub fn subtree(tree: &Tree, dir: &str) -> Tree {
+    let prefix = format!("{dir}/");
+    tree.range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+        .map_while(|(path, file)| Some((path.strip_prefix(&prefix)?.to_string(), file.clone())))
+        .collect()
 }
 
 /// An opaque GraphQL-style node id: `<prefix>_kwDO<base64url(parts)>`.

@@ -12,7 +12,7 @@ use crate::repo::{Repo, Tree};
 pub mod actions;
 mod derived;
 
-pub use derived::{CheckResult, node_id, suite_status, tree_sha};
+pub use derived::{CheckResult, node_id, subtree, suite_status, tree_sha};
 
 /// A webhook subscription of one repository.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -48,7 +48,15 @@ pub struct RepoSettings {
     /// Users with no access to the repository (a public repository's passers-by): their
     /// `authorAssociation` is `NONE`. Everyone else but the owner is a `COLLABORATOR`.
     pub outside_users: Vec<String>,
+    /// The most entries a recursive `GET git/trees/{sha}?recursive=1` lists before it answers
+    /// only the first ones with `"truncated": true` (`None` = GitHub's limit,
+    /// [`TREE_LISTING_LIMIT`]).
+    pub tree_listing_limit: Option<usize>,
 }
+
+/// The most entries GitHub lists in a recursive tree (it also stops at 7 MB of response, which
+/// the simulator does not count): beyond it the listing says `"truncated": true`.
+pub const TREE_LISTING_LIMIT: usize = 100_000;
 
 /// A branch ruleset: the rules (by type) applied to branches its `ref_name` conditions select.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -79,6 +87,7 @@ impl Default for RepoSettings {
             protected_branches: Vec::new(),
             rulesets: Vec::new(),
             outside_users: Vec::new(),
+            tree_listing_limit: None,
         }
     }
 }

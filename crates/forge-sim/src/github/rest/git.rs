@@ -237,14 +237,6 @@ struct TreeBody {
     tree: Option<Vec<TreeItem>>,
 }
 
-/// The subtree of `tree` under the directory `dir` (paths relative to it).
-fn subtree(tree: &Tree, dir: &str) -> Tree {
-    let prefix = format!("{dir}/");
-    tree.iter()
-        .filter_map(|(path, file)| Some((path.strip_prefix(&prefix)?.to_string(), file.clone())))
-        .collect()
-}
-
 /// Every directory of a flat tree (each ancestor of a file path).
 fn directories(tree: &Tree) -> std::collections::BTreeSet<String> {
     let mut dirs = std::collections::BTreeSet::new();
@@ -261,6 +253,10 @@ fn directories(tree: &Tree) -> std::collections::BTreeSet<String> {
 
 /// A tree as GitHub lists it: its own entries, or with `recursive` every blob and subtree
 /// (`type: tree`, mode `040000`) below it. Subtrees are stored so they can be read by sha.
+///
+/// A recursive listing holds at most the repository's `tree_listing_limit` entries (GitHub's
+/// 100,000 by default): beyond it GitHub answers the first entries (in the listing's order) and
+/// `"truncated": true`.
 fn tree_json(ctx: &Ctx, repo: &mut GhRepo, sha: &str, tree: &Tree, recursive: bool) -> Value {
     let full = repo.full_name();
     let mut entries: Vec<(String, Value)> = Vec::new();
@@ -268,7 +264,7 @@ fn tree_json(ctx: &Ctx, repo: &mut GhRepo, sha: &str, tree: &Tree, recursive: bo
         if !recursive && dir.contains('/') {
             continue;
         }
-        let sub = subtree(tree, &dir);
+        let sub = model::subtree(tree, &dir);
         let sub_sha = model::tree_sha(&sub);
         entries.push((
             dir.clone(),
@@ -300,11 +296,19 @@ fn tree_json(ctx: &Ctx, repo: &mut GhRepo, sha: &str, tree: &Tree, recursive: bo
         ));
     }
     entries.sort_by(|left, right| left.0.cmp(&right.0));
+    let limit = repo
+        .settings
+        .tree_listing_limit
+        .unwrap_or(model::TREE_LISTING_LIMIT);
+    let truncated = recursive && entries.len() > limit;
+    if truncated {
+        entries.truncate(limit);
+    }
     json!({
         "sha": sha,
         "url": format!("{}/repos/{full}/git/trees/{sha}", ctx.base_url),
         "tree": entries.into_iter().map(|(_, entry)| entry).collect::<Vec<_>>(),
-        "truncated": false,
+        "truncated": truncated,
     })
 }
 
