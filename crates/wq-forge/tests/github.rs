@@ -309,8 +309,10 @@ async fn deletes_and_moves_take_only_files_and_writes_never_replace_a_directory(
         assert_eq!(error.kind, ForgeErrorKind::Invalid, "{bad:?}: {error}");
         assert!(error.message.contains(why), "{bad:?}: {}", error.message);
         assert!(
-            requests(&sim).iter().all(|(method, _)| method == "GET"),
-            "{bad:?}: nothing is written"
+            requests(&sim)
+                .iter()
+                .all(|(method, path)| method == "GET" || path == "/graphql"),
+            "{bad:?}: nothing is written (reads and the base's query only)"
         );
         assert_eq!(
             sim.github_branch_head(REPO, "wq/dir").as_deref(),
@@ -329,6 +331,29 @@ async fn deletes_and_moves_take_only_files_and_writes_never_replace_a_directory(
     assert_eq!(
         sim.github_branch_head(REPO, "main").as_deref(),
         Some(base.as_str())
+    );
+
+    // A directory the request empties may become a file. Only the whole
+    // tree tells that nothing else is below it, so this request lists it.
+    sim.clear_requests();
+    commit(
+        &github,
+        "wq/dir",
+        CommitMode::ForceUpdate,
+        &[
+            action(FileOp::Delete, "src/lib.rs", None),
+            action(FileOp::Create, "src", Some(b"now a file\n")),
+        ],
+    )
+    .await
+    .expect("an emptied directory becomes a file");
+    assert_eq!(file("wq/dir", "src").as_deref(), Some(&b"now a file\n"[..]));
+    assert!(
+        requests(&sim)
+            .iter()
+            .any(|(method, path)| method == "GET" && path.contains("/git/trees/")),
+        "the tree is listed: {:?}",
+        requests(&sim)
     );
 
     // A file delete still works, and the workflows stay; actions apply in order, so a deleted
@@ -362,6 +387,159 @@ async fn deletes_and_moves_take_only_files_and_writes_never_replace_a_directory(
         Some(&b"rel\n"[..])
     );
     assert_eq!(file("wq/dir", "src/lib.rs").as_deref(), Some(&b"lib\n"[..]));
+}
+
+/// GitHub lists a tree recursively up to 100,000 entries (7 MB) and says
+/// `truncated` beyond. The paths a commit touches are looked up one by
+/// one instead, so a repository of any size takes commits; many paths
+/// take more than one query. Only a request the lookups cannot judge (a
+/// directory it may empty) needs the listing, and is refused when that
+/// is truncated, with nothing written.
+#[tokio::test]
+async fn a_tree_too_large_to_list_takes_commits_path_by_path() {
+    let sim = start_stepped_sim().await;
+    create_repo(
+        &sim,
+        GithubRepoSpec::new("octo", "app").tree_listing_limit(5),
+    );
+    let github = client(&sim);
+    let many: Vec<FileAction> = (0..150)
+        .map(|n| {
+            action(
+                FileOp::Create,
+                &format!("many/f{n:03}.txt"),
+                Some(format!("{n}\n").as_bytes()),
+            )
+        })
+        .collect();
+    sim.clear_requests();
+    commit(&github, "main", CommitMode::ForceUpdate, &many)
+        .await
+        .expect("150 files");
+    let graphql = |sim: &SimHandle| {
+        requests(sim)
+            .iter()
+            .filter(|(method, path)| method == "POST" && path == "/graphql")
+            .count()
+    };
+    assert_eq!(graphql(&sim), 2, "151 lookups: {:?}", requests(&sim));
+    assert!(
+        requests(&sim).iter().all(|(method, _)| method != "GET"),
+        "nothing listed: {:?}",
+        requests(&sim)
+    );
+
+    // On a base of 151 files, more than GitHub lists.
+    let mut moved = action(FileOp::Move, "moved/f001.txt", None);
+    moved.previous_path = Some("many/f001.txt".into());
+    let head = commit(
+        &github,
+        "wq/big",
+        CommitMode::CreateBranch,
+        &[
+            action(FileOp::Update, "many/f000.txt", Some(b"zero\n")),
+            moved,
+            action(FileOp::Delete, "many/f002.txt", None),
+        ],
+    )
+    .await
+    .expect("a commit on a tree too large to list");
+    let file = |path: &str| sim.github_file(REPO, "wq/big", path);
+    assert_eq!(file("many/f000.txt").as_deref(), Some(&b"zero\n"[..]));
+    assert_eq!(file("moved/f001.txt").as_deref(), Some(&b"1\n"[..]));
+    assert_eq!(file("many/f001.txt"), None);
+    assert_eq!(file("many/f002.txt"), None);
+    assert_eq!(file("many/f149.txt").as_deref(), Some(&b"149\n"[..]));
+    // The checks hold without the listing.
+    for (bad, why) in [
+        (action(FileOp::Delete, "many", None), "many is a directory"),
+        (
+            action(FileOp::Delete, "many/nope.txt", None),
+            "many/nope.txt does not exist",
+        ),
+        (
+            action(FileOp::Create, "many/f003.txt/x", Some(b"x")),
+            "many/f003.txt is a file",
+        ),
+    ] {
+        let error = commit(&github, "wq/big", CommitMode::ForceUpdate, &[bad])
+            .await
+            .expect_err("refused");
+        assert_eq!(error.kind, ForgeErrorKind::Invalid, "{error}");
+        assert!(error.message.contains(why), "{}", error.message);
+    }
+
+    // A directory the request may empty needs the listing, which GitHub
+    // truncates: refused, nothing written.
+    sim.clear_requests();
+    let error = commit(
+        &github,
+        "wq/big",
+        CommitMode::ForceUpdate,
+        &[
+            action(FileOp::Delete, "many/f003.txt", None),
+            action(FileOp::Create, "many", Some(b"x")),
+        ],
+    )
+    .await
+    .expect_err("the listing is truncated");
+    assert_eq!(error.kind, ForgeErrorKind::Rejected, "{error}");
+    assert!(error.message.contains("too large"), "{}", error.message);
+    assert!(
+        requests(&sim)
+            .iter()
+            .all(|(method, path)| method == "GET" || path == "/graphql"),
+        "nothing written: {:?}",
+        requests(&sim)
+    );
+    assert_eq!(
+        sim.github_branch_head(REPO, "wq/big").as_deref(),
+        Some(head.as_str())
+    );
+}
+
+/// A failed lookup of the base (here GraphQL answering 502) costs only the
+/// REST reads it saves: the commit is made on the listed tree.
+#[tokio::test]
+async fn a_failed_base_lookup_lists_the_tree_instead() {
+    let sim = start_stepped_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let github = client(&sim);
+    sim.add_fault(FaultRule::new(
+        "POST",
+        "/graphql",
+        HttpFault::Status { status: 502 },
+    ));
+    sim.clear_requests();
+    commit(
+        &github,
+        "wq/fallback",
+        CommitMode::CreateBranch,
+        &[action(FileOp::Create, "a.txt", Some(b"a\n"))],
+    )
+    .await
+    .expect("committed on the listed tree");
+    let served = requests(&sim);
+    let methods: Vec<(&str, &str)> = served
+        .iter()
+        .map(|(method, path)| (method.as_str(), path.as_str()))
+        .collect();
+    assert_eq!(methods.len(), 6, "{served:?}");
+    assert_eq!(
+        methods[..2],
+        [
+            ("POST", "/graphql"),
+            ("GET", "/repos/octo/app/branches/main")
+        ]
+    );
+    assert!(
+        methods[2].1.starts_with("/repos/octo/app/git/trees/"),
+        "{served:?}"
+    );
+    assert_eq!(
+        sim.github_file(REPO, "wq/fallback", "a.txt").as_deref(),
+        Some(&b"a\n"[..])
+    );
 }
 
 /// Create, find, update, close and reopen are the conformance suite's;
@@ -2249,6 +2427,7 @@ async fn the_empty_diff_check_reads_no_commit_the_client_made() {
     );
 }
 
+/// The base is one GraphQL query (its head, tree and the paths written).
 /// One tree request carries UTF-8 content inline (GitHub writes it out as a
 /// blob); only other bytes take a blob request. A file the request writes
 /// inline can be moved or chmodded by a later action of the same request.
@@ -2300,17 +2479,12 @@ async fn a_push_sends_text_inline_and_tells_an_empty_commit() {
     assert_eq!(
         methods,
         [
-            ("GET", "/repos/octo/app/branches/main"),
-            ("GET", served[1].1.as_str()),
+            ("POST", "/graphql"),
             ("POST", "/repos/octo/app/git/trees"),
             ("POST", "/repos/octo/app/git/commits"),
             ("POST", "/repos/octo/app/git/refs"),
         ],
-        "no blob request for text"
-    );
-    assert!(
-        served[1].1.starts_with("/repos/octo/app/git/trees/"),
-        "{served:?}"
+        "one query for the base, no blob request for text"
     );
     let file = |path: &str| sim.github_file(REPO, "wq/inline", path);
     assert_eq!(file("a.txt").as_deref(), Some("é\n".as_bytes()));

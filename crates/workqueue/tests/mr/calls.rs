@@ -132,14 +132,16 @@ async fn gitlab_a_typical_change_is_seven_calls_and_three_first_reads(backend: B
 }
 
 /// GitHub: the source branch's one read tells its head and classic
-/// protection, then its rulesets; the base branch and its tree are read
-/// for the commit, whose text goes inline in one tree (no blob) and whose
+/// protection, then its rulesets; one GraphQL query reads the base
+/// branch's head, its tree and the paths the commit writes (no tree
+/// listing), whose text goes inline in one tree (no blob) and whose
 /// tree says it changes something (no comparison); the pull request is
 /// created without a lookup (the branch was new) and its answer is the
 /// first observation; the label's own webhook asks for no read; the first
 /// note is posted without listing the comments. The checks' webhook
-/// brings the one GraphQL read, the merge (and its one poll) and the
-/// note's final edit. The repository is read once for many changes.
+/// brings the one GraphQL read of the pull request, the merge (and its
+/// one poll) and the note's final edit. The repository is read once for
+/// many changes.
 async fn github_a_typical_change_is_thirteen_calls_and_one_first_read(backend: Backend) {
     let h = Harness::start_with(backend, options(GITHUB, None)).await;
     let calls = typical_change(&h).await;
@@ -147,16 +149,15 @@ async fn github_a_typical_change_is_thirteen_calls_and_one_first_read(backend: B
         calls,
         expected(&[
             ("GET repos/*", 1),
-            ("GET repos/*/branches/*", 2),
+            ("GET repos/*/branches/*", 1),
             ("GET repos/*/rules/branches/*", 1),
-            ("GET repos/*/git/trees/*", 1),
             ("POST repos/*/git/trees", 1),
             ("POST repos/*/git/commits", 1),
             ("POST repos/*/git/refs", 1),
             ("POST repos/*/pulls", 1),
             ("POST repos/*/issues/*/labels", 1),
             ("POST repos/*/issues/*/comments", 1),
-            ("POST graphql", 1),
+            ("POST graphql", 2),
             ("PUT repos/*/pulls/*/merge-async", 1),
             ("GET repos/*/pulls/*/merge-async/*", 1),
             ("PATCH repos/*/issues/comments/*", 1),

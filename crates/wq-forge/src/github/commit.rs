@@ -1,5 +1,5 @@
-//! Commits through the Git data API (blobs, a tree, a commit, the ref),
-//! and the empty-diff check.
+//! Commits through the Git data API (blobs, a tree, a commit, the ref) on
+//! the base [`super::base`] reads, and the empty-diff check.
 
 use std::collections::HashMap;
 
@@ -9,13 +9,15 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::GithubClient;
+use super::base::{Base, Files};
 use super::http::{Call, Repo};
 use super::wire;
 use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
 use crate::model::{CommitMode, CommitRequest, FileOp, PushedCommit};
 
 impl GithubClient {
-    /// The Git data API: the base branch's head and tree; one tree on top
+    /// The Git data API on the base branch's head and the files the
+    /// actions touch ([`GithubClient::commit_base`]): one tree on top
     /// of the base tree, with UTF-8 content inline (the entry's `content`,
     /// which GitHub writes out as a blob) and a blob (base64) only for
     /// other bytes (a delete is `sha: null`, a move deletes the old path
@@ -31,35 +33,15 @@ impl GithubClient {
         request: &CommitRequest<'_>,
     ) -> ForgeResult<PushedCommit> {
         let repo = Repo::parse(request.project)?;
-        let base = self
-            .branch(&repo, request.base_branch)
-            .await?
-            .ok_or_else(|| {
-                ForgeError::new(
-                    ForgeErrorKind::NotFound,
-                    None,
-                    format!(
-                        "base branch {} does not exist in {}",
-                        request.base_branch, request.project
-                    ),
-                )
-            })?;
-        // The base tree's files, changed action by action: a delete or move takes only a file
+        // The base's files, changed action by action: a delete or move takes only a file
         // that exists (GitHub's `sha: null` on a directory would remove all of it), and a
         // file never replaces a directory or sits under a file (GitHub's tree API would silently
         // do either); GitLab's commits API refuses all of these.
-        let (mut files, truncated) = self.tree(&repo, &base.commit.tree.sha).await?;
-        if truncated {
-            return Err(ForgeError::new(
-                ForgeErrorKind::Rejected,
-                None,
-                format!(
-                    "the tree of {} at {} is too large for GitHub to list (truncated); the \
-                     files to change cannot be checked",
-                    request.project, request.base_branch
-                ),
-            ));
-        }
+        let Base {
+            sha: base_sha,
+            tree: base_tree,
+            mut files,
+        } = self.commit_base(&repo, request).await?;
         let mut entries: Vec<Value> = Vec::new();
         // The content of files this request writes inline, by path: a later
         // move or chmod of one names it again (it has no blob sha yet).
@@ -73,10 +55,10 @@ impl GithubClient {
                         ForgeError::invalid(format!("{op} {path}: content required"))
                     })?;
                     check_file_path(&files, op, path)?;
-                    let mode = file_mode(action.execute_filemode, files.get(path));
+                    let mode = file_mode(action.execute_filemode, files.file(path));
                     let source = self.source_of(&repo, content).await?;
                     entries.push(source.entry(path, &mode));
-                    files.insert(path.to_owned(), source.remember(path, &mode, &mut inline));
+                    files.insert(path, source.remember(path, &mode, &mut inline));
                 }
                 FileOp::Delete => {
                     existing_file(&files, op, path)?;
@@ -89,12 +71,8 @@ impl GithubClient {
                         ForgeError::invalid(format!("move {path}: previous_path required"))
                     })?;
                     let old = existing_file(&files, op, previous)?.clone();
-                    let rest: HashMap<String, wire::TreeEntry> = files
-                        .iter()
-                        .filter(|(p, _)| p.as_str() != previous)
-                        .map(|(p, e)| (p.clone(), e.clone()))
-                        .collect();
-                    check_file_path(&rest, op, path)?;
+                    files.remove(previous);
+                    check_file_path(&files, op, path)?;
                     let mode = file_mode(action.execute_filemode, Some(&old));
                     let kept = inline.remove(previous);
                     let source = match action.content.as_deref() {
@@ -103,8 +81,7 @@ impl GithubClient {
                     };
                     entries.push(delete_entry(previous));
                     entries.push(source.entry(path, &mode));
-                    files = rest;
-                    files.insert(path.to_owned(), source.remember(path, &mode, &mut inline));
+                    files.insert(path, source.remember(path, &mode, &mut inline));
                 }
                 FileOp::Chmod => {
                     let old = existing_file(&files, op, path)?.clone();
@@ -114,7 +91,7 @@ impl GithubClient {
                     let mode = file_mode(Some(executable), None);
                     let source = Source::existing(&old, inline.remove(path));
                     entries.push(source.entry(path, &mode));
-                    files.insert(path.to_owned(), source.remember(path, &mode, &mut inline));
+                    files.insert(path, source.remember(path, &mode, &mut inline));
                 }
             }
         }
@@ -122,7 +99,7 @@ impl GithubClient {
             .http
             .json(
                 &Call::repo(Method::POST, &repo, &["git", "trees"])
-                    .body(json!({ "base_tree": base.commit.tree.sha, "tree": entries })),
+                    .body(json!({ "base_tree": base_tree, "tree": entries })),
                 "a tree",
             )
             .await?;
@@ -132,14 +109,14 @@ impl GithubClient {
                 &Call::repo(Method::POST, &repo, &["git", "commits"]).body(json!({
                     "message": request.message,
                     "tree": tree.sha,
-                    "parents": [base.sha],
+                    "parents": [base_sha],
                 })),
                 "a commit",
             )
             .await?;
         self.keep_tree(request.project, &commit.sha, &tree.sha);
-        self.keep_tree(request.project, &base.sha, &base.commit.tree.sha);
-        let empty = tree.sha == base.commit.tree.sha;
+        self.keep_tree(request.project, &base_sha, &base_tree);
+        let empty = tree.sha == base_tree;
         match request.mode {
             CommitMode::CreateBranch => self.create_ref(&repo, request.branch, &commit.sha).await?,
             CommitMode::ForceUpdate => {
@@ -201,24 +178,6 @@ impl GithubClient {
         };
         let (base, head) = tokio::join!(read(base), read(head));
         Ok(base? == head?)
-    }
-
-    /// The entries of a tree (recursive), by path.
-    pub(super) async fn tree(
-        &self,
-        repo: &Repo<'_>,
-        tree_sha: &str,
-    ) -> ForgeResult<(HashMap<String, wire::TreeEntry>, bool)> {
-        let call =
-            Call::repo(Method::GET, repo, &["git", "trees", tree_sha]).query("recursive", "1");
-        let tree: wire::Tree = self.http.json(&call, "a tree").await?;
-        let entries = tree
-            .tree
-            .into_iter()
-            .filter(|e| e.kind != "tree")
-            .map(|e| (e.path.clone(), e))
-            .collect();
-        Ok((entries, tree.truncated))
     }
 
     pub(super) async fn blob(&self, repo: &Repo<'_>, content: &[u8]) -> ForgeResult<String> {
@@ -319,25 +278,15 @@ fn tree_entry(path: &str, mode: &str, sha: &str) -> wire::TreeEntry {
     }
 }
 
-/// Whether `path` is a directory among `files` (a directory exists while it holds a file).
-fn is_directory(files: &HashMap<String, wire::TreeEntry>, path: &str) -> bool {
-    let prefix = format!("{path}/");
-    files.keys().any(|p| p.starts_with(&prefix))
-}
-
 /// The file at `path`, refusing a directory or a missing path (GitLab: "A file with this name
 /// doesn't exist").
-fn existing_file<'a>(
-    files: &'a HashMap<String, wire::TreeEntry>,
-    op: &str,
-    path: &str,
-) -> ForgeResult<&'a wire::TreeEntry> {
-    if is_directory(files, path) {
+fn existing_file<'a>(files: &'a Files, op: &str, path: &str) -> ForgeResult<&'a wire::TreeEntry> {
+    if files.is_directory(path) {
         return Err(ForgeError::invalid(format!(
             "{op} {path}: {path} is a directory on the base branch; only files can be changed"
         )));
     }
-    files.get(path).ok_or_else(|| {
+    files.file(path).ok_or_else(|| {
         ForgeError::invalid(format!(
             "{op} {path}: {path} does not exist on the base branch"
         ))
@@ -345,12 +294,8 @@ fn existing_file<'a>(
 }
 
 /// Refuses to write a file where a directory is, or below a file.
-fn check_file_path(
-    files: &HashMap<String, wire::TreeEntry>,
-    op: &str,
-    path: &str,
-) -> ForgeResult<()> {
-    if is_directory(files, path) {
+fn check_file_path(files: &Files, op: &str, path: &str) -> ForgeResult<()> {
+    if files.is_directory(path) {
         return Err(ForgeError::invalid(format!(
             "{op} {path}: {path} is a directory on the base branch"
         )));
@@ -359,7 +304,7 @@ fn check_file_path(
     while let Some(slash) = path[end..].find('/') {
         end += slash;
         let parent = &path[..end];
-        if files.contains_key(parent) {
+        if files.file(parent).is_some() {
             return Err(ForgeError::invalid(format!(
                 "{op} {path}: {parent} is a file on the base branch"
             )));

@@ -16,7 +16,7 @@
 //! | `update_change` | `PATCH pulls/:n` (none when only labels change), the read of `get_change`, then one `POST` for the labels to add and a `DELETE` per label to remove |
 //! | `queue_entries` | 1 GraphQL query with an alias per pull request (up to [`QUEUE_ALIASES_PER_QUERY`]) |
 //! | `merge_change` | `PUT pulls/:n/merge-async`, then `GET pulls/:n/merge-async/:uuid` every [`MERGE_POLL_INTERVAL`] while pending, within [`MERGE_BUDGET`] |
-//! | `commit_files` | `GET branches/:base`, `GET git/trees/:tree?recursive=1` (deletes, moves and writes are checked against the base tree's files), `POST git/blobs` per file content that is not UTF-8 (UTF-8 goes inline in the tree), `POST git/trees`, `POST git/commits`, `POST git/refs` or `PATCH git/refs/heads/:branch` |
+//! | `commit_files` | one GraphQL query for the base branch's head, its tree and each path the actions name with its parent directories (`Commit.file`, 100 paths a query), against which deletes, moves and writes are checked; the REST reads `GET branches/:base` and `GET git/trees/:tree?recursive=1` instead when that query fails or a path lookup cannot tell (a named directory with files removed below it); then `POST git/blobs` per file content that is not UTF-8 (UTF-8 goes inline in the tree), `POST git/trees`, `POST git/commits`, `POST git/refs` or `PATCH git/refs/heads/:branch` |
 //! | `diff_is_empty` | `GET commits/:base` and `GET commits/:head` (their trees compared; the tree of a commit this client made or read is known and not read again) |
 //! | `current_user` | `GET /user`, once per client (an error is not kept) |
 //! | `project_path` | `GET repos/:owner/:repo` |
@@ -81,6 +81,7 @@
 //! and only the log's tail is kept. Jobs of the pull request's head commit
 //! are current ([`CiHeadCheck::HeadSha`](crate::CiHeadCheck::HeadSha)).
 
+mod base;
 mod change;
 mod ci;
 mod client;
