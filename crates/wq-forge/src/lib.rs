@@ -75,12 +75,25 @@ pub trait Forge: Send + Sync + 'static {
         Ok(SourceBranch { head, protected })
     }
 
+    /// Whether the forge protects `branch` as a push that creates it sees
+    /// it: the check before a [`CommitMode::CreateBranch`] commit where
+    /// [`Forge::creates_branch_atomically`] (a branch that exists already
+    /// refuses that commit, and is then read whole with
+    /// [`Forge::source_branch`]). The default asks
+    /// [`Forge::branch_protected`]; GitHub reads only its rulesets, as
+    /// classic protection shows only in an existing branch's answer.
+    async fn protects_new_branch(&self, project: &str, branch: &str) -> ForgeResult<bool> {
+        self.branch_protected(project, branch).await
+    }
+
     /// True when a [`CommitMode::CreateBranch`] commit onto a branch that
     /// exists already is refused as [`ForgeErrorKind::Conflict`] before
-    /// anything is written (GitLab's commits API with `start_branch`), so
-    /// a first push needs no read of the branch before it. False (the
-    /// default) when the refusal would come after other writes (GitHub
-    /// creates the ref after the tree and the commit).
+    /// anything shows on any branch (GitLab's commits API with
+    /// `start_branch`; GitHub creates the ref last, and `POST git/refs`
+    /// refuses one that exists: the tree and commit written before it are
+    /// objects no branch reaches), so a first push needs no read of the
+    /// branch before it. False (the default) where the refusal would come
+    /// after a visible write.
     fn creates_branch_atomically(&self) -> bool {
         false
     }

@@ -159,6 +159,7 @@ async fn commits_keep_modes_and_name_their_refusals() {
     let sim = start_stepped_sim().await;
     create_repo(&sim, GithubRepoSpec::new("octo", "app"));
     let github = client(&sim);
+    assert!(github.creates_branch_atomically());
 
     // Files on main to move and chmod later (through the client itself:
     // force-updating main onto main plus a commit).
@@ -186,7 +187,8 @@ async fn commits_keep_modes_and_name_their_refusals() {
     )
     .await
     .expect("create branch");
-    // Creating the branch again is a conflict.
+    // Creating the branch again is a conflict, before anything is written.
+    sim.clear_requests();
     let again = commit(
         &github,
         "wq/one",
@@ -196,6 +198,11 @@ async fn commits_keep_modes_and_name_their_refusals() {
     .await
     .expect_err("branch exists");
     assert_eq!(again.kind, ForgeErrorKind::Conflict, "{again}");
+    assert_eq!(
+        requests(&sim),
+        [("POST".to_owned(), "/graphql".to_owned())],
+        "one query tells the branch exists"
+    );
     assert_eq!(
         sim.github_branch_head(REPO, "wq/one").as_deref(),
         Some(created.as_str())
@@ -499,7 +506,8 @@ async fn a_tree_too_large_to_list_takes_commits_path_by_path() {
 }
 
 /// A failed lookup of the base (here GraphQL answering 502) costs only the
-/// REST reads it saves: the commit is made on the listed tree.
+/// REST reads it saves (the branch to be created, the base branch and its
+/// tree): the commit is made on the listed tree.
 #[tokio::test]
 async fn a_failed_base_lookup_lists_the_tree_instead() {
     let sim = start_stepped_sim().await;
@@ -524,16 +532,18 @@ async fn a_failed_base_lookup_lists_the_tree_instead() {
         .iter()
         .map(|(method, path)| (method.as_str(), path.as_str()))
         .collect();
-    assert_eq!(methods.len(), 6, "{served:?}");
+    assert_eq!(methods.len(), 7, "{served:?}");
     assert_eq!(
-        methods[..2],
+        methods[..3],
         [
             ("POST", "/graphql"),
-            ("GET", "/repos/octo/app/branches/main")
-        ]
+            ("GET", "/repos/octo/app/branches/wq/fallback"),
+            ("GET", "/repos/octo/app/branches/main"),
+        ],
+        "the branch to create, then the base"
     );
     assert!(
-        methods[2].1.starts_with("/repos/octo/app/git/trees/"),
+        methods[3].1.starts_with("/repos/octo/app/git/trees/"),
         "{served:?}"
     );
     assert_eq!(

@@ -391,8 +391,9 @@ impl Run<'_> {
     /// looks up no change request: none of this item's can exist, and the
     /// creation's conflict answer tells of anyone else's. Where the forge
     /// refuses to create a branch that exists before writing anything
-    /// ([`Forge::creates_branch_atomically`], GitLab), it does not read the
-    /// branch either: the push creates it, and only a refusal reads it.
+    /// ([`Forge::creates_branch_atomically`]), it does not read the branch
+    /// either, only its protection: the push creates it, and only a
+    /// refusal reads it.
     /// The branch that exists is read, and the change request open on it
     /// looked at, before anything is written over it.
     pub(crate) async fn ensure_mr(&self) -> Result<ExecOutcome, ExecError> {
@@ -411,7 +412,7 @@ impl Run<'_> {
         if first && self.forge.creates_branch_atomically() {
             let protected = self
                 .forge
-                .branch_protected(project, &spec.source_branch)
+                .protects_new_branch(project, &spec.source_branch)
                 .await
                 .map_err(|e| forge_failure("reading the branch protection", e))?;
             if protected {

@@ -18,7 +18,7 @@ use crate::support::{
 
 backend_tests!(
     gitlab_a_typical_change_is_seven_calls_and_three_first_reads,
-    github_a_typical_change_is_thirteen_calls_and_one_first_read,
+    github_a_typical_change_is_twelve_calls_and_one_first_read,
     a_reconcile_asked_for_before_the_creation_is_not_deferred,
     gitlab_a_crash_after_the_merge_request_is_opened_makes_no_second_one,
     github_a_crash_after_the_pull_request_is_opened_makes_no_second_one,
@@ -131,25 +131,24 @@ async fn gitlab_a_typical_change_is_seven_calls_and_three_first_reads(backend: B
     h.finish().await;
 }
 
-/// GitHub: the source branch's one read tells its head and classic
-/// protection, then its rulesets; one GraphQL query reads the base
-/// branch's head, its tree and the paths the commit writes (no tree
-/// listing), whose text goes inline in one tree (no blob) and whose
-/// tree says it changes something (no comparison); the pull request is
+/// GitHub: a first push reads only the rulesets of the branch it creates;
+/// one GraphQL query reads the base branch's head, its tree, the paths
+/// the commit writes (no tree listing) and that the branch does not
+/// exist yet; the text goes inline in one tree (no blob), and the tree
+/// says it changes something (no comparison); the pull request is
 /// created without a lookup (the branch was new) and its answer is the
 /// first observation; the label's own webhook asks for no read; the first
 /// note is posted without listing the comments. The checks' webhook
 /// brings the one GraphQL read of the pull request, the merge (and its
 /// one poll) and the note's final edit. The repository is read once for
 /// many changes.
-async fn github_a_typical_change_is_thirteen_calls_and_one_first_read(backend: Backend) {
+async fn github_a_typical_change_is_twelve_calls_and_one_first_read(backend: Backend) {
     let h = Harness::start_with(backend, options(GITHUB, None)).await;
     let calls = typical_change(&h).await;
     assert_eq!(
         calls,
         expected(&[
             ("GET repos/*", 1),
-            ("GET repos/*/branches/*", 1),
             ("GET repos/*/rules/branches/*", 1),
             ("POST repos/*/git/trees", 1),
             ("POST repos/*/git/commits", 1),

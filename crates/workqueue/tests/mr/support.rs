@@ -968,6 +968,13 @@ impl Forge for Intercept {
     ) -> wq_forge::ForgeResult<wq_forge::SourceBranch> {
         self.inner.source_branch(project, branch).await
     }
+    async fn protects_new_branch(
+        &self,
+        project: &str,
+        branch: &str,
+    ) -> wq_forge::ForgeResult<bool> {
+        self.inner.protects_new_branch(project, branch).await
+    }
     fn creates_branch_atomically(&self) -> bool {
         self.inner.creates_branch_atomically()
     }

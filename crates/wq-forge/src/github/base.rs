@@ -8,6 +8,11 @@
 //! `GET git/trees/:tree?recursive=1`), and it works on a tree of any size:
 //! GitHub truncates a recursive listing at 100,000 entries or 7 MB.
 //!
+//! A commit that creates its branch is refused before anything is written
+//! when the branch exists: the same query reads the branch
+//! ([`CommitMode::CreateBranch`]; `POST git/refs` would refuse it only
+//! after the tree and the commit were written).
+//!
 //! The whole tree is still listed, over REST, where a path lookup cannot
 //! tell the answer: when a request removes files below a directory and
 //! also names that directory (the directory may be emptied, which only the
@@ -23,7 +28,7 @@ use super::GithubClient;
 use super::http::{Call, Repo};
 use super::wire;
 use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
-use crate::model::{CommitRequest, FileOp};
+use crate::model::{CommitMode, CommitRequest, FileOp};
 
 /// The most paths one GraphQL query looks up (each an aliased
 /// `file(path:)` field).
@@ -156,15 +161,21 @@ fn needs_listing(
 /// The selection of one looked-up path.
 const ENTRY_FRAGMENT: &str = "fragment entry on TreeEntry { type mode oid }";
 
-/// The query of one batch of lookups: the first batch reads the branch's
-/// head and tree with them, later ones read the same commit by its oid.
-fn lookup_query(first: bool, count: usize, offset: usize) -> String {
+/// The query of one batch of lookups: the first batch reads the base
+/// branch's head and tree with them (and the branch to be created, when
+/// `creates`), later ones read the same commit by its oid.
+fn lookup_query(first: bool, creates: bool, count: usize, offset: usize) -> String {
     let mut declarations = String::from("$owner: String!, $name: String!, ");
     declarations.push_str(if first {
         "$ref: String!"
     } else {
         "$oid: GitObjectID!"
     });
+    let mut branch = String::new();
+    if first && creates {
+        declarations.push_str(", $branch: String!");
+        branch.push_str(" branch: ref(qualifiedName: $branch) { target { oid } }");
+    }
     let mut fields = String::new();
     for index in offset..offset + count {
         declarations.push_str(&format!(", $p{index}: String!"));
@@ -172,7 +183,7 @@ fn lookup_query(first: bool, count: usize, offset: usize) -> String {
     }
     let commit = if first {
         format!(
-            "ref(qualifiedName: $ref) {{ target {{ oid ... on Commit {{ tree {{ oid }}{fields} }} }} }}"
+            "ref(qualifiedName: $ref) {{ target {{ oid ... on Commit {{ tree {{ oid }}{fields} }} }} }}{branch}"
         )
     } else {
         format!("object(oid: $oid) {{ ... on Commit {{ oid{fields} }} }}")
@@ -221,6 +232,7 @@ impl GithubClient {
         match self.look_up_base(repo, request).await {
             Ok(Lookup::Found(base)) => return Ok(base),
             Ok(Lookup::Missing) => return Err(missing_base(request)),
+            Ok(Lookup::BranchExists) => return Err(branch_exists(request)),
             Ok(Lookup::NeedsListing) => {}
             Err(why) => {
                 tracing::warn!(
@@ -232,8 +244,14 @@ impl GithubClient {
         self.list_base(repo, request).await
     }
 
-    /// The base from the REST reads: the branch, then its whole tree.
+    /// The base from the REST reads: the branch to be created (which must
+    /// not exist), the base branch, then its whole tree.
     async fn list_base(&self, repo: &Repo<'_>, request: &CommitRequest<'_>) -> ForgeResult<Base> {
+        if request.mode == CommitMode::CreateBranch
+            && self.branch(repo, request.branch).await?.is_some()
+        {
+            return Err(branch_exists(request));
+        }
         let head = self
             .branch(repo, request.base_branch)
             .await?
@@ -273,17 +291,28 @@ impl GithubClient {
             let mut variables = Map::new();
             variables.insert("owner".into(), json!(repo.owner));
             variables.insert("name".into(), json!(repo.name));
+            let creates = request.mode == CommitMode::CreateBranch;
             match &head {
-                None => variables.insert(
-                    "ref".into(),
-                    json!(format!("refs/heads/{}", request.base_branch)),
-                ),
-                Some((sha, _)) => variables.insert("oid".into(), json!(sha)),
-            };
+                None => {
+                    variables.insert(
+                        "ref".into(),
+                        json!(format!("refs/heads/{}", request.base_branch)),
+                    );
+                    if creates {
+                        variables.insert(
+                            "branch".into(),
+                            json!(format!("refs/heads/{}", request.branch)),
+                        );
+                    }
+                }
+                Some((sha, _)) => {
+                    variables.insert("oid".into(), json!(sha));
+                }
+            }
             for (index, path) in paths.iter().enumerate().skip(offset).take(count) {
                 variables.insert(format!("p{index}"), json!(path));
             }
-            let query = lookup_query(head.is_none(), count, offset);
+            let query = lookup_query(head.is_none(), creates, count, offset);
             let answer = self
                 .http
                 .graphql(&query, Value::Object(variables))
@@ -295,6 +324,9 @@ impl GithubClient {
             let repository = &answer["data"]["repository"];
             let commit = match &head {
                 None => {
+                    if creates && !repository["branch"].is_null() {
+                        return Ok(Lookup::BranchExists);
+                    }
                     let reference = &repository["ref"];
                     if reference.is_null() {
                         return Ok(Lookup::Missing);
@@ -346,6 +378,8 @@ enum Lookup {
     Found(Base),
     /// The base branch does not exist.
     Missing,
+    /// The branch the commit would create exists.
+    BranchExists,
     /// A path lookup cannot tell what the actions see.
     NeedsListing,
 }
@@ -357,6 +391,19 @@ fn missing_base(request: &CommitRequest<'_>) -> ForgeError {
         format!(
             "base branch {} does not exist in {}",
             request.base_branch, request.project
+        ),
+    )
+}
+
+/// A [`CommitMode::CreateBranch`] commit onto a branch that exists, as
+/// `POST git/refs` answers it.
+fn branch_exists(request: &CommitRequest<'_>) -> ForgeError {
+    ForgeError::new(
+        ForgeErrorKind::Conflict,
+        Some(422),
+        format!(
+            "branch {}: Reference already exists in {}",
+            request.branch, request.project
         ),
     )
 }
@@ -480,7 +527,7 @@ mod tests {
 
     #[test]
     fn lookup_queries_declare_what_they_use() {
-        let first = lookup_query(true, 2, 0);
+        let first = lookup_query(true, false, 2, 0);
         assert!(
             first.contains("$ref: String!, $p0: String!, $p1: String!"),
             "{first}"
@@ -490,13 +537,25 @@ mod tests {
             "{first}"
         );
         assert!(first.ends_with(ENTRY_FRAGMENT), "{first}");
-        let later = lookup_query(false, 1, 100);
+        let later = lookup_query(false, true, 1, 100);
         assert!(
             later.contains("$oid: GitObjectID!, $p100: String!"),
             "{later}"
         );
         assert!(later.contains("object(oid: $oid)"), "{later}");
-        assert!(!later.contains("$ref"), "{later}");
+        assert!(
+            !later.contains("$ref") && !later.contains("$branch"),
+            "{later}"
+        );
+        let creating = lookup_query(true, true, 1, 0);
+        assert!(
+            creating.contains("$ref: String!, $branch: String!, $p0: String!"),
+            "{creating}"
+        );
+        assert!(
+            creating.contains("branch: ref(qualifiedName: $branch) { target { oid } }"),
+            "{creating}"
+        );
     }
 
     #[test]

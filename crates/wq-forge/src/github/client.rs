@@ -179,6 +179,17 @@ impl GithubClient {
         Ok(SourceBranch { head, protected })
     }
 
+    /// Whether a branch about to be created is protected: its rulesets
+    /// only (see [`crate::Forge::protects_new_branch`]).
+    pub(super) async fn protects_new_branch(
+        &self,
+        project: &str,
+        branch: &str,
+    ) -> ForgeResult<bool> {
+        let repo = Repo::parse(project)?;
+        self.ruleset_protects(&repo, branch).await
+    }
+
     /// Whether an active ruleset's rules other than content-only ones
     /// apply to the branch name (`GET rules/branches/:branch`, every page;
     /// a 404 is a server without rulesets).

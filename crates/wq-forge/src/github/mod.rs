@@ -22,6 +22,7 @@
 //! | `project_path` | `GET repos/:owner/:repo` |
 //! | `branch_protected` | `GET branches/:branch` (classic protection), then, unless that said protected, `GET rules/branches/:branch` (rulesets; every page) |
 //! | `source_branch` | the requests of `branch_protected`, whose `GET branches/:branch` also tells the head |
+//! | `protects_new_branch` | `GET rules/branches/:branch` (rulesets; every page): classic protection shows only in an existing branch's answer, and an existing branch refuses the creating commit |
 //!
 //! Every REST `GET` is conditional once its URL was read: the client keeps
 //! the last answer with its `ETag` and sends `If-None-Match`; a `304 Not
@@ -139,6 +140,14 @@ impl Forge for GithubClient {
 
     async fn source_branch(&self, project: &str, branch: &str) -> ForgeResult<SourceBranch> {
         self.source_branch(project, branch).await
+    }
+
+    async fn protects_new_branch(&self, project: &str, branch: &str) -> ForgeResult<bool> {
+        self.protects_new_branch(project, branch).await
+    }
+
+    fn creates_branch_atomically(&self) -> bool {
+        true
     }
 
     async fn commit_files(&self, request: &CommitRequest<'_>) -> ForgeResult<PushedCommit> {
