@@ -27,7 +27,7 @@
 //!   retention_days: 90
 //! engine:
 //!   workers: 10                    # executor calls at once (what reaches a forge)
-//!   max_runs: 256                  # item runs at once, claimed in batches
+//!   max_runs: 2048                 # item runs at once, claimed in batches
 //!   sweep_interval_seconds: 30
 //!   lease_seconds: 60
 //!   deadline_seconds: 60

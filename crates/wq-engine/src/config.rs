@@ -8,8 +8,13 @@ use wq_core::ItemId;
 /// Worker pool size (DDR-41): executor and event-handler calls at once.
 pub const DEFAULT_WORKERS: usize = 10;
 /// Item runs in progress at once (claimed, between store steps, or at a
-/// worker).
-pub const DEFAULT_MAX_RUNS: usize = 256;
+/// worker). Runs that wait on the store's writes hold no worker, and more
+/// of them make larger batches: on PostgreSQL, whose claims and parks each
+/// wait for a round trip and a commit, 2048 drained a backlog of no-op
+/// items about 1.7x as fast as 256 (the machine was half idle at 256).
+/// Items whose runs wait for a worker are not claimed past `workers` of
+/// them waiting, so this bounds only runs that move.
+pub const DEFAULT_MAX_RUNS: usize = 2048;
 /// How often the sweep runs after the one at start.
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 /// How many items one sweep claims at most.

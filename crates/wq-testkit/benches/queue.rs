@@ -13,8 +13,8 @@
 //! batching off (every claim and park alone), and with `WQ_BENCH_PEERS=1`
 //! the peer queues drain the same backlog on the same server ([`peers`]).
 //! The backlog's items carry the `item.created` record real items are
-//! created with (`WQ_BENCH_HISTORY=0`: none). Workers: `WQ_BENCH_WORKERS` (the engine's default
-//! otherwise); rounds of the with/without comparisons: `WQ_BENCH_ROUNDS`
+//! created with (`WQ_BENCH_HISTORY=0`: none). Workers: `WQ_BENCH_WORKERS`, runs at once:
+//! `WQ_BENCH_MAX_RUNS` (the engine's defaults otherwise); rounds of the with/without comparisons: `WQ_BENCH_ROUNDS`
 //! (1), each running both variants, in turns first.
 
 #[path = "queue/peers.rs"]
@@ -171,6 +171,8 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> f64 {
             sweep_interval: Duration::from_secs(3600),
             workers: env_number("WQ_BENCH_WORKERS", EngineConfig::default().workers as u64)
                 as usize,
+            max_runs: env_number("WQ_BENCH_MAX_RUNS", EngineConfig::default().max_runs as u64)
+                as usize,
             ..EngineConfig::default()
         },
     )
@@ -211,10 +213,11 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> f64 {
         .expect("sweep");
     assert!(left.is_empty(), "items left after the run");
     println!(
-        "loop: {backlog} items in {:.2} s = {:.0} items/s (workers {})",
+        "loop: {backlog} items in {:.2} s = {:.0} items/s (workers {}, max runs {})",
         elapsed.as_secs_f64(),
         backlog as f64 / elapsed.as_secs_f64(),
-        env_number("WQ_BENCH_WORKERS", EngineConfig::default().workers as u64)
+        env_number("WQ_BENCH_WORKERS", EngineConfig::default().workers as u64),
+        env_number("WQ_BENCH_MAX_RUNS", EngineConfig::default().max_runs as u64)
     );
     backlog as f64 / elapsed.as_secs_f64()
 }
