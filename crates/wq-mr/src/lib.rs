@@ -142,15 +142,17 @@
 //! it carries the managed label. Anything else fails the item with
 //! `branch_not_managed: source branch "..." ...` and the `needs_mr` detail
 //! `{"error_kind": "branch_not_managed", "branch": ...}`, before any forge
-//! write over it; `Forge::branch_protected` refuses the same way with
-//! `branch_protected` before every push. `mr.adopt_existing_branches: true`
+//! write over it; the forge's protection (`Forge::branch_protected`, and
+//! before a push that creates the branch `Forge::protects_new_branch`)
+//! refuses the same way with `branch_protected` before every push. `mr.adopt_existing_branches: true`
 //! restores adoption of strangers' branches and MRs (protection still
 //! refuses).
 //!
-//! A first push on GitLab creates the branch without reading it: GitLab
-//! refuses to create a branch that exists (400, before writing anything),
-//! and that refusal reads the branch and the MR open on it before any
-//! force push. One case is seen only after the push: a person's MR still
+//! A first push creates the branch without reading it: GitLab refuses to
+//! create a branch that exists (400, before writing anything), and so does
+//! GitHub's client (the base's query reads the branch too, and `POST
+//! git/refs` refuses an existing one); that refusal reads the branch and
+//! the change request open on it before any force push. One case is seen only after the push: a person's MR still
 //! open on a source branch that was deleted (GitLab keeps it open; GitHub
 //! closes a pull request whose head branch is deleted). The push creates
 //! the branch again (nothing of anyone's is written over, but the person's
