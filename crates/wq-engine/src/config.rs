@@ -11,7 +11,8 @@ pub const DEFAULT_WORKERS: usize = 10;
 /// worker). Runs that wait on the store's writes hold no worker, and more
 /// of them make larger batches: on PostgreSQL, whose claims and parks each
 /// wait for a round trip and a commit, 2048 drained a backlog of no-op
-/// items about 1.7x as fast as 256 (the machine was half idle at 256).
+/// items about 1.6x as fast as 256 (the machine was half idle at 256;
+/// BENCHMARKS.md).
 /// Items whose runs wait for a worker are not claimed past `workers` of
 /// them waiting, so this bounds only runs that move.
 pub const DEFAULT_MAX_RUNS: usize = 2048;
