@@ -111,14 +111,18 @@ impl Files {
     }
 }
 
-/// What a request's actions look up: each path and previous path, and
-/// every parent directory of them.
+/// The paths a request's actions name: each path and previous path.
+fn named<'a>(request: &CommitRequest<'a>) -> impl Iterator<Item = &'a str> {
+    request.actions.iter().flat_map(|action| {
+        std::iter::once(action.path.as_str()).chain(action.previous_path.as_deref())
+    })
+}
+
+/// What a request's actions look up: each path they name, and every
+/// parent directory of it.
 fn lookups<'a>(request: &CommitRequest<'a>) -> BTreeSet<&'a str> {
     let mut paths = BTreeSet::new();
-    let named = request.actions.iter().flat_map(|action| {
-        std::iter::once(action.path.as_str()).chain(action.previous_path.as_deref())
-    });
-    for path in named {
+    for path in named(request) {
         paths.insert(path);
         paths.extend(path.match_indices('/').map(|(end, _)| &path[..end]));
     }
@@ -141,12 +145,7 @@ fn needs_listing(
             _ => None,
         })
         .collect();
-    request
-        .actions
-        .iter()
-        .flat_map(|action| {
-            std::iter::once(action.path.as_str()).chain(action.previous_path.as_deref())
-        })
+    named(request)
         .filter(|path| {
             base.get(*path)
                 .and_then(Option::as_ref)
