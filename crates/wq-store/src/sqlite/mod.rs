@@ -392,13 +392,19 @@ async fn park_batch(
     // set apart by a set-based statement: the later ones run alone.
     let mut seen = std::collections::HashSet::new();
     let distinct = parks.iter().all(|park| seen.insert(park.params.lease.id));
+    let mut parks = parks;
     if parks.len() > 1 && distinct {
-        let batch = parks.clone();
-        match batcher
-            .write(move |conn| Box::pin(async move { park::park_many(conn, &batch).await }))
-            .await
-        {
-            Ok(results) => return results,
+        // Shared with the job, not copied: the writer's transaction is held
+        // while the job runs, so nothing is cloned or dropped in it. The
+        // job has dropped its handle by the time it answers.
+        let batch = Arc::new(parks);
+        let job = Arc::clone(&batch);
+        let written = batcher
+            .write(move |conn| Box::pin(async move { park::park_many(conn, &job).await }))
+            .await;
+        parks = Arc::try_unwrap(batch).unwrap_or_else(|shared| shared.as_ref().clone());
+        match written {
+            Ok(results) => return park::answers(parks, results),
             Err(error) => {
                 fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(%error, parks = parks.len(), "a batch of {} parks failed ({error}); parking them one by one", parks.len());

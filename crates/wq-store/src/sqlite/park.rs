@@ -39,6 +39,13 @@ use crate::{Park, ParkParams, StoreError, StoreResult};
 /// What one park answers: parked or not, and the records it appended.
 pub(crate) type Parked = (Park, Vec<AuditRecord>);
 
+/// Where one record went in its chain: its sequence number, the previous
+/// record's hash and its own.
+type Link = (i64, String, String);
+
+/// What [`park_many`] answers for one park: its records' links, in order.
+type Linked = (Park, Vec<Link>);
+
 /// One park, its statement arguments and audit records prepared before it
 /// joins a batch.
 #[derive(Debug, Clone)]
@@ -160,7 +167,7 @@ fn array<'a>(elements: impl IntoIterator<Item = &'a String>) -> String {
 pub(crate) async fn park_many(
     conn: &mut SqliteConnection,
     parks: &[ParkRequest],
-) -> StoreResult<Vec<StoreResult<Parked>>> {
+) -> StoreResult<Vec<StoreResult<Linked>>> {
     // Held leases, and whether events wait (then the item is not parked).
     let DbJson(waiting): DbJson<HashMap<String, i64>> =
         sqlx::query_scalar(sql!("items/park_held.sql"))
@@ -211,7 +218,7 @@ pub(crate) async fn park_many(
             .await?;
     }
 
-    let mut records = append_records(conn, &written).await?;
+    let mut links = append_records(conn, &written).await?;
     Ok(parks
         .iter()
         .map(|park| {
@@ -224,11 +231,46 @@ pub(crate) async fn park_many(
                     } else {
                         Park::EventsPending
                     },
-                    records.remove(&id).unwrap_or_default(),
+                    links.remove(&id).unwrap_or_default(),
                 )),
             }
         })
         .collect())
+}
+
+/// Each park's answer from [`park_many`]'s, with its records, outside the
+/// writer's transaction: the records move out of their requests.
+pub(crate) fn answers(
+    parks: Vec<ParkRequest>,
+    results: Vec<StoreResult<Linked>>,
+) -> Vec<StoreResult<Parked>> {
+    parks
+        .into_iter()
+        .zip(results)
+        .map(|(park, result)| {
+            let (parked, links) = result?;
+            if links.len() != park.records.len() {
+                return Err(StoreError::Corrupt(format!(
+                    "{} of {} audit records of item {} were appended",
+                    links.len(),
+                    park.records.len(),
+                    park.params.lease.id
+                )));
+            }
+            let records = park
+                .records
+                .into_iter()
+                .zip(links)
+                .map(|(prepared, (seq, prev_hash, hash))| AuditRecord {
+                    seq,
+                    prev_hash,
+                    hash,
+                    ..prepared.record
+                })
+                .collect();
+            Ok((parked, records))
+        })
+        .collect()
 }
 
 /// The most records one append statement binds.
@@ -236,12 +278,12 @@ const APPEND_ROWS: usize = 64;
 
 /// The written outcomes' records (`action.succeeded` and the executor's
 /// own), chained to each item's head and appended, at most
-/// [`APPEND_ROWS`] a statement.
+/// [`APPEND_ROWS`] a statement; answers each item's links, in order.
 async fn append_records(
     conn: &mut SqliteConnection,
     written: &[&ParkRequest],
-) -> StoreResult<HashMap<ItemId, Vec<AuditRecord>>> {
-    let mut by_item: HashMap<ItemId, Vec<AuditRecord>> = HashMap::new();
+) -> StoreResult<HashMap<ItemId, Vec<Link>>> {
+    let mut by_item: HashMap<ItemId, Vec<Link>> = HashMap::new();
     let prepared: Vec<&Prepared> = written.iter().flat_map(|park| &park.records).collect();
     if prepared.is_empty() {
         return Ok(by_item);
@@ -275,11 +317,11 @@ async fn append_records(
         let (chunk, tail) = rest.split_at(size);
         let first = append_values(conn, chunk).await?;
         for ((prepared, prev, hash), seq) in chunk.iter().zip(first..) {
-            let mut record = prepared.record.clone();
-            record.seq = seq;
-            record.prev_hash.clone_from(prev);
-            record.hash.clone_from(hash);
-            by_item.entry(record.item_id).or_default().push(record);
+            by_item.entry(prepared.record.item_id).or_default().push((
+                seq,
+                prev.clone(),
+                hash.clone(),
+            ));
         }
         rest = tail;
     }
