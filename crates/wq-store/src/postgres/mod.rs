@@ -132,6 +132,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "audit_lean",
             sql: include_str!("../../migrations/postgres/0010_audit_lean.sql"),
         },
+        EmbeddedMigration {
+            version: 11,
+            description: "item_fillfactor",
+            sql: include_str!("../../migrations/postgres/0011_item_fillfactor.sql"),
+        },
     ])
 });
 

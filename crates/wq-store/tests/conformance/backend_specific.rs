@@ -807,3 +807,75 @@ async fn postgres_work_hints_follow_commits_only() {
     drop(listener);
     db.finish().await;
 }
+
+/// On PostgreSQL a claim's write of an item's row (its lease) stays on its
+/// page (a heap-only update, no new index entries) while a backlog drains
+/// in batches: work_items leaves half of each page free (migration 0011).
+/// The park changes `actionable`, which the partial index of actionable
+/// items reads, so it is never heap-only; at the former 80% fill the
+/// parks' new versions also left claims too little room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_claims_stay_on_their_pages() {
+    const ITEMS: u64 = 4_000;
+    let db = TestDb::postgres().await;
+    let store = db.store();
+    let Backend::Postgres(pg) = &db.backend else {
+        unreachable!()
+    };
+    wq_store::testing::seed_items(&db.url, TYPE_A, ITEMS, true, false).await;
+    let now = t0();
+    let mut after = None;
+    let mut parked = 0;
+    loop {
+        let claimed = store
+            .item_claim_due(ClaimDueParams {
+                now,
+                lease_until: now + LEASE,
+                handled_types: handled(&[TYPE_A]),
+                limit: 500,
+                after,
+            })
+            .await
+            .expect("claim due");
+        let Some((_, last)) = claimed.last() else {
+            break;
+        };
+        after = Some(last.id);
+        let parks: Vec<_> = claimed
+            .into_iter()
+            .map(|(_, lease)| {
+                let store = store.clone();
+                tokio::spawn(async move { store.item_park(lease, now).await.expect("park") })
+            })
+            .collect();
+        for park in parks {
+            assert_eq!(park.await.unwrap(), Park::Parked);
+            parked += 1;
+        }
+    }
+    assert_eq!(parked, ITEMS);
+    // Statistics reach pg_stat_user_tables once each connection reports
+    // them (at the latest when it has been idle for a few seconds).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let (updates, hot) = loop {
+        let (updates, hot): (i64, i64) = sqlx::query_as(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+             WHERE relname = 'work_items'",
+        )
+        .fetch_one(pg.pool())
+        .await
+        .unwrap();
+        if updates >= 2 * ITEMS as i64 || std::time::Instant::now() > deadline {
+            break (updates, hot);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    };
+    assert!(updates >= 2 * ITEMS as i64, "{updates} updates counted");
+    // One claim and one park per item; the claims are the updates that can
+    // stay on their pages.
+    assert!(
+        hot * 10 >= ITEMS as i64 * 9,
+        "{hot} of {updates} updates of work_items were heap-only, for {ITEMS} claims"
+    );
+    db.finish().await;
+}
