@@ -144,20 +144,21 @@
 //! `{"error_kind": "branch_not_managed", "branch": ...}`, before any forge
 //! write over it; the forge's protection (`Forge::branch_protected`, and
 //! before a push that creates the branch `Forge::protects_new_branch`)
-//! refuses the same way with `branch_protected` before every push. `mr.adopt_existing_branches: true`
-//! restores adoption of strangers' branches and MRs (protection still
-//! refuses).
+//! refuses the same way with `branch_protected` before every push.
+//! `mr.adopt_existing_branches: true` restores adoption of strangers'
+//! branches and MRs (protection still refuses).
 //!
-//! A first push creates the branch without reading it: GitLab refuses to
-//! create a branch that exists (400, before writing anything), and so does
-//! GitHub's client (the base's query reads the branch too, and `POST
-//! git/refs` refuses an existing one); that refusal reads the branch and
-//! the change request open on it before any force push. One case is seen only after the push: a person's MR still
-//! open on a source branch that was deleted (GitLab keeps it open; GitHub
-//! closes a pull request whose head branch is deleted). The push creates
-//! the branch again (nothing of anyone's is written over, but the person's
-//! MR now shows workqueue's commit), the creation's 409 finds the MR, and
-//! the item fails `branch_not_managed` with the branch left as pushed.
+//! A first push creates the branch without a read of its own: GitLab
+//! refuses to create a branch that exists (400, before writing anything),
+//! and so does GitHub's client (the query that reads the base reads the
+//! branch too, and `POST git/refs` refuses an existing one); that refusal
+//! reads the branch and the change request open on it before any force
+//! push. One case is seen only after the push: a person's MR still open on
+//! a source branch that was deleted (GitLab keeps it open; GitHub closes a
+//! pull request whose head branch is deleted). The push creates the branch
+//! again (nothing of anyone's is written over, but the person's MR now
+//! shows workqueue's commit), the creation's 409 finds the MR, and the item
+//! fails `branch_not_managed` with the branch left as pushed.
 //!
 //! # Merging
 //!

@@ -13,9 +13,10 @@
 //! batching off (every claim and park alone), and with `WQ_BENCH_PEERS=1`
 //! the peer queues drain the same backlog on the same server ([`peers`]).
 //! The backlog's items carry the `item.created` record real items are
-//! created with (`WQ_BENCH_HISTORY=0`: none). Workers: `WQ_BENCH_WORKERS`, runs at once:
-//! `WQ_BENCH_MAX_RUNS` (the engine's defaults otherwise); rounds of the with/without comparisons: `WQ_BENCH_ROUNDS`
-//! (1), each running both variants, in turns first.
+//! created with (`WQ_BENCH_HISTORY=0`: none). Workers: `WQ_BENCH_WORKERS`,
+//! runs at once: `WQ_BENCH_MAX_RUNS` (the engine's defaults otherwise);
+//! rounds of the with/without comparisons: `WQ_BENCH_ROUNDS` (1), each
+//! running both variants, in turns first.
 
 #[path = "queue/peers.rs"]
 mod peers;

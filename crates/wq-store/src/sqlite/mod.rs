@@ -391,13 +391,12 @@ fn park_coalescer(
 async fn park_batch(
     batcher: Batcher,
     fallbacks: Arc<std::sync::atomic::AtomicUsize>,
-    parks: Vec<park::ParkRequest>,
+    mut parks: Vec<park::ParkRequest>,
 ) -> Vec<StoreResult<park::Parked>> {
     // Two parks of one item (two runs, one of them past its lease) are not
     // set apart by a set-based statement: the later ones run alone.
     let mut seen = std::collections::HashSet::new();
     let distinct = parks.iter().all(|park| seen.insert(park.params.lease.id));
-    let mut parks = parks;
     if parks.len() > 1 && distinct {
         // Shared with the job, not copied: the writer's transaction is held
         // while the job runs, so nothing is cloned or dropped in it. The
