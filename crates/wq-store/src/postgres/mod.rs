@@ -137,6 +137,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "item_fillfactor",
             sql: include_str!("../../migrations/postgres/0011_item_fillfactor.sql"),
         },
+        EmbeddedMigration {
+            version: 12,
+            description: "park_batch_heads",
+            sql: include_str!("../../migrations/postgres/0012_park_batch_heads.sql"),
+        },
     ])
 });
 
