@@ -667,7 +667,7 @@ async fn park_batch(
 }
 
 /// One transaction for the batch: `items/park_batch.sql` (advisory locks,
-/// leases, outcomes, parks, timers, chain heads locked), the records
+/// leases, outcomes, parks, timers, chain heads read), the records
 /// chained to the heads it answered (`audit/append_chained.sql`), commit.
 async fn park_set(
     pool: &PgPool,
