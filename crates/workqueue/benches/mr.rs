@@ -53,6 +53,10 @@ use wq_auth::config::{RuleConfig, StaticTokenConfig};
 use wq_core::{Clock, SystemClock};
 use wq_forge::{ForgeConfig, ForgeKind, Forges, ForgesConfig};
 
+/// The binary's allocator (`src/main.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const SECRET: &str = "bench-secret";
 const PROJECT: &str = "bench/app";
 

@@ -13,6 +13,12 @@ use workqueue::config::{Config, overrides};
 use workqueue::demo;
 use workqueue::{app, items, logging, serve, token, types};
 
+/// mimalloc: the engine and the stores allocate many short-lived values
+/// (rows, JSON, audit records) across threads, where glibc's allocator
+/// spent a large share of the process's time (BENCHMARKS.md, 2026-12-06).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {

@@ -18,6 +18,10 @@
 //! rounds of the with/without comparisons: `WQ_BENCH_ROUNDS` (1), each
 //! running both variants, in turns first.
 
+/// The `workqueue` binary's allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "queue/peers.rs"]
 mod peers;
 
