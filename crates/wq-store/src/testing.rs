@@ -38,8 +38,11 @@ pub fn batching_enabled() -> bool {
 /// The environment variable naming the PostgreSQL admin URL for tests.
 pub const TEST_PG_URL_ENV: &str = "WQ_TEST_PG_URL";
 
-/// The admin URL used when [`TEST_PG_URL_ENV`] is unset.
-pub const DEFAULT_TEST_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+/// The admin URL used when [`TEST_PG_URL_ENV`] is unset: the local server
+/// over loopback without TLS (`sslmode=disable`), as the benchmark's peer
+/// queues connect; sqlx would otherwise negotiate TLS with a server that
+/// offers it, and encrypting every message costs both sides CPU.
+pub const DEFAULT_TEST_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable";
 
 /// The prefix of every database [`fresh_postgres_url`] creates.
 pub const TEST_DATABASE_PREFIX: &str = "wq_test_";
@@ -357,7 +360,14 @@ pub async fn durability(url: &str) -> String {
             .fetch_one(store.pool())
             .await
             .expect("fsync");
-        format!("postgresql synchronous_commit={commit} fsync={fsync}")
+        let tls: bool = sqlx::query_scalar(
+            "SELECT coalesce((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false)",
+        )
+        .fetch_one(store.pool())
+        .await
+        .expect("pg_stat_ssl");
+        let tls = if tls { "on" } else { "off" };
+        format!("postgresql synchronous_commit={commit} fsync={fsync} tls={tls}")
     }
 }
 

@@ -154,6 +154,7 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> f64 {
     // Each item also carries a deferred timer row, as parked merge requests
     // do, so the dimension table has its steady-state size (and statistics)
     // from the start.
+    let seeding = Instant::now();
     wq_store::testing::seed_items(&url, NOOP, backlog, true, true).await;
     // Real items are created with their first audit record; so are these,
     // so that a park's record moves a chain head that exists
@@ -161,6 +162,10 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> f64 {
     if env_number("WQ_BENCH_HISTORY", 1) != 0 {
         wq_store::testing::seed_created_records(&url, NOOP).await;
     }
+    println!(
+        "seeded: {backlog} items in {:.1} s",
+        seeding.elapsed().as_secs_f64()
+    );
     let registry = Arc::new(
         TypeRegistry::builder()
             .register(Arc::new(NoopType))
