@@ -16,7 +16,9 @@
 //! created with (`WQ_BENCH_HISTORY=0`: none). Workers: `WQ_BENCH_WORKERS`,
 //! runs at once: `WQ_BENCH_MAX_RUNS` (the engine's defaults otherwise);
 //! rounds of the with/without comparisons: `WQ_BENCH_ROUNDS` (1), each
-//! running both variants, in turns first.
+//! running both variants, in turns first. Each drain also prints the CPU
+//! the engine's process and the whole machine used per item (Linux's
+//! `/proc`), and the trail's cost in the machine's CPU per item.
 
 /// The `workqueue` binary's allocator.
 #[global_allocator]
@@ -81,8 +83,13 @@ async fn main() {
         // cost is the paired ratio of that round.
         let (mut with, mut without, mut alone) = (Vec::new(), Vec::new(), Vec::new());
         let mut costs = Vec::new();
+        // The machine's CPU per item with and without the trail: on a
+        // machine whose speed drifts between runs, steadier than items
+        // per second.
+        let mut cpu_costs = Vec::new();
         for round in 1..=rounds {
             let mut pair = [0.0; 2];
+            let mut cpu_pair = [0.0; 2];
             let order = if round % 2 == 1 {
                 [true, false]
             } else {
@@ -94,16 +101,19 @@ async fn main() {
                     "(round {round} of {rounds}: audit {})",
                     if audit { "on" } else { "trail off" }
                 );
-                pair[usize::from(!audit)] = loop_throughput(backend, backlog).await;
+                let drained = loop_throughput(backend, backlog).await;
+                pair[usize::from(!audit)] = drained.items_per_second;
+                cpu_pair[usize::from(!audit)] = drained.machine_us_per_item;
             }
             wq_store::testing::set_audit(true);
             with.push(pair[0]);
             without.push(pair[1]);
             costs.push((1.0 - pair[0] / pair[1]) * 100.0);
+            cpu_costs.push((cpu_pair[0] / cpu_pair[1] - 1.0) * 100.0);
             if backend == Backend::Postgres {
                 wq_store::testing::set_batching(false);
                 println!("(round {round} of {rounds}: claims and parks one by one)");
-                alone.push(loop_throughput(backend, backlog).await);
+                alone.push(loop_throughput(backend, backlog).await.items_per_second);
                 wq_store::testing::set_batching(true);
             }
         }
@@ -114,6 +124,13 @@ async fn main() {
             (1.0 - with / without) * 100.0,
             by_round.join(", "),
             median(&mut costs)
+        );
+        let cpu_by_round: Vec<String> =
+            cpu_costs.iter().map(|cost| format!("{cost:.1}%")).collect();
+        println!(
+            "audit cost in the machine's CPU per item: {:.1}% more with the trail (median); by round {}",
+            median(&mut cpu_costs),
+            cpu_by_round.join(", ")
         );
         if backend == Backend::Postgres {
             let alone = median(&mut alone);
@@ -146,8 +163,41 @@ fn median(figures: &mut [f64]) -> f64 {
     figures[figures.len() / 2]
 }
 
-/// Items per second.
-async fn loop_throughput(backend: Backend, backlog: u64) -> f64 {
+/// What one drain of the backlog measured.
+struct Drained {
+    items_per_second: f64,
+    /// CPU the whole machine used while the loop drained (the engine, the
+    /// database server, the rest), per item.
+    machine_us_per_item: f64,
+}
+
+/// CPU time in seconds: of this process (`/proc/self/stat`) and of the
+/// whole machine, all but idle and I/O wait (`/proc/stat`). Both count in
+/// `USER_HZ` ticks, 100 a second on Linux.
+fn cpu_seconds() -> (f64, f64) {
+    const USER_HZ: f64 = 100.0;
+    let own = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // Fields after the command's closing parenthesis; utime and stime are
+    // the 14th and 15th of the whole line.
+    let after = &own[own.rfind(')').expect("stat's command") + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |index: usize| fields[index].parse::<f64>().expect("stat's ticks");
+    let process = (ticks(11) + ticks(12)) / USER_HZ;
+    let all = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    let cpu: Vec<f64> = all
+        .lines()
+        .next()
+        .expect("/proc/stat's cpu line")
+        .split_whitespace()
+        .skip(1)
+        .map(|value| value.parse().expect("/proc/stat's ticks"))
+        .collect();
+    let idle = cpu[3] + cpu.get(4).copied().unwrap_or(0.0);
+    let machine = (cpu.iter().sum::<f64>() - idle) / USER_HZ;
+    (process, machine)
+}
+
+async fn loop_throughput(backend: Backend, backlog: u64) -> Drained {
     let url = backend.fresh_url().await;
     let store = open_store(&url).await;
     println!("durability: {}", wq_store::testing::durability(&url).await);
@@ -187,6 +237,7 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> f64 {
         },
     )
     .expect("engine");
+    let (process_before, machine_before) = cpu_seconds();
     let started = Instant::now();
     engine.start();
     loop {
@@ -197,6 +248,7 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> f64 {
         }
     }
     let elapsed = started.elapsed();
+    let (process_after, machine_after) = cpu_seconds();
     engine.shutdown().await;
     match store.handle() {
         wq_store::Backend::Postgres(pg) => {
@@ -229,7 +281,16 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> f64 {
         env_number("WQ_BENCH_WORKERS", EngineConfig::default().workers as u64),
         env_number("WQ_BENCH_MAX_RUNS", EngineConfig::default().max_runs as u64)
     );
-    backlog as f64 / elapsed.as_secs_f64()
+    let per_item = |seconds: f64| seconds * 1e6 / backlog as f64;
+    let machine_us_per_item = per_item(machine_after - machine_before);
+    println!(
+        "cpu: {:.0} µs of the engine's and {machine_us_per_item:.0} µs of the machine's per item",
+        per_item(process_after - process_before)
+    );
+    Drained {
+        items_per_second: backlog as f64 / elapsed.as_secs_f64(),
+        machine_us_per_item,
+    }
 }
 
 async fn api_reads(backend: Backend) {
