@@ -172,8 +172,10 @@ struct Drained {
 }
 
 /// CPU time in seconds: of this process (`/proc/self/stat`) and of the
-/// whole machine, all but idle and I/O wait (`/proc/stat`). Both count in
-/// `USER_HZ` ticks, 100 a second on Linux.
+/// whole machine (`/proc/stat`: user, nice, system, irq and softirq; not
+/// idle, I/O wait, or steal, the time the hypervisor gave to others, nor
+/// guest time, which user time already counts). Both count in `USER_HZ`
+/// ticks, 100 a second on Linux.
 fn cpu_seconds() -> (f64, f64) {
     const USER_HZ: f64 = 100.0;
     let own = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
@@ -192,11 +194,15 @@ fn cpu_seconds() -> (f64, f64) {
         .skip(1)
         .map(|value| value.parse().expect("/proc/stat's ticks"))
         .collect();
-    let idle = cpu[3] + cpu.get(4).copied().unwrap_or(0.0);
-    let machine = (cpu.iter().sum::<f64>() - idle) / USER_HZ;
+    let machine = [0, 1, 2, 5, 6]
+        .iter()
+        .map(|&field| cpu.get(field).copied().unwrap_or(0.0))
+        .sum::<f64>()
+        / USER_HZ;
     (process, machine)
 }
 
+/// Drains a fresh backlog of `backlog` items through one engine.
 async fn loop_throughput(backend: Backend, backlog: u64) -> Drained {
     let url = backend.fresh_url().await;
     let store = open_store(&url).await;
