@@ -145,7 +145,7 @@ impl Run<'_> {
     /// The recorded change request ended before this run saw it: closed by
     /// a person, the item is cancelled (no second change request); merged,
     /// the item completes (an attempt of ours is `accepted`) and content
-    /// that never reached the forge becomes the next generation of the
+    /// that did not merge becomes the next generation of the
     /// branch line, in the same transaction (see [`MrStore::hand_over`]).
     ///
     /// [`MrStore::hand_over`]: crate::store::MrStore::hand_over
@@ -158,16 +158,18 @@ impl Run<'_> {
         self.merged(change).await
     }
 
-    /// The item completes because its change request merged. Through
-    /// [`MrStore::hand_over`], in one transaction with the branch lock: a
-    /// submission that reached the item while this run was under way (its
-    /// view older than it) becomes the next generation instead of being
-    /// lost with the finished item.
+    /// The item completes because its change request merged at
+    /// `merged_head`. Through [`MrStore::hand_over`], in one transaction
+    /// with the branch lock: a submission that reached the item while this
+    /// run was under way (its view older than it), or content pushed after
+    /// the merge took an earlier head, becomes the next generation instead
+    /// of being lost with the finished item.
     ///
     /// [`MrStore::hand_over`]: crate::store::MrStore::hand_over
     async fn complete(
         &self,
         number: u64,
+        merged_head: Option<&str>,
         merge_commit_sha: Option<&str>,
     ) -> Result<ExecOutcome, ExecError> {
         let id = self.view.item.id;
@@ -175,7 +177,12 @@ impl Run<'_> {
         let successor = self
             .mr
             .store
-            .hand_over(id, self.view.item.caller_identity.as_deref(), self.now())
+            .hand_over(
+                id,
+                merged_head,
+                self.view.item.caller_identity.as_deref(),
+                self.now(),
+            )
             .await
             .map_err(store_error)?;
         // The last link of the item's chain: the commit its change became.
@@ -1145,7 +1152,8 @@ impl Run<'_> {
                 self.record(MergeResult::Accepted, Some(&head), None)
                     .await?;
                 tracing::info!(item = %id, number, head = %head, commit = ?commit_sha, "merged");
-                self.complete(number, commit_sha.as_deref()).await
+                self.complete(number, Some(&head), commit_sha.as_deref())
+                    .await
             }
             Ok(MergeOutcome::Queued) => {
                 self.record(MergeResult::Accepted, Some(&head), None)
@@ -1271,7 +1279,11 @@ impl Run<'_> {
                 self.accepted_after_transient(&message, head).await?;
                 tracing::info!(item = %id, number = change.number, "the merge call answered {error} but the merge request is merged");
                 return self
-                    .complete(change.number, change.merge_commit_sha.as_deref())
+                    .complete(
+                        change.number,
+                        change.head_sha.as_deref(),
+                        change.merge_commit_sha.as_deref(),
+                    )
                     .await;
             }
             // Merging now: the in-flight attempt is confirmed by a later
@@ -1366,8 +1378,12 @@ impl Run<'_> {
             self.record(MergeResult::Accepted, change.head_sha.as_deref(), None)
                 .await?;
         }
-        self.complete(change.number, change.merge_commit_sha.as_deref())
-            .await
+        self.complete(
+            change.number,
+            change.head_sha.as_deref(),
+            change.merge_commit_sha.as_deref(),
+        )
+        .await
     }
 
     async fn record(

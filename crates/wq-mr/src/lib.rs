@@ -93,7 +93,8 @@
 //!   pipeline), also on `lower(project)`.
 //! - `mr_pushes` (migration 1002): every head workqueue pushed, primary key
 //!   `(forge, project, source_branch, head_sha)`, with `work_item_id` and
-//!   `pushed_at`.
+//!   `pushed_at`; since migration 1005 the `content_hash` and
+//!   `target_branch` it carried (what merged, when that head merges).
 //! - `mr_submissions` (migration 1002): the submission history:
 //!   `work_item_id`, `generation`, `content_hash`, `outcome`,
 //!   `caller_identity`, `submitted_at`.
@@ -107,17 +108,22 @@
 //! | dimension | action | what it does |
 //! |---|---|---|
 //! | `needs_cancel` | `cancel_mr` | the `cancel` command (`admin`, or `submit` for the item's submitter) stored an `mr.cancel` event; applied, it asks for this before anything else, so no push, merge or retry follows. The status note is edited to say who cancelled it and why, the MR closed (only workqueue's; a merged one completes the item instead), the item cancelled. After a crash the note (same text) and the closed MR are found and not written again |
-//! | `needs_mr` | `ensure_mr` | reads the recorded MR first: merged → the item completes and content not yet on the forge becomes the next generation (below), closed → cancelled, never a second MR; else, when an earlier attempt may have opened one (a push recorded or under way), finds the open MR by source branch and checks it is workqueue's; when the content (or its target) is not the recorded head: checks the branch head is workqueue's (below), refuses a branch the forge protects, marks a push intent, commits the file actions (create the branch from the target, or force it), records the pushed head at once. A first push (nothing recorded or under way) looks nothing up: on a forge that refuses to create an existing branch before writing anything (GitLab) it creates the branch without reading it, and only that refusal reads the branch (and the MR open on it) before anything is written over it. The empty-diff check (DDR-43) takes the push's answer where the forge tells (GitHub: the new tree is the target's; GitLab: a nonzero `stats` count means not empty), else compares target and head (`straight=true`: identical trees mean nothing to merge). Creates the MR (another open on the branch, the forge's conflict answer, is looked up: workqueue's is taken up, anyone else's refuses the item) or converges it (title, description, target branch, labels incl. `managed-by::workqueue`: added, and only those workqueue applied earlier removed). The creation's answer is the MR's first observation: head, pipeline and its gates (the review as not checked yet, `unread_gates`), and the reconcile waits for a webhook or the busy interval |
+//! | `needs_mr` | `ensure_mr` | reads the recorded MR first: merged → the item completes and content that did not merge becomes the next generation (below), closed → cancelled, never a second MR; else, when an earlier attempt may have opened one (a push recorded or under way), finds the open MR by source branch and checks it is workqueue's; when the content (or its target) is not the recorded head: checks the branch head is workqueue's (below), refuses a branch the forge protects, marks a push intent, commits the file actions (create the branch from the target, or force it), records the pushed head at once. A first push (nothing recorded or under way) looks nothing up: on a forge that refuses to create an existing branch before writing anything (GitLab) it creates the branch without reading it, and only that refusal reads the branch (and the MR open on it) before anything is written over it. The empty-diff check (DDR-43) takes the push's answer where the forge tells (GitHub: the new tree is the target's; GitLab: a nonzero `stats` count means not empty), else compares target and head (`straight=true`: identical trees mean nothing to merge). Creates the MR (another open on the branch, the forge's conflict answer, is looked up: workqueue's is taken up, anyone else's refuses the item) or converges it (title, description, target branch, labels incl. `managed-by::workqueue`: added, and only those workqueue applied earlier removed). The creation's answer is the MR's first observation: head, pipeline and its gates (the review as not checked yet, `unread_gates`), and the reconcile waits for a webhook or the busy interval |
 //! | `needs_empty_check` | `check_empty_diff` | every 30 min (`pending_until`): an MR whose target already has its changes is closed, the item cancelled with the reason |
 //! | `needs_dashboard` | `post_dashboard_note` | one status note, found again by a hidden marker *and* its author (the token's forge user, so a person's comment quoting the marker is never edited) after a crash; edited in place when its text changes: the state in one line, every gate met or not (or not checked yet), the last merge attempt, the CI retry decisions (which job was retried by which matcher, which was not and why), the item's link. The detail keeps the note id, its text's hash and when it was written. The first note on an MR is posted without listing the notes: `note_intent_number` is stored before the post, so a run after a crash that lost the note's id looks for it first |
 //! | `needs_ci_retry` | `retry_ci_jobs` | see [`ci_retry`] and "CI retry" below |
 //! | `needs_reconcile` | `reconcile_mr` | one MR read: merged → completed, closed → cancelled, head/pipeline/queue recorded, title and description drift corrected, and the merge when every gate holds; re-armed every 30 min, every 60 s while CI runs or the merge is queued |
 //!
 //! **Merged before an update was seen.** New content may arrive after the
-//! recorded MR merged but before any read saw it. `ensure_mr` reads the
-//! recorded MR before anything else: the item completes (an attempt in the
-//! journal becomes `accepted`), and when its latest content (or target) is
-//! not what was pushed, [`MrStore::hand_over`] writes in one transaction
+//! recorded MR merged but before any read saw it, or a merge queue or train
+//! may merge the MR's head while `ensure_mr` pushes the update (the push
+//! lands on the branch of a merged MR). `ensure_mr` reads the recorded MR
+//! before anything else, and every read that finds it merged ends the
+//! item: it completes (an attempt in the journal becomes `accepted`), and
+//! when its latest content (or target) is not what merged (what the push of
+//! the merged head carried, from `mr_pushes`; for a head that is no push of
+//! the line's, what was pushed last), [`MrStore::hand_over`] writes in one
+//! transaction
 //! the item's `completed` phase (only while it is active and leased, via
 //! `wq_store`'s `finish_leased`) and a new item of generation `max + 1`
 //! for the same branch line, with the latest submitted state, the same

@@ -133,6 +133,7 @@ backend_tests!(
     the_queue_watch_pages_through_every_item,
     a_transient_answer_allows_one_more_call_when_due,
     a_merged_change_hands_new_content_to_the_next_generation,
+    content_pushed_after_the_merged_head_is_the_next_generation,
 );
 
 /// The merge queue sync's work list is read in pages, each after the last
@@ -839,7 +840,10 @@ async fn a_merged_change_hands_new_content_to_the_next_generation(backend: Backe
     let (store, mr) = setup(backend).await;
     let (id, _) = upsert_as(&mr, &spec("1"), NOW, "alice", false).await;
     // Not leased: nothing is written.
-    assert_eq!(mr.hand_over(id, Some("alice"), NOW).await.unwrap(), None);
+    assert_eq!(
+        mr.hand_over(id, None, Some("alice"), NOW).await.unwrap(),
+        None
+    );
     let lease_until = NOW + time::Duration::minutes(5);
     store
         .item_claim(wq_store::ClaimParams {
@@ -857,7 +861,7 @@ async fn a_merged_change_hands_new_content_to_the_next_generation(backend: Backe
         (id, UpsertOutcome::Updated { content: true })
     );
     let next = mr
-        .hand_over(id, Some("alice"), NOW)
+        .hand_over(id, None, Some("alice"), NOW)
         .await
         .unwrap()
         .expect("a successor");
@@ -876,5 +880,83 @@ async fn a_merged_change_hands_new_content_to_the_next_generation(backend: Backe
     // The branch's live item is the new one; the old one is not again.
     let (live, outcome) = upsert_as(&mr, &spec("2"), NOW, "alice", false).await;
     assert_eq!((live, outcome), (next, UpsertOutcome::Unchanged));
-    assert_eq!(mr.hand_over(id, Some("alice"), NOW).await.unwrap(), None);
+    assert_eq!(
+        mr.hand_over(id, None, Some("alice"), NOW).await.unwrap(),
+        None
+    );
+}
+
+/// A merge queue merged the change request at the first push's head while
+/// the update was being pushed: the last push carries the latest content,
+/// yet what merged is the first. The merged head decides, not the last push.
+async fn content_pushed_after_the_merged_head_is_the_next_generation(backend: Backend) {
+    let (store, mr) = setup(backend).await;
+    let claim = |id| wq_store::ClaimParams {
+        id,
+        now: NOW,
+        lease_until: NOW + time::Duration::minutes(5),
+        handled_types: vec!["mr".into()],
+    };
+    let (id, _) = upsert_as(&mr, &spec("1"), NOW, "alice", false).await;
+    let first = spec("1").content_hash();
+    mr.record_push(id, "sha-1", (&first, "main"), NOW)
+        .await
+        .unwrap();
+    upsert_as(&mr, &spec("2"), NOW, "alice", false).await;
+    let second = spec("2").content_hash();
+    mr.record_push(id, "sha-2", (&second, "main"), NOW)
+        .await
+        .unwrap();
+    store.item_claim(claim(id)).await.unwrap().expect("claimed");
+    // The last push's head merged: nothing waits.
+    let merged_last = mr
+        .hand_over(id, Some("sha-2"), Some("alice"), NOW)
+        .await
+        .unwrap();
+    assert_eq!(merged_last, None);
+    assert_eq!(
+        store.item_get(id).await.unwrap().unwrap().phase,
+        Phase::Completed
+    );
+
+    // The same pushes on another branch, but the first head merged.
+    let mut other = spec("1");
+    other.source_branch = "wq/y".parse().unwrap();
+    let (id, _) = upsert_as(&mr, &other, NOW, "alice", false).await;
+    mr.record_push(id, "sha-1", (&first, "main"), NOW)
+        .await
+        .unwrap();
+    let mut update = spec("2");
+    update.source_branch = "wq/y".parse().unwrap();
+    upsert_as(&mr, &update, NOW, "alice", false).await;
+    mr.record_push(id, "sha-2", (&second, "main"), NOW)
+        .await
+        .unwrap();
+    store.item_claim(claim(id)).await.unwrap().expect("claimed");
+    let next = mr
+        .hand_over(id, Some("sha-1"), Some("alice"), NOW)
+        .await
+        .unwrap()
+        .expect("the content pushed after the merged head takes over");
+    let details = mr.get(next).await.unwrap().unwrap();
+    assert_eq!(details.generation, 2);
+    assert_eq!(details.content_hash, second);
+    assert_eq!(details.pushed_content_hash, None, "not pushed by this item");
+    assert_eq!(mr.submissions(next).await.unwrap()[0].outcome, "created");
+
+    // A head that is no push of the line's (a person's commit on top of
+    // the last push) falls back to the last push: nothing waits.
+    let mut third = spec("2");
+    third.source_branch = "wq/z".parse().unwrap();
+    let (id, _) = upsert_as(&mr, &third, NOW, "alice", false).await;
+    mr.record_push(id, "sha-3", (&second, "main"), NOW)
+        .await
+        .unwrap();
+    store.item_claim(claim(id)).await.unwrap().expect("claimed");
+    assert_eq!(
+        mr.hand_over(id, Some("a-persons-sha"), Some("alice"), NOW)
+            .await
+            .unwrap(),
+        None
+    );
 }

@@ -46,6 +46,7 @@ fn options(forge: &str, crash: Option<CrashAt>) -> Options {
                     gate: None,
                     crash: Some(CrashOnce::new(at)),
                     torn_read: None,
+                    before_push: None,
                 })
             })
         }),

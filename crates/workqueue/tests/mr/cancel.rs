@@ -258,6 +258,7 @@ async fn a_crash_between_the_close_and_the_stored_phase_converges(backend: Backe
                 gate: None,
                 crash: Some(CrashOnce::new(CrashAt::AfterClose)),
                 torn_read: None,
+                before_push: None,
             })
         }));
         let mut h = Harness::start_with(backend, options).await;

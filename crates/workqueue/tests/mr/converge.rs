@@ -29,6 +29,7 @@ backend_tests!(
     github_a_pr_merged_before_the_update_is_seen_hands_the_content_to_generation_2,
     gitlab_an_mr_closed_before_the_update_is_seen_is_not_replaced,
     an_update_stored_during_the_merge_call_becomes_generation_2,
+    github_an_update_pushed_after_the_queue_merged_becomes_generation_2,
 );
 
 /// GitLab's merge call.
@@ -509,6 +510,7 @@ async fn an_update_stored_during_the_merge_call_becomes_generation_2(backend: Ba
                     gate: Some(held),
                     crash: None,
                     torn_read: None,
+                    before_push: None,
                 })
             })),
             ..Options::default()
@@ -554,5 +556,115 @@ async fn an_update_stored_during_the_merge_call_becomes_generation_2(backend: Ba
     assert_eq!(item["detail"]["generation"], 2, "{item:#}");
     assert_eq!(item["detail"]["files"][0]["file_path"], "b.txt");
     assert_eq!(h.change_state(second).2, "opened");
+    h.finish().await;
+}
+
+/// The merge queue merges the pull request while `ensure_mr` pushes an
+/// update: the run read the pull request open (queued), and its push lands
+/// on the branch after the merge, so the update is the last push but not
+/// what merged. The merged head decides: the update is the next
+/// generation, with a pull request of its own, and the first one keeps the
+/// content it merged.
+async fn github_an_update_pushed_after_the_queue_merged_becomes_generation_2(backend: Backend) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let held = gate.clone();
+    let at_gate = Arc::new(tokio::sync::Notify::new());
+    let reached = at_gate.clone();
+    let pushes = Arc::new(AtomicUsize::new(0));
+    let h = Harness::start_with(
+        backend,
+        Options {
+            wrap: Some(Box::new(move |inner, _sim, _project| {
+                let held = held.clone();
+                let reached = reached.clone();
+                let pushes = pushes.clone();
+                Arc::new(Intercept {
+                    inner,
+                    before_merge: Box::new(|| Box::pin(async {})),
+                    gate: None,
+                    crash: None,
+                    torn_read: None,
+                    // The second push (the update's) waits for the merge.
+                    before_push: Some(Box::new(move || {
+                        let held = held.clone();
+                        let reached = reached.clone();
+                        let second = pushes.fetch_add(1, Ordering::SeqCst) == 1;
+                        Box::pin(async move {
+                            if second {
+                                reached.notify_one();
+                                held.acquire().await.expect("gate").forget();
+                            }
+                        })
+                    })),
+                })
+            })),
+            ..github(true)
+        },
+    )
+    .await;
+    let branch = "wq/pushed-after-merge";
+    let id = h
+        .submit_ok(
+            &github_change(branch, &[("a.txt", "a\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let first = h.wait_mr(&id).await;
+    h.settle().await;
+    h.sim.github_lock_queue(PROJECT, true).unwrap();
+    h.sim.github_approve(PROJECT, first, "reviewer").unwrap();
+    h.wait_for(&id, "the pull request in the queue", |item| {
+        item["detail"]["merge"]["last_result"] == "accepted"
+    })
+    .await;
+    let merged_head = h.sim.github_pr(PROJECT, first).expect("pr")["head"]["sha"].clone();
+    let updated = h
+        .submit_ok(
+            &github_change(branch, &[("b.txt", "b\n")]),
+            StatusCode::OK,
+            "updated",
+        )
+        .await;
+    assert_eq!(updated, id);
+    tokio::time::timeout(Duration::from_secs(30), at_gate.notified())
+        .await
+        .expect("the update's push reaches the gate");
+    // The queue merges the first head while the push waits.
+    let mut changes = h.sim.changes();
+    h.sim.github_lock_queue(PROJECT, false).unwrap();
+    while h.sim.github_pr(PROJECT, first).expect("pr")["merged"] != true {
+        h.sim.advance(Duration::from_secs(60));
+        tokio::time::timeout(Duration::from_secs(30), changes.changed())
+            .await
+            .expect("the sim moves")
+            .expect("the sim runs");
+    }
+    gate.add_permits(1);
+    let old = h.wait_phase(&id, "completed").await;
+    assert_eq!(old["detail"]["mr"]["number"], first, "{old:#}");
+    let pr = h.sim.github_pr(PROJECT, first).expect("first pr");
+    assert_eq!(
+        pr["head"]["sha"], merged_head,
+        "the first head merged: {pr}"
+    );
+    // The branch's live item is the next generation, with the update.
+    let next = h
+        .submit_ok(
+            &github_change(branch, &[("b.txt", "b\n")]),
+            StatusCode::OK,
+            "unchanged",
+        )
+        .await;
+    assert_ne!(next, id, "the update was handed over");
+    let second = h.wait_mr(&next).await;
+    assert_ne!(second, first);
+    let item = h.item(&next).await;
+    assert_eq!(item["detail"]["generation"], 2, "{item:#}");
+    assert_eq!(item["detail"]["files"][0]["file_path"], "b.txt");
+    let pr = h.sim.github_pr(PROJECT, second).expect("second pr");
+    assert_eq!(pr["state"], "open", "{pr}");
+    assert_eq!(h.count("POST", "/pulls"), 2, "one new pull request");
     h.finish().await;
 }

@@ -65,6 +65,7 @@ async fn a_head_pushed_between_check_and_merge_is_not_merged(backend: Backend) {
                     gate: None,
                     crash: None,
                     torn_read: None,
+                    before_push: None,
                 })
             })),
             ..Options::default()
@@ -329,6 +330,7 @@ async fn retry_merge_is_refused_while_in_flight(backend: Backend) {
                     gate: Some(held),
                     crash: None,
                     torn_read: None,
+                    before_push: None,
                 })
             })),
             ..Options::default()

@@ -137,6 +137,7 @@ async fn a_read_straddling_the_queue_s_merge_never_merges_again(backend: Backend
             gate: None,
             crash: None,
             torn_read: Some(given.clone()),
+            before_push: None,
         })
     }));
     let h = Harness::start_with(backend, options).await;
@@ -204,6 +205,7 @@ fn crashing(merge_queue: bool, at: CrashAt) -> Options {
             gate: None,
             crash: Some(CrashOnce::new(at)),
             torn_read: None,
+            before_push: None,
         })
     }));
     options
@@ -396,6 +398,7 @@ async fn a_head_pushed_after_the_gates_passed_is_never_merged(backend: Backend) 
             gate: None,
             crash: None,
             torn_read: None,
+            before_push: None,
         })
     }));
     let h = Harness::start_with(backend, options).await;

@@ -463,6 +463,7 @@ async fn a_push_whose_record_was_lost_stays_workqueues(backend: Backend) {
                     gate: None,
                     crash: Some(CrashOnce::new(CrashAt::AfterPush)),
                     torn_read: None,
+                    before_push: None,
                 })
             })),
             ..Options::default()

@@ -901,6 +901,8 @@ pub struct Intercept {
     pub gate: Option<Arc<tokio::sync::Semaphore>>,
     pub crash: Option<CrashOnce>,
     pub torn_read: Option<Arc<TornRead>>,
+    /// Runs before each commit of file actions reaches the forge.
+    pub before_push: Option<Box<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>>,
 }
 
 /// One read that straddles a merge queue's merge: its first part saw the
@@ -982,6 +984,9 @@ impl Forge for Intercept {
         &self,
         request: &wq_forge::CommitRequest<'_>,
     ) -> wq_forge::ForgeResult<wq_forge::PushedCommit> {
+        if let Some(before) = &self.before_push {
+            before().await;
+        }
         let head = self.inner.commit_files(request).await;
         if self
             .crash

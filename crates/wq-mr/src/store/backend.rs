@@ -82,6 +82,7 @@ pub(super) trait MrBackend: Send + Sync + std::fmt::Debug {
     async fn hand_over(
         &self,
         id: ItemId,
+        merged_head: Option<String>,
         caller: Option<String>,
         now: OffsetDateTime,
     ) -> StoreResult<Option<ItemId>>;
@@ -192,6 +193,9 @@ macro_rules! mr_backend {
                     )),
                     migration(1004, "mr_note_intent", include_str!(
                         concat!("../../migrations/", $dir, "/1004_mr_note_intent.sql")
+                    )),
+                    migration(1005, "mr_push_content", include_str!(
+                        concat!("../../migrations/", $dir, "/1005_mr_push_content.sql")
                     )),
                 ])
             });
@@ -638,7 +642,9 @@ macro_rules! mr_backend {
                         sqlx::query(include_str!("sql/insert_push.sql"))
                             .bind(Self::id(id))
                             .bind(head_sha)
-                            .bind(Self::at(now)),
+                            .bind(Self::at(now))
+                            .bind(content_hash.to_owned())
+                            .bind(target_branch.to_owned()),
                     ], audit)
                     .await
                 }
@@ -740,6 +746,7 @@ macro_rules! mr_backend {
                 async fn hand_over(
                     &self,
                     id: ItemId,
+                    merged_head: Option<String>,
                     caller: Option<String>,
                     now: OffsetDateTime,
                 ) -> StoreResult<Option<ItemId>> {
@@ -759,11 +766,12 @@ macro_rules! mr_backend {
                         // Read under the branch lock: a submission committed
                         // before it is seen here, one after it finds the item
                         // completed and starts the next generation itself.
-                        let unpushed: bool = sqlx::query_scalar(include_str!("sql/unpushed.sql"))
+                        let unmerged: bool = sqlx::query_scalar(include_str!("sql/unmerged.sql"))
                             .bind(Self::id(id))
+                            .bind(merged_head)
                             .fetch_one(&mut *conn)
                             .await?;
-                        if !unpushed {
+                        if !unmerged {
                             return Ok(None);
                         }
                         let generation: i64 =

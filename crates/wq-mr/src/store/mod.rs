@@ -498,13 +498,17 @@ impl MrStore {
         self.backend.merge_transient(id, error, retry_at, now).await
     }
 
-    /// The item's change request merged: in one transaction, the item ends
-    /// `completed` (only while it is active and leased: a run that lost its
-    /// item writes nothing) and, when its latest submitted state never
-    /// reached the forge (content or target branch other than the last
-    /// push's, read in that transaction), a new generation of the branch
-    /// line takes that state, owned by `caller`, with a `created` row in
-    /// its submission history. PostgreSQL takes the branch lock and the
+    /// The item's change request merged, with `merged_head` as its head
+    /// when known: in one transaction, the item ends `completed` (only
+    /// while it is active and leased: a run that lost its item writes
+    /// nothing) and, when its latest submitted state is not what merged
+    /// (read in that transaction: the content or target branch other than
+    /// what the push of the merged head carried, or, for a head that is no
+    /// push of the branch line's, other than the last push's), a new
+    /// generation of the branch line takes that state, owned by `caller`,
+    /// with a `created` row in its submission history. So content pushed
+    /// after a merge queue or train merged the previous head is not lost
+    /// with the finished item. PostgreSQL takes the branch lock and the
     /// item's lock first, as the upsert does, so a submission sees the old
     /// live item or the new one, never both, and an update committed while
     /// the run that saw the merge was under way is not lost. `None`: no
@@ -512,11 +516,17 @@ impl MrStore {
     pub async fn hand_over(
         &self,
         id: ItemId,
+        merged_head: Option<&str>,
         caller: Option<&str>,
         now: OffsetDateTime,
     ) -> StoreResult<Option<ItemId>> {
         self.backend
-            .hand_over(id, caller.map(str::to_owned), now)
+            .hand_over(
+                id,
+                merged_head.map(str::to_owned),
+                caller.map(str::to_owned),
+                now,
+            )
             .await
     }
 
