@@ -33,7 +33,8 @@
 //!   `work_item_id`, `at`, `actor`, `kind`, `old_state`, `new_state`,
 //!   `trigger`, `metadata`, `prev_hash`, `hash`: one append-only hash chain
 //!   per item ([`audit`]); on PostgreSQL `audit_heads` holds each chain's
-//!   last hash.
+//!   last hash, its pages half filled (migration 0013) so that moving a
+//!   head is a heap-only update.
 //!
 //! Migrations are per backend under `migrations/{sqlite,postgres}/`, with
 //! the same names (0001 the queue, 0002 the loop functions such as

@@ -161,6 +161,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "park_batch_heads",
             sql: include_str!("../../migrations/sqlite/0012_park_batch_heads.sql"),
         },
+        EmbeddedMigration {
+            version: 13,
+            description: "audit_heads_fillfactor",
+            sql: include_str!("../../migrations/sqlite/0013_audit_heads_fillfactor.sql"),
+        },
     ])
 });
 
