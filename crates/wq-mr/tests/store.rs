@@ -891,24 +891,39 @@ async fn a_merged_change_hands_new_content_to_the_next_generation(backend: Backe
 /// yet what merged is the first. The merged head decides, not the last push.
 async fn content_pushed_after_the_merged_head_is_the_next_generation(backend: Backend) {
     let (store, mr) = setup(backend).await;
-    let claim = |id| wq_store::ClaimParams {
-        id,
-        now: NOW,
-        lease_until: NOW + time::Duration::minutes(5),
-        handled_types: vec!["mr".into()],
+    let on = |branch: &str, content: &str| {
+        let mut spec = spec(content);
+        spec.source_branch = branch.parse().unwrap();
+        spec
     };
-    let (id, _) = upsert_as(&mr, &spec("1"), NOW, "alice", false).await;
-    let first = spec("1").content_hash();
-    mr.record_push(id, "sha-1", (&first, "main"), NOW)
-        .await
-        .unwrap();
-    upsert_as(&mr, &spec("2"), NOW, "alice", false).await;
-    let second = spec("2").content_hash();
-    mr.record_push(id, "sha-2", (&second, "main"), NOW)
-        .await
-        .unwrap();
-    store.item_claim(claim(id)).await.unwrap().expect("claimed");
+    // An item of `branch` with each of `pushes` (head, content) submitted
+    // and pushed in turn, claimed as the run that sees the merge.
+    let pushed = async |branch: &str, pushes: &[(&str, &str)]| {
+        let mut id = None;
+        for (head, content) in pushes {
+            let spec = on(branch, content);
+            id = Some(upsert_as(&mr, &spec, NOW, "alice", false).await.0);
+            mr.record_push(id.unwrap(), head, (&spec.content_hash(), "main"), NOW)
+                .await
+                .unwrap();
+        }
+        let id = id.expect("a push");
+        store
+            .item_claim(wq_store::ClaimParams {
+                id,
+                now: NOW,
+                lease_until: NOW + time::Duration::minutes(5),
+                handled_types: vec!["mr".into()],
+            })
+            .await
+            .unwrap()
+            .expect("claimed");
+        id
+    };
+    let both = [("sha-1", "1"), ("sha-2", "2")];
+
     // The last push's head merged: nothing waits.
+    let id = pushed("wq/x", &both).await;
     let merged_last = mr
         .hand_over(id, Some("sha-2"), Some("alice"), NOW)
         .await
@@ -920,19 +935,7 @@ async fn content_pushed_after_the_merged_head_is_the_next_generation(backend: Ba
     );
 
     // The same pushes on another branch, but the first head merged.
-    let mut other = spec("1");
-    other.source_branch = "wq/y".parse().unwrap();
-    let (id, _) = upsert_as(&mr, &other, NOW, "alice", false).await;
-    mr.record_push(id, "sha-1", (&first, "main"), NOW)
-        .await
-        .unwrap();
-    let mut update = spec("2");
-    update.source_branch = "wq/y".parse().unwrap();
-    upsert_as(&mr, &update, NOW, "alice", false).await;
-    mr.record_push(id, "sha-2", (&second, "main"), NOW)
-        .await
-        .unwrap();
-    store.item_claim(claim(id)).await.unwrap().expect("claimed");
+    let id = pushed("wq/y", &both).await;
     let next = mr
         .hand_over(id, Some("sha-1"), Some("alice"), NOW)
         .await
@@ -940,19 +943,13 @@ async fn content_pushed_after_the_merged_head_is_the_next_generation(backend: Ba
         .expect("the content pushed after the merged head takes over");
     let details = mr.get(next).await.unwrap().unwrap();
     assert_eq!(details.generation, 2);
-    assert_eq!(details.content_hash, second);
+    assert_eq!(details.content_hash, spec("2").content_hash());
     assert_eq!(details.pushed_content_hash, None, "not pushed by this item");
     assert_eq!(mr.submissions(next).await.unwrap()[0].outcome, "created");
 
     // A head that is no push of the line's (a person's commit on top of
     // the last push) falls back to the last push: nothing waits.
-    let mut third = spec("2");
-    third.source_branch = "wq/z".parse().unwrap();
-    let (id, _) = upsert_as(&mr, &third, NOW, "alice", false).await;
-    mr.record_push(id, "sha-3", (&second, "main"), NOW)
-        .await
-        .unwrap();
-    store.item_claim(claim(id)).await.unwrap().expect("claimed");
+    let id = pushed("wq/z", &[("sha-3", "2")]).await;
     assert_eq!(
         mr.hand_over(id, Some("a-persons-sha"), Some("alice"), NOW)
             .await

@@ -179,6 +179,20 @@ pub fn fresh_sqlite_url() -> String {
     format!("sqlite:{}", directory.join("wq.db").display())
 }
 
+/// A new item `id` of item type `t` asking for `needs_step`, with no
+/// idempotency key, caller or place: the PostgreSQL store tests' plain item.
+pub fn step_item(id: wq_core::ItemId, now: time::OffsetDateTime) -> crate::NewItem {
+    crate::NewItem {
+        id,
+        item_type: "t".into(),
+        idempotency_key: None,
+        caller_identity: None,
+        place: None,
+        now,
+        dimensions: vec![wq_core::DimensionUpdate::new("needs_step", true)],
+    }
+}
+
 /// Gives every item of `item_type` the `item.created` record a real item
 /// is created with ([`crate::audit::created`]), so that a benchmark's
 /// appends move chain heads that exist, as they do in use: [`seed_items`]

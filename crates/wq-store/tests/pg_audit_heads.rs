@@ -11,11 +11,11 @@
 use std::collections::BTreeMap;
 
 use time::OffsetDateTime;
-use wq_core::{DimensionUpdate, ItemId};
+use wq_core::ItemId;
+use wq_store::Store;
 use wq_store::audit::NewAudit;
 use wq_store::postgres::PgStore;
-use wq_store::testing::{drop_postgres_database, fresh_postgres_url};
-use wq_store::{NewItem, Store};
+use wq_store::testing::{drop_postgres_database, fresh_postgres_url, step_item};
 
 /// Each chain head's page (the block number of its row's `ctid`).
 async fn head_pages(store: &PgStore) -> BTreeMap<String, i64> {
@@ -40,18 +40,7 @@ async fn appends_move_chain_heads_in_place() {
     let mut ids = Vec::new();
     for _ in 0..400 {
         let id = ItemId::new_v7();
-        store
-            .item_insert(NewItem {
-                id,
-                item_type: "t".into(),
-                idempotency_key: None,
-                caller_identity: None,
-                place: None,
-                now,
-                dimensions: vec![DimensionUpdate::new("needs_step", true)],
-            })
-            .await
-            .unwrap();
+        store.item_insert(step_item(id, now)).await.unwrap();
         ids.push(id);
     }
     let mut before = head_pages(&store).await;

@@ -11,8 +11,10 @@
 use time::{Duration, OffsetDateTime};
 use wq_core::{DimensionStatus, DimensionUpdate, ItemId};
 use wq_store::postgres::PgStore;
-use wq_store::testing::{drop_postgres_database, fresh_postgres_url, wait_for_lock_waiters};
-use wq_store::{ClaimParams, NewItem, Store};
+use wq_store::testing::{
+    drop_postgres_database, fresh_postgres_url, step_item, wait_for_lock_waiters,
+};
+use wq_store::{ClaimParams, Store};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_racing_a_commit_never_returns_dimensions_from_before_it() {
@@ -21,18 +23,7 @@ async fn a_claim_racing_a_commit_never_returns_dimensions_from_before_it() {
     store.migrate().await.unwrap();
     let now = OffsetDateTime::now_utc();
     let id = ItemId::new_v7();
-    store
-        .item_insert(NewItem {
-            id,
-            item_type: "t".into(),
-            idempotency_key: None,
-            caller_identity: None,
-            place: None,
-            now,
-            dimensions: vec![DimensionUpdate::new("needs_step", true)],
-        })
-        .await
-        .unwrap();
+    store.item_insert(step_item(id, now)).await.unwrap();
     let params = move |now| ClaimParams {
         id,
         now,
@@ -108,18 +99,7 @@ async fn a_batch_claim_skips_a_held_row_and_takes_it_after_the_commit() {
     let now = OffsetDateTime::now_utc();
     let (held, free) = (ItemId::new_v7(), ItemId::new_v7());
     for id in [held, free] {
-        store
-            .item_insert(NewItem {
-                id,
-                item_type: "t".into(),
-                idempotency_key: None,
-                caller_identity: None,
-                place: None,
-                now,
-                dimensions: vec![DimensionUpdate::new("needs_step", true)],
-            })
-            .await
-            .unwrap();
+        store.item_insert(step_item(id, now)).await.unwrap();
     }
     let params = move |now: OffsetDateTime| wq_store::ClaimDueParams {
         now,

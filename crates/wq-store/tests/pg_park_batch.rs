@@ -13,23 +13,14 @@ use time::{Duration, OffsetDateTime};
 use wq_core::{DimensionUpdate, ItemId};
 use wq_store::audit::{AuditQuery, NewAudit};
 use wq_store::postgres::PgStore;
-use wq_store::testing::{drop_postgres_database, fresh_postgres_url, wait_for_lock_waiters};
-use wq_store::{ClaimParams, Lease, NewItem, OutcomeChanges, Park, ParkParams, Store};
+use wq_store::testing::{
+    drop_postgres_database, fresh_postgres_url, step_item, wait_for_lock_waiters,
+};
+use wq_store::{ClaimParams, Lease, OutcomeChanges, Park, ParkParams, Store};
 
 async fn claimed(store: &PgStore, now: OffsetDateTime) -> Lease {
     let id = ItemId::new_v7();
-    store
-        .item_insert(NewItem {
-            id,
-            item_type: "t".into(),
-            idempotency_key: None,
-            caller_identity: None,
-            place: None,
-            now,
-            dimensions: vec![DimensionUpdate::new("needs_step", true)],
-        })
-        .await
-        .unwrap();
+    store.item_insert(step_item(id, now)).await.unwrap();
     store
         .item_claim(ClaimParams {
             id,

@@ -382,11 +382,10 @@ async fn github_a_new_target_branch_is_pushed_and_set(backend: Backend) {
     a_new_target_branch_is_pushed_and_set(backend, GITHUB).await;
 }
 
-async fn github_a_pr_merged_before_the_update_is_seen_hands_the_content_to_generation_2(
-    backend: Backend,
-) {
-    let h = Harness::start_with(backend, github(true)).await;
-    let branch = "wq/handover";
+/// Submits `a.txt` on `branch` to the GitHub repository with a merge queue,
+/// approves its pull request and waits until the service queued it; the
+/// queue is locked, so it holds the entry. The item's id and the number.
+async fn queued(h: &Harness, branch: &str) -> (String, u64) {
     let id = h
         .submit_ok(
             &github_change(branch, &[("a.txt", "a\n")]),
@@ -402,19 +401,56 @@ async fn github_a_pr_merged_before_the_update_is_seen_hands_the_content_to_gener
         item["detail"]["merge"]["last_result"] == "accepted"
     })
     .await;
-    // From here on the service hears nothing of the merge.
-    h.sim
-        .add_webhook_fault(WebhookFaultRule::new(WebhookFaultKind::Drop, None, 1000));
-    h.app().engine.wait_idle().await;
+    (id, first)
+}
+
+/// Unlocks the queue and moves the sim's clock until it merged `number`.
+async fn merge_queued(h: &Harness, number: u64) {
     let mut changes = h.sim.changes();
     h.sim.github_lock_queue(PROJECT, false).unwrap();
-    while h.sim.github_pr(PROJECT, first).expect("pr")["merged"] != true {
+    while h.sim.github_pr(PROJECT, number).expect("pr")["merged"] != true {
         h.sim.advance(Duration::from_secs(60));
         tokio::time::timeout(Duration::from_secs(30), changes.changed())
             .await
             .expect("the sim moves")
             .expect("the sim runs");
     }
+}
+
+/// The branch's live item, once item `id` (whose pull request `first`
+/// merged) completed, is the next generation with the update (`b.txt`)
+/// and a pull request of its own, open. Its view.
+async fn handed_over(h: &Harness, branch: &str, id: &str, first: u64) -> Value {
+    let next = h
+        .submit_ok(
+            &github_change(branch, &[("b.txt", "b\n")]),
+            StatusCode::OK,
+            "unchanged",
+        )
+        .await;
+    assert_ne!(next, id, "the update was handed over");
+    let second = h.wait_mr(&next).await;
+    assert_ne!(second, first);
+    let item = h.item(&next).await;
+    assert_eq!(item["detail"]["generation"], 2, "{item:#}");
+    assert_eq!(item["detail"]["files"][0]["file_path"], "b.txt");
+    assert_eq!(h.count("POST", "/pulls"), 2, "one new pull request");
+    let pr = h.sim.github_pr(PROJECT, second).expect("second pr");
+    assert_eq!(pr["state"], "open", "{pr}");
+    item
+}
+
+async fn github_a_pr_merged_before_the_update_is_seen_hands_the_content_to_generation_2(
+    backend: Backend,
+) {
+    let h = Harness::start_with(backend, github(true)).await;
+    let branch = "wq/handover";
+    let (id, first) = queued(&h, branch).await;
+    // From here on the service hears nothing of the merge.
+    h.sim
+        .add_webhook_fault(WebhookFaultRule::new(WebhookFaultKind::Drop, None, 1000));
+    h.app().engine.wait_idle().await;
+    merge_queued(&h, first).await;
     assert_eq!(h.item(&id).await["phase"], "active", "not seen yet");
     let updated = h
         .submit_ok(
@@ -428,24 +464,8 @@ async fn github_a_pr_merged_before_the_update_is_seen_hands_the_content_to_gener
     assert_eq!(old["detail"]["mr"]["number"], first, "{old:#}");
     assert_eq!(old["detail"]["merge"]["last_result"], "accepted");
     assert_eq!(old["detail"]["generation"], 1);
-    // The live item of the branch is the next generation.
-    let next = h
-        .submit_ok(
-            &github_change(branch, &[("b.txt", "b\n")]),
-            StatusCode::OK,
-            "unchanged",
-        )
-        .await;
-    assert_ne!(next, id);
-    let second = h.wait_mr(&next).await;
-    assert_ne!(second, first);
-    let item = h.item(&next).await;
-    assert_eq!(item["detail"]["generation"], 2, "{item:#}");
+    let item = handed_over(&h, branch, &id, first).await;
     assert_eq!(item["caller_identity"], old["caller_identity"]);
-    assert_eq!(item["detail"]["files"][0]["file_path"], "b.txt");
-    assert_eq!(h.count("POST", "/pulls"), 2, "one new pull request");
-    let pr = h.sim.github_pr(PROJECT, second).expect("second pr");
-    assert_eq!(pr["state"], "open", "{pr}");
     h.sim.clear_faults();
     h.finish().await;
 }
@@ -604,21 +624,7 @@ async fn github_an_update_pushed_after_the_queue_merged_becomes_generation_2(bac
     )
     .await;
     let branch = "wq/pushed-after-merge";
-    let id = h
-        .submit_ok(
-            &github_change(branch, &[("a.txt", "a\n")]),
-            StatusCode::CREATED,
-            "created",
-        )
-        .await;
-    let first = h.wait_mr(&id).await;
-    h.settle().await;
-    h.sim.github_lock_queue(PROJECT, true).unwrap();
-    h.sim.github_approve(PROJECT, first, "reviewer").unwrap();
-    h.wait_for(&id, "the pull request in the queue", |item| {
-        item["detail"]["merge"]["last_result"] == "accepted"
-    })
-    .await;
+    let (id, first) = queued(&h, branch).await;
     let merged_head = h.sim.github_pr(PROJECT, first).expect("pr")["head"]["sha"].clone();
     let updated = h
         .submit_ok(
@@ -632,15 +638,7 @@ async fn github_an_update_pushed_after_the_queue_merged_becomes_generation_2(bac
         .await
         .expect("the update's push reaches the gate");
     // The queue merges the first head while the push waits.
-    let mut changes = h.sim.changes();
-    h.sim.github_lock_queue(PROJECT, false).unwrap();
-    while h.sim.github_pr(PROJECT, first).expect("pr")["merged"] != true {
-        h.sim.advance(Duration::from_secs(60));
-        tokio::time::timeout(Duration::from_secs(30), changes.changed())
-            .await
-            .expect("the sim moves")
-            .expect("the sim runs");
-    }
+    merge_queued(&h, first).await;
     gate.add_permits(1);
     let old = h.wait_phase(&id, "completed").await;
     assert_eq!(old["detail"]["mr"]["number"], first, "{old:#}");
@@ -649,22 +647,6 @@ async fn github_an_update_pushed_after_the_queue_merged_becomes_generation_2(bac
         pr["head"]["sha"], merged_head,
         "the first head merged: {pr}"
     );
-    // The branch's live item is the next generation, with the update.
-    let next = h
-        .submit_ok(
-            &github_change(branch, &[("b.txt", "b\n")]),
-            StatusCode::OK,
-            "unchanged",
-        )
-        .await;
-    assert_ne!(next, id, "the update was handed over");
-    let second = h.wait_mr(&next).await;
-    assert_ne!(second, first);
-    let item = h.item(&next).await;
-    assert_eq!(item["detail"]["generation"], 2, "{item:#}");
-    assert_eq!(item["detail"]["files"][0]["file_path"], "b.txt");
-    let pr = h.sim.github_pr(PROJECT, second).expect("second pr");
-    assert_eq!(pr["state"], "open", "{pr}");
-    assert_eq!(h.count("POST", "/pulls"), 2, "one new pull request");
+    handed_over(&h, branch, &id, first).await;
     h.finish().await;
 }
