@@ -99,6 +99,35 @@ fn a_clean_history_passes() {
     assert_eq!(found.violations(), 0, "{found:#?}");
 }
 
+/// A resubmission whose `updated` (or `created`) answer was lost with a
+/// killed replica is retried and answers `unchanged`: its content is the
+/// item's latest all the same. Both histories below are real runs' that
+/// the harness once misread as failures, with the expected contents built
+/// as the run builds them.
+#[test]
+fn a_retried_resubmission_still_counts_as_submitted() {
+    let mut item = expected(&["v1"], true);
+    item.answered("v2".into()); // answered `unchanged`: the first try landed
+    item.answered("v2".into()); // answered again: nothing new
+    assert_eq!(item.contents, ["v1", "v2"]);
+
+    // The update reached the item before its first merge: only v2 merged.
+    let found = check(
+        &[merged(1, "v2", Some(1), 2)],
+        std::slice::from_ref(&item),
+        &[stored("completed", 0)],
+    );
+    assert_eq!(found.violations(), 0, "{found:#?}");
+
+    // It came after: v1 merged, and v2 as the next generation's change.
+    let found = check(
+        &[merged(1, "v1", Some(1), 2), merged(2, "v2", Some(3), 4)],
+        &[item],
+        &[stored("completed", 0)],
+    );
+    assert_eq!(found.violations(), 0, "{found:#?}");
+}
+
 #[test]
 fn each_invariant_catches_its_failure() {
     // Still active, and the last content never merged.

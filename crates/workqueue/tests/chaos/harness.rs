@@ -184,6 +184,18 @@ pub struct Expected {
     pub submitted_at: OffsetDateTime,
 }
 
+impl Expected {
+    /// A submission of `content` was answered. Its outcome does not tell
+    /// whether it changed anything: an `updated` or `created` answer lost
+    /// with a killed replica is retried and then answers `unchanged`. What
+    /// holds either way is that `content` is now the latest state.
+    pub fn answered(&mut self, content: String) {
+        if self.contents.last() != Some(&content) {
+            self.contents.push(content);
+        }
+    }
+}
+
 /// One item's latest generation as the database holds it.
 #[derive(Debug, Clone)]
 pub struct StoredItem {
@@ -646,7 +658,7 @@ async fn submit(
     live: &Live,
     rng: &Mutex<StdRng>,
     body: &Value,
-) -> Result<(String, OffsetDateTime), String> {
+) -> Result<OffsetDateTime, String> {
     let mut last = String::new();
     for _ in 0..100 {
         let Some(url) = any_live(live, rng).await else {
@@ -668,8 +680,7 @@ async fn submit(
                 if !status.is_success() {
                     return Err(format!("{status}: {reply}"));
                 }
-                let outcome = reply["outcome"].as_str().unwrap_or_default().to_owned();
-                return Ok((outcome, OffsetDateTime::now_utc()));
+                return Ok(OffsetDateTime::now_utc());
             }
             Err(error) => last = error.to_string(),
         }
@@ -748,6 +759,9 @@ pub struct Report {
     pub audit_records: u64,
     pub audit_broken: Option<String>,
     pub log_dir: PathBuf,
+    /// For each item an invariant names, its audit trail (every generation
+    /// of its branch), so a failed run tells its own story.
+    pub trails: BTreeMap<String, Vec<String>>,
 }
 
 impl Report {
@@ -793,7 +807,42 @@ impl Report {
             self.audit_broken.as_deref().unwrap_or("none")
         );
         println!("  replica logs: {}", self.log_dir.display());
+        for (name, trail) in &self.trails {
+            println!("  the audit trail of {name}:");
+            for line in trail {
+                println!("      {line}");
+            }
+        }
     }
+}
+
+/// The audit trail of every generation of `forge`'s `branch`, one line per
+/// record, oldest first (the database's own record of what happened).
+async fn audit_trail(pool: &sqlx::PgPool, forge: &str, branch: &str) -> Vec<String> {
+    let rows: Vec<(i64, String, String, String, String)> = sqlx::query_as(
+        "SELECT d.generation, a.at::text, a.actor, a.kind, a.metadata::text \
+         FROM audit_records a JOIN mr_details d ON d.work_item_id = a.work_item_id \
+         WHERE d.forge = $1 AND d.source_branch = $2 ORDER BY a.at, a.seq",
+    )
+    .bind(forge)
+    .bind(branch)
+    .fetch_all(pool)
+    .await
+    .unwrap_or_else(|error| {
+        vec![(
+            0,
+            String::new(),
+            String::new(),
+            error.to_string(),
+            String::new(),
+        )]
+    });
+    rows.into_iter()
+        .map(|(generation, at, actor, kind, metadata)| {
+            let metadata: String = metadata.chars().take(240).collect();
+            format!("g{generation} {at} {actor}: {kind} {metadata}")
+        })
+        .collect()
 }
 
 /// One planned item.
@@ -1190,7 +1239,7 @@ pub async fn run(settings: Settings) -> Report {
                 plan.ci_retry,
             );
             match submit(&api, &live, &rng, &body).await {
-                Ok((_, at)) => {
+                Ok(at) => {
                     submissions.fetch_add(1, Ordering::Relaxed);
                     expected.lock().unwrap().insert(
                         key(plan.forge, &plan.branch),
@@ -1224,13 +1273,11 @@ pub async fn run(settings: Settings) -> Report {
                 plan.ci_retry,
             );
             match submit(&api, &live, &rng, &body).await {
-                Ok((outcome, _)) => {
+                Ok(_) => {
                     resubmissions.fetch_add(1, Ordering::Relaxed);
-                    if outcome != "unchanged" {
-                        let mut expected = expected.lock().unwrap();
-                        if let Some(item) = expected.get_mut(&key(plan.forge, &plan.branch)) {
-                            item.contents.push(content);
-                        }
+                    let mut expected = expected.lock().unwrap();
+                    if let Some(item) = expected.get_mut(&key(plan.forge, &plan.branch)) {
+                        item.answered(content);
                     }
                 }
                 Err(error) => errors
@@ -1349,6 +1396,25 @@ pub async fn run(settings: Settings) -> Report {
     let changes = change_facts(&sim, &gitlab_ids, &approvals_now(&approvals));
     let invariants = check(&changes, &expected, &stored);
     fleet.lock().await.kill_all();
+    let mut trails = BTreeMap::new();
+    for item in &expected {
+        let name = format!("{}:{}", item.forge, item.branch);
+        let named = [
+            &invariants.not_where_expected,
+            &invariants.duplicate_changes,
+            &invariants.merged_twice,
+            &invariants.unchecked_head_merges,
+            &invariants.unapplied_deliveries,
+        ]
+        .iter()
+        .flat_map(|list| list.iter())
+        .any(|entry| {
+            entry.starts_with(&format!("{name}:")) || entry.starts_with(&format!("{name} "))
+        });
+        if named {
+            trails.insert(name, audit_trail(&pool, &item.forge, &item.branch).await);
+        }
+    }
     // Every item's audit chain, written through kills and concurrent
     // replicas, still links record to record.
     let audit = wq_store::connect(&database_url, 2)
@@ -1426,6 +1492,7 @@ pub async fn run(settings: Settings) -> Report {
         audit_records: audit.0,
         audit_broken: audit.1.map(|broken| broken.to_string()),
         log_dir: dir,
+        trails,
     }
 }
 
