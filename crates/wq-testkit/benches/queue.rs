@@ -19,6 +19,10 @@
 //! running both variants, in turns first. Each drain also prints the CPU
 //! the engine's process and the whole machine used per item (Linux's
 //! `/proc`), and the trail's cost in the machine's CPU per item.
+//! `WQ_BENCH_ARCHIVE=1` also ships each drain's records to the archive (a
+//! local directory, as the embedded default does) once the drain is over,
+//! and prints the machine's CPU that cost per record: the part of the
+//! trail's cost a deployment pays later, off the loop's path.
 
 /// The `workqueue` binary's allocator.
 #[global_allocator]
@@ -87,9 +91,13 @@ async fn main() {
         // machine whose speed drifts between runs, steadier than items
         // per second.
         let mut cpu_costs = Vec::new();
+        // With `WQ_BENCH_ARCHIVE=1`: shipping's CPU per item, and the
+        // trail's cost in CPU per item with it.
+        let (mut shipping, mut shipped_costs) = (Vec::new(), Vec::new());
         for round in 1..=rounds {
             let mut pair = [0.0; 2];
             let mut cpu_pair = [0.0; 2];
+            let mut archive = 0.0;
             let order = if round % 2 == 1 {
                 [true, false]
             } else {
@@ -104,12 +112,19 @@ async fn main() {
                 let drained = loop_throughput(backend, backlog).await;
                 pair[usize::from(!audit)] = drained.items_per_second;
                 cpu_pair[usize::from(!audit)] = drained.machine_us_per_item;
+                if audit {
+                    archive = drained.archive_us_per_item;
+                }
             }
             wq_store::testing::set_audit(true);
             with.push(pair[0]);
             without.push(pair[1]);
             costs.push((1.0 - pair[0] / pair[1]) * 100.0);
             cpu_costs.push((cpu_pair[0] / cpu_pair[1] - 1.0) * 100.0);
+            if archive > 0.0 {
+                shipped_costs.push(((cpu_pair[0] + archive) / cpu_pair[1] - 1.0) * 100.0);
+                shipping.push(archive);
+            }
             if backend == Backend::Postgres {
                 wq_store::testing::set_batching(false);
                 println!("(round {round} of {rounds}: claims and parks one by one)");
@@ -132,6 +147,13 @@ async fn main() {
             median(&mut cpu_costs),
             cpu_by_round.join(", ")
         );
+        if !shipping.is_empty() {
+            println!(
+                "archive shipping: {:.1} µs of the machine's CPU per item (median); the trail's cost in the machine's CPU per item, shipping included: {:.1}% (median)",
+                median(&mut shipping),
+                median(&mut shipped_costs)
+            );
+        }
         if backend == Backend::Postgres {
             let alone = median(&mut alone);
             println!(
@@ -169,6 +191,9 @@ struct Drained {
     /// CPU the whole machine used while the loop drained (the engine, the
     /// database server, the rest), per item.
     machine_us_per_item: f64,
+    /// With `WQ_BENCH_ARCHIVE=1` and the trail on: the machine's CPU that
+    /// shipping the drain's records to the archive took, per item.
+    archive_us_per_item: f64,
 }
 
 /// CPU time in seconds: of this process (`/proc/self/stat`) and of the
@@ -293,10 +318,56 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> Drained {
         "cpu: {:.0} µs of the engine's and {machine_us_per_item:.0} µs of the machine's per item",
         per_item(process_after - process_before)
     );
+    let archive_us_per_item = if wq_store::testing::audit_enabled()
+        && std::env::var("WQ_BENCH_ARCHIVE").as_deref() == Ok("1")
+    {
+        per_item(ship(store.clone()).await)
+    } else {
+        0.0
+    };
     Drained {
         items_per_second: backlog as f64 / elapsed.as_secs_f64(),
         machine_us_per_item,
+        archive_us_per_item,
     }
+}
+
+/// Ships every record not archived yet to a fresh local directory, as the
+/// archiver's passes do (batches of its default size, each a gzip JSON
+/// Lines object, then marked archived); answers the machine's CPU seconds
+/// that took.
+async fn ship(store: Arc<dyn wq_store::Store>) -> f64 {
+    let dir = std::env::temp_dir().join(format!(
+        "wq-bench-archive-{}-{}",
+        std::process::id(),
+        uuid::Uuid::now_v7()
+    ));
+    std::fs::create_dir_all(&dir).expect("archive directory");
+    let objects = object_store::local::LocalFileSystem::new_with_prefix(&dir).expect("archive");
+    let archiver = wq_archive::Archiver::new(store, Arc::new(objects), "", Arc::new(SystemClock))
+        .attributes(false);
+    let (_, machine_before) = cpu_seconds();
+    let started = Instant::now();
+    let mut records = 0;
+    let mut objects = 0;
+    loop {
+        let pass = archiver.pass().await.expect("archive pass");
+        if pass.records == 0 {
+            break;
+        }
+        records += pass.records;
+        objects += pass.objects.len();
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let (_, machine_after) = cpu_seconds();
+    let _ = std::fs::remove_dir_all(&dir);
+    let machine = machine_after - machine_before;
+    println!(
+        "archive: {records} records in {objects} objects, {elapsed:.2} s = {:.0} records/s, {:.1} µs of the machine's CPU per record",
+        records as f64 / elapsed,
+        machine * 1e6 / records.max(1) as f64
+    );
+    machine
 }
 
 async fn api_reads(backend: Backend) {
