@@ -122,10 +122,26 @@ fn a_retried_resubmission_still_counts_as_submitted() {
     // It came after: v1 merged, and v2 as the next generation's change.
     let found = check(
         &[merged(1, "v1", Some(1), 2), merged(2, "v2", Some(3), 4)],
-        &[item],
+        std::slice::from_ref(&item),
         &[stored("completed", 0)],
     );
     assert_eq!(found.violations(), 0, "{found:#?}");
+
+    // Read with v2 left out, as when only answers other than `unchanged`
+    // counted, the same two histories were the failures reported.
+    let misread = expected(&["v1"], true);
+    let found = check(
+        &[merged(1, "v2", Some(1), 2)],
+        std::slice::from_ref(&misread),
+        &[stored("completed", 0)],
+    );
+    assert_eq!(found.not_where_expected.len(), 1, "{found:#?}");
+    let found = check(
+        &[merged(1, "v1", Some(1), 2), merged(2, "v2", Some(3), 4)],
+        &[misread],
+        &[stored("completed", 0)],
+    );
+    assert_eq!(found.duplicate_changes.len(), 1, "{found:#?}");
 }
 
 #[test]

@@ -30,6 +30,7 @@ backend_tests!(
     gitlab_an_mr_closed_before_the_update_is_seen_is_not_replaced,
     an_update_stored_during_the_merge_call_becomes_generation_2,
     github_an_update_pushed_after_the_queue_merged_becomes_generation_2,
+    gitlab_an_update_pushed_after_the_train_merged_becomes_generation_2,
 );
 
 /// GitLab's merge call.
@@ -417,13 +418,13 @@ async fn merge_queued(h: &Harness, number: u64) {
     }
 }
 
-/// The branch's live item, once item `id` (whose pull request `first`
+/// The branch's live item, once item `id` (whose change request `first`
 /// merged) completed, is the next generation with the update (`b.txt`)
-/// and a pull request of its own, open. Its view.
+/// and a change request of its own, open. Its view.
 async fn handed_over(h: &Harness, branch: &str, id: &str, first: u64) -> Value {
     let next = h
         .submit_ok(
-            &github_change(branch, &[("b.txt", "b\n")]),
+            &h.change(branch, &[("b.txt", "b\n")]),
             StatusCode::OK,
             "unchanged",
         )
@@ -434,9 +435,17 @@ async fn handed_over(h: &Harness, branch: &str, id: &str, first: u64) -> Value {
     let item = h.item(&next).await;
     assert_eq!(item["detail"]["generation"], 2, "{item:#}");
     assert_eq!(item["detail"]["files"][0]["file_path"], "b.txt");
-    assert_eq!(h.count("POST", "/pulls"), 2, "one new pull request");
-    let pr = h.sim.github_pr(PROJECT, second).expect("second pr");
-    assert_eq!(pr["state"], "open", "{pr}");
+    let (created, state) = if h.forge == GITHUB {
+        let pr = h.sim.github_pr(PROJECT, second).expect("second pr");
+        (h.count("POST", "/pulls"), pr["state"] == "open")
+    } else {
+        (
+            h.count("POST", "/merge_requests"),
+            h.mr(second)["state"] == "opened",
+        )
+    };
+    assert_eq!(created, 2, "one new change request");
+    assert!(state, "the second change request is open: {item:#}");
     item
 }
 
@@ -579,13 +588,17 @@ async fn an_update_stored_during_the_merge_call_becomes_generation_2(backend: Ba
     h.finish().await;
 }
 
-/// The merge queue merges the pull request while `ensure_mr` pushes an
-/// update: the run read the pull request open (queued), and its push lands
-/// on the branch after the merge, so the update is the last push but not
-/// what merged. The merged head decides: the update is the next
-/// generation, with a pull request of its own, and the first one keeps the
-/// content it merged.
-async fn github_an_update_pushed_after_the_queue_merged_becomes_generation_2(backend: Backend) {
+/// A harness whose second push (the update's) waits at a gate: the
+/// returned `Notify` fires when it arrived there, a permit on the
+/// semaphore lets it go.
+async fn with_held_update_push(
+    backend: Backend,
+    options: Options,
+) -> (
+    Harness,
+    Arc<tokio::sync::Semaphore>,
+    Arc<tokio::sync::Notify>,
+) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let held = gate.clone();
@@ -605,7 +618,6 @@ async fn github_an_update_pushed_after_the_queue_merged_becomes_generation_2(bac
                     gate: None,
                     crash: None,
                     torn_read: None,
-                    // The second push (the update's) waits for the merge.
                     before_push: Some(Box::new(move || {
                         let held = held.clone();
                         let reached = reached.clone();
@@ -619,16 +631,19 @@ async fn github_an_update_pushed_after_the_queue_merged_becomes_generation_2(bac
                     })),
                 })
             })),
-            ..github(true)
+            ..options
         },
     )
     .await;
-    let branch = "wq/pushed-after-merge";
-    let (id, first) = queued(&h, branch).await;
-    let merged_head = h.sim.github_pr(PROJECT, first).expect("pr")["head"]["sha"].clone();
+    (h, gate, at_gate)
+}
+
+/// Submits the update (`b.txt`) to item `id` and waits until its push is
+/// held at the gate.
+async fn update_held(h: &Harness, branch: &str, id: &str, at_gate: &tokio::sync::Notify) {
     let updated = h
         .submit_ok(
-            &github_change(branch, &[("b.txt", "b\n")]),
+            &h.change(branch, &[("b.txt", "b\n")]),
             StatusCode::OK,
             "updated",
         )
@@ -637,6 +652,20 @@ async fn github_an_update_pushed_after_the_queue_merged_becomes_generation_2(bac
     tokio::time::timeout(Duration::from_secs(30), at_gate.notified())
         .await
         .expect("the update's push reaches the gate");
+}
+
+/// The merge queue merges the pull request while `ensure_mr` pushes an
+/// update: the run read the pull request open (queued), and its push lands
+/// on the branch after the merge, so the update is the last push but not
+/// what merged. The merged head decides: the update is the next
+/// generation, with a pull request of its own, and the first one keeps the
+/// content it merged.
+async fn github_an_update_pushed_after_the_queue_merged_becomes_generation_2(backend: Backend) {
+    let (h, gate, at_gate) = with_held_update_push(backend, github(true)).await;
+    let branch = "wq/pushed-after-merge";
+    let (id, first) = queued(&h, branch).await;
+    let merged_head = h.sim.github_pr(PROJECT, first).expect("pr")["head"]["sha"].clone();
+    update_held(&h, branch, &id, &at_gate).await;
     // The queue merges the first head while the push waits.
     merge_queued(&h, first).await;
     gate.add_permits(1);
@@ -647,6 +676,54 @@ async fn github_an_update_pushed_after_the_queue_merged_becomes_generation_2(bac
         pr["head"]["sha"], merged_head,
         "the first head merged: {pr}"
     );
+    handed_over(&h, branch, &id, first).await;
+    h.finish().await;
+}
+
+/// The same race on GitLab: the merge train merges the MR's first head
+/// while `ensure_mr` pushes the update onto its branch.
+async fn gitlab_an_update_pushed_after_the_train_merged_becomes_generation_2(backend: Backend) {
+    let (h, gate, at_gate) = with_held_update_push(
+        backend,
+        Options {
+            merge_trains: true,
+            // The train's pipeline takes a minute of sim time: the MR
+            // waits in the train until the test moves the clock.
+            jobs: vec![JobSpec::new("unit", JobOutcome::Success).duration_secs(60)],
+            ..Options::default()
+        },
+    )
+    .await;
+    let branch = "wq/pushed-after-train";
+    let id = h
+        .submit_ok(
+            &h.change(branch, &[("a.txt", "a\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let first = h.wait_mr(&id).await;
+    h.sim.advance(Duration::from_secs(60));
+    h.wait_for(&id, "the MR on the merge train", |item| {
+        item["detail"]["merge"]["last_result"] == "accepted"
+    })
+    .await;
+    let merged_head = h.mr(first)["sha"].clone();
+    update_held(&h, branch, &id, &at_gate).await;
+    // The train's pipeline passes and the train merges the first head
+    // while the push waits.
+    let mut changes = h.sim.changes();
+    while h.mr(first)["state"] != "merged" {
+        h.sim.advance(Duration::from_secs(60));
+        tokio::time::timeout(Duration::from_secs(30), changes.changed())
+            .await
+            .expect("the sim moves")
+            .expect("the sim runs");
+    }
+    gate.add_permits(1);
+    let old = h.wait_phase(&id, "completed").await;
+    assert_eq!(old["detail"]["mr"]["number"], first, "{old:#}");
+    assert_eq!(h.mr(first)["sha"], merged_head, "the first head merged");
     handed_over(&h, branch, &id, first).await;
     h.finish().await;
 }
