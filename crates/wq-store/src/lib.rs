@@ -34,7 +34,9 @@
 //!   `trigger`, `metadata`, `prev_hash`, `hash`: one append-only hash chain
 //!   per item ([`audit`]); on PostgreSQL `audit_heads` holds each chain's
 //!   last hash, its pages half filled (migration 0013) so that moving a
-//!   head is a heap-only update.
+//!   head is a heap-only update; the archiver reads the oldest unarchived
+//!   records through `wq_audit_unarchived` (migration 0014), in index
+//!   order whatever the statistics say.
 //!
 //! Migrations are per backend under `migrations/{sqlite,postgres}/`, with
 //! the same names (0001 the queue, 0002 the loop functions such as

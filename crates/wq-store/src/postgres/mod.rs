@@ -147,6 +147,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "audit_heads_fillfactor",
             sql: include_str!("../../migrations/postgres/0013_audit_heads_fillfactor.sql"),
         },
+        EmbeddedMigration {
+            version: 14,
+            description: "audit_unarchived_read",
+            sql: include_str!("../../migrations/postgres/0014_audit_unarchived_read.sql"),
+        },
     ])
 });
 

@@ -1,7 +1,6 @@
--- The oldest records not archived yet, in order. $1 limit.
+-- The oldest records not archived yet, in order. $1 limit. Through
+-- wq_audit_unarchived (migration 0014): in index order whatever the
+-- statistics say.
 SELECT seq, id, work_item_id, at, actor, kind, old_state, new_state, trigger, metadata,
        prev_hash, hash
-FROM audit_records
-WHERE archived_at IS NULL
-ORDER BY seq
-LIMIT $1
+FROM wq_audit_unarchived($1)
