@@ -281,6 +281,57 @@ impl NewAudit {
         record
     }
 
+    /// Its JSON fields as canonical text, for its hash and its row.
+    pub(crate) fn texts(&self) -> Texts {
+        Texts::of(
+            self.old_state.as_ref(),
+            self.new_state.as_ref(),
+            self.trigger.as_ref(),
+            &self.metadata,
+        )
+    }
+
+    /// The hash it has as record `id` after `prev_hash`, from its
+    /// [`texts`](Self::texts): [`AuditRecord::digest`] of the record
+    /// [`into_record`](Self::into_record) makes, without copying it.
+    pub(crate) fn digest_as(&self, id: Uuid, texts: &Texts, prev_hash: &str) -> String {
+        let (mut text, suffix) = self.hash_parts_as(id, texts);
+        text.push_str(prev_hash);
+        text.push_str(&suffix);
+        hex_digest(text.as_bytes())
+    }
+
+    /// Its canonical JSON as record `id`, cut around `prev_hash`'s value
+    /// (see [`AuditRecord::hash_parts`]).
+    pub(crate) fn hash_parts_as(&self, id: Uuid, texts: &Texts) -> (String, String) {
+        canonical_parts(&self.actor, self.at, id, self.item_id, &self.kind, texts)
+    }
+
+    /// The stored record: this one as record `id` at `seq`, chained with
+    /// the hashes [`digest_as`](Self::digest_as) gave.
+    pub(crate) fn into_record(
+        self,
+        id: Uuid,
+        seq: i64,
+        prev_hash: String,
+        hash: String,
+    ) -> AuditRecord {
+        AuditRecord {
+            seq,
+            id,
+            item_id: self.item_id,
+            at: to_micros(self.at),
+            actor: self.actor,
+            kind: self.kind,
+            old_state: self.old_state,
+            new_state: self.new_state,
+            trigger: self.trigger,
+            metadata: self.metadata,
+            prev_hash,
+            hash,
+        }
+    }
+
     /// The record with a new id and neither hash yet: for a store that
     /// chains it where it locks the head ([`AuditRecord::hash_parts`]).
     pub fn unchained(self) -> AuditRecord {
@@ -342,59 +393,22 @@ impl AuditRecord {
     }
 
     /// The hashed fields as canonical JSON (keys in byte order, as
-    /// [`canonical`] writes an object), written field by field without
-    /// copying the record, cut where `prev_hash`'s value goes. The previous
-    /// hash is hex (or empty): it needs no escaping.
+    /// [`canonical`] writes an object), cut where `prev_hash`'s value goes.
     fn canonical_around_prev_hash(&self) -> (String, String) {
-        fn field(out: &mut Vec<u8>, key: &str, value: impl FnOnce(&mut Vec<u8>)) {
-            if out.len() > 1 {
-                out.push(b',');
-            }
-            write_json_string(key, out);
-            out.push(b':');
-            value(out);
-        }
-        fn optional(out: &mut Vec<u8>, value: Option<&Value>) {
-            match value {
-                Some(value) => write_canonical(value, out),
-                None => out.extend_from_slice(b"null"),
-            }
-        }
-        // Byte order: actor, at, id, item_id, kind, metadata, new_state,
-        // old_state, prev_hash, trigger.
-        let mut out = Vec::with_capacity(512);
-        out.push(b'{');
-        field(&mut out, "actor", |out| write_json_string(&self.actor, out));
-        field(&mut out, "at", |out| {
-            write_json_string(&rfc3339(self.at), out)
-        });
-        field(&mut out, "id", |out| {
-            write_json_string(&self.id.hyphenated().to_string(), out);
-        });
-        field(&mut out, "item_id", |out| {
-            write_json_string(&self.item_id.to_string(), out);
-        });
-        field(&mut out, "kind", |out| write_json_string(&self.kind, out));
-        field(&mut out, "metadata", |out| {
-            write_canonical(&self.metadata, out)
-        });
-        field(&mut out, "new_state", |out| {
-            optional(out, self.new_state.as_ref())
-        });
-        field(&mut out, "old_state", |out| {
-            optional(out, self.old_state.as_ref())
-        });
-        field(&mut out, PREV_HASH, |out| out.push(b'"'));
-        let prefix = String::from_utf8(out).expect("JSON text is UTF-8");
-        let mut out = Vec::with_capacity(128);
-        out.push(b'"');
-        out.push(b',');
-        write_json_string("trigger", &mut out);
-        out.push(b':');
-        optional(&mut out, self.trigger.as_ref());
-        out.push(b'}');
-        let suffix = String::from_utf8(out).expect("JSON text is UTF-8");
-        (prefix, suffix)
+        let texts = Texts::of(
+            self.old_state.as_ref(),
+            self.new_state.as_ref(),
+            self.trigger.as_ref(),
+            &self.metadata,
+        );
+        canonical_parts(
+            &self.actor,
+            self.at,
+            self.id,
+            self.item_id,
+            &self.kind,
+            &texts,
+        )
     }
 
     /// The record as PostgreSQL's `wq_audit_append` takes it: its item and
@@ -426,6 +440,88 @@ impl AuditRecord {
             "prev_hash": self.prev_hash,
         })
     }
+}
+
+/// A record's JSON fields as canonical text ([`canonical`]), written once
+/// for both its hash and its row.
+pub(crate) struct Texts {
+    pub old_state: Option<String>,
+    pub new_state: Option<String>,
+    pub trigger: Option<String>,
+    pub metadata: String,
+}
+
+impl Texts {
+    pub(crate) fn of(
+        old_state: Option<&Value>,
+        new_state: Option<&Value>,
+        trigger: Option<&Value>,
+        metadata: &Value,
+    ) -> Self {
+        Self {
+            old_state: old_state.map(canonical),
+            new_state: new_state.map(canonical),
+            trigger: trigger.map(canonical),
+            metadata: canonical(metadata),
+        }
+    }
+}
+
+/// A record's hashed fields as canonical JSON, written field by field,
+/// cut where `prev_hash`'s value goes: `prefix + prev_hash + suffix` is the
+/// text its hash is the SHA-256 of. The previous hash is hex (or empty):
+/// it needs no escaping.
+fn canonical_parts(
+    actor: &str,
+    at: OffsetDateTime,
+    id: Uuid,
+    item_id: ItemId,
+    kind: &str,
+    texts: &Texts,
+) -> (String, String) {
+    fn field(out: &mut Vec<u8>, key: &str, value: impl FnOnce(&mut Vec<u8>)) {
+        if out.len() > 1 {
+            out.push(b',');
+        }
+        write_json_string(key, out);
+        out.push(b':');
+        value(out);
+    }
+    fn optional(out: &mut Vec<u8>, text: Option<&str>) {
+        out.extend_from_slice(text.unwrap_or("null").as_bytes());
+    }
+    // Byte order: actor, at, id, item_id, kind, metadata, new_state,
+    // old_state, prev_hash, trigger.
+    let mut out = Vec::with_capacity(512);
+    out.push(b'{');
+    field(&mut out, "actor", |out| write_json_string(actor, out));
+    field(&mut out, "at", |out| write_json_string(&rfc3339(at), out));
+    field(&mut out, "id", |out| {
+        write_json_string(&id.hyphenated().to_string(), out);
+    });
+    field(&mut out, "item_id", |out| {
+        write_json_string(&item_id.to_string(), out);
+    });
+    field(&mut out, "kind", |out| write_json_string(kind, out));
+    field(&mut out, "metadata", |out| {
+        out.extend_from_slice(texts.metadata.as_bytes());
+    });
+    field(&mut out, "new_state", |out| {
+        optional(out, texts.new_state.as_deref());
+    });
+    field(&mut out, "old_state", |out| {
+        optional(out, texts.old_state.as_deref());
+    });
+    field(&mut out, PREV_HASH, |out| out.push(b'"'));
+    let prefix = String::from_utf8(out).expect("JSON text is UTF-8");
+    let mut out = Vec::with_capacity(128);
+    out.extend_from_slice(b"\",");
+    write_json_string("trigger", &mut out);
+    out.push(b':');
+    optional(&mut out, texts.trigger.as_deref());
+    out.push(b'}');
+    let suffix = String::from_utf8(out).expect("JSON text is UTF-8");
+    (prefix, suffix)
 }
 
 /// The one field of a record's hashed form a store may fill in last.
@@ -764,5 +860,42 @@ mod tests {
         let mut b = a.clone();
         b.metadata = serde_json::json!({"a": {"y": [2, {"b": 4, "c": 3}]}, "z": 1});
         assert_eq!(a.digest(), b.digest());
+    }
+
+    #[test]
+    fn a_new_record_hashes_by_reference_as_the_stored_record_does() {
+        let item = ItemId(Uuid::now_v7());
+        let at = OffsetDateTime::from_unix_timestamp_nanos(1_780_000_000_123_456_789).unwrap();
+        let sparse = NewAudit::new(item, at, "engine", "action.succeeded");
+        let full = NewAudit::new(item, at, "caller:ci \"bot\"", "submission.updated")
+            .states(
+                Some(serde_json::json!({"phase": "active", "b": [1, {"z": 0, "a": null}]})),
+                Some(serde_json::json!({"quote": "a\"b\u{2028}", "phase": "merged"})),
+            )
+            .trigger(serde_json::json!({"source": "worker", "prev_hash": "x"}))
+            .metadata(serde_json::json!({"z": 1, "a": {"y": 2.5, "x": "é"}}));
+        for new in [sparse, full] {
+            let id = Uuid::now_v7();
+            let texts = new.texts();
+            for text in [&texts.old_state, &texts.new_state, &texts.trigger]
+                .into_iter()
+                .flatten()
+                .chain([&texts.metadata])
+            {
+                let value: Value = serde_json::from_str(text).unwrap();
+                assert_eq!(text, &reference(&value), "a field's text is canonical");
+            }
+            for prev in ["", "00ff"] {
+                let hash = new.digest_as(id, &texts, prev);
+                let stored = new
+                    .clone()
+                    .into_record(id, 7, prev.to_owned(), hash.clone());
+                assert_eq!(stored.digest(), hash, "prev {prev:?}");
+                assert_eq!(stored.at, to_micros(at));
+                assert_eq!(stored.metadata, new.metadata);
+                let (prefix, suffix) = new.hash_parts_as(id, &texts);
+                assert_eq!((prefix, suffix), stored.hash_parts());
+            }
+        }
     }
 }

@@ -594,7 +594,6 @@ struct ParkCall {
     write_outcome: bool,
     phase: Option<Phase>,
     error: Option<String>,
-    dimensions: DbJson<serde_json::Value>,
 }
 
 impl ParkCall {
@@ -603,9 +602,25 @@ impl ParkCall {
     async fn run_audited(
         &self,
         conn: &mut PgConnection,
+        dimensions: &[wq_core::DimensionUpdate],
         records: Vec<crate::audit::NewAudit>,
     ) -> StoreResult<(Park, Vec<crate::audit::AuditRecord>)> {
         let (records, payload) = crate::audit::unchained_with_payload(records);
+        let dimensions: Vec<serde_json::Value> = dimensions
+            .iter()
+            .map(|update| {
+                let mut row = serde_json::json!({
+                    "dimension": update.dimension,
+                    "variant": update.variant,
+                    "status": update.status.as_str(),
+                    "pending_until": update.pending_until.map(rfc3339),
+                });
+                if let Some(detail) = &update.detail {
+                    row["detail"] = detail.clone();
+                }
+                row
+            })
+            .collect();
         let DbJson(answer) =
             sqlx::query_scalar::<_, DbJson<ParkAudited>>(sql!("items/park_audited.sql"))
                 .bind(DbId(self.lease.id))
@@ -615,7 +630,7 @@ impl ParkCall {
                 .bind(self.write_outcome)
                 .bind(self.phase.map(Phase::as_str))
                 .bind(self.error.as_deref())
-                .bind(&self.dimensions)
+                .bind(DbJson(serde_json::Value::Array(dimensions)))
                 .bind(DbJson(payload))
                 .fetch_one(&mut *conn)
                 .await?;
@@ -659,7 +674,32 @@ async fn park_batch(
         .all(|request| seen.insert(request.call.lease.id));
     if requests.len() > 1 && distinct {
         match park_set(&pool, &requests).await {
-            Ok(results) => return results,
+            Ok(results) => {
+                // The records move into their answers: chained, they are
+                // the stored ones, with no copy made.
+                return requests
+                    .into_iter()
+                    .zip(results)
+                    .map(|(request, result)| {
+                        result.map(|(park, stamps)| {
+                            let records = request
+                                .records
+                                .into_iter()
+                                .zip(stamps)
+                                .map(|(new, stamp)| {
+                                    new.into_record(
+                                        stamp.id,
+                                        stamp.seq,
+                                        stamp.prev_hash,
+                                        stamp.hash,
+                                    )
+                                })
+                                .collect();
+                            (park, records)
+                        })
+                    })
+                    .collect();
+            }
             Err(error) => {
                 fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(%error, parks = requests.len(), "a batch of {} parks failed ({error}); parking them one by one", requests.len());
@@ -669,7 +709,12 @@ async fn park_batch(
     let mut results = Vec::with_capacity(requests.len());
     for request in requests {
         results.push(match pool.acquire().await {
-            Ok(mut conn) => request.call.run_audited(&mut conn, request.records).await,
+            Ok(mut conn) => {
+                request
+                    .call
+                    .run_audited(&mut conn, &request.dimensions, request.records)
+                    .await
+            }
             Err(error) => Err(error.into()),
         });
     }
@@ -682,7 +727,7 @@ async fn park_batch(
 async fn park_set(
     pool: &PgPool,
     requests: &[ParkRequest],
-) -> StoreResult<Vec<StoreResult<Parked>>> {
+) -> StoreResult<Vec<StoreResult<(Park, Vec<Stamp>)>>> {
     let mut ids = Vec::with_capacity(requests.len());
     let mut leases = Vec::with_capacity(requests.len());
     let mut nows = Vec::with_capacity(requests.len());
@@ -749,7 +794,10 @@ async fn park_set(
             heads.insert(id, head);
         }
     }
-    let mut records: Vec<crate::audit::AuditRecord> = Vec::new();
+    // Each record chained where the batch found its chain's head, by
+    // reference: the requests keep them for their answers (or for the
+    // parks one by one, should this transaction fail).
+    let mut chain: Vec<(&crate::audit::NewAudit, Stamp, crate::audit::Texts)> = Vec::new();
     for request in requests {
         let id = request.call.lease.id;
         if !request.call.write_outcome || !held.contains_key(&id.0) {
@@ -758,52 +806,89 @@ async fn park_set(
         // No head yet: a new chain.
         let head = heads.entry(id.0).or_default();
         for new in &request.records {
-            let record = new.clone().chained(std::mem::take(head));
-            head.clone_from(&record.hash);
-            records.push(record);
+            let record_id = uuid::Uuid::now_v7();
+            let texts = new.texts();
+            let prev_hash = std::mem::take(head);
+            let hash = new.digest_as(record_id, &texts, &prev_hash);
+            head.clone_from(&hash);
+            let stamp = Stamp {
+                id: record_id,
+                seq: 0,
+                prev_hash,
+                hash,
+            };
+            chain.push((new, stamp, texts));
         }
     }
-    if !records.is_empty() {
-        let text =
-            |value: &Option<serde_json::Value>| value.as_ref().map(|value| value.to_string());
+    if !chain.is_empty() {
         let appended =
             sqlx::query_as::<_, (uuid::Uuid, i64, i64)>(sql!("audit/append_chained.sql"))
-                .bind(records.iter().map(|r| r.id).collect::<Vec<_>>())
-                .bind(records.iter().map(|r| r.item_id.0).collect::<Vec<_>>())
-                .bind(records.iter().map(|r| r.at).collect::<Vec<_>>())
-                .bind(records.iter().map(|r| r.actor.as_str()).collect::<Vec<_>>())
-                .bind(records.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>())
+                .bind(chain.iter().map(|(_, s, _)| s.id).collect::<Vec<_>>())
                 .bind(
-                    records
+                    chain
                         .iter()
-                        .map(|r| text(&r.old_state))
+                        .map(|(r, _, _)| r.item_id.0)
                         .collect::<Vec<_>>(),
                 )
                 .bind(
-                    records
+                    chain
                         .iter()
-                        .map(|r| text(&r.new_state))
-                        .collect::<Vec<_>>(),
-                )
-                .bind(records.iter().map(|r| text(&r.trigger)).collect::<Vec<_>>())
-                .bind(
-                    records
-                        .iter()
-                        .map(|r| r.metadata.to_string())
+                        .map(|(r, _, _)| to_micros(r.at))
                         .collect::<Vec<_>>(),
                 )
                 .bind(
-                    records
+                    chain
                         .iter()
-                        .map(|r| r.prev_hash.as_str())
+                        .map(|(r, _, _)| r.actor.as_str())
                         .collect::<Vec<_>>(),
                 )
-                .bind(records.iter().map(|r| r.hash.as_str()).collect::<Vec<_>>())
+                .bind(
+                    chain
+                        .iter()
+                        .map(|(r, _, _)| r.kind.as_str())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    chain
+                        .iter()
+                        .map(|(_, _, t)| t.old_state.as_deref())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    chain
+                        .iter()
+                        .map(|(_, _, t)| t.new_state.as_deref())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    chain
+                        .iter()
+                        .map(|(_, _, t)| t.trigger.as_deref())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    chain
+                        .iter()
+                        .map(|(_, _, t)| t.metadata.as_str())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    chain
+                        .iter()
+                        .map(|(_, s, _)| s.prev_hash.as_str())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    chain
+                        .iter()
+                        .map(|(_, s, _)| s.hash.as_str())
+                        .collect::<Vec<_>>(),
+                )
                 .fetch_all(&mut *tx)
                 .await?;
-        let chains = records
+        let chains = chain
             .iter()
-            .map(|record| record.item_id)
+            .map(|(record, _, _)| record.item_id)
             .collect::<std::collections::HashSet<_>>()
             .len();
         let moved = appended.first().map_or(0, |(_, _, heads)| *heads);
@@ -816,17 +901,17 @@ async fn park_set(
         }
         let seqs: std::collections::HashMap<uuid::Uuid, i64> =
             appended.into_iter().map(|(id, seq, _)| (id, seq)).collect();
-        for record in &mut records {
-            record.seq = *seqs.get(&record.id).ok_or_else(|| {
-                StoreError::Corrupt(format!("audit record {} not appended", record.id))
+        for (_, stamp, _) in &mut chain {
+            stamp.seq = *seqs.get(&stamp.id).ok_or_else(|| {
+                StoreError::Corrupt(format!("audit record {} not appended", stamp.id))
             })?;
         }
     }
     tx.commit().await?;
-    let mut by_item: std::collections::HashMap<ItemId, Vec<crate::audit::AuditRecord>> =
+    let mut by_item: std::collections::HashMap<ItemId, Vec<Stamp>> =
         std::collections::HashMap::new();
-    for record in records {
-        by_item.entry(record.item_id).or_default().push(record);
+    for (record, stamp, _) in chain {
+        by_item.entry(record.item_id).or_default().push(stamp);
     }
     Ok(requests
         .iter()
@@ -845,6 +930,15 @@ async fn park_set(
             }
         })
         .collect())
+}
+
+/// Where a batch's record went: its id, sequence number and hashes, for
+/// [`crate::audit::NewAudit::into_record`].
+struct Stamp {
+    id: uuid::Uuid,
+    seq: i64,
+    prev_hash: String,
+    hash: String,
 }
 
 /// A claim's answer: the snapshot and lease, or `None` when not claimed.
@@ -1054,29 +1148,14 @@ impl_store!(PgStore, Postgres, {
         } = params;
         let write_outcome = outcome.is_some();
         let outcome = outcome.unwrap_or_default();
-        let dimensions: Vec<serde_json::Value> = outcome
-            .dimensions
-            .iter()
-            .map(|update| {
-                let mut row = serde_json::json!({
-                    "dimension": update.dimension,
-                    "variant": update.variant,
-                    "status": update.status.as_str(),
-                    "pending_until": update.pending_until.map(rfc3339),
-                });
-                if let Some(detail) = &update.detail {
-                    row["detail"] = detail.clone();
-                }
-                row
-            })
-            .collect();
+        // The dimension rows go as arrays in a batch, as JSON only to a
+        // park that runs alone (`ParkCall::run_audited`).
         let call = ParkCall {
             lease,
             now,
             write_outcome,
             phase: outcome.phase,
             error: outcome.error.clone(),
-            dimensions: DbJson(serde_json::Value::Array(dimensions)),
         };
         if !write_outcome {
             let (parked, _) = self

@@ -116,22 +116,29 @@ impl ParkRequest {
                 }
             }
             let audits = crate::audit::park_succeeded(params.lease.id, params.now, outcome);
-            let text = |value: &Option<Value>| value.as_ref().map(Value::to_string);
             records = audits
                 .into_iter()
                 .map(|audit| {
-                    let record = audit.unchained();
-                    let (prefix, suffix) = record.hash_parts();
+                    // Each JSON field written once, for the hash and the row.
+                    let record_id = uuid::Uuid::now_v7();
+                    let texts = audit.texts();
+                    let (prefix, suffix) = audit.hash_parts_as(record_id, &texts);
+                    let crate::audit::Texts {
+                        old_state,
+                        new_state,
+                        trigger,
+                        metadata,
+                    } = texts;
                     Prepared {
-                        id: record.id.hyphenated().to_string(),
+                        id: record_id.hyphenated().to_string(),
                         item: id.clone(),
-                        old_state: text(&record.old_state),
-                        new_state: text(&record.new_state),
-                        trigger: text(&record.trigger),
-                        metadata: record.metadata.to_string(),
+                        old_state,
+                        new_state,
+                        trigger,
+                        metadata,
                         prefix,
                         suffix,
-                        record,
+                        record: audit.into_record(record_id, 0, String::new(), String::new()),
                     }
                 })
                 .collect();
