@@ -126,6 +126,7 @@ backend_tests!(
     webhook_lookups_see_active_items_only,
     another_caller_may_not_update_or_retry_a_live_item,
     every_accepted_submission_keeps_its_submitter,
+    each_history_row_has_its_audit_record_in_the_item_s_chain,
     pushed_heads_belong_to_the_branch_line,
     created_change_requests_are_recorded,
     a_status_note_post_is_remembered_per_item,
@@ -282,6 +283,59 @@ async fn every_accepted_submission_keeps_its_submitter(backend: Backend) {
     assert_eq!(first.generation, 1);
     assert_eq!(first.content_hash, spec("1").content_hash());
     assert_eq!(first.submitted_at, NOW);
+}
+
+/// Each accepted submission writes its history row and its audit record
+/// in one transaction: one record per row, of the row's outcome, content,
+/// generation, caller and time, chained in order, and the trail verifies;
+/// a refused submission writes neither.
+async fn each_history_row_has_its_audit_record_in_the_item_s_chain(backend: Backend) {
+    let (store, mr) = setup(backend).await;
+    let at = |seconds: i64| NOW + time::Duration::seconds(seconds);
+    let (id, _) = upsert_as(&mr, &spec("1"), at(0), "alice", false).await;
+    upsert_as(&mr, &spec("1"), at(1), "alice", false).await;
+    upsert_as(&mr, &spec("2"), at(2), "mallory", false).await;
+    upsert_as(&mr, &spec("2"), at(3), "alice", false).await;
+    upsert_as(&mr, &spec("2"), at(4), "alice", false).await;
+    let history = mr.submissions(id).await.unwrap();
+    let records = store
+        .audit_list(wq_store::audit::AuditQuery {
+            item_id: Some(id),
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let submitted: Vec<_> = records
+        .iter()
+        .filter(|record| record.kind.starts_with("submission."))
+        .collect();
+    assert_eq!(
+        history
+            .iter()
+            .map(|row| row.outcome.as_str())
+            .collect::<Vec<_>>(),
+        ["created", "unchanged", "updated", "unchanged"]
+    );
+    assert_eq!(submitted.len(), history.len(), "{submitted:#?}");
+    for (row, record) in history.iter().zip(&submitted) {
+        assert_eq!(record.kind, format!("submission.{}", row.outcome));
+        assert_eq!(record.actor, row.caller_identity);
+        assert_eq!(record.at, row.submitted_at);
+        let new_state = record.new_state.as_ref().unwrap();
+        assert_eq!(
+            new_state["content_hash"].as_str(),
+            Some(row.content_hash.as_str())
+        );
+        assert_eq!(new_state["generation"].as_i64(), Some(row.generation));
+    }
+    assert!(
+        records
+            .windows(2)
+            .all(|pair| pair[1].prev_hash == pair[0].hash),
+        "one chain, in order"
+    );
+    assert_eq!(store.audit_verify().await.unwrap().1, None);
 }
 
 async fn pushed_heads_belong_to_the_branch_line(backend: Backend) {
