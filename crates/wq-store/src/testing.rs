@@ -385,6 +385,25 @@ pub async fn durability(url: &str) -> String {
     }
 }
 
+/// The server's WAL insert position in bytes (`pg_current_wal_insert_lsn`),
+/// so that a benchmark can tell the WAL a run wrote, a figure the
+/// machine's noise does not move; `None` on SQLite. The whole server's:
+/// meaningful while the benchmark is its only writer.
+pub async fn wal_position(url: &str) -> Option<i64> {
+    if url.starts_with("sqlite:") {
+        return None;
+    }
+    let store = crate::postgres::PgStore::connect(url, 1)
+        .await
+        .unwrap_or_else(|error| panic!("cannot open {url}: {error}"));
+    let position: i64 =
+        sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint")
+            .fetch_one(store.pool())
+            .await
+            .expect("pg_current_wal_insert_lsn");
+    Some(position)
+}
+
 /// How long [`wait_for_lock_waiters`] looks before it gives up.
 pub const LOCK_WAIT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 

@@ -18,7 +18,9 @@
 //! rounds of the with/without comparisons: `WQ_BENCH_ROUNDS` (1), each
 //! running both variants, in turns first. Each drain also prints the CPU
 //! the engine's process and the whole machine used per item (Linux's
-//! `/proc`), and the trail's cost in the machine's CPU per item.
+//! `/proc`), and the trail's cost in the machine's CPU per item; on
+//! PostgreSQL also the WAL the server wrote per item (the insert position
+//! before and after the drain), which the machine's noise does not move.
 //! `WQ_BENCH_ARCHIVE=1` also ships each drain's records to the archive (a
 //! local directory, as the embedded default does) once the drain is over,
 //! and prints the machine's CPU that cost per record: the part of the
@@ -94,6 +96,9 @@ async fn main() {
         // With `WQ_BENCH_ARCHIVE=1`: shipping's CPU per item, and the
         // trail's cost in CPU per item with it.
         let (mut shipping, mut shipped_costs) = (Vec::new(), Vec::new());
+        // PostgreSQL: the WAL per item with and without the trail, a figure
+        // the machine's noise does not move.
+        let (mut wal_with, mut wal_without) = (Vec::new(), Vec::new());
         for round in 1..=rounds {
             let mut pair = [0.0; 2];
             let mut cpu_pair = [0.0; 2];
@@ -112,6 +117,14 @@ async fn main() {
                 let drained = loop_throughput(backend, backlog).await;
                 pair[usize::from(!audit)] = drained.items_per_second;
                 cpu_pair[usize::from(!audit)] = drained.machine_us_per_item;
+                if let Some(bytes) = drained.wal_bytes_per_item {
+                    if audit {
+                        &mut wal_with
+                    } else {
+                        &mut wal_without
+                    }
+                    .push(bytes);
+                }
                 if audit {
                     archive = drained.archive_us_per_item;
                 }
@@ -147,6 +160,13 @@ async fn main() {
             median(&mut cpu_costs),
             cpu_by_round.join(", ")
         );
+        if !wal_with.is_empty() && !wal_without.is_empty() {
+            let (with, without) = (median(&mut wal_with), median(&mut wal_without));
+            println!(
+                "audit cost in WAL per item: {with:.0} bytes with the trail, {without:.0} without (+{:.1}%; medians)",
+                (with / without - 1.0) * 100.0
+            );
+        }
         if !shipping.is_empty() {
             println!(
                 "archive shipping: {:.1} µs of the machine's CPU per item (median); the trail's cost in the machine's CPU per item, shipping included: {:.1}% (median)",
@@ -194,6 +214,9 @@ struct Drained {
     /// With `WQ_BENCH_ARCHIVE=1` and the trail on: the machine's CPU that
     /// shipping the drain's records to the archive took, per item.
     archive_us_per_item: f64,
+    /// PostgreSQL: the WAL the server wrote while the loop drained, per
+    /// item (`None` on SQLite).
+    wal_bytes_per_item: Option<f64>,
 }
 
 /// CPU time in seconds: of this process (`/proc/self/stat`) and of the
@@ -268,6 +291,7 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> Drained {
         },
     )
     .expect("engine");
+    let wal_before = wq_store::testing::wal_position(&url).await;
     let (process_before, machine_before) = cpu_seconds();
     let started = Instant::now();
     engine.start();
@@ -280,6 +304,7 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> Drained {
     }
     let elapsed = started.elapsed();
     let (process_after, machine_after) = cpu_seconds();
+    let wal_after = wq_store::testing::wal_position(&url).await;
     engine.shutdown().await;
     match store.handle() {
         wq_store::Backend::Postgres(pg) => {
@@ -318,6 +343,12 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> Drained {
         "cpu: {:.0} µs of the engine's and {machine_us_per_item:.0} µs of the machine's per item",
         per_item(process_after - process_before)
     );
+    let wal_bytes_per_item = wal_before
+        .zip(wal_after)
+        .map(|(before, after)| (after - before) as f64 / backlog as f64);
+    if let Some(bytes) = wal_bytes_per_item {
+        println!("wal: {bytes:.0} bytes per item (the server's, while the loop drained)");
+    }
     let archive_us_per_item = if wq_store::testing::audit_enabled()
         && std::env::var("WQ_BENCH_ARCHIVE").as_deref() == Ok("1")
     {
@@ -329,6 +360,7 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> Drained {
         items_per_second: backlog as f64 / elapsed.as_secs_f64(),
         machine_us_per_item,
         archive_us_per_item,
+        wal_bytes_per_item,
     }
 }
 
