@@ -335,20 +335,7 @@ impl NewAudit {
     /// The record with a new id and neither hash yet: for a store that
     /// chains it where it locks the head ([`AuditRecord::hash_parts`]).
     pub fn unchained(self) -> AuditRecord {
-        AuditRecord {
-            seq: 0,
-            id: Uuid::now_v7(),
-            item_id: self.item_id,
-            at: to_micros(self.at),
-            actor: self.actor,
-            kind: self.kind,
-            old_state: self.old_state,
-            new_state: self.new_state,
-            trigger: self.trigger,
-            metadata: self.metadata,
-            prev_hash: String::new(),
-            hash: String::new(),
-        }
+        self.into_record(Uuid::now_v7(), 0, String::new(), String::new())
     }
 }
 
