@@ -152,6 +152,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "audit_unarchived_read",
             sql: include_str!("../../migrations/postgres/0014_audit_unarchived_read.sql"),
         },
+        EmbeddedMigration {
+            version: 15,
+            description: "audit_hash_bytes",
+            sql: include_str!("../../migrations/postgres/0015_audit_hash_bytes.sql"),
+        },
     ])
 });
 

@@ -6,14 +6,15 @@
 -- number of chains and rolls back on a difference (another writer
 -- appended to one of them first). $1..$11 one entry per record: id, item,
 -- at, actor, kind, old_state, new_state, trigger, metadata (JSON text;
--- NULL for none), prev_hash, hash. The sequence numbers are drawn in that
--- order, so a chain's records are in seq order, the order verification
--- walks. Answers each record's id and seq, and `heads` on every row.
+-- NULL for none), prev_hash, hash (hex, stored as their bytes: migration
+-- 0015). The sequence numbers are drawn in that order, so a chain's
+-- records are in seq order, the order verification walks. Answers each
+-- record's id and seq, and `heads` on every row.
 WITH appended AS (
     INSERT INTO audit_records (id, work_item_id, at, actor, kind, old_state, new_state,
                                trigger, metadata, prev_hash, hash)
     SELECT r.id, r.item, r.at, r.actor, r.kind, r.old_state::jsonb, r.new_state::jsonb,
-           r.trigger::jsonb, r.metadata::jsonb, r.prev_hash, r.hash
+           r.trigger::jsonb, r.metadata::jsonb, decode(r.prev_hash, 'hex'), decode(r.hash, 'hex')
     FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::text[], $5::text[], $6::text[],
                 $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
          WITH ORDINALITY AS r (id, item, at, actor, kind, old_state, new_state, trigger, metadata,
@@ -35,7 +36,7 @@ moved AS (
     SET seq = chains.seq, prev_hash = chains.prev_hash, hash = chains.hash
     FROM chains
     WHERE h.work_item_id = chains.work_item_id
-      AND chains.follows <> ''
+      AND chains.follows <> ''::bytea
       AND h.hash = chains.follows  -- still the head the chain was built on
     RETURNING h.work_item_id
 ),
@@ -43,7 +44,7 @@ created AS (
     INSERT INTO audit_heads (work_item_id, seq, prev_hash, hash)
     SELECT work_item_id, seq, prev_hash, hash
     FROM chains
-    WHERE follows = ''
+    WHERE follows = ''::bytea
     ON CONFLICT (work_item_id) DO NOTHING
     RETURNING work_item_id
 )

@@ -2,7 +2,7 @@
 -- time, of one actor and of one kind. $1 after seq, $2 item id or NULL,
 -- $3 since or NULL, $4 actor or NULL, $5 kind or NULL, $6 limit.
 SELECT seq, id, work_item_id, at, actor, kind, old_state, new_state, trigger, metadata,
-       prev_hash, hash
+       encode(prev_hash, 'hex') AS prev_hash, encode(hash, 'hex') AS hash
 FROM audit_records
 WHERE seq > $1
   AND ($2 IS NULL OR work_item_id = $2)

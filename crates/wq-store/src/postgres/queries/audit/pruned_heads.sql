@@ -1,2 +1,2 @@
 -- Each pruned chain's last hash, for verification.
-SELECT work_item_id, hash FROM audit_pruned
+SELECT work_item_id, encode(hash, 'hex') AS hash FROM audit_pruned

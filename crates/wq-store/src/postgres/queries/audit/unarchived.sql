@@ -2,5 +2,5 @@
 -- wq_audit_unarchived (migration 0014): in index order whatever the
 -- statistics say.
 SELECT seq, id, work_item_id, at, actor, kind, old_state, new_state, trigger, metadata,
-       prev_hash, hash
+       encode(prev_hash, 'hex') AS prev_hash, encode(hash, 'hex') AS hash
 FROM wq_audit_unarchived($1)
