@@ -34,9 +34,10 @@
 //!   `trigger`, `metadata`, `prev_hash`, `hash`: one append-only hash chain
 //!   per item ([`audit`]); on PostgreSQL `audit_heads` holds each chain's
 //!   last hash, its pages half filled (migration 0013) so that moving a
-//!   head is a heap-only update; the archiver reads the oldest unarchived
-//!   records through `wq_audit_unarchived` (migration 0014), in index
-//!   order whatever the statistics say.
+//!   head is a heap-only update, and hashes are stored as their 32 bytes
+//!   (migration 0015). `audit_archived` is the archive's cursor; on
+//!   PostgreSQL the archiver reads up to `wq_audit_horizon` (migration
+//!   0015), which waits for the appends in progress.
 //!
 //! Migrations are per backend under `migrations/{sqlite,postgres}/`, with
 //! the same names (0001 the queue, 0002 the loop functions such as
@@ -671,13 +672,15 @@ pub trait Store: Send + Sync + 'static {
     /// A page of the audit trail in order ([`audit::AuditQuery`]).
     async fn audit_list(&self, query: audit::AuditQuery) -> StoreResult<Vec<audit::AuditRecord>>;
 
-    /// The oldest records not archived yet, in order (at most `limit`).
+    /// The oldest records not archived yet, in order (at most `limit`),
+    /// below a horizon no append in progress is under: a record committed
+    /// late with a lower number than one already shipped is never skipped.
     async fn audit_unarchived(&self, limit: u32) -> StoreResult<Vec<audit::AuditRecord>>;
 
     /// Marks the records `seqs` archived at `now`, once shipped: a batch
-    /// [`Store::audit_unarchived`] answered. (SQLite, whose records are
-    /// numbered in commit order, moves a cursor over the oldest unarchived
-    /// records in `seqs`, up to the first one not in it.)
+    /// [`Store::audit_unarchived`] answered. Moves the archive's cursor
+    /// over the oldest unarchived records in `seqs`, up to the first one
+    /// not in it.
     async fn audit_mark_archived(&self, seqs: &[i64], now: OffsetDateTime) -> StoreResult<()>;
 
     /// Deletes archived records older than `before` (never unarchived

@@ -367,7 +367,17 @@ macro_rules! impl_store {
                 &self,
                 limit: u32,
             ) -> $crate::StoreResult<Vec<$crate::audit::AuditRecord>> {
+                // The horizon in its own transaction, the records in the
+                // next: on PostgreSQL the horizon waits for the appends in
+                // progress, and the read's snapshot sees each one that ended.
+                let horizon: Option<i64> = sqlx::query_scalar(sql!("audit/horizon.sql"))
+                    .fetch_one(&self.pool)
+                    .await?;
+                let Some(horizon) = horizon else {
+                    return Ok(Vec::new());
+                };
                 let rows = sqlx::query(sql!("audit/unarchived.sql"))
+                    .bind(horizon)
                     .bind(i64::from(limit.clamp(1, 100_000)))
                     .fetch_all(&self.pool)
                     .await?;

@@ -154,8 +154,8 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
         },
         EmbeddedMigration {
             version: 15,
-            description: "audit_hash_bytes",
-            sql: include_str!("../../migrations/postgres/0015_audit_hash_bytes.sql"),
+            description: "audit_bytes_and_cursor",
+            sql: include_str!("../../migrations/postgres/0015_audit_bytes_and_cursor.sql"),
         },
     ])
 });
@@ -728,7 +728,8 @@ async fn park_batch(
 
 /// One transaction for the batch: `items/park_batch.sql` (advisory locks,
 /// leases, outcomes, parks, timers, chain heads read), the records
-/// chained to the heads it answered (`audit/append_chained.sql`), commit.
+/// chained to the heads it answered (after the trail's barrier,
+/// `audit/barrier.sql`, then `audit/append_chained.sql`), commit.
 async fn park_set(
     pool: &PgPool,
     requests: &[ParkRequest],
@@ -826,6 +827,12 @@ async fn park_set(
         }
     }
     if !chain.is_empty() {
+        // The trail's barrier, after the parks' locks and before the
+        // heads': the archiver reads no sequence number below one this
+        // transaction draws until it ends.
+        sqlx::query(sql!("audit/barrier.sql"))
+            .execute(&mut *tx)
+            .await?;
         let appended =
             sqlx::query_as::<_, (uuid::Uuid, i64, i64)>(sql!("audit/append_chained.sql"))
                 .bind(chain.iter().map(|(_, s, _)| s.id).collect::<Vec<_>>())

@@ -173,8 +173,8 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
         },
         EmbeddedMigration {
             version: 15,
-            description: "audit_hash_bytes",
-            sql: include_str!("../../migrations/sqlite/0015_audit_hash_bytes.sql"),
+            description: "audit_bytes_and_cursor",
+            sql: include_str!("../../migrations/sqlite/0015_audit_bytes_and_cursor.sql"),
         },
     ])
 });

@@ -1,3 +1,5 @@
 -- Archived records older than $1 leave the database (never an unarchived
 -- one).
-DELETE FROM audit_records WHERE archived_at IS NOT NULL AND at < $1
+DELETE FROM audit_records
+WHERE at < $1
+  AND seq <= (SELECT seq FROM audit_archived)

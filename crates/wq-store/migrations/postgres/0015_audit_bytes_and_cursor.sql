@@ -1,3 +1,6 @@
+-- The audit trail's cost per record: hashes as bytes, and an archive
+-- cursor instead of a mark and an index entry on every record.
+--
 -- Hashes as their 32 bytes (bytea) instead of 64 hexadecimal characters,
 -- in the records, the chain heads and the pruned heads. Hex text is what
 -- the store's callers see and what a record's canonical JSON (its hash's
@@ -20,8 +23,62 @@ ALTER TABLE audit_heads
 ALTER TABLE audit_pruned
     ALTER COLUMN hash TYPE bytea USING decode(hash, 'hex');
 
--- wq_audit_append (migration 0008) on bytea heads: the canonical JSON holds
--- the previous hash as hex, the row its bytes; the answer, hex.
+-- The archive's cursor, as SQLite's (migration 0010): every record up to
+-- `seq` was shipped. It replaces each record's `archived_at` and the
+-- partial index of records not archived yet, which every append wrote
+-- into and every shipped record left (an update of the whole row, index
+-- entries included, for each record archived).
+--
+-- Sequence numbers are drawn in transactions that commit in their own
+-- order, so the archiver only reads up to a horizon below which every
+-- number drawn belongs to a finished transaction (wq_audit_horizon).
+-- Each append holds the trail's barrier lock, shared, from before it
+-- draws its numbers until its transaction ends; the archiver takes the
+-- lock alone for a moment (it waits for the appends in progress, and new
+-- ones wait behind it), reads how far the sequence went, and lets go.
+-- Appends take the barrier after every other lock of their transaction
+-- but the chain heads', which only appends take: no append holding the
+-- barrier waits for a lock that a transaction waiting for the barrier
+-- holds, so the archiver's wait ends when the appends in progress end.
+CREATE TABLE audit_archived (
+    singleton   integer PRIMARY KEY CHECK (singleton = 1),
+    seq         bigint NOT NULL,
+    archived_at timestamptz
+);
+-- From the records as they are: up to the oldest one not archived (the
+-- archived ones above it, shipped out of order, are shipped again: the
+-- archive is at least once), else up to the newest, else none.
+INSERT INTO audit_archived (singleton, seq, archived_at)
+VALUES (1,
+        coalesce((SELECT min(seq) - 1 FROM audit_records WHERE archived_at IS NULL),
+                 (SELECT max(seq) FROM audit_records),
+                 0),
+        (SELECT max(archived_at) FROM audit_records));
+DROP FUNCTION wq_audit_unarchived(bigint);
+DROP INDEX audit_records_unarchived;
+ALTER TABLE audit_records DROP COLUMN archived_at;
+
+-- The archiver's horizon: the highest sequence number drawn so far, once
+-- every append in progress ended; NULL if they did not end within the
+-- lock timeout (nothing new is read then). Call it alone in its
+-- transaction (the lock lasts until it ends) and read the records in the
+-- next one, whose snapshot sees every append that ended.
+CREATE FUNCTION wq_audit_horizon() RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET lock_timeout = '5s'
+AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(2003919221, 0);  -- the barrier ('wqau', 0)
+    RETURN (SELECT CASE WHEN is_called THEN last_value ELSE 0 END
+            FROM audit_records_seq_seq);
+EXCEPTION WHEN lock_not_available THEN
+    RETURN NULL;
+END;
+$$;
+
+-- wq_audit_append (migration 0008) on bytea heads, holding the barrier:
+-- the canonical JSON holds the previous hash as hex, the row its bytes;
+-- the answer, hex.
 CREATE OR REPLACE FUNCTION wq_audit_append(p_records jsonb) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -32,6 +89,7 @@ DECLARE
     body jsonb;
     appended jsonb := '[]'::jsonb;
 BEGIN
+    PERFORM pg_advisory_xact_lock_shared(2003919221, 0);  -- the barrier
     FOR r IN
         SELECT x.*
         FROM jsonb_array_elements(p_records) WITH ORDINALITY AS e (value, ord),

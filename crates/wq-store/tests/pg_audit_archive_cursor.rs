@@ -1,0 +1,274 @@
+//! PostgreSQL: the archive's cursor (migration 0015). Records are read in
+//! sequence order up to a horizon below which every number drawn was
+//! committed or rolled back, so a record that commits after one with a
+//! higher number is shipped, not skipped; a batch's read is a range of the
+//! primary key that stops after its batch, and shipping rewrites no record.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test fixtures read the wall clock"
+)]
+
+use std::time::Duration;
+
+use sqlx::migrate::Migrator;
+use time::OffsetDateTime;
+use wq_core::ItemId;
+use wq_store::Store;
+use wq_store::audit::NewAudit;
+use wq_store::postgres::{MIGRATOR, PgStore};
+use wq_store::testing::{
+    drop_postgres_database, fresh_postgres_url, seed_created_records, seed_items, step_item,
+};
+
+const TYPE: &str = "archived";
+const BATCH: u32 = 1_000;
+
+/// How the archiver's read of one batch scans the records, from `EXPLAIN
+/// (ANALYZE)` of its statement: the scan node's type, its index, and the
+/// rows it read.
+async fn batch_scan(store: &PgStore, horizon: i64) -> (String, String, u64) {
+    let plan: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) {}",
+        include_str!("../src/postgres/queries/audit/unarchived.sql")
+    )))
+    .bind(horizon)
+    .bind(i64::from(BATCH))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    let limit = &plan[0]["Plan"];
+    assert_eq!(limit["Node Type"], "Limit", "{plan:#}");
+    let scan = limit["Plans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|node| node["Parent Relationship"] == "Outer")
+        .unwrap_or_else(|| panic!("no scan under the limit: {plan:#}"));
+    (
+        scan["Node Type"].as_str().unwrap().to_owned(),
+        scan["Index Name"].as_str().unwrap_or_default().to_owned(),
+        scan["Actual Rows"].as_u64().unwrap(),
+    )
+}
+
+/// One record for `item`, appended in `tx` (not committed): its seq.
+async fn append_in(tx: &mut sqlx::PgConnection, item: ItemId, kind: &str) -> i64 {
+    let now = OffsetDateTime::now_utc();
+    wq_store::postgres::append_audit(tx, NewAudit::new(item, now, "engine", kind))
+        .await
+        .unwrap()
+        .seq
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_read_stops_after_its_batch_and_the_cursor_moves_over_it() {
+    let url = fresh_postgres_url().await;
+    let store = PgStore::connect(&url, 4).await.unwrap();
+    store.migrate().await.unwrap();
+    seed_items(&url, TYPE, 20_000, false, false).await;
+    seed_created_records(&url, TYPE).await;
+    let (backlog, _) = store.audit_unarchived_stats().await.unwrap();
+    assert!(backlog >= 20_000, "{backlog} unarchived records");
+    sqlx::query("ANALYZE audit_records")
+        .execute(store.pool())
+        .await
+        .unwrap();
+
+    // The oldest batch, in order, from the first record.
+    let first = store.audit_unarchived(BATCH).await.unwrap();
+    assert_eq!(first.len(), BATCH as usize);
+    assert!(first.windows(2).all(|pair| pair[0].seq < pair[1].seq));
+    let oldest: i64 = sqlx::query_scalar("SELECT min(seq) FROM audit_records")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(first[0].seq, oldest);
+    // It read its batch in the primary key's order and stopped there, not
+    // the backlog and a sort.
+    assert_eq!(
+        batch_scan(&store, i64::MAX).await,
+        (
+            "Index Scan".to_owned(),
+            "audit_records_pkey".to_owned(),
+            u64::from(BATCH)
+        )
+    );
+
+    // Shipped, the cursor moves over the batch, and the next one starts
+    // after it; the records themselves are not written again.
+    let xmins_before: i64 =
+        sqlx::query_scalar("SELECT count(DISTINCT xmin::text) FROM audit_records")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    let seqs: Vec<i64> = first.iter().map(|record| record.seq).collect();
+    store
+        .audit_mark_archived(&seqs, OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    let cursor: i64 = sqlx::query_scalar("SELECT seq FROM audit_archived")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(cursor, *seqs.last().unwrap());
+    let xmins_after: i64 =
+        sqlx::query_scalar("SELECT count(DISTINCT xmin::text) FROM audit_records")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(xmins_after, xmins_before, "no record row was rewritten");
+    let next = store.audit_unarchived(BATCH).await.unwrap();
+    assert_eq!(next.len(), BATCH as usize);
+    assert!(next[0].seq > cursor);
+    let (left, _) = store.audit_unarchived_stats().await.unwrap();
+    assert_eq!(left, backlog - i64::from(BATCH));
+    drop(store);
+    drop_postgres_database(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_that_commits_after_a_higher_one_is_shipped_not_skipped() {
+    let url = fresh_postgres_url().await;
+    let store = PgStore::connect(&url, 4).await.unwrap();
+    store.migrate().await.unwrap();
+    let now = OffsetDateTime::now_utc();
+    let (late, early) = (ItemId::new_v7(), ItemId::new_v7());
+    for id in [late, early] {
+        store.item_insert(step_item(id, now)).await.unwrap();
+    }
+    let shipped = store.audit_unarchived(100).await.unwrap();
+    let seqs: Vec<i64> = shipped.iter().map(|record| record.seq).collect();
+    assert_eq!(seqs.len(), 2, "the two items' first records");
+    store.audit_mark_archived(&seqs, now).await.unwrap();
+
+    // `late` draws its number first and commits last.
+    let mut slow = store.pool().begin().await.unwrap();
+    let low = append_in(&mut slow, late, "step.slow").await;
+    let mut fast = store.pool().begin().await.unwrap();
+    let high = append_in(&mut fast, early, "step.fast").await;
+    fast.commit().await.unwrap();
+    assert!(low < high);
+
+    // The archiver's read waits for the append in progress...
+    let reader = store.clone();
+    let read = tokio::spawn(async move { reader.audit_unarchived(100).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !read.is_finished(),
+        "the read went past an append in progress (it would ship {high} and skip {low})"
+    );
+    // ... and sees both once it committed, in order.
+    slow.commit().await.unwrap();
+    let batch = tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("the read ends once the append did")
+        .unwrap();
+    let got: Vec<i64> = batch.iter().map(|record| record.seq).collect();
+    assert_eq!(got, vec![low, high]);
+    drop(store);
+    drop_postgres_database(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_that_does_not_end_holds_the_archive_back_not_the_appends() {
+    let url = fresh_postgres_url().await;
+    let store = PgStore::connect(&url, 6).await.unwrap();
+    store.migrate().await.unwrap();
+    let now = OffsetDateTime::now_utc();
+    let (stuck, busy) = (ItemId::new_v7(), ItemId::new_v7());
+    for id in [stuck, busy] {
+        store.item_insert(step_item(id, now)).await.unwrap();
+    }
+    let first = store.audit_unarchived(100).await.unwrap();
+    let seqs: Vec<i64> = first.iter().map(|record| record.seq).collect();
+    store.audit_mark_archived(&seqs, now).await.unwrap();
+
+    let mut open = store.pool().begin().await.unwrap();
+    let low = append_in(&mut open, stuck, "step.open").await;
+    // Past the horizon's lock timeout the read answers nothing rather than
+    // records above the open append's.
+    let started = std::time::Instant::now();
+    let batch = store.audit_unarchived(100).await.unwrap();
+    assert!(
+        batch.is_empty(),
+        "read {batch:?} past the open append {low}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(4),
+        "the read waited"
+    );
+    // Appends went on meanwhile: the barrier is taken shared.
+    let mut other = store.pool().begin().await.unwrap();
+    let high = append_in(&mut other, busy, "step.other").await;
+    other.commit().await.unwrap();
+    open.commit().await.unwrap();
+    let got: Vec<i64> = store
+        .audit_unarchived(100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|record| record.seq)
+        .collect();
+    assert_eq!(got, vec![low, high]);
+    drop(store);
+    drop_postgres_database(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cursor_starts_below_the_oldest_record_not_archived_before_it() {
+    let url = fresh_postgres_url().await;
+    let store = PgStore::connect(&url, 4).await.unwrap();
+    let mut before = Migrator::with_migrations(
+        MIGRATOR
+            .iter()
+            .filter(|migration| migration.version < 15)
+            .cloned()
+            .collect(),
+    );
+    before.set_ignore_missing(true);
+    before.run(store.pool()).await.unwrap();
+    let now = OffsetDateTime::now_utc();
+    let item = ItemId::new_v7();
+    store.item_insert(step_item(item, now)).await.unwrap();
+    for kind in ["step.one", "step.two", "step.three", "step.four"] {
+        let mut tx = store.pool().begin().await.unwrap();
+        append_in(&mut tx, item, kind).await;
+        tx.commit().await.unwrap();
+    }
+    let seqs: Vec<i64> = sqlx::query_scalar("SELECT seq FROM audit_records ORDER BY seq")
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(seqs.len(), 5);
+    // Archived with marks, out of order: the first two and the fourth.
+    sqlx::query("UPDATE audit_records SET archived_at = $1 WHERE seq = ANY ($2)")
+        .bind(now)
+        .bind(vec![seqs[0], seqs[1], seqs[3]])
+        .execute(store.pool())
+        .await
+        .unwrap();
+
+    store.migrate().await.unwrap();
+    let cursor: i64 = sqlx::query_scalar("SELECT seq FROM audit_archived")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert!(
+        (seqs[1]..seqs[2]).contains(&cursor),
+        "{cursor}: up to the oldest record not archived ({seqs:?})"
+    );
+    let got: Vec<i64> = store
+        .audit_unarchived(100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|record| record.seq)
+        .collect();
+    assert_eq!(
+        got,
+        seqs[2..].to_vec(),
+        "the fourth ships again: at least once"
+    );
+    drop(store);
+    drop_postgres_database(&url).await;
+}
