@@ -36,8 +36,10 @@
 //!   last hash, its pages half filled (migration 0013) so that moving a
 //!   head is a heap-only update, and hashes are stored as their 32 bytes
 //!   (migration 0015). `audit_archived` is the archive's cursor; on
-//!   PostgreSQL the archiver reads up to `wq_audit_horizon` (migration
-//!   0015), which waits for the appends in progress.
+//!   PostgreSQL the archiver reads through `wq_audit_unarchived`, in the
+//!   primary key's order whatever the statistics say, up to
+//!   `wq_audit_horizon`, which waits for the appends in progress
+//!   (migration 0015).
 //!
 //! Migrations are per backend under `migrations/{sqlite,postgres}/`, with
 //! the same names (0001 the queue, 0002 the loop functions such as

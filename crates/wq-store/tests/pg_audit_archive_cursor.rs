@@ -1,8 +1,9 @@
 //! PostgreSQL: the archive's cursor (migration 0015). Records are read in
 //! sequence order up to a horizon below which every number drawn was
 //! committed or rolled back, so a record that commits after one with a
-//! higher number is shipped, not skipped; a batch's read is a range of the
-//! primary key that stops after its batch, and shipping rewrites no record.
+//! higher number is shipped, not skipped; a batch's read stops after its
+//! batch whatever the table's statistics say, and shipping rewrites no
+//! record.
 #![allow(
     clippy::disallowed_methods,
     reason = "test fixtures read the wall clock"
@@ -23,12 +24,13 @@ use wq_store::testing::{
 const TYPE: &str = "archived";
 const BATCH: u32 = 1_000;
 
-/// How the archiver's read of one batch scans the records, from `EXPLAIN
-/// (ANALYZE)` of its statement: the scan node's type, its index, and the
-/// rows it read.
-async fn batch_scan(store: &PgStore, horizon: i64) -> (String, String, u64) {
+/// The pages (shared buffers hit or read) the archiver's read of one
+/// batch touches, from `EXPLAIN (ANALYZE, BUFFERS)` of its statement: the
+/// function's own query runs inside its scan node, so the node's counts
+/// are the read's.
+async fn pages_touched(store: &PgStore, horizon: i64) -> u64 {
     let plan: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "EXPLAIN (ANALYZE, FORMAT JSON) {}",
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}",
         include_str!("../src/postgres/queries/audit/unarchived.sql")
     )))
     .bind(horizon)
@@ -36,19 +38,8 @@ async fn batch_scan(store: &PgStore, horizon: i64) -> (String, String, u64) {
     .fetch_one(store.pool())
     .await
     .unwrap();
-    let limit = &plan[0]["Plan"];
-    assert_eq!(limit["Node Type"], "Limit", "{plan:#}");
-    let scan = limit["Plans"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|node| node["Parent Relationship"] == "Outer")
-        .unwrap_or_else(|| panic!("no scan under the limit: {plan:#}"));
-    (
-        scan["Node Type"].as_str().unwrap().to_owned(),
-        scan["Index Name"].as_str().unwrap_or_default().to_owned(),
-        scan["Actual Rows"].as_u64().unwrap(),
-    )
+    let node = &plan[0]["Plan"];
+    node["Shared Hit Blocks"].as_u64().unwrap() + node["Shared Read Blocks"].as_u64().unwrap()
 }
 
 /// One record for `item`, appended in `tx` (not committed): its seq.
@@ -65,14 +56,29 @@ async fn a_batch_read_stops_after_its_batch_and_the_cursor_moves_over_it() {
     let url = fresh_postgres_url().await;
     let store = PgStore::connect(&url, 4).await.unwrap();
     store.migrate().await.unwrap();
-    seed_items(&url, TYPE, 20_000, false, false).await;
-    seed_created_records(&url, TYPE).await;
-    let (backlog, _) = store.audit_unarchived_stats().await.unwrap();
-    assert!(backlog >= 20_000, "{backlog} unarchived records");
+    // Statistics from an empty table, kept: an `ANALYZE` before the first
+    // record (the benchmarks' seeding runs one), with autovacuum not yet
+    // around to refresh them. They put the range above the cursor at a
+    // few hundred rows.
+    sqlx::query("ALTER TABLE audit_records SET (autovacuum_enabled = false)")
+        .execute(store.pool())
+        .await
+        .unwrap();
     sqlx::query("ANALYZE audit_records")
         .execute(store.pool())
         .await
         .unwrap();
+    // Then a backlog.
+    seed_items(&url, TYPE, 20_000, false, false).await;
+    seed_created_records(&url, TYPE).await;
+    let (backlog, _) = store.audit_unarchived_stats().await.unwrap();
+    assert!(backlog >= 20_000, "{backlog} unarchived records");
+    let table_pages: i64 = sqlx::query_scalar(
+        "SELECT pg_relation_size('audit_records') / current_setting('block_size')::bigint",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
 
     // The oldest batch, in order, from the first record.
     let first = store.audit_unarchived(BATCH).await.unwrap();
@@ -83,15 +89,13 @@ async fn a_batch_read_stops_after_its_batch_and_the_cursor_moves_over_it() {
         .await
         .unwrap();
     assert_eq!(first[0].seq, oldest);
-    // It read its batch in the primary key's order and stopped there, not
-    // the backlog and a sort.
-    assert_eq!(
-        batch_scan(&store, i64::MAX).await,
-        (
-            "Index Scan".to_owned(),
-            "audit_records_pkey".to_owned(),
-            u64::from(BATCH)
-        )
+    // It touched its batch's pages, not the backlog's: a few dozen of the
+    // table's hundreds, where a bitmap scan of the range and a sort read
+    // them all.
+    let touched = pages_touched(&store, i64::MAX).await;
+    assert!(
+        touched * 4 < table_pages as u64,
+        "one batch of {BATCH} touched {touched} pages of the table's {table_pages}"
     );
 
     // Shipped, the cursor moves over the batch, and the next one starts
