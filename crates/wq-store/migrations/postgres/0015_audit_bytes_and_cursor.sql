@@ -79,12 +79,16 @@ $$;
 
 -- The archiver's horizon: the highest sequence number drawn so far, once
 -- every append in progress ended; NULL if they did not end within the
--- lock timeout (nothing new is read then). Call it alone in its
--- transaction (the lock lasts until it ends) and read the records in the
--- next one, whose snapshot sees every append that ended.
+-- lock timeout (nothing new is read then, the next round tries again).
+-- Appends that start meanwhile wait behind the archiver, so the timeout
+-- is short: an append ends in milliseconds (the last steps of its
+-- transaction and the commit), and one that does not holds back the
+-- archive, never the other appends for more than the timeout. Call it
+-- alone in its transaction (the lock lasts until it ends) and read the
+-- records in the next one, whose snapshot sees every append that ended.
 CREATE FUNCTION wq_audit_horizon() RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET lock_timeout = '5s'
+SET lock_timeout = '100ms'
 AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(2003919221, 0);  -- the barrier ('wqau', 0)
