@@ -404,6 +404,24 @@ pub async fn wal_position(url: &str) -> Option<i64> {
     Some(position)
 }
 
+/// Runs the generic PostgreSQL migrations before `version` on `pool`, as a
+/// database last migrated by an earlier release has them: for tests of
+/// what migration `version` does to the data it finds.
+pub async fn migrate_postgres_before(pool: &sqlx::PgPool, version: i64) {
+    let mut migrator = sqlx::migrate::Migrator::with_migrations(
+        crate::postgres::MIGRATOR
+            .iter()
+            .filter(|migration| migration.version < version)
+            .cloned()
+            .collect(),
+    );
+    migrator.set_ignore_missing(true);
+    migrator
+        .run(pool)
+        .await
+        .unwrap_or_else(|error| panic!("migrations before {version}: {error}"));
+}
+
 /// How long [`wait_for_lock_waiters`] looks before it gives up.
 pub const LOCK_WAIT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 

@@ -11,14 +11,14 @@
 
 use std::time::Duration;
 
-use sqlx::migrate::Migrator;
 use time::OffsetDateTime;
 use wq_core::ItemId;
 use wq_store::Store;
 use wq_store::audit::NewAudit;
-use wq_store::postgres::{MIGRATOR, PgStore};
+use wq_store::postgres::PgStore;
 use wq_store::testing::{
-    drop_postgres_database, fresh_postgres_url, seed_created_records, seed_items, step_item,
+    drop_postgres_database, fresh_postgres_url, migrate_postgres_before, seed_created_records,
+    seed_items, step_item,
 };
 
 const TYPE: &str = "archived";
@@ -56,6 +56,25 @@ async fn append_in(tx: &mut sqlx::PgConnection, item: ItemId, kind: &str) -> i64
         .await
         .unwrap()
         .seq
+}
+
+/// The seqs of the records the archiver's read answers now.
+async fn unarchived_seqs(store: &PgStore) -> Vec<i64> {
+    let batch = store.audit_unarchived(100).await.unwrap();
+    batch.iter().map(|record| record.seq).collect()
+}
+
+/// Two items whose first records were shipped: the archive's cursor is
+/// past them.
+async fn two_archived_items(store: &PgStore, now: OffsetDateTime) -> (ItemId, ItemId) {
+    let (first, second) = (ItemId::new_v7(), ItemId::new_v7());
+    for id in [first, second] {
+        store.item_insert(step_item(id, now)).await.unwrap();
+    }
+    let seqs = unarchived_seqs(store).await;
+    assert_eq!(seqs.len(), 2, "the two items' first records");
+    store.audit_mark_archived(&seqs, now).await.unwrap();
+    (first, second)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,14 +162,7 @@ async fn a_record_that_commits_after_a_higher_one_is_shipped_not_skipped() {
     let store = PgStore::connect(&url, 4).await.unwrap();
     store.migrate().await.unwrap();
     let now = OffsetDateTime::now_utc();
-    let (late, early) = (ItemId::new_v7(), ItemId::new_v7());
-    for id in [late, early] {
-        store.item_insert(step_item(id, now)).await.unwrap();
-    }
-    let shipped = store.audit_unarchived(100).await.unwrap();
-    let seqs: Vec<i64> = shipped.iter().map(|record| record.seq).collect();
-    assert_eq!(seqs.len(), 2, "the two items' first records");
-    store.audit_mark_archived(&seqs, now).await.unwrap();
+    let (late, early) = two_archived_items(&store, now).await;
 
     // `late` draws its number first and commits last.
     let mut slow = store.pool().begin().await.unwrap();
@@ -191,13 +203,7 @@ async fn an_append_that_does_not_end_holds_the_archive_back_not_the_appends() {
     let store = PgStore::connect(&url, 6).await.unwrap();
     store.migrate().await.unwrap();
     let now = OffsetDateTime::now_utc();
-    let (stuck, busy) = (ItemId::new_v7(), ItemId::new_v7());
-    for id in [stuck, busy] {
-        store.item_insert(step_item(id, now)).await.unwrap();
-    }
-    let first = store.audit_unarchived(100).await.unwrap();
-    let seqs: Vec<i64> = first.iter().map(|record| record.seq).collect();
-    store.audit_mark_archived(&seqs, now).await.unwrap();
+    let (stuck, busy) = two_archived_items(&store, now).await;
 
     let mut open = store.pool().begin().await.unwrap();
     let low = append_in(&mut open, stuck, "step.open").await;
@@ -229,13 +235,7 @@ async fn an_append_that_does_not_end_holds_the_archive_back_not_the_appends() {
         "an append waited {appended:?} behind the archive's read"
     );
     open.commit().await.unwrap();
-    let got: Vec<i64> = store
-        .audit_unarchived(100)
-        .await
-        .unwrap()
-        .iter()
-        .map(|record| record.seq)
-        .collect();
+    let got = unarchived_seqs(&store).await;
     assert_eq!(got, vec![low, high]);
     drop(store);
     drop_postgres_database(&url).await;
@@ -245,15 +245,7 @@ async fn an_append_that_does_not_end_holds_the_archive_back_not_the_appends() {
 async fn the_cursor_starts_below_the_oldest_record_not_archived_before_it() {
     let url = fresh_postgres_url().await;
     let store = PgStore::connect(&url, 4).await.unwrap();
-    let mut before = Migrator::with_migrations(
-        MIGRATOR
-            .iter()
-            .filter(|migration| migration.version < 15)
-            .cloned()
-            .collect(),
-    );
-    before.set_ignore_missing(true);
-    before.run(store.pool()).await.unwrap();
+    migrate_postgres_before(store.pool(), 15).await;
     let now = OffsetDateTime::now_utc();
     let item = ItemId::new_v7();
     store.item_insert(step_item(item, now)).await.unwrap();
@@ -284,13 +276,7 @@ async fn the_cursor_starts_below_the_oldest_record_not_archived_before_it() {
         (seqs[1]..seqs[2]).contains(&cursor),
         "{cursor}: up to the oldest record not archived ({seqs:?})"
     );
-    let got: Vec<i64> = store
-        .audit_unarchived(100)
-        .await
-        .unwrap()
-        .iter()
-        .map(|record| record.seq)
-        .collect();
+    let got = unarchived_seqs(&store).await;
     assert_eq!(
         got,
         seqs[2..].to_vec(),

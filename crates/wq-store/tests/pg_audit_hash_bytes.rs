@@ -6,13 +6,14 @@
     reason = "test fixtures read the wall clock"
 )]
 
-use sqlx::migrate::Migrator;
 use time::OffsetDateTime;
 use wq_core::ItemId;
 use wq_store::Store;
 use wq_store::audit::{AuditQuery, NewAudit};
-use wq_store::postgres::{MIGRATOR, PgStore};
-use wq_store::testing::{drop_postgres_database, fresh_postgres_url, step_item};
+use wq_store::postgres::PgStore;
+use wq_store::testing::{
+    drop_postgres_database, fresh_postgres_url, migrate_postgres_before, step_item,
+};
 
 /// Three items with `item.created` and two more records each, one through
 /// the single append (`wq_audit_append`).
@@ -105,15 +106,7 @@ async fn hashes_are_stored_as_their_bytes_and_answered_as_hex() {
 async fn chains_written_as_hex_before_migration_0015_verify_after_it() {
     let url = fresh_postgres_url().await;
     let store = PgStore::connect(&url, 4).await.unwrap();
-    let mut before = Migrator::with_migrations(
-        MIGRATOR
-            .iter()
-            .filter(|migration| migration.version < 15)
-            .cloned()
-            .collect(),
-    );
-    before.set_ignore_missing(true);
-    before.run(store.pool()).await.unwrap();
+    migrate_postgres_before(store.pool(), 15).await;
     let now = OffsetDateTime::now_utc();
     let ids = chains(&store, now).await;
     let hex_heads: Vec<String> =
