@@ -5,8 +5,8 @@
 //!   connection of the change it records ([`crate::postgres::append_audit`],
 //!   [`crate::sqlite::append_audit`]): no change without its record, no
 //!   record of a change that did not commit. Appends come last in their
-//!   transaction (on PostgreSQL they lock the chain head, the last lock any
-//!   transaction takes).
+//!   transaction (on PostgreSQL they take the chain's lock, the last lock
+//!   any transaction takes).
 //! - **Tamper-evident.** Each item's records form a chain: a record carries
 //!   the SHA-256 of the item's previous record (`prev_hash`, empty for the
 //!   first) and of its own canonical JSON ([`canonical`]: keys sorted, no
@@ -372,7 +372,7 @@ impl AuditRecord {
     /// Its canonical JSON cut around the value of `prev_hash`: `prefix +
     /// prev_hash + suffix` is the text [`digest`](Self::digest) hashes,
     /// whatever the previous hash is. A store that learns the previous hash
-    /// only where it locks the chain head (PostgreSQL's `wq_audit_append`)
+    /// only where it holds the chain's lock (PostgreSQL's `wq_audit_append`)
     /// hashes the joined text there, and the hash is the one [`verify`]
     /// recomputes.
     pub fn hash_parts(&self) -> (String, String) {

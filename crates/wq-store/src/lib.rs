@@ -32,10 +32,11 @@
 //! - `audit_records` (migration 0005): `seq`, `id` (UUIDv7),
 //!   `work_item_id`, `at`, `actor`, `kind`, `old_state`, `new_state`,
 //!   `trigger`, `metadata`, `prev_hash`, `hash`: one append-only hash chain
-//!   per item ([`audit`]); on PostgreSQL `audit_heads` holds each chain's
-//!   last hash, its pages half filled (migration 0013) so that moving a
-//!   head is a heap-only update, and hashes are stored as their 32 bytes
-//!   (migration 0015). `audit_archived` is the archive's cursor; on
+//!   per item ([`audit`]), whose head is its last record (else the last
+//!   one pruned from it, `audit_pruned`); on PostgreSQL a chain's writers
+//!   take turns through the chain's advisory lock (migration 0016, which
+//!   dropped the table of chain heads), and hashes are stored as their 32
+//!   bytes (migration 0015). `audit_archived` is the archive's cursor; on
 //!   PostgreSQL the archiver reads through `wq_audit_unarchived`, in the
 //!   primary key's order whatever the statistics say, up to
 //!   `wq_audit_horizon`, which waits for the appends in progress

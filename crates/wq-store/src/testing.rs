@@ -195,7 +195,7 @@ pub fn step_item(id: wq_core::ItemId, now: time::OffsetDateTime) -> crate::NewIt
 
 /// Gives every item of `item_type` the `item.created` record a real item
 /// is created with ([`crate::audit::created`]), so that a benchmark's
-/// appends move chain heads that exist, as they do in use: [`seed_items`]
+/// appends continue chains that exist, as they do in use: [`seed_items`]
 /// inserts items without their history. The records are chained and
 /// verify; they are written whether or not [`set_audit`] left the trail on,
 /// so runs with and without it start from the same database.

@@ -34,7 +34,7 @@ async fn chains(store: &PgStore, now: OffsetDateTime) -> Vec<ItemId> {
     ids
 }
 
-/// Every record's and head's stored hash lengths, in bytes (and the empty
+/// Every record's and chain head's stored hash lengths, in bytes (and the empty
 /// previous hash of each chain's first record).
 async fn stored_lengths(store: &PgStore) -> (Vec<i32>, Vec<i32>, Vec<i32>) {
     let records: Vec<(i32, i32)> = sqlx::query_as(
@@ -43,10 +43,13 @@ async fn stored_lengths(store: &PgStore) -> (Vec<i32>, Vec<i32>, Vec<i32>) {
     .fetch_all(store.pool())
     .await
     .unwrap();
-    let heads: Vec<i32> = sqlx::query_scalar("SELECT octet_length(hash) FROM audit_heads")
-        .fetch_all(store.pool())
-        .await
-        .unwrap();
+    let heads: Vec<i32> = sqlx::query_scalar(
+        "SELECT octet_length(head)
+         FROM wq_audit_heads(ARRAY(SELECT DISTINCT work_item_id FROM audit_records))",
+    )
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
     let (prev, own) = records.into_iter().unzip();
     (prev, own, heads)
 }
@@ -87,13 +90,12 @@ async fn hashes_are_stored_as_their_bytes_and_answered_as_hex() {
             );
             previous.clone_from(&record.hash);
         }
-        let head: String = sqlx::query_scalar(
-            "SELECT encode(hash, 'hex') FROM audit_heads WHERE work_item_id = $1",
-        )
-        .bind(id.0)
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
+        let head: String =
+            sqlx::query_scalar("SELECT encode(head, 'hex') FROM wq_audit_heads(ARRAY[$1])")
+                .bind(id.0)
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
         assert_eq!(head, previous, "the head is the last record's hash");
     }
     let (checked, broken) = store.audit_verify().await.unwrap();
@@ -122,15 +124,18 @@ async fn chains_written_as_hex_before_migration_0015_verify_after_it() {
     store.migrate().await.unwrap();
     let (_, own, heads) = stored_lengths(&store).await;
     assert_eq!((own, heads), (vec![32; 9], vec![32; 3]));
-    let converted: Vec<String> =
-        sqlx::query_scalar("SELECT encode(hash, 'hex') FROM audit_heads ORDER BY work_item_id")
-            .fetch_all(store.pool())
-            .await
-            .unwrap();
+    let converted: Vec<String> = sqlx::query_scalar(
+        "SELECT encode(head, 'hex')
+         FROM wq_audit_heads(ARRAY(SELECT DISTINCT work_item_id FROM audit_records))
+         ORDER BY id",
+    )
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
     assert_eq!(converted, hex_heads, "the same hashes, as bytes");
     assert_eq!(store.audit_verify().await.unwrap(), (9, None));
 
-    // The chains go on after the migration, from the converted heads.
+    // The chains go on after the migrations, from the converted hashes.
     for &id in &ids {
         let mut tx = store.pool().begin().await.unwrap();
         wq_store::postgres::append_audit(&mut tx, NewAudit::new(id, now, "engine", "step.three"))

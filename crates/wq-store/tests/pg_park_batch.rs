@@ -1,9 +1,9 @@
-//! PostgreSQL: a batch of parks reads its items' chain heads without a
-//! lock and chains their records to them; when another writer moves one
-//! of those heads before the batch appends, the batch must not fork the
-//! chain. It finds the head moved, rolls back, and its parks run one by
-//! one, each locking its head: every park still answers, every record is
-//! kept once, and every chain verifies.
+//! PostgreSQL: a batch of parks takes its items' chain locks and reads
+//! their heads under them (migration 0016); when another writer's append
+//! to one of those chains is open, the batch must not fork the chain. It
+//! waits for that append to end, then chains after it, without falling
+//! back to parks one by one: every park answers, every record is kept
+//! once, and every chain verifies.
 #![allow(
     clippy::disallowed_methods,
     reason = "test fixtures read the wall clock"
@@ -47,7 +47,7 @@ fn park(lease: Lease, now: OffsetDateTime) -> ParkParams {
 }
 
 /// An append to `id`'s chain in a transaction of its own, left open: it
-/// holds the chain head, moved.
+/// holds the chain's lock.
 async fn open_append(
     store: &PgStore,
     id: ItemId,
@@ -61,7 +61,7 @@ async fn open_append(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_whose_chain_head_moved_rolls_back_and_parks_one_by_one() {
+async fn a_batch_waits_for_an_open_append_to_its_chain_and_chains_after_it() {
     let url = fresh_postgres_url().await;
     let store = PgStore::connect(&url, 10).await.unwrap();
     store.migrate().await.unwrap();
@@ -69,7 +69,7 @@ async fn a_batch_whose_chain_head_moved_rolls_back_and_parks_one_by_one() {
     let (e, f) = (claimed(&store, now).await, claimed(&store, now).await);
     let (a, b) = (claimed(&store, now).await, claimed(&store, now).await);
 
-    // Both batch slots taken by parks that wait for a head someone holds,
+    // Both batch slots taken by parks that wait for a chain someone holds,
     // so that the next parks queue and run together.
     let hold_e = open_append(&store, e.id, now).await;
     let hold_f = open_append(&store, f.id, now).await;
@@ -85,8 +85,7 @@ async fn a_batch_whose_chain_head_moved_rolls_back_and_parks_one_by_one() {
             "e and f wait, each in a batch of its own"
         );
     }
-    // A's head moves in a transaction still open: the batch reads the head
-    // before it.
+    // An append to a's chain, in a transaction still open.
     let hold_a = open_append(&store, a.id, now).await;
     let mut batch = Vec::new();
     for lease in [a, b] {
@@ -95,12 +94,12 @@ async fn a_batch_whose_chain_head_moved_rolls_back_and_parks_one_by_one() {
             store.item_park_with(park(lease, now)).await
         }));
     }
-    // e parks; its slot takes a and b as one batch, whose append waits for
-    // a's head.
+    // e parks; its slot takes a and b as one batch, which waits for a's
+    // chain.
     hold_e.commit().await.unwrap();
     assert!(
         wait_for_lock_waiters(store.pool(), None, 2).await,
-        "the batch waits for a's head"
+        "the batch waits for a's chain"
     );
     hold_a.commit().await.unwrap();
     hold_f.commit().await.unwrap();
@@ -109,7 +108,7 @@ async fn a_batch_whose_chain_head_moved_rolls_back_and_parks_one_by_one() {
         assert_eq!(task.await.unwrap().unwrap(), Park::Parked);
     }
     let ((_, _), (_, _), fallbacks) = store.batch_counts();
-    assert_eq!(fallbacks, 1, "the batch of a and b fell back to one by one");
+    assert_eq!(fallbacks, 0, "the batch of a and b parked together");
     for lease in [a, b, e, f] {
         let item = store.item_get(lease.id).await.unwrap().unwrap();
         assert!(!item.actionable && item.leased_until.is_none());

@@ -157,6 +157,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "audit_bytes_and_cursor",
             sql: include_str!("../../migrations/postgres/0015_audit_bytes_and_cursor.sql"),
         },
+        EmbeddedMigration {
+            version: 16,
+            description: "audit_chain_locks",
+            sql: include_str!("../../migrations/postgres/0016_audit_chain_locks.sql"),
+        },
     ])
 });
 
@@ -549,8 +554,8 @@ fn handled_types(types: &[String]) -> Vec<String> {
     types.to_vec()
 }
 
-/// Audit appends in one call of `wq_audit_append` (migration 0008), which
-/// locks each chain head, hashes and inserts.
+/// Audit appends in one call of `wq_audit_append` (migrations 0008, 0016),
+/// which locks the chains, reads their heads, hashes and inserts.
 pub(crate) async fn append_audit_records(
     conn: &mut PgConnection,
     records: Vec<crate::audit::NewAudit>,
@@ -727,9 +732,9 @@ async fn park_batch(
 }
 
 /// One transaction for the batch: `items/park_batch.sql` (advisory locks,
-/// leases, outcomes, parks, timers, chain heads read), the records
-/// chained to the heads it answered (after the trail's barrier,
-/// `audit/barrier.sql`, then `audit/append_chained.sql`), commit.
+/// leases, outcomes, parks, timers, then the trail's barrier and the locks
+/// of the written outcomes' chains, and their heads read), the records
+/// chained to the heads it answered (`audit/append_chained.sql`), commit.
 async fn park_set(
     pool: &PgPool,
     requests: &[ParkRequest],
@@ -827,92 +832,71 @@ async fn park_set(
         }
     }
     if !chain.is_empty() {
-        // The trail's barrier, after the parks' locks and before the
-        // heads': the archiver reads no sequence number below one this
-        // transaction draws until it ends.
-        sqlx::query(sql!("audit/barrier.sql"))
-            .execute(&mut *tx)
+        let appended = sqlx::query_as::<_, (uuid::Uuid, i64)>(sql!("audit/append_chained.sql"))
+            .bind(chain.iter().map(|(_, s, _)| s.id).collect::<Vec<_>>())
+            .bind(
+                chain
+                    .iter()
+                    .map(|(r, _, _)| r.item_id.0)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                chain
+                    .iter()
+                    .map(|(r, _, _)| to_micros(r.at))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                chain
+                    .iter()
+                    .map(|(r, _, _)| r.actor.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                chain
+                    .iter()
+                    .map(|(r, _, _)| r.kind.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                chain
+                    .iter()
+                    .map(|(_, _, t)| t.old_state.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                chain
+                    .iter()
+                    .map(|(_, _, t)| t.new_state.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                chain
+                    .iter()
+                    .map(|(_, _, t)| t.trigger.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                chain
+                    .iter()
+                    .map(|(_, _, t)| t.metadata.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                chain
+                    .iter()
+                    .map(|(_, s, _)| s.prev_hash.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                chain
+                    .iter()
+                    .map(|(_, s, _)| s.hash.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .fetch_all(&mut *tx)
             .await?;
-        let appended =
-            sqlx::query_as::<_, (uuid::Uuid, i64, i64)>(sql!("audit/append_chained.sql"))
-                .bind(chain.iter().map(|(_, s, _)| s.id).collect::<Vec<_>>())
-                .bind(
-                    chain
-                        .iter()
-                        .map(|(r, _, _)| r.item_id.0)
-                        .collect::<Vec<_>>(),
-                )
-                .bind(
-                    chain
-                        .iter()
-                        .map(|(r, _, _)| to_micros(r.at))
-                        .collect::<Vec<_>>(),
-                )
-                .bind(
-                    chain
-                        .iter()
-                        .map(|(r, _, _)| r.actor.as_str())
-                        .collect::<Vec<_>>(),
-                )
-                .bind(
-                    chain
-                        .iter()
-                        .map(|(r, _, _)| r.kind.as_str())
-                        .collect::<Vec<_>>(),
-                )
-                .bind(
-                    chain
-                        .iter()
-                        .map(|(_, _, t)| t.old_state.as_deref())
-                        .collect::<Vec<_>>(),
-                )
-                .bind(
-                    chain
-                        .iter()
-                        .map(|(_, _, t)| t.new_state.as_deref())
-                        .collect::<Vec<_>>(),
-                )
-                .bind(
-                    chain
-                        .iter()
-                        .map(|(_, _, t)| t.trigger.as_deref())
-                        .collect::<Vec<_>>(),
-                )
-                .bind(
-                    chain
-                        .iter()
-                        .map(|(_, _, t)| t.metadata.as_str())
-                        .collect::<Vec<_>>(),
-                )
-                .bind(
-                    chain
-                        .iter()
-                        .map(|(_, s, _)| s.prev_hash.as_str())
-                        .collect::<Vec<_>>(),
-                )
-                .bind(
-                    chain
-                        .iter()
-                        .map(|(_, s, _)| s.hash.as_str())
-                        .collect::<Vec<_>>(),
-                )
-                .fetch_all(&mut *tx)
-                .await?;
-        let chains = chain
-            .iter()
-            .map(|(record, _, _)| record.item_id)
-            .collect::<std::collections::HashSet<_>>()
-            .len();
-        let moved = appended.first().map_or(0, |(_, _, heads)| *heads);
-        if usize::try_from(moved).ok() != Some(chains) {
-            // Another writer appended to one of these chains first: the
-            // transaction rolls back and the parks run one by one.
-            return Err(StoreError::Conflict(format!(
-                "{moved} of {chains} audit chain heads were where this batch found them"
-            )));
-        }
-        let seqs: std::collections::HashMap<uuid::Uuid, i64> =
-            appended.into_iter().map(|(id, seq, _)| (id, seq)).collect();
+        let seqs: std::collections::HashMap<uuid::Uuid, i64> = appended.into_iter().collect();
         for (_, stamp, _) in &mut chain {
             stamp.seq = *seqs.get(&stamp.id).ok_or_else(|| {
                 StoreError::Corrupt(format!("audit record {} not appended", stamp.id))

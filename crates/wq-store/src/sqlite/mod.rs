@@ -176,6 +176,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "audit_bytes_and_cursor",
             sql: include_str!("../../migrations/sqlite/0015_audit_bytes_and_cursor.sql"),
         },
+        EmbeddedMigration {
+            version: 16,
+            description: "audit_chain_locks",
+            sql: include_str!("../../migrations/sqlite/0016_audit_chain_locks.sql"),
+        },
     ])
 });
 
