@@ -57,10 +57,12 @@ $$;
 
 -- wq_audit_append (migrations 0008, 0015) on chain locks: the barrier, the
 -- locks of every chain the call appends to, then each record chained to
--- its item's last one. The canonical JSON holds the previous hash as hex,
--- the row its bytes; the answer, hex.
+-- its item's last one (read as wq_audit_heads does, with sequential scans
+-- off for the same reason). The canonical JSON holds the previous hash as
+-- hex, the row its bytes; the answer, hex.
 CREATE OR REPLACE FUNCTION wq_audit_append(p_records jsonb) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
+SET enable_seqscan = off
 AS $$
 DECLARE
     r record;
@@ -81,7 +83,15 @@ BEGIN
              jsonb_to_record(e.value) AS x (item_id uuid, hash_prefix text, hash_suffix text)
         ORDER BY e.ord
     LOOP
-        SELECT h.head INTO prev FROM wq_audit_heads(ARRAY[r.item_id]) AS h;
+        -- wq_audit_heads for one item (a set-returning call costs several
+        -- times this statement), planned as it is: sequential scans off.
+        prev := coalesce(
+            (SELECT a.hash FROM audit_records AS a
+             WHERE a.work_item_id = r.item_id
+             ORDER BY a.seq DESC
+             LIMIT 1),
+            (SELECT p.hash FROM audit_pruned AS p WHERE p.work_item_id = r.item_id),
+            ''::bytea);
         prev_hex := encode(prev, 'hex');
         v_hash := sha256(convert_to(r.hash_prefix || prev_hex || r.hash_suffix, 'UTF8'));
         v_seq := nextval('audit_records_seq_seq');
