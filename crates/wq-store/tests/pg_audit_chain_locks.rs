@@ -17,6 +17,17 @@ use wq_store::testing::{
     drop_postgres_database, fresh_postgres_url, step_item, wait_for_lock_waiters,
 };
 
+/// A new database with one item, whose chain starts with `item.created`.
+async fn one_item() -> (String, PgStore, OffsetDateTime, ItemId) {
+    let url = fresh_postgres_url().await;
+    let store = PgStore::connect(&url, 4).await.unwrap();
+    store.migrate().await.unwrap();
+    let now = OffsetDateTime::now_utc();
+    let id = ItemId::new_v7();
+    store.item_insert(step_item(id, now)).await.unwrap();
+    (url, store, now, id)
+}
+
 /// The rows this connection inserted, updated and deleted, and its
 /// sequential scans, by table.
 async fn row_changes(
@@ -36,12 +47,7 @@ async fn row_changes(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_append_writes_its_records_and_nothing_else() {
-    let url = fresh_postgres_url().await;
-    let store = PgStore::connect(&url, 4).await.unwrap();
-    store.migrate().await.unwrap();
-    let now = OffsetDateTime::now_utc();
-    let id = ItemId::new_v7();
-    store.item_insert(step_item(id, now)).await.unwrap();
+    let (url, store, now, id) = one_item().await;
 
     let mut tx = store.pool().begin().await.unwrap();
     // The view holds this connection's counts not yet reported too: what
@@ -83,12 +89,7 @@ async fn an_append_writes_its_records_and_nothing_else() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_waits_for_an_open_append_to_its_chain_and_chains_after_it() {
-    let url = fresh_postgres_url().await;
-    let store = PgStore::connect(&url, 4).await.unwrap();
-    store.migrate().await.unwrap();
-    let now = OffsetDateTime::now_utc();
-    let id = ItemId::new_v7();
-    store.item_insert(step_item(id, now)).await.unwrap();
+    let (url, store, now, id) = one_item().await;
 
     let mut first = store.pool().begin().await.unwrap();
     wq_store::postgres::append_audit(&mut first, NewAudit::new(id, now, "someone", "first"))
