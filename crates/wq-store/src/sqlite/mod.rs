@@ -181,6 +181,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "audit_chain_locks",
             sql: include_str!("../../migrations/sqlite/0016_audit_chain_locks.sql"),
         },
+        EmbeddedMigration {
+            version: 17,
+            description: "audit_json_text",
+            sql: include_str!("../../migrations/sqlite/0017_audit_json_text.sql"),
+        },
     ])
 });
 

@@ -7,8 +7,8 @@
 -- verification walks. Answers each record's id and seq.
 INSERT INTO audit_records (id, work_item_id, at, actor, kind, old_state, new_state,
                            trigger, metadata, prev_hash, hash)
-SELECT r.id, r.item, r.at, r.actor, r.kind, r.old_state::jsonb, r.new_state::jsonb,
-       r.trigger::jsonb, r.metadata::jsonb, decode(r.prev_hash, 'hex'), decode(r.hash, 'hex')
+SELECT r.id, r.item, r.at, r.actor, r.kind, r.old_state::json, r.new_state::json,
+       r.trigger::json, r.metadata::json, decode(r.prev_hash, 'hex'), decode(r.hash, 'hex')
 FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::text[], $5::text[], $6::text[],
             $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
      WITH ORDINALITY AS r (id, item, at, actor, kind, old_state, new_state, trigger, metadata,
