@@ -102,6 +102,12 @@ fn dimensions_summary(dimensions: &[wq_core::DimensionUpdate]) -> Value {
 
 /// `action.succeeded`: an executor's outcome, written under its lease,
 /// then the executor's own records (what it wrote outside, and the answer).
+///
+/// Every park with an outcome writes these, so their fields are written as
+/// canonical JSON text directly (keys in byte order), not built as JSON
+/// values first: `{"dimensions":[...],"error":...,"phase":...}` (the
+/// dimension rows as [`dimensions_summary`] has them) and
+/// `{"action":...,"source":"worker"}`.
 pub fn succeeded(
     item_id: ItemId,
     now: OffsetDateTime,
@@ -111,26 +117,60 @@ pub fn succeeded(
     dimensions: &[wq_core::DimensionUpdate],
     records: &[wq_core::OutcomeRecord],
 ) -> Vec<NewAudit> {
-    let mut new_state = serde_json::json!({ "dimensions": dimensions_summary(dimensions) });
-    if let Some(phase) = phase {
-        new_state["phase"] = Value::String(phase.as_str().to_owned());
+    let mut new_state = Vec::with_capacity(64 + 96 * dimensions.len());
+    new_state.extend_from_slice(b"{\"dimensions\":[");
+    for (n, update) in dimensions.iter().enumerate() {
+        if n > 0 {
+            new_state.push(b',');
+        }
+        new_state.extend_from_slice(b"{\"dimension\":");
+        write_json_string(&update.dimension, &mut new_state);
+        new_state.extend_from_slice(b",\"pending_until\":");
+        match update.pending_until {
+            Some(at) => write_json_string(&rfc3339(at), &mut new_state),
+            None => new_state.extend_from_slice(b"null"),
+        }
+        new_state.extend_from_slice(b",\"status\":");
+        write_json_string(update.status.as_str(), &mut new_state);
+        new_state.extend_from_slice(b",\"variant\":");
+        write_json_string(&update.variant, &mut new_state);
+        new_state.push(b'}');
     }
+    new_state.push(b']');
     if let Some(error) = error {
-        new_state["error"] = Value::String(error.to_owned());
+        new_state.extend_from_slice(b",\"error\":");
+        write_json_string(error, &mut new_state);
     }
-    let trigger = serde_json::json!({"source": "worker", "action": action});
+    if let Some(phase) = phase {
+        new_state.extend_from_slice(b",\"phase\":");
+        write_json_string(phase.as_str(), &mut new_state);
+    }
+    new_state.push(b'}');
+    let trigger = worker_trigger(action);
     let mut all = Vec::with_capacity(1 + records.len());
-    all.push(
-        NewAudit::new(item_id, now, ENGINE, "action.succeeded")
-            .states(None, Some(new_state))
-            .trigger(trigger.clone()),
-    );
+    let mut first = NewAudit::new(item_id, now, ENGINE, "action.succeeded");
+    first.new_state = Some(String::from_utf8(new_state).expect("JSON text is UTF-8"));
+    first.trigger = Some(trigger.clone());
+    all.push(first);
     all.extend(records.iter().map(|record| {
-        NewAudit::new(item_id, now, ENGINE, record.kind.clone())
-            .trigger(trigger.clone())
-            .metadata(record.metadata.clone())
+        let mut new =
+            NewAudit::new(item_id, now, ENGINE, record.kind.clone()).metadata_ref(&record.metadata);
+        new.trigger = Some(trigger.clone());
+        new
     }));
     all
+}
+
+/// `{"action":...,"source":"worker"}` as canonical JSON text.
+fn worker_trigger(action: Option<&str>) -> String {
+    let mut out = Vec::with_capacity(48);
+    out.extend_from_slice(b"{\"action\":");
+    match action {
+        Some(action) => write_json_string(action, &mut out),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"source\":\"worker\"}");
+    String::from_utf8(out).expect("JSON text is UTF-8")
 }
 
 /// [`succeeded`] for the outcome a park writes; nothing where a benchmark
@@ -160,8 +200,9 @@ pub(crate) fn park_succeeded(
 /// crash before its outcome leaves this record without an
 /// `action.succeeded` or `action.failed` after it.
 pub fn started(item_id: ItemId, now: OffsetDateTime, action: &str) -> NewAudit {
-    NewAudit::new(item_id, now, ENGINE, "action.started")
-        .trigger(serde_json::json!({"source": "worker", "action": action}))
+    let mut new = NewAudit::new(item_id, now, ENGINE, "action.started");
+    new.trigger = Some(worker_trigger(Some(action)));
+    new
 }
 
 /// `action.failed`: a counted failure (or an outage), and the item after it.
@@ -218,7 +259,9 @@ pub fn bounded(text: &str, max: usize) -> (&str, bool) {
     (&text[..end], true)
 }
 
-/// A record to append.
+/// A record to append. Its JSON fields are kept as canonical text
+/// ([`canonical`]), written once when the record is built: the text its
+/// hash is taken over and its row stores.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewAudit {
     pub item_id: ItemId,
@@ -229,12 +272,12 @@ pub struct NewAudit {
     /// What kind of change (`submission.created`, `action.succeeded`,
     /// `forge.merge`, ...).
     pub kind: String,
-    pub old_state: Option<Value>,
-    pub new_state: Option<Value>,
+    old_state: Option<String>,
+    new_state: Option<String>,
     /// What caused it.
-    pub trigger: Option<Value>,
+    trigger: Option<String>,
     /// Context (`{}` when none).
-    pub metadata: Value,
+    metadata: String,
 }
 
 impl NewAudit {
@@ -253,23 +296,27 @@ impl NewAudit {
             old_state: None,
             new_state: None,
             trigger: None,
-            metadata: Value::Object(serde_json::Map::new()),
+            metadata: "{}".to_owned(),
         }
     }
 
     pub fn states(mut self, old: Option<Value>, new: Option<Value>) -> Self {
-        self.old_state = old;
-        self.new_state = new;
+        self.old_state = old.as_ref().map(canonical);
+        self.new_state = new.as_ref().map(canonical);
         self
     }
 
     pub fn trigger(mut self, trigger: Value) -> Self {
-        self.trigger = Some(trigger);
+        self.trigger = Some(canonical(&trigger));
         self
     }
 
-    pub fn metadata(mut self, metadata: Value) -> Self {
-        self.metadata = metadata;
+    pub fn metadata(self, metadata: Value) -> Self {
+        self.metadata_ref(&metadata)
+    }
+
+    fn metadata_ref(mut self, metadata: &Value) -> Self {
+        self.metadata = canonical(metadata);
         self
     }
 
@@ -282,19 +329,19 @@ impl NewAudit {
     }
 
     /// Its JSON fields as canonical text, for its hash and its row.
-    pub(crate) fn texts(&self) -> Texts {
-        Texts::of(
-            self.old_state.as_ref(),
-            self.new_state.as_ref(),
-            self.trigger.as_ref(),
-            &self.metadata,
-        )
+    pub(crate) fn texts(&self) -> Texts<'_> {
+        Texts {
+            old_state: self.old_state.as_deref(),
+            new_state: self.new_state.as_deref(),
+            trigger: self.trigger.as_deref(),
+            metadata: &self.metadata,
+        }
     }
 
     /// The hash it has as record `id` after `prev_hash`, from its
     /// [`texts`](Self::texts): [`AuditRecord::digest`] of the record
     /// [`into_record`](Self::into_record) makes, without copying it.
-    pub(crate) fn digest_as(&self, id: Uuid, texts: &Texts, prev_hash: &str) -> String {
+    pub(crate) fn digest_as(&self, id: Uuid, texts: &Texts<'_>, prev_hash: &str) -> String {
         let (mut text, suffix) = self.hash_parts_as(id, texts);
         text.push_str(prev_hash);
         text.push_str(&suffix);
@@ -303,7 +350,7 @@ impl NewAudit {
 
     /// Its canonical JSON as record `id`, cut around `prev_hash`'s value
     /// (see [`AuditRecord::hash_parts`]).
-    pub(crate) fn hash_parts_as(&self, id: Uuid, texts: &Texts) -> (String, String) {
+    pub(crate) fn hash_parts_as(&self, id: Uuid, texts: &Texts<'_>) -> (String, String) {
         canonical_parts(&self.actor, self.at, id, self.item_id, &self.kind, texts)
     }
 
@@ -316,17 +363,20 @@ impl NewAudit {
         prev_hash: String,
         hash: String,
     ) -> AuditRecord {
+        let value = |text: &str| -> Value {
+            serde_json::from_str(text).expect("a record's canonical text is JSON")
+        };
         AuditRecord {
             seq,
             id,
             item_id: self.item_id,
             at: to_micros(self.at),
+            old_state: self.old_state.as_deref().map(value),
+            new_state: self.new_state.as_deref().map(value),
+            trigger: self.trigger.as_deref().map(value),
+            metadata: value(&self.metadata),
             actor: self.actor,
             kind: self.kind,
-            old_state: self.old_state,
-            new_state: self.new_state,
-            trigger: self.trigger,
-            metadata: self.metadata,
             prev_hash,
             hash,
         }
@@ -382,12 +432,16 @@ impl AuditRecord {
     /// The hashed fields as canonical JSON (keys in byte order, as
     /// [`canonical`] writes an object), cut where `prev_hash`'s value goes.
     fn canonical_around_prev_hash(&self) -> (String, String) {
-        let texts = Texts::of(
-            self.old_state.as_ref(),
-            self.new_state.as_ref(),
-            self.trigger.as_ref(),
-            &self.metadata,
-        );
+        let old_state = self.old_state.as_ref().map(canonical);
+        let new_state = self.new_state.as_ref().map(canonical);
+        let trigger = self.trigger.as_ref().map(canonical);
+        let metadata = canonical(&self.metadata);
+        let texts = Texts {
+            old_state: old_state.as_deref(),
+            new_state: new_state.as_deref(),
+            trigger: trigger.as_deref(),
+            metadata: &metadata,
+        };
         canonical_parts(
             &self.actor,
             self.at,
@@ -429,29 +483,13 @@ impl AuditRecord {
     }
 }
 
-/// A record's JSON fields as canonical text ([`canonical`]), written once
-/// for both its hash and its row.
-pub(crate) struct Texts {
-    pub old_state: Option<String>,
-    pub new_state: Option<String>,
-    pub trigger: Option<String>,
-    pub metadata: String,
-}
-
-impl Texts {
-    pub(crate) fn of(
-        old_state: Option<&Value>,
-        new_state: Option<&Value>,
-        trigger: Option<&Value>,
-        metadata: &Value,
-    ) -> Self {
-        Self {
-            old_state: old_state.map(canonical),
-            new_state: new_state.map(canonical),
-            trigger: trigger.map(canonical),
-            metadata: canonical(metadata),
-        }
-    }
+/// A record's JSON fields as canonical text ([`canonical`]), for both its
+/// hash and its row.
+pub(crate) struct Texts<'a> {
+    pub old_state: Option<&'a str>,
+    pub new_state: Option<&'a str>,
+    pub trigger: Option<&'a str>,
+    pub metadata: &'a str,
 }
 
 /// A record's hashed fields as canonical JSON, written field by field,
@@ -464,18 +502,30 @@ fn canonical_parts(
     id: Uuid,
     item_id: ItemId,
     kind: &str,
-    texts: &Texts,
+    texts: &Texts<'_>,
 ) -> (String, String) {
+    // The keys need no escaping.
     fn field(out: &mut Vec<u8>, key: &str, value: impl FnOnce(&mut Vec<u8>)) {
         if out.len() > 1 {
             out.push(b',');
         }
-        write_json_string(key, out);
-        out.push(b':');
+        out.push(b'"');
+        out.extend_from_slice(key.as_bytes());
+        out.extend_from_slice(b"\":");
         value(out);
     }
     fn optional(out: &mut Vec<u8>, text: Option<&str>) {
         out.extend_from_slice(text.unwrap_or("null").as_bytes());
+    }
+    // A UUID's hyphenated text needs no escaping either.
+    fn uuid(out: &mut Vec<u8>, id: Uuid) {
+        out.push(b'"');
+        out.extend_from_slice(
+            id.hyphenated()
+                .encode_lower(&mut Uuid::encode_buffer())
+                .as_bytes(),
+        );
+        out.push(b'"');
     }
     // Byte order: actor, at, id, item_id, kind, metadata, new_state,
     // old_state, prev_hash, trigger.
@@ -483,29 +533,21 @@ fn canonical_parts(
     out.push(b'{');
     field(&mut out, "actor", |out| write_json_string(actor, out));
     field(&mut out, "at", |out| write_json_string(&rfc3339(at), out));
-    field(&mut out, "id", |out| {
-        write_json_string(&id.hyphenated().to_string(), out);
-    });
-    field(&mut out, "item_id", |out| {
-        write_json_string(&item_id.to_string(), out);
-    });
+    field(&mut out, "id", |out| uuid(out, id));
+    field(&mut out, "item_id", |out| uuid(out, item_id.0));
     field(&mut out, "kind", |out| write_json_string(kind, out));
     field(&mut out, "metadata", |out| {
         out.extend_from_slice(texts.metadata.as_bytes());
     });
-    field(&mut out, "new_state", |out| {
-        optional(out, texts.new_state.as_deref());
-    });
-    field(&mut out, "old_state", |out| {
-        optional(out, texts.old_state.as_deref());
-    });
+    field(&mut out, "new_state", |out| optional(out, texts.new_state));
+    field(&mut out, "old_state", |out| optional(out, texts.old_state));
     field(&mut out, PREV_HASH, |out| out.push(b'"'));
     let prefix = String::from_utf8(out).expect("JSON text is UTF-8");
     let mut out = Vec::with_capacity(128);
     out.extend_from_slice(b"\",");
     write_json_string("trigger", &mut out);
     out.push(b':');
-    optional(&mut out, texts.trigger.as_deref());
+    optional(&mut out, texts.trigger);
     out.push(b'}');
     let suffix = String::from_utf8(out).expect("JSON text is UTF-8");
     (prefix, suffix)
@@ -683,23 +725,65 @@ pub fn verify<'a>(
 
 /// Logs committed records, one INFO line each (DDR-28).
 pub fn log(records: &[AuditRecord]) {
+    if !tracing::enabled!(target: "audit", tracing::Level::INFO) {
+        return;
+    }
     for record in records {
-        tracing::info!(
-            target: "audit",
-            item_id = %record.item_id,
-            audit_id = %record.id,
-            actor = %record.actor,
-            kind = %record.kind,
-            old_state = %json_field(record.old_state.as_ref()),
-            new_state = %json_field(record.new_state.as_ref()),
-            trigger = %json_field(record.trigger.as_ref()),
-            metadata = %record.metadata,
-            "audit {} {} by {}",
-            record.kind,
+        log_line(
             record.item_id,
-            record.actor
+            record.id,
+            &record.actor,
+            &record.kind,
+            [
+                &json_field(record.old_state.as_ref()),
+                &json_field(record.new_state.as_ref()),
+                &json_field(record.trigger.as_ref()),
+                &record.metadata.to_string(),
+            ],
         );
     }
+}
+
+/// Logs `record`, committed as record `id`, as [`log`] does, from its
+/// canonical text.
+pub(crate) fn log_new(id: Uuid, record: &NewAudit) {
+    if !tracing::enabled!(target: "audit", tracing::Level::INFO) {
+        return;
+    }
+    let texts = record.texts();
+    log_line(
+        record.item_id,
+        id,
+        &record.actor,
+        &record.kind,
+        [
+            texts.old_state.unwrap_or("null"),
+            texts.new_state.unwrap_or("null"),
+            texts.trigger.unwrap_or("null"),
+            texts.metadata,
+        ],
+    );
+}
+
+/// One record's line: `json` its old state, new state, trigger and
+/// metadata as JSON text.
+fn log_line(item_id: ItemId, id: Uuid, actor: &str, kind: &str, json: [&str; 4]) {
+    let [old_state, new_state, trigger, metadata] = json;
+    tracing::info!(
+        target: "audit",
+        item_id = %item_id,
+        audit_id = %id,
+        actor = %actor,
+        kind = %kind,
+        old_state = %old_state,
+        new_state = %new_state,
+        trigger = %trigger,
+        metadata = %metadata,
+        "audit {} {} by {}",
+        kind,
+        item_id,
+        actor
+    );
 }
 
 fn json_field(value: Option<&Value>) -> String {
@@ -879,10 +963,95 @@ mod tests {
                     .into_record(id, 7, prev.to_owned(), hash.clone());
                 assert_eq!(stored.digest(), hash, "prev {prev:?}");
                 assert_eq!(stored.at, to_micros(at));
-                assert_eq!(stored.metadata, new.metadata);
+                // The stored record's values are the fields' texts.
+                assert_eq!(canonical(&stored.metadata), texts.metadata);
+                assert_eq!(
+                    stored.new_state.as_ref().map(canonical).as_deref(),
+                    texts.new_state
+                );
+                assert_eq!(
+                    stored.old_state.as_ref().map(canonical).as_deref(),
+                    texts.old_state
+                );
+                assert_eq!(
+                    stored.trigger.as_ref().map(canonical).as_deref(),
+                    texts.trigger
+                );
                 let (prefix, suffix) = new.hash_parts_as(id, &texts);
                 assert_eq!((prefix, suffix), stored.hash_parts());
             }
         }
+    }
+
+    /// `succeeded` and `started` as they were built before their texts
+    /// were written directly: JSON values, then [`canonical`].
+    fn succeeded_by_value(
+        action: Option<&str>,
+        phase: Option<wq_core::Phase>,
+        error: Option<&str>,
+        dimensions: &[wq_core::DimensionUpdate],
+    ) -> (String, String) {
+        let mut new_state = serde_json::json!({ "dimensions": dimensions_summary(dimensions) });
+        if let Some(phase) = phase {
+            new_state["phase"] = Value::String(phase.as_str().to_owned());
+        }
+        if let Some(error) = error {
+            new_state["error"] = Value::String(error.to_owned());
+        }
+        let trigger = serde_json::json!({"source": "worker", "action": action});
+        (canonical(&new_state), canonical(&trigger))
+    }
+
+    #[test]
+    fn outcome_records_are_written_as_their_values_canonical_text() {
+        let item = ItemId(Uuid::now_v7());
+        let at = OffsetDateTime::from_unix_timestamp_nanos(1_780_000_000_123_456_789).unwrap();
+        let later = at + time::Duration::seconds(90);
+        let dimensions = vec![
+            wq_core::DimensionUpdate::new("needs_noop", false),
+            wq_core::DimensionUpdate::new("ci \"quoted\" \u{2028}", true)
+                .variant("é/variant")
+                .pending_until(later),
+        ];
+        let executor = [wq_core::OutcomeRecord {
+            kind: "forge.push".to_owned(),
+            metadata: serde_json::json!({"sha": "abc", "a": [1, {"z": null, "b": 2.5}]}),
+        }];
+        for (action, phase, error, dimensions) in [
+            (
+                Some("noop"),
+                Some(wq_core::Phase::Completed),
+                None,
+                &dimensions[..1],
+            ),
+            (
+                Some("ensure \"mr\""),
+                None,
+                Some("line\nbreak \u{1}"),
+                &dimensions[..],
+            ),
+            (None, Some(wq_core::Phase::Active), Some(""), &[][..]),
+        ] {
+            let records = succeeded(item, at, action, phase, error, dimensions, &executor);
+            let (new_state, trigger) = succeeded_by_value(action, phase, error, dimensions);
+            assert_eq!(records.len(), 2);
+            let texts = records[0].texts();
+            assert_eq!(texts.new_state, Some(new_state.as_str()));
+            assert_eq!(texts.trigger, Some(trigger.as_str()));
+            assert_eq!((texts.old_state, texts.metadata), (None, "{}"));
+            let own = records[1].texts();
+            assert_eq!(own.trigger, Some(trigger.as_str()));
+            assert_eq!(own.metadata, canonical(&executor[0].metadata));
+            assert_eq!(records[1].kind, "forge.push");
+        }
+        let started = started(item, at, "merge");
+        assert_eq!(
+            started.texts().trigger,
+            Some(
+                succeeded_by_value(Some("merge"), None, None, &[])
+                    .1
+                    .as_str()
+            )
+        );
     }
 }

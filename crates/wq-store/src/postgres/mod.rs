@@ -196,7 +196,7 @@ const BATCHES_IN_FLIGHT: usize = 2;
 #[derive(Debug)]
 struct Batches {
     claims: Coalescer<ClaimParams, Claimed>,
-    parks: Coalescer<ParkRequest, (Park, Vec<crate::audit::AuditRecord>)>,
+    parks: Coalescer<ParkRequest, Park>,
     /// Batches of parks that failed and ran one by one.
     #[cfg_attr(
         not(feature = "testing"),
@@ -672,49 +672,23 @@ struct ParkRequest {
     records: Vec<crate::audit::NewAudit>,
 }
 
-type Parked = (Park, Vec<crate::audit::AuditRecord>);
-
 /// Parks `requests` with one statement per step (`wq_park_batch`, then
 /// the records the caller chained, in one transaction); a batch of one,
 /// one with two parks of one item, or one whose transaction failed (rolled
-/// back) runs each park alone (`wq_park_audited`).
+/// back) runs each park alone (`wq_park_audited`). Logs the committed
+/// records (DDR-28).
 async fn park_batch(
     pool: PgPool,
     fallbacks: Arc<std::sync::atomic::AtomicUsize>,
     requests: Vec<ParkRequest>,
-) -> Vec<StoreResult<Parked>> {
+) -> Vec<StoreResult<Park>> {
     let mut seen = std::collections::HashSet::new();
     let distinct = requests
         .iter()
         .all(|request| seen.insert(request.call.lease.id));
     if requests.len() > 1 && distinct {
         match park_set(&pool, &requests).await {
-            Ok(results) => {
-                // The records move into their answers: chained, they are
-                // the stored ones, with no copy made.
-                return requests
-                    .into_iter()
-                    .zip(results)
-                    .map(|(request, result)| {
-                        result.map(|(park, stamps)| {
-                            let records = request
-                                .records
-                                .into_iter()
-                                .zip(stamps)
-                                .map(|(new, stamp)| {
-                                    new.into_record(
-                                        stamp.id,
-                                        stamp.seq,
-                                        stamp.prev_hash,
-                                        stamp.hash,
-                                    )
-                                })
-                                .collect();
-                            (park, records)
-                        })
-                    })
-                    .collect();
-            }
+            Ok(results) => return results,
             Err(error) => {
                 fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(%error, parks = requests.len(), "a batch of {} parks failed ({error}); parking them one by one", requests.len());
@@ -724,12 +698,14 @@ async fn park_batch(
     let mut results = Vec::with_capacity(requests.len());
     for request in requests {
         results.push(match pool.acquire().await {
-            Ok(mut conn) => {
-                request
-                    .call
-                    .run_audited(&mut conn, &request.dimensions, request.records)
-                    .await
-            }
+            Ok(mut conn) => request
+                .call
+                .run_audited(&mut conn, &request.dimensions, request.records)
+                .await
+                .map(|(parked, records)| {
+                    crate::audit::log(&records);
+                    parked
+                }),
             Err(error) => Err(error.into()),
         });
     }
@@ -740,10 +716,7 @@ async fn park_batch(
 /// leases, outcomes, parks, timers, then the trail's barrier and the locks
 /// of the written outcomes' chains, and their heads read), the records
 /// chained to the heads it answered (`audit/append_chained.sql`), commit.
-async fn park_set(
-    pool: &PgPool,
-    requests: &[ParkRequest],
-) -> StoreResult<Vec<StoreResult<(Park, Vec<Stamp>)>>> {
+async fn park_set(pool: &PgPool, requests: &[ParkRequest]) -> StoreResult<Vec<StoreResult<Park>>> {
     let mut ids = Vec::with_capacity(requests.len());
     let mut leases = Vec::with_capacity(requests.len());
     let mut nows = Vec::with_capacity(requests.len());
@@ -811,9 +784,9 @@ async fn park_set(
         }
     }
     // Each record chained where the batch found its chain's head, by
-    // reference: the requests keep them for their answers (or for the
-    // parks one by one, should this transaction fail).
-    let mut chain: Vec<(&crate::audit::NewAudit, Stamp, crate::audit::Texts)> = Vec::new();
+    // reference: the requests keep them (for the parks one by one, should
+    // this transaction fail).
+    let mut chain: Vec<Chained<'_>> = Vec::new();
     for request in requests {
         let id = request.call.lease.id;
         if !request.call.write_outcome || !held.contains_key(&id.0) {
@@ -821,98 +794,67 @@ async fn park_set(
         }
         // No head yet: a new chain.
         let head = heads.entry(id.0).or_default();
-        for new in &request.records {
-            let record_id = uuid::Uuid::now_v7();
-            let texts = new.texts();
+        for record in &request.records {
+            let id = uuid::Uuid::now_v7();
+            let texts = record.texts();
             let prev_hash = std::mem::take(head);
-            let hash = new.digest_as(record_id, &texts, &prev_hash);
+            let hash = record.digest_as(id, &texts, &prev_hash);
             head.clone_from(&hash);
-            let stamp = Stamp {
-                id: record_id,
-                seq: 0,
+            chain.push(Chained {
+                record,
+                id,
+                texts,
                 prev_hash,
                 hash,
-            };
-            chain.push((new, stamp, texts));
+            });
         }
     }
     if !chain.is_empty() {
-        let appended = sqlx::query_as::<_, (uuid::Uuid, i64)>(sql!("audit/append_chained.sql"))
-            .bind(chain.iter().map(|(_, s, _)| s.id).collect::<Vec<_>>())
+        let appended = sqlx::query(sql!("audit/append_chained.sql"))
+            .bind(chain.iter().map(|c| c.id).collect::<Vec<_>>())
+            .bind(chain.iter().map(|c| c.record.item_id.0).collect::<Vec<_>>())
             .bind(
                 chain
                     .iter()
-                    .map(|(r, _, _)| r.item_id.0)
+                    .map(|c| to_micros(c.record.at))
                     .collect::<Vec<_>>(),
             )
             .bind(
                 chain
                     .iter()
-                    .map(|(r, _, _)| to_micros(r.at))
+                    .map(|c| c.record.actor.as_str())
                     .collect::<Vec<_>>(),
             )
             .bind(
                 chain
                     .iter()
-                    .map(|(r, _, _)| r.actor.as_str())
+                    .map(|c| c.record.kind.as_str())
                     .collect::<Vec<_>>(),
             )
+            .bind(chain.iter().map(|c| c.texts.old_state).collect::<Vec<_>>())
+            .bind(chain.iter().map(|c| c.texts.new_state).collect::<Vec<_>>())
+            .bind(chain.iter().map(|c| c.texts.trigger).collect::<Vec<_>>())
+            .bind(chain.iter().map(|c| c.texts.metadata).collect::<Vec<_>>())
             .bind(
                 chain
                     .iter()
-                    .map(|(r, _, _)| r.kind.as_str())
+                    .map(|c| c.prev_hash.as_str())
                     .collect::<Vec<_>>(),
             )
-            .bind(
-                chain
-                    .iter()
-                    .map(|(_, _, t)| t.old_state.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                chain
-                    .iter()
-                    .map(|(_, _, t)| t.new_state.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                chain
-                    .iter()
-                    .map(|(_, _, t)| t.trigger.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                chain
-                    .iter()
-                    .map(|(_, _, t)| t.metadata.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                chain
-                    .iter()
-                    .map(|(_, s, _)| s.prev_hash.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                chain
-                    .iter()
-                    .map(|(_, s, _)| s.hash.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .fetch_all(&mut *tx)
+            .bind(chain.iter().map(|c| c.hash.as_str()).collect::<Vec<_>>())
+            .execute(&mut *tx)
             .await?;
-        let seqs: std::collections::HashMap<uuid::Uuid, i64> = appended.into_iter().collect();
-        for (_, stamp, _) in &mut chain {
-            stamp.seq = *seqs.get(&stamp.id).ok_or_else(|| {
-                StoreError::Corrupt(format!("audit record {} not appended", stamp.id))
-            })?;
+        if appended.rows_affected() != chain.len() as u64 {
+            return Err(StoreError::Corrupt(format!(
+                "{} audit records appended of {}",
+                appended.rows_affected(),
+                chain.len()
+            )));
         }
     }
     tx.commit().await?;
-    let mut by_item: std::collections::HashMap<ItemId, Vec<Stamp>> =
-        std::collections::HashMap::new();
-    for (record, stamp, _) in chain {
-        by_item.entry(record.item_id).or_default().push(stamp);
+    for chained in &chain {
+        crate::audit::log_new(chained.id, chained.record);
     }
     Ok(requests
         .iter()
@@ -920,24 +862,19 @@ async fn park_set(
             let id = request.call.lease.id;
             match held.get(&id.0) {
                 None => Err(StoreError::LeaseLost(id)),
-                Some(&parked) => Ok((
-                    if parked {
-                        Park::Parked
-                    } else {
-                        Park::EventsPending
-                    },
-                    by_item.remove(&id).unwrap_or_default(),
-                )),
+                Some(true) => Ok(Park::Parked),
+                Some(false) => Ok(Park::EventsPending),
             }
         })
         .collect())
 }
 
-/// Where a batch's record went: its id, sequence number and hashes, for
-/// [`crate::audit::NewAudit::into_record`].
-struct Stamp {
+/// A batch's record, chained: its id, its JSON fields' text and its
+/// hashes.
+struct Chained<'a> {
+    record: &'a crate::audit::NewAudit,
     id: uuid::Uuid,
-    seq: i64,
+    texts: crate::audit::Texts<'a>,
     prev_hash: String,
     hash: String,
 }
@@ -1158,32 +1095,22 @@ impl_store!(PgStore, Postgres, {
             phase: outcome.phase,
             error: outcome.error.clone(),
         };
-        if !write_outcome {
-            let (parked, _) = self
-                .batches
-                .parks
-                .call(ParkRequest {
-                    call,
-                    dimensions: Vec::new(),
-                    records: Vec::new(),
-                })
-                .await?;
-            return Ok(parked);
-        }
         // An outcome is written with its audit records, after the park
-        // (whose locks come first), in one statement.
-        let audits = crate::audit::park_succeeded(lease.id, now, &outcome);
-        let (parked, records) = self
-            .batches
+        // (whose locks come first), in its transaction; the batch logs them
+        // once committed.
+        let records = if write_outcome {
+            crate::audit::park_succeeded(lease.id, now, &outcome)
+        } else {
+            Vec::new()
+        };
+        self.batches
             .parks
             .call(ParkRequest {
                 call,
                 dimensions: outcome.dimensions,
-                records: audits,
+                records,
             })
-            .await?;
-        crate::audit::log(&records);
-        Ok(parked)
+            .await
     }
 });
 

@@ -456,7 +456,11 @@ async fn park_batch(
                         Ok((park, records))
                     })
                 })
-                .await,
+                .await
+                .map(|(park, records)| {
+                    crate::audit::log(&records);
+                    park
+                }),
         );
     }
     results
@@ -747,9 +751,7 @@ impl_store!(SqliteStore, Sqlite, {
         // together run as one job ([`park`]).
         // Prepared here, beside the other callers, not in the writer's
         // transaction.
-        let (park, records) = self.parks.call(park::ParkRequest::new(params)).await?;
-        crate::audit::log(&records);
-        Ok(park)
+        self.parks.call(park::ParkRequest::new(params)).await
     }
 });
 

@@ -33,11 +33,11 @@ use sqlx::SqliteConnection;
 use wq_core::ItemId;
 
 use super::{DbJson, id_text, micros};
-use crate::audit::AuditRecord;
+use crate::audit::NewAudit;
 use crate::{Park, ParkParams, StoreError, StoreResult};
 
-/// What one park answers: parked or not, and the records it appended.
-pub(crate) type Parked = (Park, Vec<AuditRecord>);
+/// What one park answers: parked or not (its records are logged).
+pub(crate) type Parked = Park;
 
 /// Where one record went in its chain: its sequence number, the previous
 /// record's hash and its own.
@@ -66,16 +66,13 @@ pub(crate) struct ParkRequest {
 }
 
 /// A record with its id, its statement arguments and its canonical text
-/// cut around the previous hash ([`AuditRecord::hash_parts`]).
+/// cut around the previous hash ([`crate::audit::AuditRecord::hash_parts`]).
 #[derive(Debug, Clone)]
 struct Prepared {
-    record: AuditRecord,
+    record: NewAudit,
+    record_id: uuid::Uuid,
     id: String,
     item: String,
-    old_state: Option<String>,
-    new_state: Option<String>,
-    trigger: Option<String>,
-    metadata: String,
     prefix: String,
     suffix: String,
 }
@@ -119,26 +116,16 @@ impl ParkRequest {
             records = audits
                 .into_iter()
                 .map(|audit| {
-                    // Each JSON field written once, for the hash and the row.
+                    // Each JSON field's text serves the hash and the row.
                     let record_id = uuid::Uuid::now_v7();
-                    let texts = audit.texts();
-                    let (prefix, suffix) = audit.hash_parts_as(record_id, &texts);
-                    let crate::audit::Texts {
-                        old_state,
-                        new_state,
-                        trigger,
-                        metadata,
-                    } = texts;
+                    let (prefix, suffix) = audit.hash_parts_as(record_id, &audit.texts());
                     Prepared {
                         id: record_id.hyphenated().to_string(),
                         item: id.clone(),
-                        old_state,
-                        new_state,
-                        trigger,
-                        metadata,
                         prefix,
                         suffix,
-                        record: audit.into_record(record_id, 0, String::new(), String::new()),
+                        record_id,
+                        record: audit,
                     }
                 })
                 .collect();
@@ -245,8 +232,8 @@ pub(crate) async fn park_many(
         .collect())
 }
 
-/// Each park's answer from [`park_many`]'s, with its records, outside the
-/// writer's transaction: the records move out of their requests.
+/// Each park's answer from [`park_many`]'s, outside the writer's
+/// transaction, where its committed records are logged.
 pub(crate) fn answers(
     parks: Vec<ParkRequest>,
     results: Vec<StoreResult<Linked>>,
@@ -264,18 +251,10 @@ pub(crate) fn answers(
                     park.params.lease.id
                 )));
             }
-            let records = park
-                .records
-                .into_iter()
-                .zip(links)
-                .map(|(prepared, (seq, prev_hash, hash))| AuditRecord {
-                    seq,
-                    prev_hash,
-                    hash,
-                    ..prepared.record
-                })
-                .collect();
-            Ok((parked, records))
+            for prepared in &park.records {
+                crate::audit::log_new(prepared.record_id, &prepared.record);
+            }
+            Ok(parked)
         })
         .collect()
 }
@@ -353,16 +332,17 @@ async fn append_values(
     let mut query = sqlx::query(sqlx::AssertSqlSafe(append_statement(records.len())));
     for (prepared, prev, hash) in records {
         let record = &prepared.record;
+        let texts = record.texts();
         query = query
             .bind(prepared.id.as_str())
             .bind(prepared.item.as_str())
             .bind(micros(record.at))
             .bind(record.actor.as_str())
             .bind(record.kind.as_str())
-            .bind(prepared.old_state.as_deref())
-            .bind(prepared.new_state.as_deref())
-            .bind(prepared.trigger.as_deref())
-            .bind(prepared.metadata.as_str())
+            .bind(texts.old_state)
+            .bind(texts.new_state)
+            .bind(texts.trigger)
+            .bind(texts.metadata)
             .bind(prev.as_str())
             .bind(hash.as_str());
     }

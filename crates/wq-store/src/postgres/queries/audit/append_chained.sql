@@ -4,7 +4,7 @@
 -- trigger, metadata (JSON text; NULL for none), prev_hash, hash (hex,
 -- stored as their bytes: migration 0015). The sequence numbers are drawn
 -- in that order, so a chain's records are in seq order, the order
--- verification walks. Answers each record's id and seq.
+-- verification walks.
 INSERT INTO audit_records (id, work_item_id, at, actor, kind, old_state, new_state,
                            trigger, metadata, prev_hash, hash)
 SELECT r.id, r.item, r.at, r.actor, r.kind, r.old_state::json, r.new_state::json,
@@ -14,4 +14,3 @@ FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::text[], $5::text[], $
      WITH ORDINALITY AS r (id, item, at, actor, kind, old_state, new_state, trigger, metadata,
                            prev_hash, hash, ord)
 ORDER BY r.ord
-RETURNING id, seq
