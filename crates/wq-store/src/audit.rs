@@ -322,10 +322,9 @@ impl NewAudit {
 
     /// The record this becomes after `prev_hash`, with a new id.
     pub fn chained(self, prev_hash: String) -> AuditRecord {
-        let mut record = self.unchained();
-        record.prev_hash = prev_hash;
-        record.hash = record.digest();
-        record
+        let id = Uuid::now_v7();
+        let hash = self.digest_as(id, &self.texts(), &prev_hash);
+        self.into_record(id, 0, prev_hash, hash)
     }
 
     /// Its JSON fields as canonical text, for its hash and its row.
@@ -452,18 +451,6 @@ impl AuditRecord {
         )
     }
 
-    /// The record as PostgreSQL's `wq_audit_append` takes it: its item and
-    /// its [`hash_parts`](Self::hash_parts), from which the function reads
-    /// the fields.
-    pub(crate) fn append_payload(&self) -> Value {
-        let (hash_prefix, hash_suffix) = self.hash_parts();
-        serde_json::json!({
-            "item_id": self.item_id.to_string(),
-            "hash_prefix": hash_prefix,
-            "hash_suffix": hash_suffix,
-        })
-    }
-
     /// The hashed fields as a JSON object (tests compare the canonical
     /// writer against it).
     #[cfg(test)]
@@ -566,11 +553,25 @@ pub(crate) struct Appended {
 }
 
 /// `records` with new ids and no hashes yet, and each as PostgreSQL's
-/// `wq_audit_append` takes it (a JSON array, in order).
+/// `wq_audit_append` takes it (a JSON array, in order): its item and its
+/// canonical JSON cut around its previous hash (`hash_prefix`,
+/// `hash_suffix`), from which the function reads the fields.
 pub(crate) fn unchained_with_payload(records: Vec<NewAudit>) -> (Vec<AuditRecord>, Value) {
-    let records: Vec<AuditRecord> = records.into_iter().map(NewAudit::unchained).collect();
-    let payload = records.iter().map(AuditRecord::append_payload).collect();
-    (records, payload)
+    let mut payload = Vec::with_capacity(records.len());
+    let records = records
+        .into_iter()
+        .map(|record| {
+            let id = Uuid::now_v7();
+            let (hash_prefix, hash_suffix) = record.hash_parts_as(id, &record.texts());
+            payload.push(serde_json::json!({
+                "item_id": record.item_id.to_string(),
+                "hash_prefix": hash_prefix,
+                "hash_suffix": hash_suffix,
+            }));
+            record.into_record(id, 0, String::new(), String::new())
+        })
+        .collect();
+    (records, Value::Array(payload))
 }
 
 /// `records` as `wq_audit_append` answered they were appended, in order.
