@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | [`DbId`] | TEXT, hyphenated lowercase | `uuid` |
 //! | [`DbTime`] | INTEGER microseconds since the Unix epoch | `timestamptz` |
-//! | [`DbJson`] | TEXT | `jsonb` |
+//! | [`DbJson`] | TEXT | `jsonb` (the audit records' fields: `json`, read alike) |
 //!
 //! Times are truncated to whole microseconds here, on encoding, and
 //! nowhere else ([`to_micros`]).
@@ -23,7 +23,7 @@ use wq_core::ItemId;
 use crate::{StoreError, StoreResult};
 
 /// JSON: TEXT on SQLite, `jsonb` on PostgreSQL (sqlx's own wrapper does
-/// both).
+/// both, and reads `json` too).
 pub use sqlx::types::Json as DbJson;
 
 /// An item id as stored.

@@ -4,7 +4,8 @@
 //! # Connecting
 //!
 //! [`PgStore::connect`] with a `postgres://` URL and a pool size. Times are
-//! `timestamptz`, ids `uuid`, JSON `jsonb`.
+//! `timestamptz`, ids `uuid`, JSON `jsonb` (the audit records' JSON fields
+//! `json`: their text as written, migration 0017).
 //!
 //! # Concurrency
 //!
