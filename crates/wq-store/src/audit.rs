@@ -1008,7 +1008,7 @@ mod tests {
         let item = ItemId(Uuid::now_v7());
         let at = OffsetDateTime::from_unix_timestamp_nanos(1_780_000_000_123_456_789).unwrap();
         let later = at + time::Duration::seconds(90);
-        let dimensions = vec![
+        let dimensions = [
             wq_core::DimensionUpdate::new("needs_noop", false),
             wq_core::DimensionUpdate::new("ci \"quoted\" \u{2028}", true)
                 .variant("é/variant")
