@@ -20,7 +20,9 @@
 //! the engine's process and the whole machine used per item (Linux's
 //! `/proc`), and the trail's cost in the machine's CPU per item; on
 //! PostgreSQL also the WAL the server wrote per item (the insert position
-//! before and after the drain), which the machine's noise does not move.
+//! before and after the drain), which the machine's noise does not move; on
+//! SQLite also the time park jobs held the single writer's transaction per
+//! item, the part of the loop no other write can share.
 //! `WQ_BENCH_ARCHIVE=1` also ships each drain's records to the archive (a
 //! local directory, as the embedded default does) once the drain is over,
 //! and prints the machine's CPU that cost per record: the part of the
@@ -316,8 +318,9 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> Drained {
         wq_store::Backend::Sqlite(sqlite) => {
             let (parks, jobs) = sqlite.park_counts();
             println!(
-                "jobs: {parks} parks in {jobs} ({} batches of parks failed and ran one by one)",
-                sqlite.park_fallbacks()
+                "jobs: {parks} parks in {jobs} ({} batches of parks failed and ran one by one); the writer's time in park jobs: {:.1} µs per item",
+                sqlite.park_fallbacks(),
+                sqlite.park_writer_time().as_secs_f64() * 1e6 / backlog as f64
             );
         }
     }

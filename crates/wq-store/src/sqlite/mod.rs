@@ -236,12 +236,22 @@ pub struct SqliteStore {
     batcher: Batcher,
     /// Parks that arrive together, run as one set-based job ([`park`]).
     parks: Arc<Coalescer<park::ParkRequest, park::Parked>>,
-    /// Batches of parks that failed and ran one by one.
+    /// What the batches of parks cost.
     #[cfg_attr(
         not(feature = "testing"),
         expect(dead_code, reason = "read by tests and benchmarks (`testing`)")
     )]
-    park_fallbacks: Arc<std::sync::atomic::AtomicUsize>,
+    park_stats: Arc<ParkStats>,
+}
+
+/// What the batches of parks cost, for tests and benchmarks.
+#[derive(Debug, Default)]
+struct ParkStats {
+    /// Batches that failed and ran one by one.
+    fallbacks: std::sync::atomic::AtomicUsize,
+    /// The time set-based park jobs held the writer's transaction, in ns:
+    /// the part of the loop no other writer can share.
+    writer_nanos: std::sync::atomic::AtomicU64,
 }
 
 /// At most this many parks share one job.
@@ -287,10 +297,10 @@ impl SqliteStore {
                 .connect_with(options)
                 .await?;
             let batcher = Batcher::spawn(pool.clone());
-            let park_fallbacks = Arc::default();
+            let park_stats = Arc::default();
             return Ok(Self {
-                parks: park_coalescer(&batcher, &park_fallbacks),
-                park_fallbacks,
+                parks: park_coalescer(&batcher, &park_stats),
+                park_stats,
                 batcher,
                 writer: pool.clone(),
                 pool,
@@ -306,10 +316,10 @@ impl SqliteStore {
             .connect_with(options)
             .await?;
         let batcher = Batcher::spawn(writer.clone());
-        let park_fallbacks = Arc::default();
+        let park_stats = Arc::default();
         Ok(Self {
-            parks: park_coalescer(&batcher, &park_fallbacks),
-            park_fallbacks,
+            parks: park_coalescer(&batcher, &park_stats),
+            park_stats,
             batcher,
             pool,
             writer,
@@ -380,8 +390,19 @@ impl SqliteStore {
     /// How many batches of parks failed and ran one by one.
     #[cfg(feature = "testing")]
     pub fn park_fallbacks(&self) -> usize {
-        self.park_fallbacks
+        self.park_stats
+            .fallbacks
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How long set-based park jobs held the writer's transaction, in all.
+    #[cfg(feature = "testing")]
+    pub fn park_writer_time(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(
+            self.park_stats
+                .writer_nanos
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// A write without a transaction of its own: on SQLite every write goes
@@ -407,20 +428,20 @@ impl SqliteStore {
 /// if that job fails.
 fn park_coalescer(
     batcher: &Batcher,
-    fallbacks: &Arc<std::sync::atomic::AtomicUsize>,
+    stats: &Arc<ParkStats>,
 ) -> Arc<Coalescer<park::ParkRequest, park::Parked>> {
     let batcher = batcher.clone();
-    let fallbacks = Arc::clone(fallbacks);
+    let stats = Arc::clone(stats);
     Arc::new(Coalescer::new(
         MAX_PARK_BATCH,
         PARK_BATCHES_IN_FLIGHT,
-        Arc::new(move |parks| Box::pin(park_batch(batcher.clone(), Arc::clone(&fallbacks), parks))),
+        Arc::new(move |parks| Box::pin(park_batch(batcher.clone(), Arc::clone(&stats), parks))),
     ))
 }
 
 async fn park_batch(
     batcher: Batcher,
-    fallbacks: Arc<std::sync::atomic::AtomicUsize>,
+    stats: Arc<ParkStats>,
     mut parks: Vec<park::ParkRequest>,
 ) -> Vec<StoreResult<park::Parked>> {
     // Two parks of one item (two runs, one of them past its lease) are not
@@ -433,14 +454,27 @@ async fn park_batch(
         // job has dropped its handle by the time it answers.
         let batch = Arc::new(parks);
         let job = Arc::clone(&batch);
+        let job_stats = Arc::clone(&stats);
         let written = batcher
-            .write(move |conn| Box::pin(async move { park::park_many(conn, &job).await }))
+            .write(move |conn| {
+                Box::pin(async move {
+                    let started = std::time::Instant::now();
+                    let parked = park::park_many(conn, &job).await;
+                    let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    job_stats
+                        .writer_nanos
+                        .fetch_add(nanos, std::sync::atomic::Ordering::Relaxed);
+                    parked
+                })
+            })
             .await;
         parks = Arc::try_unwrap(batch).unwrap_or_else(|shared| shared.as_ref().clone());
         match written {
             Ok(results) => return park::answers(parks, results),
             Err(error) => {
-                fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                stats
+                    .fallbacks
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(%error, parks = parks.len(), "a batch of {} parks failed ({error}); parking them one by one", parks.len());
             }
         }
