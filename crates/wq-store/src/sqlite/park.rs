@@ -6,26 +6,29 @@
 //! among concurrent parks, but each park still ran about ten statements on
 //! the one writer connection, each a round trip to sqlx's SQLite worker
 //! thread, as does each row a statement answers. Here a batch of parks
-//! costs eight statements whatever its size, each answering at most one
-//! row: the held leases and pending events (`items/park_held.sql`), the
-//! outcomes and parks (`items/park_many.sql`, one `UPDATE ... FROM`), the
-//! dimension upserts (two: with and without a detail), the consumed
-//! timers, the chain heads, and the audit records (`audit/append_values.sql`,
-//! bound as parameters), chained as [`super::append_audit_records`] chains
-//! them.
+//! costs a handful of statements whatever its size, each answering at most
+//! one row: the held leases, pending events and the chain heads of the
+//! parks with records (`items/park_held.sql`), the outcomes and parks
+//! (`items/park_many.sql`, one `UPDATE ... FROM`), the dimension upserts
+//! (two: with and without a detail), the consumed timers, and the audit
+//! records (`audit/append_values.sql`, bound as parameters, up to
+//! [`APPEND_ROWS`] a statement), chained as [`super::append_audit_records`]
+//! chains them.
 //!
-//! The writer's transaction is held while a job runs, so a job does as
-//! little as it can: each park's statement arguments and audit records,
-//! down to the canonical text each record's hash is taken over, are
-//! prepared by its caller before it joins a batch ([`ParkRequest::new`]);
-//! the job joins them and hashes each record once its chain head is known.
+//! The writer's transaction is held while a job runs, and no other write
+//! can share that time, so a job does as little as it can: each park's
+//! statement arguments and audit records, down to the canonical text each
+//! record's hash is taken over and the hash of that text's part before the
+//! previous hash, are prepared by its caller before it joins a batch
+//! ([`ParkRequest::new`]); the job only finishes each record's hash once
+//! its chain's head is known.
 //!
 //! Every step runs inside the writer's transaction, so what holds for one
 //! park holds for each park of a batch: the check for events and the park
 //! are atomic with respect to `event_insert` (DDR-34), a park whose lease
 //! is gone writes nothing, and an outcome is written with its records.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -39,18 +42,17 @@ use crate::{Park, ParkParams, StoreError, StoreResult};
 /// What one park answers: parked or not (its records are logged).
 pub(crate) type Parked = Park;
 
-/// Where one record went in its chain: its sequence number, the previous
-/// record's hash and its own.
-type Link = (i64, String, String);
-
-/// What [`park_many`] answers for one park: its records' links, in order.
-type Linked = (Park, Vec<Link>);
+/// What [`park_many`] answers for one park: parked or not, and how many of
+/// its records were appended.
+type Linked = (Park, usize);
 
 /// One park, its statement arguments and audit records prepared before it
 /// joins a batch.
 #[derive(Debug, Clone)]
 pub(crate) struct ParkRequest {
     pub(crate) params: ParkParams,
+    /// Its item's id as stored.
+    item: String,
     /// Its `items/park_held.sql` element.
     lease: String,
     /// Its `items/park_many.sql` element.
@@ -65,15 +67,15 @@ pub(crate) struct ParkRequest {
     records: Vec<Prepared>,
 }
 
-/// A record with its id, its statement arguments and its canonical text
-/// cut around the previous hash ([`crate::audit::AuditRecord::hash_parts`]).
+/// A record with its id and its canonical text cut around the previous
+/// hash ([`crate::audit::AuditRecord::hash_parts`]): the hash of the part
+/// before it taken already, the part after it as text.
 #[derive(Debug, Clone)]
 struct Prepared {
     record: NewAudit,
     record_id: uuid::Uuid,
     id: String,
-    item: String,
-    prefix: String,
+    prefix: Sha256,
     suffix: String,
 }
 
@@ -81,17 +83,6 @@ impl ParkRequest {
     pub(crate) fn new(params: ParkParams) -> Self {
         let id = id_text(params.lease.id);
         let outcome = params.outcome.as_ref();
-        let lease = json!({"id": id, "lease": micros(params.lease.until)}).to_string();
-        let call = json!({
-            "id": id,
-            "lease": micros(params.lease.until),
-            "now": micros(params.now),
-            "write": i32::from(outcome.is_some()),
-            "phase": outcome.and_then(|outcome| outcome.phase).map(wq_core::Phase::as_str),
-            "error": outcome.and_then(|outcome| outcome.error.as_deref()),
-        })
-        .to_string();
-        let timers = json!({"id": id, "now": micros(params.now)}).to_string();
         let (mut with_detail, mut keep_detail) = (Vec::new(), Vec::new());
         let mut records = Vec::new();
         if let Some(outcome) = outcome {
@@ -116,13 +107,14 @@ impl ParkRequest {
             records = audits
                 .into_iter()
                 .map(|audit| {
-                    // Each JSON field's text serves the hash and the row.
+                    // Each JSON field's text serves the hash and the row;
+                    // the hash of what precedes the previous hash is taken
+                    // here, outside the writer's transaction.
                     let record_id = uuid::Uuid::now_v7();
                     let (prefix, suffix) = audit.hash_parts_as(record_id, &audit.texts());
                     Prepared {
                         id: record_id.hyphenated().to_string(),
-                        item: id.clone(),
-                        prefix,
+                        prefix: Sha256::new_with_prefix(prefix.as_bytes()),
                         suffix,
                         record_id,
                         record: audit,
@@ -130,8 +122,26 @@ impl ParkRequest {
                 })
                 .collect();
         }
+        // Only a park with records asks for its chain's head.
+        let lease = json!({
+            "id": id,
+            "lease": micros(params.lease.until),
+            "head": i32::from(!records.is_empty()),
+        })
+        .to_string();
+        let call = json!({
+            "id": id,
+            "lease": micros(params.lease.until),
+            "now": micros(params.now),
+            "write": i32::from(outcome.is_some()),
+            "phase": outcome.and_then(|outcome| outcome.phase).map(wq_core::Phase::as_str),
+            "error": outcome.and_then(|outcome| outcome.error.as_deref()),
+        })
+        .to_string();
+        let timers = json!({"id": id, "now": micros(params.now)}).to_string();
         Self {
             params,
+            item: id,
             lease,
             call,
             with_detail,
@@ -155,6 +165,12 @@ fn array<'a>(elements: impl IntoIterator<Item = &'a String>) -> String {
     text
 }
 
+/// What `items/park_held.sql` answers for a park that holds its lease:
+/// whether events are pending (1) and, where the park asked, its chain's
+/// head.
+#[derive(serde::Deserialize)]
+struct Held(i64, Option<String>);
+
 /// Parks `parks` (distinct items) set-based; each gets its own answer.
 /// An error of a statement fails the whole batch (the caller's savepoint
 /// rolls it back).
@@ -162,15 +178,21 @@ pub(crate) async fn park_many(
     conn: &mut SqliteConnection,
     parks: &[ParkRequest],
 ) -> StoreResult<Vec<StoreResult<Linked>>> {
-    // Held leases, and whether events wait (then the item is not parked).
-    let DbJson(waiting): DbJson<HashMap<String, i64>> =
+    // Held leases, whether events wait (then the item is not parked), and
+    // the chain heads of the parks with records.
+    let DbJson(answered): DbJson<HashMap<String, Held>> =
         sqlx::query_scalar(sql!("items/park_held.sql"))
             .bind(array(parks.iter().map(|park| &park.lease)))
             .fetch_one(&mut *conn)
             .await?;
-    let mut held: HashMap<ItemId, bool> = HashMap::with_capacity(waiting.len());
-    for (id, events) in waiting {
-        held.insert(super::parse_id(&id)?, events == 0);
+    let mut held: HashMap<ItemId, bool> = HashMap::with_capacity(answered.len());
+    let mut heads: HashMap<ItemId, String> = HashMap::new();
+    for (id, Held(events, head)) in answered {
+        let id = super::parse_id(&id)?;
+        held.insert(id, events == 0);
+        if let Some(head) = head {
+            heads.insert(id, head);
+        }
     }
     sqlx::query(sql!("items/park_many.sql"))
         .bind(array(parks.iter().map(|park| &park.call)))
@@ -212,7 +234,7 @@ pub(crate) async fn park_many(
             .await?;
     }
 
-    let mut links = append_records(conn, &written).await?;
+    let appended = append_records(conn, &written, &mut heads).await?;
     Ok(parks
         .iter()
         .map(|park| {
@@ -225,7 +247,7 @@ pub(crate) async fn park_many(
                     } else {
                         Park::EventsPending
                     },
-                    links.remove(&id).unwrap_or_default(),
+                    appended.get(&id).copied().unwrap_or_default(),
                 )),
             }
         })
@@ -242,11 +264,10 @@ pub(crate) fn answers(
         .into_iter()
         .zip(results)
         .map(|(park, result)| {
-            let (parked, links) = result?;
-            if links.len() != park.records.len() {
+            let (parked, appended) = result?;
+            if appended != park.records.len() {
                 return Err(StoreError::Corrupt(format!(
-                    "{} of {} audit records of item {} were appended",
-                    links.len(),
+                    "{appended} of {} audit records of item {} were appended",
                     park.records.len(),
                     park.params.lease.id
                 )));
@@ -262,56 +283,50 @@ pub(crate) fn answers(
 /// The most records one append statement binds.
 const APPEND_ROWS: usize = 64;
 
+/// One record ready to append: its park, itself, its previous hash and its
+/// hash.
+type Chained<'a> = (&'a ParkRequest, &'a Prepared, String, String);
+
 /// The written outcomes' records (`action.succeeded` and the executor's
-/// own), chained to each item's head and appended, at most
-/// [`APPEND_ROWS`] a statement; answers each item's links, in order.
+/// own), chained to each item's head (`heads`: from
+/// `items/park_held.sql`; none: a new chain) and appended, at most
+/// [`APPEND_ROWS`] a statement; answers how many of each item's records
+/// were appended.
 async fn append_records(
     conn: &mut SqliteConnection,
     written: &[&ParkRequest],
-) -> StoreResult<HashMap<ItemId, Vec<Link>>> {
-    let mut by_item: HashMap<ItemId, Vec<Link>> = HashMap::new();
-    let prepared: Vec<&Prepared> = written.iter().flat_map(|park| &park.records).collect();
-    if prepared.is_empty() {
-        return Ok(by_item);
-    }
-    let items: HashSet<&String> = prepared.iter().map(|record| &record.item).collect();
-    let ids = Value::from(items.into_iter().cloned().collect::<Vec<_>>());
-    let DbJson(mut heads): DbJson<HashMap<String, String>> =
-        sqlx::query_scalar(sql!("audit/heads_many.sql"))
-            .bind(DbJson(&ids))
-            .fetch_one(&mut *conn)
-            .await?;
-    let chained: Vec<(&Prepared, String, String)> = prepared
-        .into_iter()
-        .map(|record| {
-            let head = heads.entry(record.item.clone()).or_default();
-            let prev = std::mem::take(head);
-            let mut hasher = Sha256::new();
-            hasher.update(record.prefix.as_bytes());
+    heads: &mut HashMap<ItemId, String>,
+) -> StoreResult<HashMap<ItemId, usize>> {
+    let mut appended = HashMap::new();
+    let mut chained: Vec<Chained<'_>> = Vec::new();
+    for park in written {
+        let mut prev = heads.remove(&park.params.lease.id).unwrap_or_default();
+        for record in &park.records {
+            let mut hasher = record.prefix.clone();
             hasher.update(prev.as_bytes());
             hasher.update(record.suffix.as_bytes());
             let hash = hex::encode(hasher.finalize());
-            head.clone_from(&hash);
-            (record, prev, hash)
-        })
-        .collect();
+            chained.push((
+                park,
+                record,
+                std::mem::replace(&mut prev, hash.clone()),
+                hash,
+            ));
+        }
+    }
     let mut rest = chained.as_slice();
     while !rest.is_empty() {
         // 64, 32, ... 1 records a statement: a handful of statements,
         // each prepared once on the writer connection.
         let size = 1usize << rest.len().min(APPEND_ROWS).ilog2();
         let (chunk, tail) = rest.split_at(size);
-        let first = append_values(conn, chunk).await?;
-        for ((prepared, prev, hash), seq) in chunk.iter().zip(first..) {
-            by_item.entry(prepared.record.item_id).or_default().push((
-                seq,
-                prev.clone(),
-                hash.clone(),
-            ));
+        append_values(conn, chunk).await?;
+        for (park, ..) in chunk {
+            *appended.entry(park.params.lease.id).or_default() += 1;
         }
         rest = tail;
     }
-    Ok(by_item)
+    Ok(appended)
 }
 
 /// The text of `audit/append_values.sql` for `rows` records.
@@ -323,19 +338,16 @@ fn append_statement(rows: usize) -> String {
 }
 
 /// Appends `records` (chained: each with its previous hash and its hash,
-/// in order) in one statement; answers the first one's sequence number
-/// (the others follow it).
-async fn append_values(
-    conn: &mut SqliteConnection,
-    records: &[(&Prepared, String, String)],
-) -> StoreResult<i64> {
+/// in order) in one statement. Under the single writer they get
+/// consecutive sequence numbers in the order given.
+async fn append_values(conn: &mut SqliteConnection, records: &[Chained<'_>]) -> StoreResult<()> {
     let mut query = sqlx::query(sqlx::AssertSqlSafe(append_statement(records.len())));
-    for (prepared, prev, hash) in records {
+    for (park, prepared, prev, hash) in records {
         let record = &prepared.record;
         let texts = record.texts();
         query = query
             .bind(prepared.id.as_str())
-            .bind(prepared.item.as_str())
+            .bind(park.item.as_str())
             .bind(micros(record.at))
             .bind(record.actor.as_str())
             .bind(record.kind.as_str())
@@ -347,13 +359,12 @@ async fn append_values(
             .bind(hash.as_str());
     }
     let appended = query.execute(&mut *conn).await?;
-    let count = i64::try_from(records.len()).expect("a statement's records fit in i64");
     if appended.rows_affected() != records.len() as u64 {
         return Err(StoreError::Corrupt(format!(
-            "{} audit records appended of {count}",
-            appended.rows_affected()
+            "{} audit records appended of {}",
+            appended.rows_affected(),
+            records.len()
         )));
     }
-    // Consecutive under the single writer, in the order given.
-    Ok(appended.last_insert_rowid() - count + 1)
+    Ok(())
 }

@@ -558,3 +558,126 @@ pub async fn a_record_after_the_whole_chain_was_pruned_chains_to_its_pruned_head
     assert_eq!(next.prev_hash, last.hash, "chained to the pruned head");
     assert_eq!(store.audit_verify().await.unwrap(), (1, None));
 }
+
+/// Parks that arrive together (one set-based statement on both backends)
+/// chain each item's records to its head as a park alone does: half the
+/// items' chains were archived and pruned whole (their heads are only the
+/// pruned hashes), the other half still hold their records. Every new
+/// record's previous hash is its chain's head, and the trail verifies.
+pub async fn parks_that_arrive_together_chain_to_their_pruned_or_last_heads(db: &TestDb) {
+    const ITEMS: usize = 16;
+    let now = t0();
+    let store = db.store();
+    let mut pruned = Vec::new();
+    for _ in 0..ITEMS / 2 {
+        let id = insert(store.as_ref(), TYPE_A, now).await.id;
+        let last = store
+            .audit_append(record(id, now, "ci-bot", "submission.created"))
+            .await
+            .unwrap();
+        pruned.push((id, last.hash));
+    }
+    let seqs: Vec<i64> = store
+        .audit_unarchived(100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|record| record.seq)
+        .collect();
+    store.audit_mark_archived(&seqs, now).await.unwrap();
+    let later = now + Duration::days(400);
+    assert_eq!(
+        store.audit_prune_archived(later).await.unwrap(),
+        ITEMS as u64,
+        "each pruned chain's creation and submission"
+    );
+    let mut kept = Vec::new();
+    for _ in 0..ITEMS / 2 {
+        let id = insert(store.as_ref(), TYPE_A, later).await.id;
+        let last = store
+            .audit_append(record(id, later, "webhook:gitlab", "event.received"))
+            .await
+            .unwrap();
+        kept.push((id, last.hash));
+    }
+    let mut parks = Vec::new();
+    for (id, head) in pruned.iter().chain(&kept) {
+        let lease = claim(store.as_ref(), *id, later).await;
+        parks.push((*id, head.clone(), lease));
+    }
+    let barrier = Arc::new(Barrier::new(ITEMS));
+    let tasks: Vec<_> = parks
+        .into_iter()
+        .map(|(id, head, lease)| {
+            let store = db.store();
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let params = ParkParams {
+                    lease,
+                    now: later,
+                    outcome: Some(OutcomeChanges {
+                        phase: None,
+                        error: None,
+                        dimensions: vec![DimensionUpdate::new("needs_x", false)],
+                        action: Some("step".into()),
+                        records: vec![wq_core::OutcomeRecord {
+                            kind: "forge.note_posted".into(),
+                            metadata: serde_json::json!({ "item": id.to_string() }),
+                        }],
+                    }),
+                };
+                (id, head, store.item_park_with(params).await)
+            })
+        })
+        .collect();
+    for task in tasks {
+        let (id, head, result) = task.await.unwrap();
+        assert_eq!(result.unwrap(), Park::Parked, "item {id}");
+        let records = store
+            .audit_list(wq_store::audit::AuditQuery {
+                item_id: Some(id),
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let new: Vec<(&str, &str, &str)> = records
+            .iter()
+            .filter(|record| {
+                ["action.succeeded", "forge.note_posted"].contains(&record.kind.as_str())
+            })
+            .map(|record| {
+                (
+                    record.kind.as_str(),
+                    record.prev_hash.as_str(),
+                    record.hash.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(new.len(), 2, "item {id}: {new:?}");
+        assert_eq!(new[0].0, "action.succeeded");
+        assert_eq!(new[0].1, head, "item {id}: chained to its head");
+        assert_eq!(new[1].0, "forge.note_posted");
+        assert_eq!(new[1].1, new[0].2, "item {id}: then to its own record");
+    }
+    assert_eq!(
+        store.audit_verify().await.unwrap(),
+        (ITEMS as u64 * 3, None),
+        "the kept chains' four records and the pruned chains' two new ones verify"
+    );
+    match &db.backend {
+        Backend::Sqlite(sqlite) => assert!(
+            sqlite.largest_park_batch() > 1,
+            "parks shared a job (largest batch {})",
+            sqlite.largest_park_batch()
+        ),
+        Backend::Postgres(pg) => {
+            let (parks, statements) = pg.batch_counts().1;
+            assert!(
+                statements < parks,
+                "parks shared a statement ({parks} parks in {statements})"
+            );
+        }
+    }
+}

@@ -177,6 +177,7 @@ conformance_suite!(
     an_event_keeps_its_raw_delivery,
     seeded_items_get_the_created_record_real_items_have,
     a_record_after_the_whole_chain_was_pruned_chains_to_its_pruned_head,
+    parks_that_arrive_together_chain_to_their_pruned_or_last_heads,
     ui_sessions_expire_are_taken_once_and_pruned,
 );
 
