@@ -4,7 +4,11 @@
 //! - **submit**: `POST /api/v1/work-items` with 16 concurrent clients, each
 //!   body three file actions of about 2 KiB: validation, content hash and
 //!   the upsert transaction (the engine does not process them). Then the
-//!   same bodies again (`unchanged`: validation, hash, one lookup).
+//!   same bodies again (`unchanged`: validation, hash, one lookup). Each
+//!   pass also prints the CPU it used per submission in this process (the
+//!   service and its clients) and on the rest of the machine (the
+//!   database server, on PostgreSQL), from Linux's `/proc`, and the
+//!   summary the audit trail's share of both.
 //! - **webhook → merge**: for MRs whose pipeline just passed, the time from
 //!   the `Pipeline Hook` (status success) arriving at the service to the
 //!   merge call arriving at the sim, both on the wall clock of this one
@@ -52,6 +56,7 @@ use workqueue::config::Config;
 use wq_auth::config::{RuleConfig, StaticTokenConfig};
 use wq_core::{Clock, SystemClock};
 use wq_forge::{ForgeConfig, ForgeKind, Forges, ForgesConfig};
+use wq_testkit::cpu::cpu_seconds;
 
 /// The binary's allocator (`src/main.rs`).
 #[global_allocator]
@@ -337,12 +342,30 @@ fn body(forge: Kind, project: &str, n: usize) -> Value {
     })
 }
 
-/// Submits `bodies` with `clients` concurrent clients; requests per second.
-async fn submit_all(service: &Service, bodies: &[Value], clients: usize, expect: &str) -> f64 {
+/// What one pass of submissions measured.
+#[derive(Debug, Clone, Copy, Default)]
+struct Submitted {
+    per_second: f64,
+    /// CPU per submission in this process (the service and its clients),
+    /// µs.
+    process_us: f64,
+    /// CPU per submission on the rest of the machine (the database server,
+    /// on PostgreSQL), µs.
+    elsewhere_us: f64,
+}
+
+/// Submits `bodies` with `clients` concurrent clients.
+async fn submit_all(
+    service: &Service,
+    bodies: &[Value],
+    clients: usize,
+    expect: &str,
+) -> Submitted {
     let client = service.client.clone();
     let url = &service.url;
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let bodies = Arc::new(bodies.to_vec());
+    let (process_before, machine_before) = cpu_seconds();
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|_| {
@@ -372,10 +395,18 @@ async fn submit_all(service: &Service, bodies: &[Value], clients: usize, expect:
     for task in tasks {
         task.await.unwrap();
     }
-    bodies.len() as f64 / started.elapsed().as_secs_f64()
+    let elapsed = started.elapsed().as_secs_f64();
+    let (process_after, machine_after) = cpu_seconds();
+    let n = bodies.len() as f64;
+    let process = process_after - process_before;
+    Submitted {
+        per_second: n / elapsed,
+        process_us: process * 1e6 / n,
+        elsewhere_us: ((machine_after - machine_before) - process).max(0.0) * 1e6 / n,
+    }
 }
 
-async fn bench_submit(database_url: &str, sim: &SimHandle, count: usize) -> (f64, f64) {
+async fn bench_submit(database_url: &str, sim: &SimHandle, count: usize) -> (Submitted, Submitted) {
     let service = start(database_url, sim, false, Kind::Gitlab).await;
     let bodies: Vec<Value> = (0..count)
         .map(|n| body(Kind::Gitlab, &service.project_path, n))
@@ -696,24 +727,51 @@ fn main() {
                 } else {
                     [false, true]
                 };
-                let mut pair = [(0.0, 0.0); 2];
+                let mut pair = [(Submitted::default(), Submitted::default()); 2];
                 for audit in order {
                     wq_store::testing::set_audit(audit);
-                    pair[usize::from(!audit)] =
-                        bench_submit(&fresh().await, &sim, submissions).await;
+                    let submitted = bench_submit(&fresh().await, &sim, submissions).await;
+                    for (what, figures) in [("created", submitted.0), ("unchanged", submitted.1)] {
+                        println!(
+                            "({backend}, round {round}, audit {}: {what} {:.0}/s; CPU per submission {:.0} µs in the service's process, {:.0} µs elsewhere)",
+                            if audit { "on" } else { "off" },
+                            figures.per_second,
+                            figures.process_us,
+                            figures.elsewhere_us,
+                        );
+                    }
+                    pair[usize::from(!audit)] = submitted;
                 }
                 wq_store::testing::set_audit(true);
-                created_costs.push((1.0 - pair[0].0 / pair[1].0) * 100.0);
-                unchanged_costs.push((1.0 - pair[0].1 / pair[1].1) * 100.0);
+                created_costs.push((1.0 - pair[0].0.per_second / pair[1].0.per_second) * 100.0);
+                unchanged_costs.push((1.0 - pair[0].1.per_second / pair[1].1.per_second) * 100.0);
                 runs[0].push(pair[0]);
                 runs[1].push(pair[1]);
             }
             let [(created, unchanged), (created_off, unchanged_off)] =
-                runs.map(|pairs| {
-                    let mut created: Vec<f64> = pairs.iter().map(|pair| pair.0).collect();
-                    let mut unchanged: Vec<f64> = pairs.iter().map(|pair| pair.1).collect();
+                runs.clone().map(|pairs| {
+                    let mut created: Vec<f64> = pairs.iter().map(|pair| pair.0.per_second).collect();
+                    let mut unchanged: Vec<f64> = pairs.iter().map(|pair| pair.1.per_second).collect();
                     (median(&mut created), median(&mut unchanged))
                 });
+            // The trail's extra CPU per submission, in the service's process
+            // and elsewhere (the database server), medians of the rounds.
+            let extra = |pick: fn(&(Submitted, Submitted)) -> Submitted| {
+                let [with, without] = &runs;
+                let mut process: Vec<f64> = with
+                    .iter()
+                    .zip(without)
+                    .map(|(with, without)| pick(with).process_us - pick(without).process_us)
+                    .collect();
+                let mut elsewhere: Vec<f64> = with
+                    .iter()
+                    .zip(without)
+                    .map(|(with, without)| pick(with).elsewhere_us - pick(without).elsewhere_us)
+                    .collect();
+                (median(&mut process), median(&mut elsewhere))
+            };
+            let (created_process, created_elsewhere) = extra(|pair| pair.0);
+            let (unchanged_process, unchanged_elsewhere) = extra(|pair| pair.1);
             let gitlab = bench_merges(&fresh().await, &sim, merges, Kind::Gitlab).await;
             let github = bench_merges(&fresh().await, &sim, merges, Kind::Github).await;
             calls.push(format!(
@@ -738,7 +796,7 @@ fn main() {
                     .join(", ")
             };
             costs.push(format!(
-                "{backend}: audit costs {:.1}% of created submissions (by round {}) and {:.1}% of unchanged ones (by round {}); medians of {rounds} rounds",
+                "{backend}: audit costs {:.1}% of created submissions (by round {}) and {:.1}% of unchanged ones (by round {}); medians of {rounds} rounds\n{backend}: the trail's extra CPU per submission: created {created_process:.0} µs in the service's process and {created_elsewhere:.0} µs elsewhere, unchanged {unchanged_process:.0} µs and {unchanged_elsewhere:.0} µs (medians of the rounds' differences)",
                 median(&mut created_costs.clone()),
                 by_round(&created_costs),
                 median(&mut unchanged_costs.clone()),

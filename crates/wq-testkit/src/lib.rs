@@ -6,6 +6,7 @@
 //! real engine and API on port 0 that proves quiescence before it goes.
 
 pub mod app;
+pub mod cpu;
 pub mod faults;
 pub mod http;
 pub mod moto;
