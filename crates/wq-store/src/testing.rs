@@ -35,6 +35,23 @@ pub fn batching_enabled() -> bool {
     !BATCHES_OFF.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+static RECORD_FUNCTION_OFF: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Makes PostgreSQL's single audit appends go through `wq_audit_append`,
+/// as before migration 0018 added `wq_audit_append_record` (`false`), or
+/// through the latter again, process-wide: for tests that write a trail
+/// on a schema migrated only part of the way. Both chain alike. Only with
+/// the `testing` feature.
+pub fn set_append_record_function(enabled: bool) {
+    RECORD_FUNCTION_OFF.store(!enabled, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether [`set_append_record_function`] left it on (the default).
+pub fn append_record_function_enabled() -> bool {
+    !RECORD_FUNCTION_OFF.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The environment variable naming the PostgreSQL admin URL for tests.
 pub const TEST_PG_URL_ENV: &str = "WQ_TEST_PG_URL";
 

@@ -18,7 +18,7 @@ use wq_store::audit::NewAudit;
 use wq_store::postgres::PgStore;
 use wq_store::testing::{
     drop_postgres_database, fresh_postgres_url, migrate_postgres_before, seed_created_records,
-    seed_items, step_item,
+    seed_items, set_append_record_function, step_item,
 };
 
 const TYPE: &str = "archived";
@@ -246,6 +246,9 @@ async fn the_cursor_starts_below_the_oldest_record_not_archived_before_it() {
     let url = fresh_postgres_url().await;
     let store = PgStore::connect(&url, 4).await.unwrap();
     migrate_postgres_before(store.pool(), 15).await;
+    // The schema has no wq_audit_append_record yet (migration 0018); the
+    // binary's other tests chain alike through wq_audit_append.
+    set_append_record_function(false);
     let now = OffsetDateTime::now_utc();
     let item = ItemId::new_v7();
     store.item_insert(step_item(item, now)).await.unwrap();

@@ -168,6 +168,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "audit_json_text",
             sql: include_str!("../../migrations/postgres/0017_audit_json_text.sql"),
         },
+        EmbeddedMigration {
+            version: 18,
+            description: "audit_append_record",
+            sql: include_str!("../../migrations/postgres/0018_audit_append_record.sql"),
+        },
     ])
 });
 
@@ -561,17 +566,54 @@ fn handled_types(types: &[String]) -> Vec<String> {
 }
 
 /// Audit appends in one call of `wq_audit_append` (migrations 0008, 0016),
-/// which locks the chains, reads their heads, hashes and inserts.
+/// which locks the chains, reads their heads, hashes and inserts; a single
+/// record (most transactions' one) through `wq_audit_append_record`
+/// (migration 0018), which does the same with the record's fields as
+/// parameters.
 pub(crate) async fn append_audit_records(
     conn: &mut PgConnection,
-    records: Vec<crate::audit::NewAudit>,
+    mut records: Vec<crate::audit::NewAudit>,
 ) -> StoreResult<Vec<crate::audit::AuditRecord>> {
+    #[cfg(feature = "testing")]
+    let single = records.len() == 1 && crate::testing::append_record_function_enabled();
+    #[cfg(not(feature = "testing"))]
+    let single = records.len() == 1;
+    if single {
+        let record = records.pop().expect("one record");
+        return Ok(vec![append_audit_record(conn, record).await?]);
+    }
     let (records, payload) = crate::audit::unchained_with_payload(records);
     let DbJson(answer) = sqlx::query_scalar(sql!("audit/append.sql"))
         .bind(DbJson(payload))
         .fetch_one(&mut *conn)
         .await?;
     crate::audit::appended(records, answer)
+}
+
+/// One audit record appended through `wq_audit_append_record`.
+async fn append_audit_record(
+    conn: &mut PgConnection,
+    record: crate::audit::NewAudit,
+) -> StoreResult<crate::audit::AuditRecord> {
+    let id = uuid::Uuid::now_v7();
+    let texts = record.texts();
+    let (prefix, suffix) = record.hash_parts_as(id, &texts);
+    let (seq, prev_hash, hash): (i64, String, String) =
+        sqlx::query_as(sql!("audit/append_record.sql"))
+            .bind(id)
+            .bind(record.item_id.0)
+            .bind(to_micros(record.at))
+            .bind(record.actor.as_str())
+            .bind(record.kind.as_str())
+            .bind(texts.old_state)
+            .bind(texts.new_state)
+            .bind(texts.trigger)
+            .bind(texts.metadata)
+            .bind(prefix)
+            .bind(suffix)
+            .fetch_one(&mut *conn)
+            .await?;
+    Ok(record.into_record(id, seq, prev_hash, hash))
 }
 
 // --- one-statement loop steps ------------------------------------------------

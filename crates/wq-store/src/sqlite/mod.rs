@@ -186,6 +186,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "audit_json_text",
             sql: include_str!("../../migrations/sqlite/0017_audit_json_text.sql"),
         },
+        EmbeddedMigration {
+            version: 18,
+            description: "audit_append_record",
+            sql: include_str!("../../migrations/sqlite/0018_audit_append_record.sql"),
+        },
     ])
 });
 
