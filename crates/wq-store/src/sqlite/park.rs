@@ -165,11 +165,12 @@ fn array<'a>(elements: impl IntoIterator<Item = &'a String>) -> String {
     text
 }
 
-/// What `items/park_held.sql` answers for a park that holds its lease:
-/// whether events are pending (1) and, where the park asked, its chain's
-/// head.
-#[derive(serde::Deserialize)]
-struct Held(i64, Option<String>);
+/// What `items/park_held.sql` answers: each held park's events pending
+/// (0/1), and the chain heads of those that asked.
+type HeldRow = (
+    DbJson<HashMap<String, i64>>,
+    Option<DbJson<HashMap<String, String>>>,
+);
 
 /// Parks `parks` (distinct items) set-based; each gets its own answer.
 /// An error of a statement fails the whole batch (the caller's savepoint
@@ -180,19 +181,20 @@ pub(crate) async fn park_many(
 ) -> StoreResult<Vec<StoreResult<Linked>>> {
     // Held leases, whether events wait (then the item is not parked), and
     // the chain heads of the parks with records.
-    let DbJson(answered): DbJson<HashMap<String, Held>> =
-        sqlx::query_scalar(sql!("items/park_held.sql"))
-            .bind(array(parks.iter().map(|park| &park.lease)))
-            .fetch_one(&mut *conn)
-            .await?;
-    let mut held: HashMap<ItemId, bool> = HashMap::with_capacity(answered.len());
+    let (DbJson(waiting), answered_heads): HeldRow = sqlx::query_as(sql!("items/park_held.sql"))
+        .bind(array(parks.iter().map(|park| &park.lease)))
+        .fetch_one(&mut *conn)
+        .await?;
+    let mut held: HashMap<ItemId, bool> = HashMap::with_capacity(waiting.len());
+    for (id, events) in waiting {
+        held.insert(super::parse_id(&id)?, events == 0);
+    }
     let mut heads: HashMap<ItemId, String> = HashMap::new();
-    for (id, Held(events, head)) in answered {
-        let id = super::parse_id(&id)?;
-        held.insert(id, events == 0);
-        if let Some(head) = head {
-            heads.insert(id, head);
-        }
+    for (id, head) in answered_heads
+        .map(|DbJson(heads)| heads)
+        .unwrap_or_default()
+    {
+        heads.insert(super::parse_id(&id)?, head);
     }
     sqlx::query(sql!("items/park_many.sql"))
         .bind(array(parks.iter().map(|park| &park.call)))
