@@ -749,7 +749,7 @@ fn main() {
                 runs[1].push(pair[1]);
             }
             let [(created, unchanged), (created_off, unchanged_off)] =
-                runs.clone().map(|pairs| {
+                runs.each_ref().map(|pairs| {
                     let mut created: Vec<f64> = pairs.iter().map(|pair| pair.0.per_second).collect();
                     let mut unchanged: Vec<f64> = pairs.iter().map(|pair| pair.1.per_second).collect();
                     (median(&mut created), median(&mut unchanged))
@@ -758,16 +758,17 @@ fn main() {
             // and elsewhere (the database server), medians of the rounds.
             let extra = |pick: fn(&(Submitted, Submitted)) -> Submitted| {
                 let [with, without] = &runs;
-                let mut process: Vec<f64> = with
+                let (mut process, mut elsewhere): (Vec<f64>, Vec<f64>) = with
                     .iter()
                     .zip(without)
-                    .map(|(with, without)| pick(with).process_us - pick(without).process_us)
-                    .collect();
-                let mut elsewhere: Vec<f64> = with
-                    .iter()
-                    .zip(without)
-                    .map(|(with, without)| pick(with).elsewhere_us - pick(without).elsewhere_us)
-                    .collect();
+                    .map(|(with, without)| {
+                        let (with, without) = (pick(with), pick(without));
+                        (
+                            with.process_us - without.process_us,
+                            with.elsewhere_us - without.elsewhere_us,
+                        )
+                    })
+                    .unzip();
                 (median(&mut process), median(&mut elsewhere))
             };
             let (created_process, created_elsewhere) = extra(|pair| pair.0);

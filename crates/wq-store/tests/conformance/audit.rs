@@ -568,14 +568,21 @@ pub async fn parks_that_arrive_together_chain_to_their_pruned_or_last_heads(db: 
     const ITEMS: usize = 16;
     let now = t0();
     let store = db.store();
+    // A new item and one record after its creation: the item and its head.
+    let chain = |at: OffsetDateTime, actor: &'static str, kind: &'static str| {
+        let store = db.store();
+        async move {
+            let id = insert(store.as_ref(), TYPE_A, at).await.id;
+            let last = store
+                .audit_append(record(id, at, actor, kind))
+                .await
+                .unwrap();
+            (id, last.hash)
+        }
+    };
     let mut pruned = Vec::new();
     for _ in 0..ITEMS / 2 {
-        let id = insert(store.as_ref(), TYPE_A, now).await.id;
-        let last = store
-            .audit_append(record(id, now, "ci-bot", "submission.created"))
-            .await
-            .unwrap();
-        pruned.push((id, last.hash));
+        pruned.push(chain(now, "ci-bot", "submission.created").await);
     }
     let seqs: Vec<i64> = store
         .audit_unarchived(100)
@@ -593,12 +600,7 @@ pub async fn parks_that_arrive_together_chain_to_their_pruned_or_last_heads(db: 
     );
     let mut kept = Vec::new();
     for _ in 0..ITEMS / 2 {
-        let id = insert(store.as_ref(), TYPE_A, later).await.id;
-        let last = store
-            .audit_append(record(id, later, "webhook:gitlab", "event.received"))
-            .await
-            .unwrap();
-        kept.push((id, last.hash));
+        kept.push(chain(later, "webhook:gitlab", "event.received").await);
     }
     let mut parks = Vec::new();
     for (id, head) in pruned.iter().chain(&kept) {
