@@ -100,6 +100,52 @@ async fn resubmitting_the_same_content_is_unchanged_and_writes_nothing(backend: 
         writes_before, writes_after,
         "an unchanged submission wrote to the forge"
     );
+    // Its record names the caller and the content by its hashes, which are
+    // the created record's; the files are listed once, by that record.
+    let trail = h.audit(&id).await;
+    let of_kind = |kind: &str| -> Vec<&Value> {
+        trail
+            .iter()
+            .filter(|record| record["kind"] == kind)
+            .collect()
+    };
+    let (created, unchanged) = (
+        of_kind("submission.created"),
+        of_kind("submission.unchanged"),
+    );
+    assert_eq!((created.len(), unchanged.len()), (1, 1), "{trail:#?}");
+    let (created, unchanged) = (created[0], unchanged[0]);
+    assert_eq!(unchanged["actor"], created["actor"]);
+    for field in ["content_hash", "generation"] {
+        assert_eq!(
+            unchanged["new_state"][field], created["new_state"][field],
+            "{field}"
+        );
+    }
+    assert_eq!(
+        unchanged["old_state"]["content_hash"],
+        created["new_state"]["content_hash"]
+    );
+    for field in [
+        "metadata_hash",
+        "source_branch",
+        "target_branch",
+        "caller_is_admin",
+    ] {
+        assert_eq!(
+            unchanged["metadata"][field], created["metadata"][field],
+            "{field}"
+        );
+    }
+    assert!(
+        unchanged["metadata"]["metadata_hash"].is_string(),
+        "{unchanged}"
+    );
+    assert_eq!(
+        created["metadata"]["files"][0]["path"], "a.txt",
+        "{created}"
+    );
+    assert!(unchanged["metadata"].get("files").is_none(), "{unchanged}");
     h.finish().await;
 }
 

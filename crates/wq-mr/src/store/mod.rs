@@ -589,7 +589,11 @@ fn phase_and(phase: Phase, content_hash: Option<String>) -> serde_json::Value {
 }
 
 /// `submission.<outcome>`: who submitted which content (hash, generation)
-/// for which branch, and the files by name and size.
+/// for which branch, and the files by name and size. An unchanged
+/// submission names its content and metadata by their hashes alone: both
+/// equal the stored ones, so its files and title are those of the chain's
+/// last `submission.created` or `.updated` record, and a resubmission
+/// (an agent's retry, a poll) does not store them again.
 fn submission_audit(
     id: ItemId,
     generation: i64,
@@ -598,19 +602,8 @@ fn submission_audit(
     before: Option<serde_json::Value>,
 ) -> wq_store::audit::NewAudit {
     let spec = &input.spec;
-    let files: Vec<serde_json::Value> = spec
-        .file_actions
-        .iter()
-        .map(|action| {
-            serde_json::json!({
-                "action": action.op,
-                "path": action.path,
-                "previous_path": action.previous_path,
-                "bytes": action.content.as_ref().map(Vec::len),
-            })
-        })
-        .collect();
-    let phase = if outcome == UpsertOutcome::Unchanged {
+    let unchanged = outcome == UpsertOutcome::Unchanged;
+    let phase = if unchanged {
         before
             .as_ref()
             .and_then(|before| before["phase"].as_str())
@@ -619,6 +612,31 @@ fn submission_audit(
     } else {
         "active".to_owned()
     };
+    let mut metadata = serde_json::json!({
+        "forge": spec.forge,
+        "project": spec.project.as_str(),
+        "source_branch": spec.source_branch.as_str(),
+        "target_branch": spec.target_branch.as_str(),
+        "metadata_hash": input.metadata_hash,
+        "caller_is_admin": input.caller_is_admin,
+    });
+    if !unchanged {
+        let files: Vec<serde_json::Value> = spec
+            .file_actions
+            .iter()
+            .map(|action| {
+                serde_json::json!({
+                    "action": action.op,
+                    "path": action.path,
+                    "previous_path": action.previous_path,
+                    "bytes": action.content.as_ref().map(Vec::len),
+                })
+            })
+            .collect();
+        metadata["title"] = spec.title.clone().into();
+        metadata["auto_merge"] = spec.automation.auto_merge.into();
+        metadata["files"] = files.into();
+    }
     wq_store::audit::NewAudit::new(
         id,
         input.now,
@@ -634,15 +652,5 @@ fn submission_audit(
         })),
     )
     .trigger(serde_json::json!({"source": "api", "action": "submit"}))
-    .metadata(serde_json::json!({
-        "forge": spec.forge,
-        "project": spec.project.as_str(),
-        "source_branch": spec.source_branch.as_str(),
-        "target_branch": spec.target_branch.as_str(),
-        "title": spec.title,
-        "metadata_hash": input.metadata_hash,
-        "caller_is_admin": input.caller_is_admin,
-        "auto_merge": spec.automation.auto_merge,
-        "files": files,
-    }))
+    .metadata(metadata)
 }
