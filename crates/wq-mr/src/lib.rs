@@ -89,8 +89,10 @@
 //!   `pushed_target_branch` (the target the pushed head was built on);
 //!   the status note's post (migration 1004): `note_intent_number` (the
 //!   change request a post started on).
-//!   Indexed for the upsert lookup and the webhook lookups (by number, by
-//!   pipeline), also on `lower(project)`.
+//!   Indexed on `(forge, lower(project), ...)` for the upsert lookup and
+//!   the webhook lookups (by branch, number, pipeline, and since migration
+//!   1006 head commit); the lookups read those rows first, then their
+//!   items by id.
 //! - `mr_pushes` (migration 1002): every head workqueue pushed, primary key
 //!   `(forge, project, source_branch, head_sha)`, with `work_item_id` and
 //!   `pushed_at`; since migration 1005 the `content_hash` and

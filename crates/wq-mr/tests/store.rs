@@ -135,6 +135,7 @@ backend_tests!(
     a_transient_answer_allows_one_more_call_when_due,
     a_merged_change_hands_new_content_to_the_next_generation,
     content_pushed_after_the_merged_head_is_the_next_generation,
+    lookups_read_the_branch_s_detail_rows_through_their_index,
 );
 
 /// The merge queue sync's work list is read in pages, each after the last
@@ -1010,4 +1011,109 @@ async fn content_pushed_after_the_merged_head_is_the_next_generation(backend: Ba
             .unwrap(),
         None
     );
+}
+
+/// The upsert's and the webhooks' lookups, each as its statement text and
+/// what it looks up by.
+const LOOKUPS: [(&str, &str); 6] = [
+    (
+        "live_by_branch",
+        include_str!("../src/store/sql/live_by_branch.sql"),
+    ),
+    (
+        "next_generation",
+        include_str!("../src/store/sql/next_generation.sql"),
+    ),
+    (
+        "active_by_branch",
+        include_str!("../src/store/sql/active_by_branch.sql"),
+    ),
+    (
+        "active_by_number",
+        include_str!("../src/store/sql/active_by_number.sql"),
+    ),
+    (
+        "active_by_pipeline",
+        include_str!("../src/store/sql/active_by_pipeline.sql"),
+    ),
+    (
+        "active_by_head_sha",
+        include_str!("../src/store/sql/active_by_head_sha.sql"),
+    ),
+];
+
+/// Every lookup of one branch's item (the upsert's, each webhook's) reads
+/// that branch's detail rows through an index on the project as compared
+/// (`lower(project)`), then their items by id: none walks every item of a
+/// phase or every detail row of a forge, whatever the number of items.
+/// SQLite plans without statistics, PostgreSQL with them and as a generic
+/// plan (what a prepared statement may switch to).
+async fn lookups_read_the_branch_s_detail_rows_through_their_index(backend: Backend) {
+    let (store, mr) = setup(backend).await;
+    for n in 0..200 {
+        let mut branch = spec(&n.to_string());
+        branch.source_branch = format!("wq/x-{n}").parse().unwrap();
+        upsert(&mr, &branch, NOW).await;
+    }
+    match store.handle() {
+        wq_store::Backend::Sqlite(sqlite) => {
+            for (name, sql) in LOOKUPS {
+                let rows: Vec<(i64, i64, i64, String)> =
+                    sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+                        .bind("gitlab")
+                        .bind("team/app")
+                        .bind("x")
+                        .fetch_all(sqlite.pool())
+                        .await
+                        .unwrap();
+                let plan: Vec<&str> = rows.iter().map(|row| row.3.as_str()).collect();
+                let first = plan.first().copied().unwrap_or_default();
+                assert!(
+                    first.starts_with("SEARCH d USING INDEX mr_details_")
+                        || first.starts_with("SEARCH mr_details USING INDEX mr_details_"),
+                    "{name}: {plan:#?}"
+                );
+                assert!(
+                    first.contains("_ci (forge=? AND <expr>=? AND "),
+                    "{name}: {plan:#?}"
+                );
+                for line in &plan[1..] {
+                    assert!(
+                        !line.starts_with("SEARCH w") || line.ends_with("id=?)"),
+                        "{name}: items by id only: {plan:#?}"
+                    );
+                    assert!(!line.contains("SCAN"), "{name}: {plan:#?}");
+                }
+            }
+        }
+        wq_store::Backend::Postgres(pg) => {
+            let mut conn = pg.pool().acquire().await.unwrap();
+            for statement in ["ANALYZE", "SET plan_cache_mode = force_generic_plan"] {
+                sqlx::query(statement).execute(&mut *conn).await.unwrap();
+            }
+            for (name, sql) in LOOKUPS {
+                sqlx::query(sqlx::AssertSqlSafe(format!("PREPARE {name} AS {sql}")))
+                    .execute(&mut *conn)
+                    .await
+                    .unwrap();
+                let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "EXPLAIN (COSTS OFF) EXECUTE {name} (NULL, NULL, NULL)"
+                )))
+                .fetch_all(&mut *conn)
+                .await
+                .unwrap();
+                let plan = plan.join("\n");
+                assert!(!plan.contains("Seq Scan"), "{name}: {plan}");
+                assert!(
+                    plan.contains("_ci on mr_details"),
+                    "{name}: through an index on lower(project): {plan}"
+                );
+                assert!(
+                    plan.contains("(lower(project) = lower($2))")
+                        || plan.contains("(lower(d.project) = lower($2))"),
+                    "{name}: the project is part of the index condition: {plan}"
+                );
+            }
+        }
+    }
 }

@@ -197,6 +197,9 @@ macro_rules! mr_backend {
                     migration(1005, "mr_push_content", include_str!(
                         concat!("../../migrations/", $dir, "/1005_mr_push_content.sql")
                     )),
+                    migration(1006, "mr_lookup_indexes", include_str!(
+                        concat!("../../migrations/", $dir, "/1006_mr_lookup_indexes.sql")
+                    )),
                 ])
             });
 

@@ -1,7 +1,12 @@
 -- Webhook resolution by the recorded head commit: active items only.
+-- CROSS JOIN: SQLite keeps the tables in the order written, so it finds the
+-- branch's few detail rows through their index and then their items;
+-- without statistics it would otherwise walk every active item by phase.
+-- PostgreSQL plans it as any inner join.
 SELECT d.work_item_id
 FROM mr_details d
-JOIN work_items w ON w.id = d.work_item_id
-WHERE d.forge = $1 AND lower(d.project) = lower($2) AND d.head_sha = $3 AND w.phase = 'active'
+CROSS JOIN work_items w
+WHERE w.id = d.work_item_id
+  AND d.forge = $1 AND lower(d.project) = lower($2) AND d.head_sha = $3 AND w.phase = 'active'
 ORDER BY d.generation DESC
 LIMIT 1
