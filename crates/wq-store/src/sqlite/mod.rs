@@ -566,7 +566,9 @@ fn handled_types(types: &[String]) -> String {
 }
 
 /// Audit appends under the write lock, which already serialises every
-/// chain: read the head, hash in Rust, insert and move the head.
+/// chain: read the head, hash in Rust, insert. Each JSON field is bound as
+/// the canonical text its hash covers, as the batch of parks binds it
+/// (`sqlite::park`).
 pub(crate) async fn append_audit_records(
     conn: &mut SqliteConnection,
     records: Vec<crate::audit::NewAudit>,
@@ -577,22 +579,24 @@ pub(crate) async fn append_audit_records(
             .bind(DbId(record.item_id))
             .fetch_one(&mut *conn)
             .await?;
-        let mut record = record.chained(prev);
-        record.seq = sqlx::query_scalar(sql!("audit/append.sql"))
-            .bind(DbId(ItemId(record.id)))
+        let id = uuid::Uuid::now_v7();
+        let texts = record.texts();
+        let hash = record.digest_as(id, &texts, &prev);
+        let seq = sqlx::query_scalar(sql!("audit/append.sql"))
+            .bind(DbId(ItemId(id)))
             .bind(DbId(record.item_id))
             .bind(DbTime(record.at))
-            .bind(&record.actor)
-            .bind(&record.kind)
-            .bind(record.old_state.as_ref().map(DbJson))
-            .bind(record.new_state.as_ref().map(DbJson))
-            .bind(record.trigger.as_ref().map(DbJson))
-            .bind(DbJson(&record.metadata))
-            .bind(&record.prev_hash)
-            .bind(&record.hash)
+            .bind(record.actor.as_str())
+            .bind(record.kind.as_str())
+            .bind(texts.old_state)
+            .bind(texts.new_state)
+            .bind(texts.trigger)
+            .bind(texts.metadata)
+            .bind(prev.as_str())
+            .bind(hash.as_str())
             .fetch_one(&mut *conn)
             .await?;
-        appended.push(record);
+        appended.push(record.into_record(id, seq, prev, hash));
     }
     Ok(appended)
 }
