@@ -37,7 +37,11 @@
 //! Env: `WQ_BENCH_SUBMISSIONS` (default 2000), `WQ_BENCH_MERGES` (20, the
 //! same number on GitHub), `WQ_BENCH_IN_FLIGHT` (100; 0 skips that pass),
 //! `WQ_BENCH_BACKENDS` (`sqlite,postgres`), `WQ_BENCH_ROUNDS` (3: rounds of
-//! the submissions with and without the audit trail, in turns first).
+//! the submissions, each on a fresh database), `WQ_BENCH_SLICES` (8: each
+//! round's passes cut into slices that run with and without the audit
+//! trail in turns, with, without, without, with, ..., so that the machine's
+//! drift during a round weighs on both alike; the round's cost compares
+//! the sums of its slices).
 #![allow(
     clippy::disallowed_methods,
     reason = "the benchmark times on the wall clock"
@@ -345,13 +349,39 @@ fn body(forge: Kind, project: &str, n: usize) -> Value {
 /// What one pass of submissions measured.
 #[derive(Debug, Clone, Copy, Default)]
 struct Submitted {
-    per_second: f64,
-    /// CPU per submission in this process (the service and its clients),
-    /// µs.
-    process_us: f64,
-    /// CPU per submission on the rest of the machine (the database server,
-    /// on PostgreSQL), µs.
-    elsewhere_us: f64,
+    /// Submissions.
+    count: f64,
+    /// Wall-clock seconds they took.
+    seconds: f64,
+    /// CPU seconds in this process (the service and its clients).
+    process: f64,
+    /// CPU seconds on the rest of the machine (the database server, on
+    /// PostgreSQL).
+    elsewhere: f64,
+}
+
+impl Submitted {
+    fn per_second(&self) -> f64 {
+        self.count / self.seconds
+    }
+
+    /// CPU per submission in this process, µs.
+    fn process_us(&self) -> f64 {
+        self.process * 1e6 / self.count
+    }
+
+    /// CPU per submission on the rest of the machine, µs.
+    fn elsewhere_us(&self) -> f64 {
+        self.elsewhere * 1e6 / self.count
+    }
+
+    /// This and `other` as one pass.
+    fn add(&mut self, other: &Submitted) {
+        self.count += other.count;
+        self.seconds += other.seconds;
+        self.process += other.process;
+        self.elsewhere += other.elsewhere;
+    }
 }
 
 /// Submits `bodies` with `clients` concurrent clients.
@@ -395,28 +425,55 @@ async fn submit_all(
     for task in tasks {
         task.await.unwrap();
     }
-    let elapsed = started.elapsed().as_secs_f64();
+    let seconds = started.elapsed().as_secs_f64();
     let (process_after, machine_after) = cpu_seconds();
-    let n = bodies.len() as f64;
     let process = process_after - process_before;
     Submitted {
-        per_second: n / elapsed,
-        process_us: process * 1e6 / n,
-        elsewhere_us: ((machine_after - machine_before) - process).max(0.0) * 1e6 / n,
+        count: bodies.len() as f64,
+        seconds,
+        process,
+        elsewhere: ((machine_after - machine_before) - process).max(0.0),
     }
 }
 
-async fn bench_submit(database_url: &str, sim: &SimHandle, count: usize) -> (Submitted, Submitted) {
+/// One round of submissions on a fresh database: `count` created, then the
+/// same again (unchanged), each pass cut into `slices` slices that run with
+/// and without the audit trail in turns (with, without, without, with, ...;
+/// the other way round when `trail_first` is false), so that the machine's
+/// drift during the round weighs on both alike. Answers (created,
+/// unchanged) with the trail and without it, each the sum of its slices.
+async fn bench_submit(
+    database_url: &str,
+    sim: &SimHandle,
+    count: usize,
+    slices: usize,
+    trail_first: bool,
+) -> [(Submitted, Submitted); 2] {
     let service = start(database_url, sim, false, Kind::Gitlab).await;
     let bodies: Vec<Value> = (0..count)
         .map(|n| body(Kind::Gitlab, &service.project_path, n))
         .collect();
     // Warm up connections and caches.
-    submit_all(&service, &bodies[..16.min(count)], 16, "created").await;
-    let created = submit_all(&service, &bodies[16.min(count)..], 16, "created").await;
-    let unchanged = submit_all(&service, &bodies, 16, "unchanged").await;
+    let warm = 16.min(count);
+    submit_all(&service, &bodies[..warm], 16, "created").await;
+    let mut passes = [(Submitted::default(), Submitted::default()); 2];
+    for (bodies, expect) in [(&bodies[warm..], "created"), (&bodies[..], "unchanged")] {
+        let size = bodies.len().div_ceil(slices).max(1);
+        for (n, slice) in bodies.chunks(size).enumerate() {
+            let trail = (n % 4 == 0 || n % 4 == 3) == trail_first;
+            wq_store::testing::set_audit(trail);
+            let submitted = submit_all(&service, slice, 16, expect).await;
+            let pass = &mut passes[usize::from(!trail)];
+            if expect == "created" {
+                pass.0.add(&submitted);
+            } else {
+                pass.1.add(&submitted);
+            }
+        }
+    }
+    wq_store::testing::set_audit(true);
     service.stop().await;
-    (created, unchanged)
+    passes
 }
 
 async fn gitlab_project_path(sim: &SimHandle, project: u64) -> String {
@@ -698,6 +755,7 @@ fn main() {
         let submissions = env_usize("WQ_BENCH_SUBMISSIONS", 2000);
         let merges = env_usize("WQ_BENCH_MERGES", 20);
         let rounds = env_usize("WQ_BENCH_ROUNDS", 3).max(1);
+        let slices = env_usize("WQ_BENCH_SLICES", 8).max(2);
         let backends =
             std::env::var("WQ_BENCH_BACKENDS").unwrap_or_else(|_| "sqlite,postgres".into());
         let sim = ForgeSim::start(SimConfig::default()).await.unwrap();
@@ -716,42 +774,38 @@ fn main() {
                 }
             };
             // The audit trail's cost: the same submissions with and without
-            // it, over `WQ_BENCH_ROUNDS` rounds that run the two in turns
-            // first, each on a fresh database; each round's paired cost and
-            // their median.
+            // it, over `WQ_BENCH_ROUNDS` rounds, each on a fresh database
+            // whose passes run the two in `WQ_BENCH_SLICES` slices in turns;
+            // each round's paired cost and their median.
             let mut runs = [Vec::new(), Vec::new()];
             let (mut created_costs, mut unchanged_costs) = (Vec::new(), Vec::new());
             for round in 1..=rounds {
-                let order = if round % 2 == 1 {
-                    [true, false]
-                } else {
-                    [false, true]
-                };
-                let mut pair = [(Submitted::default(), Submitted::default()); 2];
-                for audit in order {
-                    wq_store::testing::set_audit(audit);
-                    let submitted = bench_submit(&fresh().await, &sim, submissions).await;
-                    for (what, figures) in [("created", submitted.0), ("unchanged", submitted.1)] {
+                let pair =
+                    bench_submit(&fresh().await, &sim, submissions, slices, round % 2 == 1).await;
+                for (audit, (created, unchanged)) in [true, false].into_iter().zip(&pair) {
+                    for (what, figures) in [("created", created), ("unchanged", unchanged)] {
                         println!(
                             "({backend}, round {round}, audit {}: {what} {:.0}/s; CPU per submission {:.0} µs in the service's process, {:.0} µs elsewhere)",
                             if audit { "on" } else { "off" },
-                            figures.per_second,
-                            figures.process_us,
-                            figures.elsewhere_us,
+                            figures.per_second(),
+                            figures.process_us(),
+                            figures.elsewhere_us(),
                         );
                     }
-                    pair[usize::from(!audit)] = submitted;
                 }
-                wq_store::testing::set_audit(true);
-                created_costs.push((1.0 - pair[0].0.per_second / pair[1].0.per_second) * 100.0);
-                unchanged_costs.push((1.0 - pair[0].1.per_second / pair[1].1.per_second) * 100.0);
+                created_costs
+                    .push((1.0 - pair[0].0.per_second() / pair[1].0.per_second()) * 100.0);
+                unchanged_costs
+                    .push((1.0 - pair[0].1.per_second() / pair[1].1.per_second()) * 100.0);
                 runs[0].push(pair[0]);
                 runs[1].push(pair[1]);
             }
             let [(created, unchanged), (created_off, unchanged_off)] =
                 runs.each_ref().map(|pairs| {
-                    let mut created: Vec<f64> = pairs.iter().map(|pair| pair.0.per_second).collect();
-                    let mut unchanged: Vec<f64> = pairs.iter().map(|pair| pair.1.per_second).collect();
+                    let mut created: Vec<f64> =
+                        pairs.iter().map(|pair| pair.0.per_second()).collect();
+                    let mut unchanged: Vec<f64> =
+                        pairs.iter().map(|pair| pair.1.per_second()).collect();
                     (median(&mut created), median(&mut unchanged))
                 });
             // The trail's extra CPU per submission, in the service's process
@@ -764,8 +818,8 @@ fn main() {
                     .map(|(with, without)| {
                         let (with, without) = (pick(with), pick(without));
                         (
-                            with.process_us - without.process_us,
-                            with.elsewhere_us - without.elsewhere_us,
+                            with.process_us() - without.process_us(),
+                            with.elsewhere_us() - without.elsewhere_us(),
                         )
                     })
                     .unzip();
