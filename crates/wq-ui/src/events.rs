@@ -7,13 +7,18 @@
 //! records after the last one it saw (a wake-up every
 //! [`POLL_INTERVAL`], or at once when this process notices a change,
 //! [`Feed::nudge`]) and broadcasts them; each stream forwards those its
-//! reader may read. An event's id is the record's `seq`, monotone, so a
+//! reader may read. While no stream is open the feed reads no records,
+//! only where the trail ends, so that a stream that opens is sent the
+//! changes from then on (and, with `Last-Event-ID`, what it missed from
+//! the trail itself); a replica whose dashboard nobody watches does not
+//! read back every record it writes. An event's id is the record's `seq`, monotone, so a
 //! browser that reconnects with `Last-Event-ID` is sent what it missed from
 //! the trail itself. A stream that falls behind the broadcast gets a
 //! `resync` event (the page reloads its data) and goes on.
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::extract::State;
@@ -51,6 +56,8 @@ pub struct Change {
 pub struct Feed {
     sender: broadcast::Sender<Change>,
     wake: Arc<Notify>,
+    /// Records read from the trail so far.
+    read: AtomicU64,
 }
 
 impl Feed {
@@ -60,6 +67,7 @@ impl Feed {
         let feed = Arc::new(Feed {
             sender,
             wake: Arc::new(Notify::new()),
+            read: AtomicU64::new(0),
         });
         let wake = Arc::clone(&feed.wake);
         let mut last = match state.store().audit_last_seq().await {
@@ -73,6 +81,24 @@ impl Feed {
         tokio::spawn(async move {
             loop {
                 let Some(feed) = weak.upgrade() else { return };
+                if feed.receivers() == 0 {
+                    // Nobody listens: only follow the trail's end. Read
+                    // before the check, so that a stream opened before
+                    // the check is sent what committed after the read.
+                    let end = state.store().audit_last_seq().await;
+                    if feed.receivers() == 0 {
+                        match end {
+                            Ok(seq) => last = last.max(seq),
+                            Err(error) => {
+                                tracing::warn!(%error, "the dashboard's feed cannot read the audit trail: {error}");
+                            }
+                        }
+                        drop(feed);
+                        let woken = wake.notified();
+                        let _ = tokio::time::timeout(POLL_INTERVAL, woken).await;
+                        continue;
+                    }
+                }
                 match state
                     .store()
                     .audit_list(wq_store::audit::AuditQuery {
@@ -84,6 +110,7 @@ impl Feed {
                 {
                     Ok(records) => {
                         let full = records.len() as u32 == BATCH;
+                        feed.read.fetch_add(records.len() as u64, Ordering::Relaxed);
                         for record in records {
                             last = record.seq;
                             // No receiver yet is fine.
@@ -122,6 +149,11 @@ impl Feed {
     /// Streams connected now.
     pub fn receivers(&self) -> usize {
         self.sender.receiver_count()
+    }
+
+    /// Records the feed has read from the trail since it started.
+    pub fn records_read(&self) -> u64 {
+        self.read.load(Ordering::Relaxed)
     }
 }
 
