@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use time::OffsetDateTime;
 use wq_api::AppState;
 use wq_core::{Clock, ItemId, SystemClock};
 use wq_testkit::{Backend, backend_tests};
@@ -15,6 +14,7 @@ backend_tests!(the_feed_reads_no_records_while_no_stream_listens);
 async fn the_feed_reads_no_records_while_no_stream_listens(backend: Backend) {
     let store = backend.fresh_store().await;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let now = clock.now();
     let auth = wq_auth::Authenticator::new(
         wq_testkit::oidc::settings("rules: []"),
         reqwest::Client::new(),
@@ -25,7 +25,7 @@ async fn the_feed_reads_no_records_while_no_stream_listens(backend: Backend) {
         let store = store.clone();
         async move {
             store
-                .item_insert(wq_store::testing::step_item(id, OffsetDateTime::now_utc()))
+                .item_insert(wq_store::testing::step_item(id, now))
                 .await
                 .unwrap();
         }
