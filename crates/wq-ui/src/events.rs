@@ -8,12 +8,11 @@
 //! [`POLL_INTERVAL`], or at once when this process notices a change,
 //! [`Feed::nudge`]) and broadcasts them; each stream forwards those its
 //! reader may read. While no stream is open the feed reads no records,
-//! only where the trail ends, so that a stream that opens is sent the
-//! changes from then on (and, with `Last-Event-ID`, what it missed from
-//! the trail itself); a replica whose dashboard nobody watches does not
-//! read back every record it writes. An event's id is the record's `seq`, monotone, so a
-//! browser that reconnects with `Last-Event-ID` is sent what it missed from
-//! the trail itself. A stream that falls behind the broadcast gets a
+//! only where the trail ends, so a replica whose dashboard nobody watches
+//! does not read back every record it writes; a stream that opens is sent
+//! the changes from then on. An event's id is the record's `seq`, monotone,
+//! so a browser that reconnects with `Last-Event-ID` is sent what it missed
+//! from the trail itself. A stream that falls behind the broadcast gets a
 //! `resync` event (the page reloads its data) and goes on.
 
 use std::convert::Infallible;
