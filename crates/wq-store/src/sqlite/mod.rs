@@ -74,7 +74,7 @@ use sqlx::migrate::Migrator;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Sqlite, SqliteConnection, Transaction};
+use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
 use time::OffsetDateTime;
 use wq_core::ItemId;
 
@@ -565,6 +565,33 @@ fn handled_types(types: &[String]) -> String {
     serde_json::Value::from(types.to_vec()).to_string()
 }
 
+/// A statement `bind_audit_fields` adds a record's fields to.
+pub(crate) type AuditQuery<'q> =
+    sqlx::query::Query<'q, Sqlite, <Sqlite as sqlx::Database>::Arguments>;
+
+/// Binds a record's fields after its id and item, as `audit/append.sql`
+/// and each row of `audit/append_values.sql` take them: at (µs), actor,
+/// kind, its JSON fields as the canonical text its hash covers, its
+/// previous hash and its hash.
+pub(crate) fn bind_audit_fields<'q>(
+    query: AuditQuery<'q>,
+    record: &'q crate::audit::NewAudit,
+    texts: &crate::audit::Texts<'q>,
+    prev: &'q str,
+    hash: &'q str,
+) -> AuditQuery<'q> {
+    query
+        .bind(crate::codec::micros(record.at))
+        .bind(record.actor.as_str())
+        .bind(record.kind.as_str())
+        .bind(texts.old_state)
+        .bind(texts.new_state)
+        .bind(texts.trigger)
+        .bind(texts.metadata)
+        .bind(prev)
+        .bind(hash)
+}
+
 /// Audit appends under the write lock, which already serialises every
 /// chain: read the head, hash in Rust, insert. Each JSON field is bound as
 /// the canonical text its hash covers, as the batch of parks binds it
@@ -582,20 +609,13 @@ pub(crate) async fn append_audit_records(
         let id = uuid::Uuid::now_v7();
         let texts = record.texts();
         let hash = record.digest_as(id, &texts, &prev);
-        let seq = sqlx::query_scalar(sql!("audit/append.sql"))
+        let query = sqlx::query(sql!("audit/append.sql"))
             .bind(DbId(ItemId(id)))
-            .bind(DbId(record.item_id))
-            .bind(DbTime(record.at))
-            .bind(record.actor.as_str())
-            .bind(record.kind.as_str())
-            .bind(texts.old_state)
-            .bind(texts.new_state)
-            .bind(texts.trigger)
-            .bind(texts.metadata)
-            .bind(prev.as_str())
-            .bind(hash.as_str())
+            .bind(DbId(record.item_id));
+        let seq: i64 = bind_audit_fields(query, &record, &texts, &prev, &hash)
             .fetch_one(&mut *conn)
-            .await?;
+            .await?
+            .try_get::<i64, _>(0)?;
         appended.push(record.into_record(id, seq, prev, hash));
     }
     Ok(appended)

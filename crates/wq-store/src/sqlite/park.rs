@@ -346,19 +346,13 @@ async fn append_values(conn: &mut SqliteConnection, records: &[Chained<'_>]) -> 
     let mut query = sqlx::query(sqlx::AssertSqlSafe(append_statement(records.len())));
     for (park, prepared, prev, hash) in records {
         let record = &prepared.record;
-        let texts = record.texts();
-        query = query
-            .bind(prepared.id.as_str())
-            .bind(park.item.as_str())
-            .bind(micros(record.at))
-            .bind(record.actor.as_str())
-            .bind(record.kind.as_str())
-            .bind(texts.old_state)
-            .bind(texts.new_state)
-            .bind(texts.trigger)
-            .bind(texts.metadata)
-            .bind(prev.as_str())
-            .bind(hash.as_str());
+        query = super::bind_audit_fields(
+            query.bind(prepared.id.as_str()).bind(park.item.as_str()),
+            record,
+            &record.texts(),
+            prev,
+            hash,
+        );
     }
     let appended = query.execute(&mut *conn).await?;
     if appended.rows_affected() != records.len() as u64 {
