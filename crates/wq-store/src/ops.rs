@@ -25,7 +25,8 @@
 //! - `append_audit_records(conn, records)`: audit appends, chained to their
 //!   heads (PostgreSQL: one call of `wq_audit_append`, migrations 0008 and
 //!   0016, or of `wq_audit_append_record` for a single record, migration
-//!   0018; SQLite: lock-free reads and inserts under the write lock);
+//!   0018; SQLite: inserts under the write lock after the head the
+//!   process remembers, checked in the insert, else after the head read);
 //! - the methods passed to [`impl_store!`]: `migrate`, `item_snapshot`,
 //!   `item_park_with` and, on PostgreSQL, the one-statement
 //!   `item_claim_snapshot`.

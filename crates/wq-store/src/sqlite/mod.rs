@@ -66,6 +66,7 @@
 //! # }
 //! ```
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -592,30 +593,86 @@ pub(crate) fn bind_audit_fields<'q>(
         .bind(hash)
 }
 
+/// The most chain heads [`HEADS`] remembers; past it, it starts again.
+const REMEMBERED_HEADS: usize = 16_384;
+
+/// The chain heads this process last appended or read, by item: the
+/// guess `audit/append_if_head.sql` checks. A guess is never trusted:
+/// the statement inserts only where it is still the item's head, so a
+/// guess made stale by a rolled-back transaction, another process on the
+/// same file or a forgotten item costs one statement, never a broken
+/// chain. Item ids are UUIDv7, so one table serves every database the
+/// process opens.
+static HEADS: LazyLock<std::sync::Mutex<HashMap<ItemId, String>>> =
+    LazyLock::new(std::sync::Mutex::default);
+
+/// What [`HEADS`] guesses for `item`; a new chain (`''`) for an item it
+/// does not know, which is right for every item created in this
+/// transaction.
+fn guess_head(item: ItemId) -> String {
+    HEADS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&item)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Remembers `head` as `item`'s chain head.
+pub(crate) fn remember_head(item: ItemId, head: String) {
+    let mut heads = HEADS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if heads.len() >= REMEMBERED_HEADS && !heads.contains_key(&item) {
+        heads.clear();
+    }
+    heads.insert(item, head);
+}
+
 /// Audit appends under the write lock, which already serialises every
-/// chain: read the head, hash in Rust, insert. Each JSON field is bound as
-/// the canonical text its hash covers, as the batch of parks binds it
-/// (`sqlite::park`).
+/// chain: hash in Rust after the head, insert. Each record is first
+/// appended after the head [`HEADS`] guesses, checked in the insert
+/// (`audit/append_if_head.sql`): one statement where the guess holds, as
+/// it does for a new item and for the next record of an item this process
+/// wrote last. Otherwise the head is read (`audit/head.sql`) and the
+/// record appended after it (`audit/append.sql`). Each JSON field is
+/// bound as the canonical text its hash covers, as the batch of parks
+/// binds it (`sqlite::park`).
 pub(crate) async fn append_audit_records(
     conn: &mut SqliteConnection,
     records: Vec<crate::audit::NewAudit>,
 ) -> StoreResult<Vec<crate::audit::AuditRecord>> {
     let mut appended = Vec::with_capacity(records.len());
     for record in records {
-        let prev: String = sqlx::query_scalar(sql!("audit/head.sql"))
-            .bind(DbId(record.item_id))
-            .fetch_one(&mut *conn)
-            .await?;
         let id = uuid::Uuid::now_v7();
         let texts = record.texts();
-        let hash = record.digest_as(id, &texts, &prev);
-        let query = sqlx::query(sql!("audit/append.sql"))
+        let guess = guess_head(record.item_id);
+        let hash = record.digest_as(id, &texts, &guess);
+        let query = sqlx::query(sql!("audit/append_if_head.sql"))
             .bind(DbId(ItemId(id)))
             .bind(DbId(record.item_id));
-        let seq: i64 = bind_audit_fields(query, &record, &texts, &prev, &hash)
-            .fetch_one(&mut *conn)
-            .await?
-            .try_get::<i64, _>(0)?;
+        let chained = bind_audit_fields(query, &record, &texts, &guess, &hash)
+            .fetch_optional(&mut *conn)
+            .await?;
+        let (seq, prev, hash) = match chained {
+            Some(row) => (row.try_get::<i64, _>(0)?, guess, hash),
+            None => {
+                let prev: String = sqlx::query_scalar(sql!("audit/head.sql"))
+                    .bind(DbId(record.item_id))
+                    .fetch_one(&mut *conn)
+                    .await?;
+                let hash = record.digest_as(id, &texts, &prev);
+                let query = sqlx::query(sql!("audit/append.sql"))
+                    .bind(DbId(ItemId(id)))
+                    .bind(DbId(record.item_id));
+                let seq = bind_audit_fields(query, &record, &texts, &prev, &hash)
+                    .fetch_one(&mut *conn)
+                    .await?
+                    .try_get::<i64, _>(0)?;
+                (seq, prev, hash)
+            }
+        };
+        remember_head(record.item_id, hash.clone());
         appended.push(record.into_record(id, seq, prev, hash));
     }
     Ok(appended)

@@ -315,6 +315,11 @@ async fn append_records(
                 hash,
             ));
         }
+        if !park.records.is_empty() {
+            // The next single append of this item guesses it
+            // (`super::append_audit_records`).
+            super::remember_head(park.params.lease.id, prev);
+        }
     }
     let mut rest = chained.as_slice();
     while !rest.is_empty() {

@@ -879,3 +879,65 @@ async fn postgres_claims_stay_on_their_pages() {
     );
     db.finish().await;
 }
+
+/// SQLite appends a record after the chain head it remembers, checked in
+/// the insert: a head remembered from a transaction that rolled back is
+/// not the item's head, and the record chains to the one that is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_audit_appends_chain_to_the_stored_head_not_a_remembered_one() {
+    let store = SqliteStore::connect(&fresh_sqlite_url(), 2).await.unwrap();
+    store.migrate().await.unwrap();
+    let now = t0();
+    let id = insert(&store, TYPE_A, now).await.id;
+    let record = |kind: &str| wq_store::audit::NewAudit::new(id, now, "tester", kind);
+    let kept = store
+        .audit_append(record("submission.created"))
+        .await
+        .unwrap();
+
+    // Appended, remembered as the head, then rolled back.
+    let mut tx = store.begin_write().await.unwrap();
+    let undone = wq_store::sqlite::append_audit(&mut tx, record("submission.updated"))
+        .await
+        .unwrap();
+    assert_eq!(undone.prev_hash, kept.hash);
+    tx.rollback().await.unwrap();
+
+    let next = store
+        .audit_append(record("submission.unchanged"))
+        .await
+        .unwrap();
+    assert_eq!(next.prev_hash, kept.hash, "after the stored head");
+    assert!(next.seq > kept.seq);
+    // Two records in one transaction: the second after the first.
+    let mut tx = store.begin_write().await.unwrap();
+    let both = wq_store::sqlite::append_audits(
+        &mut tx,
+        vec![record("action.started"), record("action.succeeded")],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(both[0].prev_hash, next.hash);
+    assert_eq!(both[1].prev_hash, both[0].hash);
+    let listed = store
+        .audit_list(wq_store::audit::AuditQuery {
+            item_id: Some(id),
+            limit: 100,
+            ..wq_store::audit::AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = listed.iter().map(|record| record.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "item.created",
+            "submission.created",
+            "submission.unchanged",
+            "action.started",
+            "action.succeeded"
+        ]
+    );
+    assert_eq!(store.audit_verify().await.unwrap(), (5, None));
+}
