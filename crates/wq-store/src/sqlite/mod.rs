@@ -596,7 +596,7 @@ pub(crate) fn bind_audit_fields<'q>(
 /// The most chain heads [`HEADS`] remembers; past it, it starts again.
 const REMEMBERED_HEADS: usize = 16_384;
 
-/// The chain heads this process last appended or read, by item: the
+/// The chain heads this process last appended, by item: the
 /// guess `audit/append_if_head.sql` checks. A guess is never trusted:
 /// the statement inserts only where it is still the item's head, so a
 /// guess made stale by a rolled-back transaction, another process on the
