@@ -648,34 +648,50 @@ pub(crate) async fn append_audit_records(
         let texts = record.texts();
         let guess = guess_head(record.item_id);
         let hash = record.digest_as(id, &texts, &guess);
-        let query = sqlx::query(sql!("audit/append_if_head.sql"))
-            .bind(DbId(ItemId(id)))
-            .bind(DbId(record.item_id));
-        let chained = bind_audit_fields(query, &record, &texts, &guess, &hash)
-            .fetch_optional(&mut *conn)
-            .await?;
-        let (seq, prev, hash) = match chained {
-            Some(row) => (row.try_get::<i64, _>(0)?, guess, hash),
-            None => {
-                let prev: String = sqlx::query_scalar(sql!("audit/head.sql"))
-                    .bind(DbId(record.item_id))
-                    .fetch_one(&mut *conn)
-                    .await?;
-                let hash = record.digest_as(id, &texts, &prev);
-                let query = sqlx::query(sql!("audit/append.sql"))
-                    .bind(DbId(ItemId(id)))
-                    .bind(DbId(record.item_id));
-                let seq = bind_audit_fields(query, &record, &texts, &prev, &hash)
-                    .fetch_one(&mut *conn)
-                    .await?
-                    .try_get::<i64, _>(0)?;
-                (seq, prev, hash)
-            }
-        };
+        let if_head = sql!("audit/append_if_head.sql");
+        let (seq, prev, hash) =
+            match insert_record(conn, if_head, id, &record, &texts, &guess, &hash).await? {
+                Some(seq) => (seq, guess, hash),
+                None => {
+                    let prev: String = sqlx::query_scalar(sql!("audit/head.sql"))
+                        .bind(DbId(record.item_id))
+                        .fetch_one(&mut *conn)
+                        .await?;
+                    let hash = record.digest_as(id, &texts, &prev);
+                    let append = sql!("audit/append.sql");
+                    let seq = insert_record(conn, append, id, &record, &texts, &prev, &hash)
+                        .await?
+                        .ok_or_else(|| {
+                            StoreError::Corrupt("an audit append inserted nothing".into())
+                        })?;
+                    (seq, prev, hash)
+                }
+            };
         remember_head(record.item_id, hash.clone());
         appended.push(record.into_record(id, seq, prev, hash));
     }
     Ok(appended)
+}
+
+/// Runs `statement` (`audit/append.sql` or `audit/append_if_head.sql`)
+/// for `record` as record `id` after `prev`; its sequence number, if it
+/// inserted it.
+async fn insert_record(
+    conn: &mut SqliteConnection,
+    statement: &'static str,
+    id: uuid::Uuid,
+    record: &crate::audit::NewAudit,
+    texts: &crate::audit::Texts<'_>,
+    prev: &str,
+    hash: &str,
+) -> StoreResult<Option<i64>> {
+    let query = sqlx::query(statement)
+        .bind(DbId(ItemId(id)))
+        .bind(DbId(record.item_id));
+    let row = bind_audit_fields(query, record, texts, prev, hash)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(row.map(|row| row.try_get::<i64, _>(0)).transpose()?)
 }
 
 /// Claims due items and reads their snapshots, inside the writer's
