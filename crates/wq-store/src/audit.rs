@@ -800,6 +800,11 @@ pub struct AuditQuery {
     pub since: Option<OffsetDateTime>,
     pub actor: Option<String>,
     pub kind: Option<String>,
+    /// Records up to this sequence number only (a horizon from
+    /// [`crate::Store::audit_horizon`]): a reader following the whole trail
+    /// reads below it, so that no record committing later with a lower
+    /// number is passed over.
+    pub until: Option<i64>,
     pub limit: u32,
 }
 

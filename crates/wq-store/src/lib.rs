@@ -696,9 +696,19 @@ pub trait Store: Send + Sync + 'static {
     /// Each pruned chain's last deleted hash: where its verification starts.
     async fn audit_pruned_heads(&self) -> StoreResult<Vec<(ItemId, String)>>;
 
-    /// The seq of the newest audit record, 0 when there is none: where a
-    /// reader of changes from now on starts.
-    async fn audit_last_seq(&self) -> StoreResult<i64>;
+    /// The trail's horizon: a sequence number at or below which every
+    /// record there will ever be has committed (0 when none was numbered),
+    /// so a read that starts after this call sees all of them. Records
+    /// commit out of their numbers' order on PostgreSQL (each transaction
+    /// draws its numbers before it commits); a reader following the trail
+    /// by `after` reads up to the horizon ([`audit::AuditQuery::until`]) and
+    /// never passes over a record that commits late. With `wait`,
+    /// PostgreSQL waits for the appends in progress (a moment in which new
+    /// ones wait too; `None` when they did not end within its lock
+    /// timeout); without, it answers `None` at once while any is in
+    /// progress. SQLite numbers records in commit order: its horizon is its
+    /// newest number.
+    async fn audit_horizon(&self, wait: bool) -> StoreResult<Option<i64>>;
 
     /// Stores a dashboard session or sign-in link.
     async fn ui_session_insert(&self, session: sessions::UiSession) -> StoreResult<()>;

@@ -450,11 +450,13 @@ macro_rules! impl_store {
                     .collect()
             }
 
-            async fn audit_last_seq(&self) -> $crate::StoreResult<i64> {
-                let row = sqlx::query(sql!("audit/last_seq.sql"))
-                    .fetch_one(&self.pool)
-                    .await?;
-                $crate::codec::DbRow::decode(&row, "seq")
+            async fn audit_horizon(&self, wait: bool) -> $crate::StoreResult<Option<i64>> {
+                let statement = if wait {
+                    sql!("audit/horizon.sql")
+                } else {
+                    sql!("audit/horizon_now.sql")
+                };
+                Ok(sqlx::query_scalar(statement).fetch_one(&self.pool).await?)
             }
 
             async fn ui_session_insert(
@@ -547,6 +549,7 @@ macro_rules! impl_store {
                     .bind(query.actor.as_deref())
                     .bind(query.kind.as_deref())
                     .bind(i64::from(query.limit.clamp(1, 10_000)))
+                    .bind(query.until)
                     .fetch_all(&self.pool)
                     .await?;
                 rows.iter().map($crate::audit::record_from_row).collect()

@@ -241,6 +241,46 @@ async fn an_append_that_does_not_end_holds_the_archive_back_not_the_appends() {
     drop_postgres_database(&url).await;
 }
 
+/// The trail's horizon for readers that follow it (the dashboard's feed,
+/// `GET /api/v1/audit`): without waiting it answers nothing at once while
+/// an append is in progress, and the newest number once none is; waiting,
+/// it answers once the append in progress ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_horizon_is_below_every_append_in_progress() {
+    let url = fresh_postgres_url().await;
+    let store = PgStore::connect(&url, 4).await.unwrap();
+    store.migrate().await.unwrap();
+    let now = OffsetDateTime::now_utc();
+    let (late, early) = two_archived_items(&store, now).await;
+    let settled = store.audit_horizon(false).await.unwrap().unwrap();
+
+    let mut slow = store.pool().begin().await.unwrap();
+    let low = append_in(&mut slow, late, "step.slow").await;
+    let mut fast = store.pool().begin().await.unwrap();
+    let high = append_in(&mut fast, early, "step.fast").await;
+    fast.commit().await.unwrap();
+    assert!(settled < low && low < high);
+
+    let started = std::time::Instant::now();
+    assert_eq!(store.audit_horizon(false).await.unwrap(), None);
+    assert!(
+        started.elapsed() < Duration::from_millis(90),
+        "the answer without waiting took {:?}",
+        started.elapsed()
+    );
+    // Waiting past the lock timeout: nothing either.
+    assert_eq!(store.audit_horizon(true).await.unwrap(), None);
+    // Waiting while the append ends: its number and the one after.
+    let reader = store.clone();
+    let waiting = tokio::spawn(async move { reader.audit_horizon(true).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    slow.commit().await.unwrap();
+    assert_eq!(waiting.await.unwrap(), Some(high));
+    assert_eq!(store.audit_horizon(false).await.unwrap(), Some(high));
+    drop(store);
+    drop_postgres_database(&url).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cursor_starts_below_the_oldest_record_not_archived_before_it() {
     let url = fresh_postgres_url().await;

@@ -183,8 +183,8 @@ impl Store for FaultyStore {
     async fn audit_pruned_heads(&self) -> StoreResult<Vec<(ItemId, String)>> {
         self.inner.audit_pruned_heads().await
     }
-    async fn audit_last_seq(&self) -> StoreResult<i64> {
-        self.inner.audit_last_seq().await
+    async fn audit_horizon(&self, wait: bool) -> StoreResult<Option<i64>> {
+        self.inner.audit_horizon(wait).await
     }
     async fn ui_session_insert(&self, session: wq_store::sessions::UiSession) -> StoreResult<()> {
         self.inner.ui_session_insert(session).await

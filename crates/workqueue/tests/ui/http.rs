@@ -399,6 +399,53 @@ async fn the_event_stream_numbers_changes_and_resumes_after_the_last_id(backend:
     h.finish().await;
 }
 
+/// A browser that resumes while a record is still being written below one
+/// already committed (PostgreSQL numbers a record before its transaction
+/// commits) is replayed only what is settled, and sent both records once
+/// the first commits, in order: not the higher one first, after which the
+/// lower one would fall behind its `Last-Event-ID` and never be sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_stream_is_sent_a_record_that_commits_late_in_its_order() {
+    use wq_core::ItemId;
+    use wq_store::audit::NewAudit;
+    let h = Harness::start(Backend::Postgres).await;
+    let client = no_redirects();
+    let session = sign_in(&client, &h.url, &h.tokens.admin).await;
+    let cookie = format!("wq_session={session}");
+    h.settle().await;
+    let pg = wq_store::postgres::PgStore::connect(&h.app().database_url, 2)
+        .await
+        .unwrap();
+    let now = h.clock.now();
+    let record = |kind: &str| NewAudit::new(ItemId::new_v7(), now, "engine", kind);
+    let mut slow = pg.pool().begin().await.unwrap();
+    let low = wq_store::postgres::append_audit(&mut slow, record("step.slow"))
+        .await
+        .unwrap()
+        .seq;
+    let mut fast = pg.pool().begin().await.unwrap();
+    let high = wq_store::postgres::append_audit(&mut fast, record("step.fast"))
+        .await
+        .unwrap()
+        .seq;
+    fast.commit().await.unwrap();
+    assert!(low < high);
+    let resumed = client
+        .get(format!("{}/ui/events", h.url))
+        .header(COOKIE, &cookie)
+        .header("last-event-id", (low - 1).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), StatusCode::OK);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    slow.commit().await.unwrap();
+    let text = read_changes(resumed, 2).await;
+    assert_eq!(ids(&text), vec![low, high], "{text}");
+    pg.pool().close().await;
+    h.finish().await;
+}
+
 /// On PostgreSQL every replica's browsers see every replica's changes: a
 /// submission made through the first replica reaches the event stream a
 /// browser holds open on a second replica over the same database, one that

@@ -1041,14 +1041,18 @@ pub async fn audit(
 
 /// `GET /api/v1/audit?since=&actor=&kind=&after=&limit=`: the whole audit
 /// trail in order, filtered. Needs `admin` without a scope restriction.
+/// Answers records only up to a `seq` below which none is still being
+/// written, so a client that follows the trail with `after` never passes
+/// over a record that commits after one with a higher `seq`.
 #[utoipa::path(
     get,
     path = "/audit",
     tag = "work items",
     params(AuditTrailParams),
     responses(
-        (status = 200, description = "The audit trail in order, filtered.", body = AuditPage),
+        (status = 200, description = "The audit trail in order, filtered, up to the newest record below which none is still being written.", body = AuditPage),
         (status = 400, description = "A parameter is malformed, unknown or repeated; `field` names it.", body = ErrorEnvelope),
+        (status = 503, description = "The request timed out, the database (or the token's issuer) is not reachable, or records were still being written after a short wait; retry.", body = ErrorEnvelope),
     ),
 )]
 pub async fn audit_trail(
@@ -1059,7 +1063,12 @@ pub async fn audit_trail(
     if !caller.principal().permits_everywhere(Permission::Admin) {
         return Err(ApiError::forbidden(Permission::Admin));
     }
-    let query = audit_query(pairs, AUDIT_TRAIL_PARAMETERS)?;
+    let mut query = audit_query(pairs, AUDIT_TRAIL_PARAMETERS)?;
+    // An item's records are numbered in the order they commit (its chain's
+    // writers take turns); the whole trail's are not.
+    query.until = Some(state.store.audit_horizon(true).await?.ok_or_else(|| {
+        ApiError::unavailable("the audit trail's newest records are still being written; retry")
+    })?);
     Ok(Json(audit_page(&state, query).await?))
 }
 

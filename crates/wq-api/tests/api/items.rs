@@ -408,3 +408,56 @@ async fn a_huge_field_name_is_cut_in_the_error(backend: Backend) {
     app.finish().await;
 }
 backend_tests!(a_huge_field_name_is_cut_in_the_error);
+
+/// `GET /api/v1/audit` answers the trail only up to where no record is
+/// still being written. PostgreSQL numbers a record when its transaction
+/// appends it, and transactions commit in any order: a client following
+/// the trail with `after` would pass over a record that commits after one
+/// with a higher number. While one is in progress below a committed one,
+/// the listing answers 503 (after its short wait) rather than the higher
+/// one alone; once it committed, both, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trail_listing_never_answers_past_a_record_in_progress() {
+    use wq_store::audit::NewAudit;
+    let app = api_app(Backend::Postgres).start().await;
+    let pg = wq_store::postgres::PgStore::connect(&app.database_url, 2)
+        .await
+        .unwrap();
+    let (a, b) = (app.insert("alpha").await.id, app.insert("alpha").await.id);
+    let now = app.clock.now();
+    let record = |item: ItemId, kind: &str| NewAudit::new(item, now, "engine", kind);
+    let seqs = |page: &Value| -> Vec<i64> {
+        page["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|record| record["seq"].as_i64().unwrap())
+            .collect()
+    };
+    let before: Value = json_of(app.get("/api/v1/audit").await).await;
+    let last = *seqs(&before).last().unwrap();
+
+    let mut slow = pg.pool().begin().await.unwrap();
+    let low = wq_store::postgres::append_audit(&mut slow, record(a, "step.slow"))
+        .await
+        .unwrap()
+        .seq;
+    let mut fast = pg.pool().begin().await.unwrap();
+    let high = wq_store::postgres::append_audit(&mut fast, record(b, "step.fast"))
+        .await
+        .unwrap()
+        .seq;
+    fast.commit().await.unwrap();
+    assert!(last < low && low < high);
+    let busy = error_of(app.get(&format!("/api/v1/audit?after={last}")).await, 503).await;
+    assert!(
+        busy.error.message.contains("still being written"),
+        "{}",
+        busy.error.message
+    );
+    slow.commit().await.unwrap();
+    let page: Value = json_of(app.get(&format!("/api/v1/audit?after={last}")).await).await;
+    assert_eq!(seqs(&page), vec![low, high]);
+    pg.pool().close().await;
+    app.finish().await;
+}

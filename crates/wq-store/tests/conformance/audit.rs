@@ -99,7 +99,7 @@ pub async fn concurrent_audit_appends_chain_without_forking(db: &TestDb) {
     assert_eq!(store.audit_verify().await.unwrap(), (17, None));
 }
 
-pub async fn audit_list_filters_by_item_since_actor_and_kind(db: &TestDb) {
+pub async fn audit_list_filters_by_item_since_actor_kind_and_seq(db: &TestDb) {
     let store = db.store();
     let store = store.as_ref();
     let now = t0();
@@ -157,6 +157,19 @@ pub async fn audit_list_filters_by_item_since_actor_and_kind(db: &TestDb) {
         })
         .await,
         vec![(a, "forge.merge".into())]
+    );
+    // Up to a sequence number: the records after `after` up to it.
+    assert_eq!(
+        list(AuditQuery {
+            after: third.seq - 3,
+            until: Some(third.seq - 1),
+            ..AuditQuery::default()
+        })
+        .await,
+        vec![
+            (a, "submission.created".into()),
+            (b, "action.succeeded".into())
+        ]
     );
     assert_eq!(
         list(AuditQuery {
@@ -414,7 +427,13 @@ pub async fn ui_sessions_expire_are_taken_once_and_pruned(db: &TestDb) {
     let store = db.store();
     let store = store.as_ref();
     let now = to_micros(t0());
-    assert_eq!(store.audit_last_seq().await.unwrap(), 0, "no record yet");
+    for wait in [true, false] {
+        assert_eq!(
+            store.audit_horizon(wait).await.unwrap(),
+            Some(0),
+            "no record yet"
+        );
+    }
     let session = |hash: &str, kind: &str, ttl: i64| UiSession {
         id_hash: hash.to_owned(),
         kind: kind.to_owned(),
@@ -484,7 +503,13 @@ pub async fn ui_sessions_expire_are_taken_once_and_pruned(db: &TestDb) {
         .audit_append(record(id, now, "ci-bot", "submission.created"))
         .await
         .unwrap();
-    assert_eq!(store.audit_last_seq().await.unwrap(), appended.seq);
+    for wait in [true, false] {
+        assert_eq!(
+            store.audit_horizon(wait).await.unwrap(),
+            Some(appended.seq),
+            "nothing in progress: the horizon is the newest record"
+        );
+    }
 }
 
 /// The benchmarks' backlog (`testing::seed_items`) carries the

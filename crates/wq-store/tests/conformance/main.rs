@@ -171,7 +171,7 @@ conformance_suite!(
     concurrent_claims_and_parks_of_many_items_each_happen_once,
     audit_records_chain_per_item_and_verify,
     concurrent_audit_appends_chain_without_forking,
-    audit_list_filters_by_item_since_actor_and_kind,
+    audit_list_filters_by_item_since_actor_kind_and_seq,
     every_loop_write_leaves_its_record_in_its_transaction,
     an_action_starts_on_the_record_with_the_outcome_before_it,
     an_event_keeps_its_raw_delivery,
