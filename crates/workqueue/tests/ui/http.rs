@@ -342,15 +342,17 @@ fn ids(text: &str) -> Vec<i64> {
         .collect()
 }
 
-/// Reads the stream until it holds `count` change events.
+/// Reads the stream until it holds `count` change events (within one wait
+/// for them all: the stream's keep-alive comments do not extend it).
 async fn read_changes(response: reqwest::Response, count: usize) -> String {
     use futures::StreamExt;
     let mut text = String::new();
     let mut body = response.bytes_stream();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     while ids(&text).len() < count {
-        let chunk = tokio::time::timeout(std::time::Duration::from_secs(30), body.next())
+        let chunk = tokio::time::timeout_at(deadline, body.next())
             .await
-            .expect("events within the wait")
+            .unwrap_or_else(|_| panic!("{count} events within the wait, got: {text}"))
             .expect("the stream stays open")
             .unwrap();
         text.push_str(std::str::from_utf8(&chunk).unwrap());
