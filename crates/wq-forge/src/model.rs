@@ -112,12 +112,28 @@ pub struct NewChange<'a> {
     pub labels: &'a [String],
 }
 
+/// Labels to add to a change request and labels to take off it. Every
+/// other label stays as it is on the forge when the update lands, so a
+/// label a person added after the caller last read the change request is
+/// kept (an update that named the whole set would drop it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LabelChange<'a> {
+    pub add: &'a [String],
+    pub remove: &'a [String],
+}
+
+impl LabelChange<'_> {
+    pub fn is_empty(&self) -> bool {
+        self.add.is_empty() && self.remove.is_empty()
+    }
+}
+
 /// Fields to change on a change request; `None` leaves a field alone.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ChangeUpdate<'a> {
     pub title: Option<&'a str>,
     pub description: Option<&'a str>,
-    pub labels: Option<&'a [String]>,
+    pub labels: Option<LabelChange<'a>>,
     /// `Some(false)` closes, `Some(true)` reopens.
     pub open: Option<bool>,
     /// A new target branch (GitLab `target_branch`, GitHub `base`).

@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 use wq_forge::{
     ChangeAction, ChangeState, ChangeUpdate, CiStatus, CommitMode, CommitRequest, FileAction,
     FileOp, Forge, ForgeConfig, ForgeErrorKind, ForgeEvent, ForgeKind, Forges, ForgesConfig,
-    GithubClient, MergeMethod, MergeOutcome, MergeParams, Mergeable, NewChange, QueueEntry,
-    QueueObservation, ReviewDecision, WebhookRejection,
+    GithubClient, LabelChange, MergeMethod, MergeOutcome, MergeParams, Mergeable, NewChange,
+    QueueEntry, QueueObservation, ReviewDecision, WebhookRejection,
 };
 
 const REPO: &str = "octo/app";
@@ -596,14 +596,16 @@ async fn pull_requests_as_github_shows_them() {
         .expect_err("one open pull request per branch");
     assert_eq!(duplicate.kind, ForgeErrorKind::Conflict, "{duplicate}");
 
-    let replaced = vec!["bot".to_owned(), "ready".to_owned()];
     github
         .update_change(
             REPO,
             created.number,
             &ChangeUpdate {
                 title: Some("New title"),
-                labels: Some(&replaced),
+                labels: Some(LabelChange {
+                    add: &["ready".to_owned()],
+                    remove: &["workqueue".to_owned()],
+                }),
                 ..ChangeUpdate::default()
             },
         )
@@ -1705,7 +1707,10 @@ async fn the_simulators_webhook_deliveries_parse_into_events() {
             n,
             &ChangeUpdate {
                 title: Some("Renamed"),
-                labels: Some(&labels),
+                labels: Some(LabelChange {
+                    add: &labels,
+                    remove: &[],
+                }),
                 ..ChangeUpdate::default()
             },
         )

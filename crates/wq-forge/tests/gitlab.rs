@@ -10,8 +10,8 @@ use forge_sim::{FaultRule, HttpFault, JobOutcome, JobSpec, SimHandle};
 use wq_forge::{
     ChangeAction, ChangeState, ChangeUpdate, CiJobs, CiStatus, CommitMode, CommitRequest,
     FileAction, FileOp, Forge, ForgeConfig, ForgeErrorKind, ForgeEvent, ForgeKind, Forges,
-    ForgesConfig, GitlabClient, MergeMethod, MergeOutcome, MergeParams, Mergeable, NewChange,
-    QueueEntry, QueueObservation, ReviewDecision, WebhookRejection,
+    ForgesConfig, GitlabClient, LabelChange, MergeMethod, MergeOutcome, MergeParams, Mergeable,
+    NewChange, QueueEntry, QueueObservation, ReviewDecision, WebhookRejection,
 };
 
 const SECRET: &str = "hook-secret";
@@ -256,7 +256,10 @@ async fn change_request_lifecycle_with_ci_reviews_and_threads() {
             &ChangeUpdate {
                 title: Some("Draft: Update deps"),
                 description: Some("Regenerated."),
-                labels: Some(&draft_labels),
+                labels: Some(LabelChange {
+                    add: &[],
+                    remove: &["deps".to_owned()],
+                }),
                 open: None,
                 target_branch: None,
             },
@@ -273,7 +276,10 @@ async fn change_request_lifecycle_with_ci_reviews_and_threads() {
             project,
             1,
             &ChangeUpdate {
-                labels: Some(&[]),
+                labels: Some(LabelChange {
+                    add: &[],
+                    remove: &draft_labels,
+                }),
                 ..ChangeUpdate::default()
             },
         )

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use wq_core::{DimensionStatus, DimensionUpdate, ExecError, ExecOutcome, ItemView, Phase};
 use wq_forge::{
     ChangeRequest, ChangeState, ChangeUpdate, CiStatus, CommitMode, CommitRequest, Forge,
-    MergeOutcome, MergeParams, Mergeable, NewChange, PushedCommit, QueueEntry,
+    LabelChange, MergeOutcome, MergeParams, Mergeable, NewChange, PushedCommit, QueueEntry,
 };
 
 use crate::dashboard::{self, StatusNote};
@@ -678,7 +678,20 @@ impl Run<'_> {
             self.details.applied_labels.as_deref().unwrap_or_default(),
             labels,
         );
-        let relabel = !same_set(&next, &change.labels);
+        // What differs from the labels just read, as additions and removals:
+        // a label a person adds meanwhile is not in either and stays.
+        let add: Vec<String> = next
+            .iter()
+            .filter(|label| !change.labels.contains(label))
+            .cloned()
+            .collect();
+        let remove: Vec<String> = change
+            .labels
+            .iter()
+            .filter(|label| !next.contains(label))
+            .cloned()
+            .collect();
+        let relabel = !add.is_empty() || !remove.is_empty();
         let retarget = change.target_branch != spec.target_branch.as_str();
         if change.title == spec.title && change.description == description && !relabel && !retarget
         {
@@ -692,7 +705,10 @@ impl Run<'_> {
                 &ChangeUpdate {
                     title: Some(&spec.title),
                     description: Some(&description),
-                    labels: relabel.then_some(next.as_slice()),
+                    labels: relabel.then_some(LabelChange {
+                        add: &add,
+                        remove: &remove,
+                    }),
                     open: None,
                     target_branch: retarget.then_some(spec.target_branch.as_str()),
                 },
@@ -1490,10 +1506,6 @@ fn converged_labels(current: &[String], applied: &[String], wanted: &[String]) -
     next
 }
 
-fn same_set(a: &[String], b: &[String]) -> bool {
-    a.len() == b.len() && a.iter().all(|label| b.contains(label))
-}
-
 /// What [`Run::write_note`] did to the status note.
 pub(crate) struct NoteWrite {
     pub id: u64,
@@ -1577,7 +1589,5 @@ mod tests {
             converged_labels(&current, &[], &wanted),
             strings(&["old", "managed", "person", "new"])
         );
-        assert!(same_set(&strings(&["a", "b"]), &strings(&["b", "a"])));
-        assert!(!same_set(&strings(&["a"]), &strings(&["a", "b"])));
     }
 }

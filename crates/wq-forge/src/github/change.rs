@@ -8,7 +8,9 @@ use super::GithubClient;
 use super::http::{Call, Repo};
 use super::wire;
 use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
-use crate::model::{ChangeRequest, ChangeState, ChangeUpdate, NewChange, QueueObservation};
+use crate::model::{
+    ChangeRequest, ChangeState, ChangeUpdate, LabelChange, NewChange, QueueObservation,
+};
 
 /// `get_change`'s GraphQL query: the pull request's whole state in one
 /// request (its fields, labels, review decision, reviews, review threads,
@@ -82,15 +84,20 @@ impl GithubClient {
         let mut change = pr.into_change();
         change.review_read = false;
         if !request.labels.is_empty() {
+            let labels = LabelChange {
+                add: request.labels,
+                remove: &[],
+            };
             change.labels = self
-                .set_labels(&repo, number, &change.labels, request.labels)
+                .change_labels(&repo, number, &change.labels, labels)
                 .await?;
         }
         Ok(change)
     }
 
-    /// Title, body, base and state through `PATCH pulls/:n`; labels are made
-    /// exactly `labels` (added and removed through the issues API).
+    /// Title, body, base and state through `PATCH pulls/:n`; labels added
+    /// and removed by name through the issues API; then the pull request
+    /// read whole.
     pub(super) async fn update_change(
         &self,
         project: &str,
@@ -121,13 +128,10 @@ impl GithubClient {
                 )
                 .await?;
         }
-        let mut change = self.read_change(&repo, number).await?;
         if let Some(labels) = update.labels {
-            change.labels = self
-                .set_labels(&repo, number, &change.labels, labels)
-                .await?;
+            self.change_labels(&repo, number, &[], labels).await?;
         }
-        Ok(change)
+        self.read_change(&repo, number).await
     }
 
     pub(super) async fn get_change(
@@ -258,41 +262,41 @@ impl GithubClient {
         Ok(pages.into_iter().flat_map(|page| split(page).1).collect())
     }
 
-    /// Labels to what `labels` says: the missing ones added in one
-    /// request, the extra ones removed one by one (GitHub's
-    /// `PUT issues/:n/labels` replaces in one request, but the simulated
-    /// GitHub has no such route). Returns the labels afterwards.
-    pub(super) async fn set_labels(
+    /// Adds `labels.add` in one request (`POST issues/:n/labels` adds,
+    /// leaving the others) and takes each of `labels.remove` off by name;
+    /// a label someone else added or removed meanwhile is left as they left
+    /// it. Returns the labels afterwards, as the last call answered them
+    /// (`current` when no call was made).
+    pub(super) async fn change_labels(
         &self,
         repo: &Repo<'_>,
         number: u64,
         current: &[String],
-        wanted: &[String],
+        labels: LabelChange<'_>,
     ) -> ForgeResult<Vec<String>> {
         let n = number.to_string();
-        let mut labels = current.to_vec();
-        let add: Vec<&String> = wanted.iter().filter(|l| !current.contains(l)).collect();
-        if !add.is_empty() {
+        let mut now = current.to_vec();
+        if !labels.add.is_empty() {
             let call = Call::repo(Method::POST, repo, &["issues", &n, "labels"])
-                .body(json!({ "labels": add }));
-            let now: Vec<wire::Label> = self.http.json(&call, "a list of labels").await?;
-            labels = now.into_iter().map(|l| l.name).collect();
+                .body(json!({ "labels": labels.add }));
+            let answer: Vec<wire::Label> = self.http.json(&call, "a list of labels").await?;
+            now = answer.into_iter().map(|l| l.name).collect();
         }
-        for extra in current.iter().filter(|l| !wanted.contains(l)) {
+        for extra in labels.remove {
             let call = Call::repo(Method::DELETE, repo, &["issues", &n, "labels", extra]);
             match self
                 .http
                 .json::<Vec<wire::Label>>(&call, "a list of labels")
                 .await
             {
-                Ok(now) => labels = now.into_iter().map(|l| l.name).collect(),
+                Ok(answer) => now = answer.into_iter().map(|l| l.name).collect(),
                 // Removed meanwhile: what was wanted.
                 Err(error) if error.kind == ForgeErrorKind::NotFound => {
-                    labels.retain(|l| l != extra);
+                    now.retain(|l| l != extra);
                 }
                 Err(error) => return Err(error),
             }
         }
-        Ok(labels)
+        Ok(now)
     }
 }

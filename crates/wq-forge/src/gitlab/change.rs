@@ -78,8 +78,15 @@ impl GitlabClient {
         if let Some(description) = update.description {
             body.insert("description".into(), json!(description));
         }
+        // Added and removed by name (`add_labels`, `remove_labels`), not
+        // `labels`, which replaces the whole set with what the caller read.
         if let Some(labels) = update.labels {
-            body.insert("labels".into(), json!(labels_param(labels)?));
+            if !labels.add.is_empty() {
+                body.insert("add_labels".into(), json!(labels_param(labels.add)?));
+            }
+            if !labels.remove.is_empty() {
+                body.insert("remove_labels".into(), json!(labels_param(labels.remove)?));
+            }
         }
         if let Some(target) = update.target_branch {
             body.insert("target_branch".into(), json!(target));

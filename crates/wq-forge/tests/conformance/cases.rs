@@ -3,7 +3,8 @@
 use forge_sim::{FaultRule, HttpFault, JobOutcome, JobSpec};
 use wq_forge::{
     ChangeState, ChangeUpdate, CiStatus, CommitMode, CommitRequest, FileAction, FileOp, Forge,
-    ForgeErrorKind, MergeMethod, MergeOutcome, MergeParams, NewChange, WebhookRejection,
+    ForgeErrorKind, LabelChange, MergeMethod, MergeOutcome, MergeParams, NewChange,
+    WebhookRejection,
 };
 
 use crate::harness::{Harness, SECRET};
@@ -795,7 +796,10 @@ pub async fn changes_are_created_found_updated_closed_and_reopened<H: Harness>()
             &ChangeUpdate {
                 title: Some("New title"),
                 description: Some("New body"),
-                labels: Some(&replaced),
+                labels: Some(LabelChange {
+                    add: &["ready".to_owned()],
+                    remove: &["workqueue".to_owned()],
+                }),
                 open: None,
                 target_branch: None,
             },
@@ -870,4 +874,79 @@ pub async fn changes_are_created_found_updated_closed_and_reopened<H: Harness>()
             .target_branch,
         "release"
     );
+}
+
+/// Labels are added and removed by name: a label a person adds after the
+/// client read the change request (and so is in neither list) stays when
+/// the client's update lands. An update that named the whole set (GitLab's
+/// `labels`, or a GitHub client that removed whatever it did not name)
+/// would drop it.
+pub async fn a_label_a_person_adds_meanwhile_survives_an_update<H: Harness>() {
+    let harness = H::start().await;
+    let forge = harness.forge();
+    let project = H::PROJECT;
+    forge
+        .commit_files(&CommitRequest {
+            project,
+            branch: "wq/labels",
+            base_branch: "main",
+            mode: CommitMode::CreateBranch,
+            message: "workqueue change",
+            actions: &[action(FileOp::Create, "labels.txt", Some(b"x"))],
+        })
+        .await
+        .expect("commit");
+    let created = forge
+        .create_change(&NewChange {
+            project,
+            source_branch: "wq/labels",
+            target_branch: "main",
+            title: "Labels",
+            description: "",
+            labels: &["old".to_owned(), "kept".to_owned()],
+        })
+        .await
+        .expect("create");
+    let read = forge
+        .get_change(project, created.number)
+        .await
+        .expect("read");
+    // After the read: a person's label.
+    harness.label_as(created.number, "person", "dana").await;
+    let wanted = ["kept".to_owned(), "new".to_owned()];
+    let add: Vec<String> = wanted
+        .iter()
+        .filter(|label| !read.labels.contains(label))
+        .cloned()
+        .collect();
+    let remove: Vec<String> = read
+        .labels
+        .iter()
+        .filter(|label| !wanted.contains(label))
+        .cloned()
+        .collect();
+    let updated = forge
+        .update_change(
+            project,
+            created.number,
+            &ChangeUpdate {
+                labels: Some(LabelChange {
+                    add: &add,
+                    remove: &remove,
+                }),
+                ..ChangeUpdate::default()
+            },
+        )
+        .await
+        .expect("update");
+    let mut labels = updated.labels.clone();
+    labels.sort();
+    assert_eq!(labels, ["kept", "new", "person"]);
+    let mut again = forge
+        .get_change(project, created.number)
+        .await
+        .expect("read")
+        .labels;
+    again.sort();
+    assert_eq!(again, labels, "as the forge holds them");
 }

@@ -43,6 +43,9 @@ pub trait Harness: Sized {
     fn push_as(&self, branch: &str, files: &[(&str, Option<&str>)], author: &str);
     /// `author` opens a change request from `branch` into `main`.
     async fn open_as(&self, branch: &str, title: &str, author: &str) -> u64;
+    /// A person adds `label` to change request `number` through the
+    /// forge's API, with their own token.
+    async fn label_as(&self, number: u64, label: &str, author: &str);
     fn branch_head(&self, branch: &str) -> Option<String>;
     /// Lets the simulator's due steps happen (GitLab checks mergeability
     /// in a later tick; GitHub steps on every request).
@@ -138,6 +141,23 @@ impl Harness for Gitlab {
             .gitlab_open_mr_as(self.project_id, branch, "main", title, author)
             .await
             .expect("MR")
+    }
+
+    async fn label_as(&self, number: u64, label: &str, author: &str) {
+        let token = format!("{author}-token");
+        self.sim.add_user(author, &token);
+        let response = reqwest::Client::new()
+            .put(format!(
+                "{}/projects/{}/merge_requests/{number}",
+                self.sim.gitlab_url(),
+                self.project_id
+            ))
+            .header("PRIVATE-TOKEN", token)
+            .json(&serde_json::json!({ "add_labels": label }))
+            .send()
+            .await
+            .expect("label");
+        assert!(response.status().is_success(), "{}", response.status());
     }
 
     fn branch_head(&self, branch: &str) -> Option<String> {
@@ -301,6 +321,24 @@ impl Harness for Github {
         self.sim
             .github_open_pr_as(Self::PROJECT, branch, "main", title, author)
             .expect("PR")
+    }
+
+    async fn label_as(&self, number: u64, label: &str, author: &str) {
+        let token = format!("{author}-token");
+        self.sim.add_user(author, &token);
+        let response = reqwest::Client::new()
+            .post(format!(
+                "{}/repos/{}/issues/{number}/labels",
+                self.sim.github_url(),
+                Self::PROJECT
+            ))
+            .header("Authorization", format!("token {token}"))
+            .header("User-Agent", "conformance")
+            .json(&serde_json::json!({ "labels": [label] }))
+            .send()
+            .await
+            .expect("label");
+        assert!(response.status().is_success(), "{}", response.status());
     }
 
     fn branch_head(&self, branch: &str) -> Option<String> {

@@ -34,6 +34,7 @@ forge_suite!(
     ],
     [
         current_user_is_the_token_user_read_once,
+        a_label_a_person_adds_meanwhile_survives_an_update,
         change_authors_tell_the_token_user_from_a_person,
         project_path_is_the_forges_spelling,
         notes_are_created_updated_and_listed_across_pages,
