@@ -5,8 +5,7 @@
 //! made it, so reading the trail from the database shows every replica's
 //! changes to every replica's browsers. One [`Feed`] per process reads the
 //! records after the last one it sent (a wake-up every [`POLL_INTERVAL`],
-//! or at once when a stream opens or this process notices a change,
-//! [`Feed::nudge`]) and broadcasts them; each stream forwards those its
+//! or at once when a stream opens, [`Feed::nudge`]) and broadcasts them; each stream forwards those its
 //! reader may read. While no stream is open the feed reads no records,
 //! only how far the trail is settled, so a replica whose dashboard nobody
 //! watches does not read back every record it writes; a stream that opens
@@ -324,7 +323,8 @@ impl Feed {
         Some(self.settled.load(Ordering::Acquire)).filter(|seq| *seq >= 0)
     }
 
-    /// Reads the trail now (this process changed something).
+    /// Reads the trail now (a stream opened, or this process knows of a
+    /// change).
     pub fn nudge(&self) {
         self.wake.notify_one();
     }
