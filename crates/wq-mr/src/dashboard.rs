@@ -186,10 +186,23 @@ fn state_line(
         return "Ready to merge — automatic merge is off for this item".into();
     }
     match journal.result {
-        Some(MergeResult::Failed) => format!(
-            "Merge failed: {} — retry with the item's `retry-merge` command",
-            journal.error.as_deref().unwrap_or("no reason given")
-        ),
+        Some(MergeResult::Failed) => {
+            let error = journal.error.as_deref().unwrap_or("no reason given");
+            // A transient answer's next automatic call, when one is due;
+            // else only `retry-merge` tries again.
+            match journal.retry_at.and_then(|at| {
+                at.to_offset(time::UtcOffset::UTC)
+                    .format(time::macros::format_description!(
+                        "[year]-[month]-[day] [hour]:[minute]:[second] UTC"
+                    ))
+                    .ok()
+            }) {
+                Some(at) => format!("Merge failed: {error} — trying again automatically at {at}"),
+                None => {
+                    format!("Merge failed: {error} — retry with the item's `retry-merge` command")
+                }
+            }
+        }
         Some(MergeResult::Accepted) => "Merge accepted by the forge".into(),
         Some(MergeResult::InFlight) | None => "Ready to merge".into(),
     }

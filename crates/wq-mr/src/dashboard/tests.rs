@@ -180,6 +180,19 @@ fn a_failed_merge_says_why_and_how_to_retry() {
     insta::assert_snapshot!(body(&view(Phase::Active, None, Some(&[])), &d, true));
 }
 
+/// A transient answer with an automatic call still due says when, not to
+/// ask for `retry-merge`.
+#[test]
+fn a_failed_merge_with_an_automatic_retry_says_when() {
+    let mut d = details(true);
+    d.journal.result = Some(MergeResult::Failed);
+    d.journal.attempt_at = Some(NOW);
+    d.journal.error = Some("GitLab answered 502".into());
+    d.journal.transient_failures = 1;
+    d.journal.retry_at = Some(NOW + time::Duration::seconds(30));
+    insta::assert_snapshot!(body(&view(Phase::Active, None, Some(&[])), &d, true));
+}
+
 #[test]
 fn automatic_merge_off_is_said() {
     insta::assert_snapshot!(body(
