@@ -1065,8 +1065,14 @@ pub async fn audit_trail(
     }
     let mut query = audit_query(pairs, AUDIT_TRAIL_PARAMETERS)?;
     // An item's records are numbered in the order they commit (its chain's
-    // writers take turns); the whole trail's are not.
-    query.until = Some(state.store.audit_horizon(true).await?.ok_or_else(|| {
+    // writers take turns); the whole trail's are not. The horizon without
+    // waiting first (which holds no append up), then waiting for the
+    // appends in progress.
+    let horizon = match state.store.audit_horizon(false).await? {
+        Some(horizon) => Some(horizon),
+        None => state.store.audit_horizon(true).await?,
+    };
+    query.until = Some(horizon.ok_or_else(|| {
         ApiError::unavailable("the audit trail's newest records are still being written; retry")
     })?);
     Ok(Json(audit_page(&state, query).await?))
