@@ -331,6 +331,15 @@ pub trait ItemType: Send + Sync + 'static {
         Ok(false)
     }
 
+    /// The event type stored with a retry of `item`, in the retry's
+    /// transaction (its body `{"caller": ...}`), when the type must know
+    /// that a caller asked for the item again (the `mr` type: a change
+    /// request that was closed is reopened). `None`: no event.
+    fn retry_event(&self, item: &WorkItem) -> Option<&'static str> {
+        let _ = item;
+        None
+    }
+
     /// Commands the type offers on its items.
     fn commands(&self) -> &'static [CommandSpec] {
         &[]

@@ -44,6 +44,7 @@ pub(crate) async fn execute(
     };
     let outcome = match action {
         MrAction::CancelMr => run.cancel_mr().await,
+        MrAction::ReopenMr => run.reopen_mr().await,
         MrAction::EnsureMr => run.ensure_mr().await,
         MrAction::CheckEmptyDiff => run.check_empty_diff().await,
         MrAction::PostDashboardNote => return run.post_dashboard_note().await,

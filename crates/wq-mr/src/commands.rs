@@ -58,6 +58,9 @@ pub const REFRESH_EVENT: &str = "mr.refresh";
 /// The event `cancel` stores; the item's loop applies it (`needs_cancel`)
 /// and runs the `cancel_mr` executor before anything else.
 pub const CANCEL_EVENT: &str = "mr.cancel";
+/// Stored with a retry of the item (`POST .../retry`, in its transaction):
+/// a change request that was closed is reopened (`reopen_mr`).
+pub const RETRIED_EVENT: &str = "mr.retried";
 
 /// Longest `reason` a cancel takes, in characters.
 pub const MAX_CANCEL_REASON_CHARS: usize = 500;

@@ -3,13 +3,14 @@
 
 use wq_core::{DimensionStatus, ItemView, Phase};
 
-use crate::dims::{MrAction, NEEDS_CANCEL, NEEDS_CI_RETRY};
+use crate::dims::{MrAction, NEEDS_CANCEL, NEEDS_CI_RETRY, NEEDS_REOPEN};
 
-/// The next action: `cancel_mr` → `ensure_mr` → `check_empty_diff` →
-/// `post_dashboard_note` → `retry_ci_jobs` → `reconcile_mr`. Pure; called
-/// only by the loop. `needs_cancel` and `needs_ci_retry` are the rows whose
-/// absence means nothing to do: they exist once a caller asked for the
-/// cancel, or a failed job was reported. A cancel asked for goes before
+/// The next action: `cancel_mr` → `reopen_mr` → `ensure_mr` →
+/// `check_empty_diff` → `post_dashboard_note` → `retry_ci_jobs` →
+/// `reconcile_mr`. Pure; called only by the loop. `needs_cancel`,
+/// `needs_reopen` and `needs_ci_retry` are the rows whose absence means
+/// nothing to do: they exist once a caller asked for the cancel or retried
+/// the item, or a failed job was reported. A cancel asked for goes before
 /// everything else, and while it waits (a change request being merged)
 /// nothing else runs: no push, merge or retry after it.
 pub fn decide(view: &ItemView) -> Option<MrAction> {
@@ -24,7 +25,9 @@ pub fn decide(view: &ItemView) -> Option<MrAction> {
     MrAction::ALL
         .into_iter()
         .find(|action| match action.dimension() {
-            dimension @ (NEEDS_CI_RETRY | NEEDS_CANCEL) => view.needs_present(dimension, ""),
+            dimension @ (NEEDS_CI_RETRY | NEEDS_CANCEL | NEEDS_REOPEN) => {
+                view.needs_present(dimension, "")
+            }
             dimension => view.needs(dimension),
         })
 }
@@ -174,9 +177,21 @@ mod tests {
                 ],
                 None,
             ),
+            // A retry's reopen goes before a content update and a
+            // reconcile (which would see the change request closed); done,
+            // or absent, it asks for nothing.
+            (
+                &[
+                    (NEEDS_REOPEN, true, None),
+                    (NEEDS_MR, true, None),
+                    (NEEDS_RECONCILE, true, None),
+                ],
+                Some(MrAction::ReopenMr),
+            ),
             (
                 &[
                     (NEEDS_CANCEL, false, None),
+                    (NEEDS_REOPEN, false, None),
                     (NEEDS_MR, false, None),
                     (NEEDS_EMPTY_CHECK, true, LATER),
                     (NEEDS_DASHBOARD, false, None),

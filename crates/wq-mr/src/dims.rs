@@ -15,11 +15,15 @@ pub const NEEDS_CI_RETRY: &str = "needs_ci_retry";
 /// A caller asked to stop managing the item (`cancel`); absent means none.
 /// Its detail says who and why.
 pub const NEEDS_CANCEL: &str = "needs_cancel";
+/// A caller retried the item (`retry`): its change request is reopened if
+/// it was closed; absent means none. Its detail says who.
+pub const NEEDS_REOPEN: &str = "needs_reopen";
 
 /// An action of the `mr` type; one executor each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MrAction {
     CancelMr,
+    ReopenMr,
     EnsureMr,
     CheckEmptyDiff,
     PostDashboardNote,
@@ -29,8 +33,9 @@ pub enum MrAction {
 
 impl MrAction {
     /// Every action, in the decider's priority order.
-    pub const ALL: [MrAction; 6] = [
+    pub const ALL: [MrAction; 7] = [
         Self::CancelMr,
+        Self::ReopenMr,
         Self::EnsureMr,
         Self::CheckEmptyDiff,
         Self::PostDashboardNote,
@@ -41,6 +46,7 @@ impl MrAction {
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::CancelMr => "cancel_mr",
+            Self::ReopenMr => "reopen_mr",
             Self::EnsureMr => "ensure_mr",
             Self::CheckEmptyDiff => "check_empty_diff",
             Self::PostDashboardNote => "post_dashboard_note",
@@ -53,6 +59,7 @@ impl MrAction {
     pub const fn dimension(self) -> &'static str {
         match self {
             Self::CancelMr => NEEDS_CANCEL,
+            Self::ReopenMr => NEEDS_REOPEN,
             Self::EnsureMr => NEEDS_MR,
             Self::CheckEmptyDiff => NEEDS_EMPTY_CHECK,
             Self::PostDashboardNote => NEEDS_DASHBOARD,

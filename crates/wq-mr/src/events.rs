@@ -21,8 +21,8 @@ use wq_forge::{ChangeAction, CiStatus, ForgeEvent};
 
 use crate::MrType;
 use crate::ci_retry::{ReportedJob, on_job};
-use crate::commands::{CANCEL_EVENT, MANUAL_MERGE_EVENT, REFRESH_EVENT};
-use crate::dims::{NEEDS_CANCEL, NEEDS_RECONCILE};
+use crate::commands::{CANCEL_EVENT, MANUAL_MERGE_EVENT, REFRESH_EVENT, RETRIED_EVENT};
+use crate::dims::{NEEDS_CANCEL, NEEDS_RECONCILE, NEEDS_REOPEN};
 use crate::errors::store_error;
 use crate::queue_sync::QUEUE_OBSERVED_EVENT;
 use crate::store::{RETRY_MERGE_EVENT, SUBMISSION_EVENT, submission_dimensions};
@@ -53,6 +53,12 @@ pub(crate) async fn handle(
                 "by": event.body["caller"],
                 "reason": event.body["reason"],
             })),
+        )),
+        // The retry made the item active again; its change request may
+        // have been closed (by a person, or by a cancel).
+        RETRIED_EVENT => Ok(EventResult::ignored().with_dimension(
+            DimensionUpdate::new(NEEDS_REOPEN, true)
+                .detail(serde_json::json!({ "by": event.body["caller"] })),
         )),
         WEBHOOK_EVENT => {
             let Ok(forge_event) = serde_json::from_value::<ForgeEvent>(event.body["event"].clone())

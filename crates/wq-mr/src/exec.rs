@@ -14,7 +14,9 @@ use wq_forge::{
 };
 
 use crate::dashboard::{self, StatusNote};
-use crate::dims::{NEEDS_CANCEL, NEEDS_DASHBOARD, NEEDS_EMPTY_CHECK, NEEDS_MR, NEEDS_RECONCILE};
+use crate::dims::{
+    NEEDS_CANCEL, NEEDS_DASHBOARD, NEEDS_EMPTY_CHECK, NEEDS_MR, NEEDS_RECONCILE, NEEDS_REOPEN,
+};
 use crate::errors::{forge_failure, store_error};
 use crate::merge::{ReviewRule, resolve_queue, signature, unmet_gates, unread_gates};
 use crate::store::{MergeResult, MrDetails, Observation, RecordedChange};
@@ -730,6 +732,50 @@ impl Run<'_> {
             .await
             .map_err(|e| forge_failure("closing the merge request", e))?;
         Ok(())
+    }
+
+    /// A caller retried the item (`retry`, which stored `mr.retried` in its
+    /// transaction): the recorded change request, if closed (by a person,
+    /// or by a cancel), is reopened, and a reconcile reads it next, as for
+    /// any item. One that merged meanwhile is left to that reconcile (which
+    /// completes the item); an open one, or none recorded yet, is left as
+    /// it is. Run again after a crash, it finds the change request open and
+    /// writes nothing.
+    pub(crate) async fn reopen_mr(&self) -> Result<ExecOutcome, ExecError> {
+        let done = ExecOutcome::done()
+            .with_dimension(DimensionUpdate::new(NEEDS_REOPEN, false))
+            .with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, true));
+        let Some(number) = self.details.mr_number else {
+            return Ok(done);
+        };
+        let change = self
+            .forge
+            .get_change(self.project(), number)
+            .await
+            .map_err(|e| forge_failure("reading the merge request", e))?;
+        if change.state != ChangeState::Closed {
+            return Ok(done);
+        }
+        self.forge
+            .update_change(
+                self.project(),
+                number,
+                &ChangeUpdate {
+                    open: Some(true),
+                    ..ChangeUpdate::default()
+                },
+            )
+            .await
+            .map_err(|e| forge_failure("reopening the merge request", e))?;
+        let by = self
+            .view
+            .dimension(NEEDS_REOPEN, "")
+            .and_then(|row| row.detail["by"].as_str().map(str::to_owned));
+        tracing::info!(item = %self.view.item.id, number, by, "retried: the merge request was reopened");
+        Ok(done.with_record(
+            "forge.change_reopened",
+            serde_json::json!({ "number": number, "by": by }),
+        ))
     }
 
     /// A caller's `cancel` ([`crate::commands`]): the status note says who

@@ -8,8 +8,9 @@
 //! - [`decider`]: the next action (DDR-45, DDR-48).
 //! - `actions`: an action to its executor; the status note follows every
 //!   step's outcome.
-//! - `exec`: the executors `cancel_mr`, `ensure_mr`, `check_empty_diff`,
-//!   `post_dashboard_note`, `reconcile_mr` (DDR-15, DDR-43, DDR-46).
+//! - `exec`: the executors `cancel_mr`, `reopen_mr`, `ensure_mr`,
+//!   `check_empty_diff`, `post_dashboard_note`, `reconcile_mr` (DDR-15,
+//!   DDR-43, DDR-46).
 //! - [`ci_retry`]: failed CI jobs judged by the herder and retried
 //!   (`retry_ci_jobs`, DDR-47).
 //! - `dashboard`: the status note's text, and when to edit it.
@@ -104,12 +105,14 @@
 //! # Dimensions and the decider
 //!
 //! In priority order (absent = needed, except `needs_cancel`, which exists
-//! once a caller asked for a cancel, and `needs_ci_retry`, which exists
-//! once a failed job was reported):
+//! once a caller asked for a cancel, `needs_reopen`, which exists once the
+//! item was retried, and `needs_ci_retry`, which exists once a failed job
+//! was reported):
 //!
 //! | dimension | action | what it does |
 //! |---|---|---|
 //! | `needs_cancel` | `cancel_mr` | the `cancel` command (`admin`, or `submit` for the item's submitter) stored an `mr.cancel` event; applied, it asks for this before anything else, so no push, merge or retry follows. The status note is edited to say who cancelled it and why, the MR closed (only workqueue's; a merged one completes the item instead), the item cancelled. After a crash the note (same text) and the closed MR are found and not written again |
+//! | `needs_reopen` | `reopen_mr` | a retry of the item (`POST .../retry`) stored an `mr.retried` event in its transaction; applied, it asks for this after a cancel and before everything else. A recorded change request that is closed (by a cancel, or a person: retrying that needs `admin`) is reopened and a reconcile asked for; an open or merged one, or none recorded, is left to the usual steps. After a crash the change request is found open and nothing is written again |
 //! | `needs_mr` | `ensure_mr` | reads the recorded MR first: merged → the item completes and content that did not merge becomes the next generation (below), closed → cancelled, never a second MR; else, when an earlier attempt may have opened one (a push recorded or under way), finds the open MR by source branch and checks it is workqueue's; when the content (or its target) is not the recorded head: checks the branch head is workqueue's (below), refuses a branch the forge protects, marks a push intent, commits the file actions (create the branch from the target, or force it), records the pushed head at once. A first push (nothing recorded or under way) looks nothing up: on a forge that refuses to create an existing branch before writing anything (GitLab) it creates the branch without reading it, and only that refusal reads the branch (and the MR open on it) before anything is written over it. The empty-diff check (DDR-43) takes the push's answer where the forge tells (GitHub: the new tree is the target's; GitLab: a nonzero `stats` count means not empty), else compares target and head (`straight=true`: identical trees mean nothing to merge). Creates the MR (another open on the branch, the forge's conflict answer, is looked up: workqueue's is taken up, anyone else's refuses the item) or converges it (title, description, target branch, labels incl. `managed-by::workqueue`: added, and only those workqueue applied earlier removed). The creation's answer is the MR's first observation: head, pipeline and its gates (the review as not checked yet, `unread_gates`), and the reconcile waits for a webhook or the busy interval |
 //! | `needs_empty_check` | `check_empty_diff` | every 30 min (`pending_until`): an MR whose target already has its changes is closed, the item cancelled with the reason |
 //! | `needs_dashboard` | `post_dashboard_note` | one status note, found again by a hidden marker *and* its author (the token's forge user, so a person's comment quoting the marker is never edited) after a crash; edited in place when its text changes: the state in one line, every gate met or not (or not checked yet), the last merge attempt, the CI retry decisions (which job was retried by which matcher, which was not and why), the item's link. The detail keeps the note id, its text's hash and when it was written. The first note on an MR is posted without listing the notes: `note_intent_number` is stored before the post, so a run after a crash that lost the note's id looks for it first |
@@ -634,6 +637,14 @@ impl ItemType for MrType {
     /// `admin`: `retry` alone must not undo a person's decision.
     async fn retry_needs_admin(&self, item: &WorkItem) -> Result<bool, RequestError> {
         Ok(item.phase == Phase::Cancelled && item.error.as_deref() == Some(CLOSED_ON_FORGE))
+    }
+
+    /// A retry asks for the item's change request again: one that was
+    /// closed is reopened (`reopen_mr`), rather than seen closed and the
+    /// item cancelled once more.
+    fn retry_event(&self, item: &WorkItem) -> Option<&'static str> {
+        let _ = item;
+        Some(commands::RETRIED_EVENT)
     }
 
     async fn status(

@@ -630,12 +630,16 @@ pub trait Store: Send + Sync + 'static {
 
     /// Failed or cancelled → active, actionable, attempts 0, error cleared.
     /// Other phases: [`StoreError::Conflict`].
-    /// `actor` asked for it (its audit record's actor).
+    /// `actor` asked for it (its audit record's actor). With `event_type`
+    /// (the item type's [`wq_core::ItemType::retry_event`]), an event of
+    /// that type, its body `{"caller": actor}`, is stored in the same
+    /// transaction: the type learns of the retry exactly when it happened.
     async fn item_retry(
         &self,
         id: ItemId,
         now: OffsetDateTime,
         actor: &str,
+        event_type: Option<&str>,
     ) -> StoreResult<WorkItem>;
 
     /// Sets `actionable = true` (e.g. after a content update).

@@ -788,31 +788,51 @@ macro_rules! impl_store {
                 id: wq_core::ItemId,
                 now: time::OffsetDateTime,
                 actor: &str,
+                event_type: Option<&str>,
             ) -> $crate::StoreResult<wq_core::WorkItem> {
                 let actor = actor.to_owned();
-                let (item, record) = self
+                let event_type = event_type.map(str::to_owned);
+                let (item, records) = self
                     .write(move |conn| {
                         Box::pin(async move {
+                            // The type's event first: the item's advisory
+                            // lock before its row, as the park takes them.
+                            let event = event_type.map(|event_type| $crate::NewEvent {
+                                item_id: id,
+                                event_type,
+                                body: serde_json::json!({ "caller": actor }),
+                                now,
+                                origin: Some($crate::EventOrigin {
+                                    actor: actor.clone(),
+                                    ..$crate::EventOrigin::default()
+                                }),
+                            });
+                            let event_id = match &event {
+                                Some(event) => Some(insert_event(conn, event).await?),
+                                None => None,
+                            };
                             let before = sqlx::query_scalar::<_, String>(sql!("items/phase.sql"))
                                 .bind(DbId(id))
                                 .fetch_optional(&mut *conn)
                                 .await?;
                             let item = retry_item(conn, id, now).await?;
-                            let record = append_audit(
-                                conn,
+                            let mut records = vec![
                                 $crate::audit::NewAudit::new(id, now, actor, "item.retried")
                                     .states(
                                         before.map(|phase| serde_json::json!({"phase": phase})),
                                         Some(serde_json::json!({"phase": "active"})),
                                     )
                                     .trigger(serde_json::json!({"source": "api", "action": "retry"})),
-                            )
-                            .await?;
-                            Ok((item, record))
+                            ];
+                            if let (Some(event), Some(event_id)) = (&event, event_id) {
+                                records.push($crate::audit::received(event, event_id));
+                            }
+                            let records = append_audits(conn, records).await?;
+                            Ok((item, records))
                         })
                     })
                     .await?;
-                $crate::audit::log(std::slice::from_ref(&record));
+                $crate::audit::log(&records);
                 Ok(item)
             }
 

@@ -124,8 +124,9 @@ impl Store for FaultyStore {
         id: ItemId,
         now: OffsetDateTime,
         actor: &str,
+        event_type: Option<&str>,
     ) -> StoreResult<WorkItem> {
-        self.inner.item_retry(id, now, actor).await
+        self.inner.item_retry(id, now, actor, event_type).await
     }
     async fn item_mark_actionable(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()> {
         self.inner.item_mark_actionable(id, now).await

@@ -491,7 +491,7 @@ async fn failures_back_off_then_fail_at_the_limit(backend: Backend) {
     assert!(!item.actionable, "a failed item parks");
     assert!(item.error.as_deref().unwrap().contains("step1"));
     store
-        .item_retry(broken, clock.now(), "tester")
+        .item_retry(broken, clock.now(), "tester", None)
         .await
         .unwrap();
     assert_eq!(engine.run_item(broken).await, RunOutcome::Parked);

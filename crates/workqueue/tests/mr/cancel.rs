@@ -20,6 +20,7 @@ backend_tests!(
     a_caller_neither_owner_nor_admin_is_refused_and_nothing_changes,
     a_crash_between_the_close_and_the_stored_phase_converges,
     a_bad_cancel_body_names_its_field,
+    a_retry_after_a_cancel_reopens_the_pull_request_once,
 );
 
 fn github() -> Options {
@@ -320,5 +321,52 @@ async fn a_bad_cancel_body_names_its_field(backend: Backend) {
         assert_eq!(reply["error"]["field"], field, "{body}: {reply}");
     }
     assert_eq!(h.item(&id).await["phase"], "active");
+    h.finish().await;
+}
+
+/// The submitter cancels, then retries: the retry (which stores
+/// `mr.retried` with it) reopens the pull request the cancel closed, once,
+/// and the item goes on: the status note, edited in place, stops saying
+/// closed. Without it the retried item would find its pull request closed
+/// and be cancelled again.
+async fn a_retry_after_a_cancel_reopens_the_pull_request_once(backend: Backend) {
+    let h = Harness::start_with(backend, github()).await;
+    let (id, number) = alices_change(&h, "wq/retried").await;
+    let alice = bearer_client(&h.tokens.alice);
+    let (status, reply) = h
+        .post_as(&alice, &format!("/api/v1/work-items/{id}/cancel"), None)
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    h.wait_phase(&id, "cancelled").await;
+    assert_eq!(h.change_state(number).2, "closed");
+    let (status, reply) = h
+        .post_as(&alice, &format!("/api/v1/work-items/{id}/retry"), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    h.settle().await;
+    assert_eq!(h.item(&id).await["phase"], "active");
+    assert_eq!(h.change_state(number).2, "open");
+    assert_eq!(audit_of(&h, &id, "forge.change_reopened").await.len(), 1);
+    // The retry and its event, in one transaction, by the same caller.
+    let retry = audit_of(&h, &id, "item.retried").await;
+    let received = audit_of(&h, &id, "event.received").await;
+    let event = received
+        .iter()
+        .find(|record| record["metadata"]["event_type"] == "mr.retried")
+        .expect("the retry's event");
+    assert_eq!(retry.len(), 1);
+    assert_eq!(event["actor"], retry[0]["actor"]);
+    assert!(
+        retry[0]["actor"].as_str().unwrap().starts_with("alice"),
+        "{retry:#?}"
+    );
+    // Nothing reopens it again; the note (edited no more often than its
+    // interval) stops saying closed.
+    h.advance(Duration::from_secs(600)).await;
+    assert_eq!(audit_of(&h, &id, "forge.change_reopened").await.len(), 1);
+    assert_eq!(h.item(&id).await["phase"], "active");
+    let notes = status_notes(&h, number).await;
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(!notes[0].contains("Closed"), "{}", notes[0]);
     h.finish().await;
 }

@@ -447,6 +447,13 @@ async fn reopening_after_a_persons_close_needs_admin(backend: Backend) {
     let (status, reply) = h.post(&path, None).await;
     assert_eq!(status, StatusCode::OK, "{reply}");
     assert_eq!(reply["phase"], "active", "{reply}");
+    // The retry reopens the merge request and goes on managing it, rather
+    // than seeing it closed and cancelling the item again.
+    h.settle().await;
+    assert_eq!(h.item(&id).await["phase"], "active");
+    assert_eq!(h.change_state(number).2, "opened");
+    let trail = h.audit(&id).await;
+    assert_eq!(Harness::count_kind(&trail, "forge.change_reopened"), 1);
     h.finish().await;
 }
 

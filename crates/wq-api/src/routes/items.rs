@@ -779,10 +779,12 @@ pub async fn retry(
         .await?
         .ok_or_else(|| not_found(id))?;
     let scope = visible_scope(&state, &caller, &current).await?;
-    let needs_admin = match state.types.get(&current.item_type) {
+    let handler = state.types.get(&current.item_type);
+    let needs_admin = match handler {
         Some(handler) => handler.retry_needs_admin(&current).await?,
         None => false,
     };
+    let event_type = handler.and_then(|handler| handler.retry_event(&current));
     let permission = if needs_admin {
         Permission::Admin
     } else {
@@ -806,7 +808,7 @@ pub async fn retry(
     }
     let item = match state
         .store
-        .item_retry(id, state.clock.now(), &caller_identity)
+        .item_retry(id, state.clock.now(), &caller_identity, event_type)
         .await
     {
         Ok(item) => item,

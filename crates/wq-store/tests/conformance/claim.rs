@@ -703,7 +703,7 @@ pub async fn outages_fail_an_item_only_after_the_budget(db: &TestDb) {
         assert_eq!(failed.phase, phase, "counted failure {counted}");
         at += Duration::minutes(30);
         if phase == Phase::Failed {
-            let retried = store.item_retry(item.id, at, "tester").await.unwrap();
+            let retried = store.item_retry(item.id, at, "tester", None).await.unwrap();
             assert_eq!(retried.phase, Phase::Active);
         }
     }

@@ -330,7 +330,10 @@ pub async fn idempotency_key_is_unique_among_live_items(db: &TestDb) {
     );
 
     // Cancelled frees it.
-    store.item_retry(first.id, now, "tester").await.unwrap();
+    store
+        .item_retry(first.id, now, "tester", None)
+        .await
+        .unwrap();
     move_to(store, first.id, Phase::Cancelled, now).await;
     let second = store
         .item_insert(new_item(TYPE_A, Some("mr:p:b:1"), now))
@@ -349,6 +352,60 @@ pub async fn idempotency_key_is_unique_among_live_items(db: &TestDb) {
     insert(store, TYPE_A, now).await;
 }
 
+/// A retry with the item type's event stores the event in the retry's
+/// transaction: with it when the retry happens, and not at all when the
+/// retry is refused.
+pub async fn a_retry_stores_the_types_event_in_its_transaction(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let now = t0();
+    let later = now + Duration::minutes(1);
+    let cancelled = insert(store, TYPE_A, now).await.id;
+    move_to(store, cancelled, Phase::Cancelled, now).await;
+    store
+        .item_retry(cancelled, later, "tester", Some("a.retried"))
+        .await
+        .unwrap();
+    let event = store
+        .event_next(cancelled)
+        .await
+        .unwrap()
+        .expect("the event");
+    assert_eq!(event.event_type, "a.retried");
+    assert_eq!(event.body, serde_json::json!({"caller": "tester"}));
+    let trail = store
+        .audit_list(wq_store::audit::AuditQuery {
+            item_id: Some(cancelled),
+            limit: 100,
+            ..wq_store::audit::AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    let last: Vec<(&str, &str)> = trail
+        .iter()
+        .rev()
+        .take(2)
+        .map(|record| (record.kind.as_str(), record.actor.as_str()))
+        .collect();
+    assert_eq!(
+        last,
+        [("event.received", "tester"), ("item.retried", "tester")]
+    );
+
+    let active = insert(store, TYPE_A, now).await.id;
+    assert!(matches!(
+        store
+            .item_retry(active, later, "tester", Some("a.retried"))
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        store.event_next(active).await.unwrap(),
+        None,
+        "a refused retry stores no event"
+    );
+}
+
 pub async fn retry_reactivates_failed_and_cancelled_items(db: &TestDb) {
     let store = db.store();
     let store = store.as_ref();
@@ -358,7 +415,10 @@ pub async fn retry_reactivates_failed_and_cancelled_items(db: &TestDb) {
     let failed = insert(store, TYPE_A, now).await.id;
     let lease = fail_permanently(store, failed, now).await;
     store.item_park(lease, now).await.unwrap();
-    let retried = store.item_retry(failed, later, "tester").await.unwrap();
+    let retried = store
+        .item_retry(failed, later, "tester", None)
+        .await
+        .unwrap();
     assert_eq!(retried.phase, Phase::Active);
     assert!(retried.actionable);
     assert_eq!(retried.attempts, 0);
@@ -369,13 +429,16 @@ pub async fn retry_reactivates_failed_and_cancelled_items(db: &TestDb) {
 
     let cancelled = insert(store, TYPE_A, now).await.id;
     let lease = move_to(store, cancelled, Phase::Cancelled, now).await;
-    let retried = store.item_retry(cancelled, later, "tester").await.unwrap();
+    let retried = store
+        .item_retry(cancelled, later, "tester", None)
+        .await
+        .unwrap();
     assert_eq!(retried.phase, Phase::Active);
     assert_eq!(retried.leased_until, None, "a held lease is dropped");
     assert_lease_lost(store.item_park(lease, now).await, cancelled, "old holder");
 
     let active = insert(store, TYPE_A, now).await.id;
-    match store.item_retry(active, later, "tester").await {
+    match store.item_retry(active, later, "tester", None).await {
         Err(StoreError::Conflict(message)) => assert_eq!(
             message,
             "work item is active; only failed or cancelled items can be retried"
@@ -384,13 +447,13 @@ pub async fn retry_reactivates_failed_and_cancelled_items(db: &TestDb) {
     }
     let completed = insert(store, TYPE_A, now).await.id;
     move_to(store, completed, Phase::Completed, now).await;
-    match store.item_retry(completed, later, "tester").await {
+    match store.item_retry(completed, later, "tester", None).await {
         Err(StoreError::Conflict(message)) => assert!(message.contains("completed")),
         other => panic!("expected Conflict, got {other:?}"),
     }
     let missing = ItemId::new_v7();
     assert!(matches!(
-        store.item_retry(missing, later, "tester").await,
+        store.item_retry(missing, later, "tester", None).await,
         Err(StoreError::NotFound(found)) if found == missing
     ));
 
@@ -406,7 +469,7 @@ pub async fn retry_reactivates_failed_and_cancelled_items(db: &TestDb) {
         .item_insert(new_item(TYPE_A, Some("k"), now))
         .await
         .unwrap();
-    let result = store.item_retry(old, later, "tester").await;
+    let result = store.item_retry(old, later, "tester", None).await;
     assert!(
         matches!(result, Err(StoreError::Duplicate(_))),
         "{result:?}"

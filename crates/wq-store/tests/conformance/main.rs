@@ -161,6 +161,7 @@ conformance_suite!(
     event_apply_stale_phase_still_applies_dimensions,
     event_apply_discards_events_of_inactive_items,
     retry_reactivates_failed_and_cancelled_items,
+    a_retry_stores_the_types_event_in_its_transaction,
     count_by_phase_groups_by_type_and_phase,
     dimension_upsert_replaces_status_and_keeps_detail,
     mark_actionable_wakes_a_parked_item,
