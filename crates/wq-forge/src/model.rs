@@ -128,6 +128,23 @@ impl LabelChange<'_> {
     }
 }
 
+/// What takes a change request's labels from `current` (as last read) to
+/// `wanted`: the labels to add and the labels to remove, for a
+/// [`LabelChange`].
+pub fn label_diff(current: &[String], wanted: &[String]) -> (Vec<String>, Vec<String>) {
+    let add = wanted
+        .iter()
+        .filter(|label| !current.contains(label))
+        .cloned()
+        .collect();
+    let remove = current
+        .iter()
+        .filter(|label| !wanted.contains(label))
+        .cloned()
+        .collect();
+    (add, remove)
+}
+
 /// Fields to change on a change request; `None` leaves a field alone.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ChangeUpdate<'a> {

@@ -11,6 +11,7 @@ use wq_core::{DimensionStatus, DimensionUpdate, ExecError, ExecOutcome, ItemView
 use wq_forge::{
     ChangeRequest, ChangeState, ChangeUpdate, CiStatus, CommitMode, CommitRequest, Forge,
     LabelChange, MergeOutcome, MergeParams, Mergeable, NewChange, PushedCommit, QueueEntry,
+    label_diff,
 };
 
 use crate::dashboard::{self, StatusNote};
@@ -509,7 +510,7 @@ impl Run<'_> {
         };
         if empty {
             if let Some(open) = &existing {
-                self.close(open.change.number).await?;
+                self.set_open(open.change.number, false).await?;
             }
             return Ok(cancelled_empty(&spec.target_branch));
         }
@@ -682,17 +683,7 @@ impl Run<'_> {
         );
         // What differs from the labels just read, as additions and removals:
         // a label a person adds meanwhile is not in either and stays.
-        let add: Vec<String> = next
-            .iter()
-            .filter(|label| !change.labels.contains(label))
-            .cloned()
-            .collect();
-        let remove: Vec<String> = change
-            .labels
-            .iter()
-            .filter(|label| !next.contains(label))
-            .cloned()
-            .collect();
+        let (add, remove) = label_diff(&change.labels, &next);
         let relabel = !add.is_empty() || !remove.is_empty();
         let retarget = change.target_branch != spec.target_branch.as_str();
         if change.title == spec.title && change.description == description && !relabel && !retarget
@@ -719,18 +710,26 @@ impl Run<'_> {
             .map_err(|e| forge_failure("updating the merge request", e))
     }
 
-    async fn close(&self, number: u64) -> Result<(), ExecError> {
+    /// Closes (`false`) or reopens (`true`) change request `number`.
+    async fn set_open(&self, number: u64, open: bool) -> Result<(), ExecError> {
         self.forge
             .update_change(
                 self.project(),
                 number,
                 &ChangeUpdate {
-                    open: Some(false),
+                    open: Some(open),
                     ..ChangeUpdate::default()
                 },
             )
             .await
-            .map_err(|e| forge_failure("closing the merge request", e))?;
+            .map_err(|e| {
+                let what = if open {
+                    "reopening the merge request"
+                } else {
+                    "closing the merge request"
+                };
+                forge_failure(what, e)
+            })?;
         Ok(())
     }
 
@@ -756,17 +755,7 @@ impl Run<'_> {
         if change.state != ChangeState::Closed {
             return Ok(done);
         }
-        self.forge
-            .update_change(
-                self.project(),
-                number,
-                &ChangeUpdate {
-                    open: Some(true),
-                    ..ChangeUpdate::default()
-                },
-            )
-            .await
-            .map_err(|e| forge_failure("reopening the merge request", e))?;
+        self.set_open(number, true).await?;
         let by = self
             .view
             .dimension(NEEDS_REOPEN, "")
@@ -839,7 +828,7 @@ impl Run<'_> {
             self.person_review(),
         );
         self.write_note(number, &note).await?;
-        self.close(number).await?;
+        self.set_open(number, false).await?;
         tracing::info!(item = %self.view.item.id, number, "cancelled: the merge request was closed");
         Ok(cancelled)
     }
@@ -867,7 +856,7 @@ impl Run<'_> {
             .await
             .map_err(|e| forge_failure("comparing the branches", e))?;
         if empty && change.state == ChangeState::Open {
-            self.close(number).await?;
+            self.set_open(number, false).await?;
             tracing::info!(item = %self.view.item.id, number, "empty merge request closed");
             return Ok(cancelled_empty(&spec.target_branch));
         }

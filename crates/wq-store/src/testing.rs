@@ -474,6 +474,22 @@ pub async fn wait_for_lock_waiters(
     }
 }
 
+/// Appends `record` on PostgreSQL in a transaction it leaves open: the
+/// transaction (commit or roll it back) and the record's `seq`. For tests
+/// of readers that must not pass over a record numbered before one that
+/// commits first.
+pub async fn append_uncommitted(
+    store: &crate::postgres::PgStore,
+    record: crate::audit::NewAudit,
+) -> (sqlx::Transaction<'static, sqlx::Postgres>, i64) {
+    let mut tx = store.pool().begin().await.expect("begin");
+    let seq = crate::postgres::append_audit(&mut tx, record)
+        .await
+        .expect("append")
+        .seq;
+    (tx, seq)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,7 @@ use wq_core::{Clock, ItemId, SystemClock};
 use wq_store::Store;
 use wq_store::audit::NewAudit;
 use wq_store::postgres::PgStore;
+use wq_store::testing::append_uncommitted;
 use wq_testkit::{Backend, backend_tests};
 use wq_ui::events::{Feed, POLL_INTERVAL};
 
@@ -102,16 +103,8 @@ async fn a_record_that_commits_late_is_sent_in_its_order_not_passed_over() {
     let record = |item: ItemId, kind: &str| NewAudit::new(item, now, "engine", kind);
 
     // `a`'s record draws its number first and commits last.
-    let mut slow = pg.pool().begin().await.unwrap();
-    let low = wq_store::postgres::append_audit(&mut slow, record(a, "step.slow"))
-        .await
-        .unwrap()
-        .seq;
-    let mut fast = pg.pool().begin().await.unwrap();
-    let high = wq_store::postgres::append_audit(&mut fast, record(b, "step.fast"))
-        .await
-        .unwrap()
-        .seq;
+    let (slow, low) = append_uncommitted(&pg, record(a, "step.slow")).await;
+    let (fast, high) = append_uncommitted(&pg, record(b, "step.fast")).await;
     fast.commit().await.unwrap();
     assert!(low < high);
     feed.nudge();
@@ -126,16 +119,8 @@ async fn a_record_that_commits_late_is_sent_in_its_order_not_passed_over() {
     assert_eq!(feed.settled(), Some(high));
 
     // A number whose transaction rolls back holds nothing back for good.
-    let mut gone = pg.pool().begin().await.unwrap();
-    let lost = wq_store::postgres::append_audit(&mut gone, record(a, "step.lost"))
-        .await
-        .unwrap()
-        .seq;
-    let mut after = pg.pool().begin().await.unwrap();
-    let kept = wq_store::postgres::append_audit(&mut after, record(b, "step.kept"))
-        .await
-        .unwrap()
-        .seq;
+    let (gone, lost) = append_uncommitted(&pg, record(a, "step.lost")).await;
+    let (after, kept) = append_uncommitted(&pg, record(b, "step.kept")).await;
     after.commit().await.unwrap();
     gone.rollback().await.unwrap();
     assert!(lost < kept);

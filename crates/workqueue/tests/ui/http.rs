@@ -420,16 +420,8 @@ async fn a_resumed_stream_is_sent_a_record_that_commits_late_in_its_order() {
         .unwrap();
     let now = h.clock.now();
     let record = |kind: &str| NewAudit::new(ItemId::new_v7(), now, "engine", kind);
-    let mut slow = pg.pool().begin().await.unwrap();
-    let low = wq_store::postgres::append_audit(&mut slow, record("step.slow"))
-        .await
-        .unwrap()
-        .seq;
-    let mut fast = pg.pool().begin().await.unwrap();
-    let high = wq_store::postgres::append_audit(&mut fast, record("step.fast"))
-        .await
-        .unwrap()
-        .seq;
+    let (slow, low) = wq_store::testing::append_uncommitted(&pg, record("step.slow")).await;
+    let (fast, high) = wq_store::testing::append_uncommitted(&pg, record("step.fast")).await;
     fast.commit().await.unwrap();
     assert!(low < high);
     let resumed = client

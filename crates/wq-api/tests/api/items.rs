@@ -437,16 +437,8 @@ async fn the_trail_listing_never_answers_past_a_record_in_progress() {
     let before: Value = json_of(app.get("/api/v1/audit").await).await;
     let last = *seqs(&before).last().unwrap();
 
-    let mut slow = pg.pool().begin().await.unwrap();
-    let low = wq_store::postgres::append_audit(&mut slow, record(a, "step.slow"))
-        .await
-        .unwrap()
-        .seq;
-    let mut fast = pg.pool().begin().await.unwrap();
-    let high = wq_store::postgres::append_audit(&mut fast, record(b, "step.fast"))
-        .await
-        .unwrap()
-        .seq;
+    let (slow, low) = wq_store::testing::append_uncommitted(&pg, record(a, "step.slow")).await;
+    let (fast, high) = wq_store::testing::append_uncommitted(&pg, record(b, "step.fast")).await;
     fast.commit().await.unwrap();
     assert!(last < low && low < high);
     let busy = error_of(app.get(&format!("/api/v1/audit?after={last}")).await, 503).await;

@@ -4,7 +4,7 @@ use forge_sim::{FaultRule, HttpFault, JobOutcome, JobSpec};
 use wq_forge::{
     ChangeState, ChangeUpdate, CiStatus, CommitMode, CommitRequest, FileAction, FileOp, Forge,
     ForgeErrorKind, LabelChange, MergeMethod, MergeOutcome, MergeParams, NewChange,
-    WebhookRejection,
+    WebhookRejection, label_diff,
 };
 
 use crate::harness::{Harness, SECRET};
@@ -914,17 +914,7 @@ pub async fn a_label_a_person_adds_meanwhile_survives_an_update<H: Harness>() {
     // After the read: a person's label.
     harness.label_as(created.number, "person", "dana").await;
     let wanted = ["kept".to_owned(), "new".to_owned()];
-    let add: Vec<String> = wanted
-        .iter()
-        .filter(|label| !read.labels.contains(label))
-        .cloned()
-        .collect();
-    let remove: Vec<String> = read
-        .labels
-        .iter()
-        .filter(|label| !wanted.contains(label))
-        .cloned()
-        .collect();
+    let (add, remove) = label_diff(&read.labels, &wanted);
     let updated = forge
         .update_change(
             project,
