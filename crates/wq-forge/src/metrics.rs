@@ -68,6 +68,7 @@ const PATH_WORDS: &[&str] = &[
     "retry",
     "reviews",
     "rules",
+    "rulesets",
     "runs",
     "status",
     "statuses",

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use forge_sim::github::{CheckScript, GithubRepoSpec, MergeAsyncScript};
+use forge_sim::github::{CheckScript, GithubRepoSpec, MergeAsyncScript, RulesetSpec};
 use forge_sim::testing::{Received, Receiver, header_refs, start_stepped_sim};
 use forge_sim::{FaultRule, HttpFault, JobOutcome, SimHandle};
 use serde_json::{Value, json};
@@ -2084,7 +2084,44 @@ async fn branch_protection_reads_classic_protection_and_rulesets() {
         async move { github.branch_protected(REPO, branch).await.expect(branch) }
     };
     assert!(protected("main").await, "the default branch is protected");
+    // A repository without rulesets: its list of them tells, and GitHub is
+    // not asked for a name's rules; the list is read again conditionally.
+    let asked = |sim: &SimHandle| {
+        let log = sim.requests();
+        sim.clear_requests();
+        let rules = log
+            .iter()
+            .filter(|r| r.path.contains("/rules/branches/"))
+            .count();
+        let lists: Vec<u16> = log
+            .iter()
+            .filter(|r| r.path.ends_with("/rulesets"))
+            .map(|r| r.status)
+            .collect();
+        (rules, lists)
+    };
+    sim.clear_requests();
     assert!(!protected("wq/free").await, "no such branch, no rules");
+    assert_eq!(asked(&sim), (0, vec![200]));
+    assert!(!protected("wq/other").await);
+    assert_eq!(asked(&sim), (0, vec![304]), "the list did not change");
+    // A ruleset that enforces nothing is listed, and still asks for none.
+    sim.github_add_ruleset_spec(
+        REPO,
+        &RulesetSpec {
+            name: "trial".into(),
+            enforcement: Some("evaluate".into()),
+            include: vec!["~ALL".into()],
+            exclude: Vec::new(),
+            rules: vec!["update".into()],
+        },
+    )
+    .expect("ruleset");
+    assert!(
+        !protected("wq/free").await,
+        "an evaluated ruleset protects nothing"
+    );
+    assert_eq!(asked(&sim), (0, vec![200]), "the list changed");
 
     sim.github_push_as(REPO, "stable", &[("s.txt", Some("s\n"))], "s", "alice")
         .expect("push");
@@ -2099,7 +2136,13 @@ async fn branch_protection_reads_classic_protection_and_rulesets() {
         &["deletion", "non_fast_forward"],
     )
     .expect("ruleset");
+    sim.clear_requests();
     assert!(protected("release/1.0").await);
+    assert_eq!(
+        asked(&sim),
+        (1, vec![200]),
+        "an active ruleset: GitHub decides"
+    );
     assert!(protected("release/1/hotfix").await);
     assert!(!protected("wq/release/1").await);
     // Content-only rules do not protect; an update rule does.

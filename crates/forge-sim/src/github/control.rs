@@ -1171,7 +1171,13 @@ impl crate::SimHandle {
             exclude: Vec::new(),
             rules: rules.iter().map(|rule| rule.to_string()).collect(),
         };
-        Ok(self.github_repo(repo)?.add_ruleset(&spec)?)
+        self.github_add_ruleset_spec(repo, &spec)
+    }
+
+    /// Adds a branch ruleset as `spec` has it (an enforcement other than
+    /// `active`, exclusions); returns its id.
+    pub fn github_add_ruleset_spec(&self, repo: &str, spec: &RulesetSpec) -> anyhow::Result<u64> {
+        Ok(self.github_repo(repo)?.add_ruleset(spec)?)
     }
 
     /// Force-moves a branch to an existing commit.

@@ -281,4 +281,41 @@ async fn github_users_authors_protection_and_rules() {
     assert_eq!(rules, json!([]), "* stays within one segment");
     let (status, _) = gh.get("/repos/octo/none/rules/branches/main").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // The rulesets themselves, summarised as "Get all repository rulesets"
+    // lists them: every enforcement, no conditions and no rules.
+    let (status, listed) = gh
+        .get(&format!(
+            "/repos/{REPO}/rulesets?targets=branch&per_page=100"
+        ))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let listed = listed.as_array().expect("an array").clone();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!(listed[0]["id"], id);
+    assert_eq!(listed[0]["name"], "releases");
+    assert_eq!(listed[0]["target"], "branch");
+    assert_eq!(listed[0]["source_type"], "Repository");
+    assert_eq!(listed[0]["source"], "Octo/App");
+    assert_eq!(listed[0]["enforcement"], "active");
+    assert!(listed[0]["node_id"].is_string());
+    assert!(
+        listed[0]["_links"]["self"]["href"]
+            .as_str()
+            .is_some_and(|href| href.ends_with(&format!("/repos/Octo/App/rulesets/{id}"))),
+        "{listed:?}"
+    );
+    assert!(listed[0]["created_at"].is_string());
+    assert!(listed[0].get("conditions").is_none() && listed[0].get("rules").is_none());
+    assert_eq!(listed[1]["name"], "trial");
+    assert_eq!(listed[1]["enforcement"], "evaluate");
+    let (_, tags) = gh.get(&format!("/repos/{REPO}/rulesets?targets=tag")).await;
+    assert_eq!(tags, json!([]), "branch rulesets only");
+    let (_, paged) = gh
+        .get(&format!("/repos/{REPO}/rulesets?per_page=1&page=2"))
+        .await;
+    assert_eq!(paged.as_array().map(Vec::len), Some(1));
+    assert_eq!(paged[0]["name"], "trial");
+    let (status, _) = gh.get("/repos/octo/none/rulesets").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }

@@ -406,7 +406,8 @@ async fn github_pages_every_list() {
         json!({ "labels": ["x", "y", "z"] }),
     )
     .await;
-    for pattern in ["refs/heads/main", "~DEFAULT_BRANCH"] {
+    // Three rulesets, two of them for `main`: four rules.
+    for pattern in ["refs/heads/main", "~DEFAULT_BRANCH", "refs/heads/release/*"] {
         sim.github_add_ruleset(REPO, &[pattern], &["deletion", "update"])
             .expect("ruleset");
     }
@@ -440,6 +441,7 @@ async fn github_pages_every_list() {
     .await;
     github_walk(&gh, "/repos/octo/app/branches", None, 4).await;
     github_walk(&gh, "/repos/octo/app/rules/branches/main", None, 4).await;
+    github_walk(&gh, "/repos/octo/app/rulesets", None, 3).await;
 
     // Defaults and bounds: 30 a page, at most 100; one page sends no Link.
     let (_, headers, body) = gh.get_with_headers("/repos/octo/app/pulls").await;

@@ -18,7 +18,8 @@ use crate::support::{
 
 backend_tests!(
     gitlab_a_typical_change_is_seven_calls_and_three_first_reads,
-    github_a_typical_change_is_twelve_calls_and_one_first_read,
+    github_a_typical_change_is_eleven_calls_and_two_first_reads,
+    github_a_second_change_lists_the_rulesets_conditionally,
     a_reconcile_asked_for_before_the_creation_is_not_deferred,
     gitlab_a_crash_after_the_merge_request_is_opened_makes_no_second_one,
     github_a_crash_after_the_pull_request_is_opened_makes_no_second_one,
@@ -80,10 +81,15 @@ fn expected(calls: &[(&str, usize)]) -> BTreeMap<String, usize> {
 /// Submits a change, waits for its status note while CI runs, lets CI
 /// pass and waits for the merge; the requests of it all.
 async fn typical_change(h: &Harness) -> BTreeMap<String, usize> {
+    typical_change_on(h, "wq/typical", "t\n").await
+}
+
+/// [`typical_change`] on `branch`, writing `content`.
+async fn typical_change_on(h: &Harness, branch: &str, content: &str) -> BTreeMap<String, usize> {
     h.sim.clear_requests();
     let id = h
         .submit_ok(
-            &h.change("wq/typical", &[("t.txt", "t\n")]),
+            &h.change(branch, &[("t.txt", content)]),
             StatusCode::CREATED,
             "created",
         )
@@ -132,7 +138,9 @@ async fn gitlab_a_typical_change_is_seven_calls_and_three_first_reads(backend: B
     h.finish().await;
 }
 
-/// GitHub: a first push reads only the rulesets of the branch it creates;
+/// GitHub: a first push lists the repository's rulesets (none: no read of
+/// the rules of the branch it creates; a later change's list is answered
+/// `304`, see `github_a_second_change_lists_the_rulesets_conditionally`);
 /// one GraphQL query reads the base branch's head, its tree, the paths
 /// the commit writes (no tree listing) and that the branch does not
 /// exist yet; the text goes inline in one tree (no blob), and the tree
@@ -143,14 +151,14 @@ async fn gitlab_a_typical_change_is_seven_calls_and_three_first_reads(backend: B
 /// brings the one GraphQL read of the pull request, the merge (and its
 /// one poll) and the note's final edit. The repository is read once for
 /// many changes.
-async fn github_a_typical_change_is_twelve_calls_and_one_first_read(backend: Backend) {
+async fn github_a_typical_change_is_eleven_calls_and_two_first_reads(backend: Backend) {
     let h = Harness::start_with(backend, options(GITHUB, None)).await;
     let calls = typical_change(&h).await;
     assert_eq!(
         calls,
         expected(&[
             ("GET repos/*", 1),
-            ("GET repos/*/rules/branches/*", 1),
+            ("GET repos/*/rulesets", 1),
             ("POST repos/*/git/trees", 1),
             ("POST repos/*/git/commits", 1),
             ("POST repos/*/git/refs", 1),
@@ -163,6 +171,32 @@ async fn github_a_typical_change_is_twelve_calls_and_one_first_read(backend: Bac
             ("PATCH repos/*/issues/comments/*", 1),
         ]),
     );
+    h.finish().await;
+}
+
+/// The repository's rulesets are listed for each new branch, and the list
+/// the first change read is answered `304 Not Modified` to the second
+/// (which GitHub does not count against the rate limit); with no ruleset
+/// that may apply to branches, neither change asks for a name's rules.
+async fn github_a_second_change_lists_the_rulesets_conditionally(backend: Backend) {
+    let h = Harness::start_with(backend, options(GITHUB, None)).await;
+    typical_change_on(&h, "wq/first", "first\n").await;
+    typical_change_on(&h, "wq/second", "second\n").await;
+    let listed: Vec<u16> = h
+        .sim
+        .requests()
+        .iter()
+        .filter(|request| request.path.ends_with("/rulesets"))
+        .map(|request| request.status)
+        .collect();
+    assert_eq!(listed, [304], "the second change's list");
+    let rules = h
+        .sim
+        .requests()
+        .iter()
+        .filter(|request| request.path.contains("/rules/branches/"))
+        .count();
+    assert_eq!(rules, 0);
     h.finish().await;
 }
 

@@ -139,11 +139,11 @@ impl GithubClient {
     }
 
     /// Classic protection (`protected` of an existing branch), else the
-    /// rulesets that would apply to the name (`GET rules/branches/:branch`,
-    /// which answers for branches that do not exist yet): any rule but
-    /// the content-only ones ([`wire::BranchRule::protects`]) protects. A
-    /// 404 from the rules endpoint (a server without rulesets) means no
-    /// rules; a missing repository is an error.
+    /// rulesets that would apply to the name (see `ruleset_protects`; GitHub
+    /// answers for branches that do not exist yet): any rule but the
+    /// content-only ones ([`wire::BranchRule::protects`]) protects. A 404
+    /// from the rules endpoint (a server without rulesets) means no rules;
+    /// a missing repository is an error.
     pub(super) async fn branch_protected(&self, project: &str, branch: &str) -> ForgeResult<bool> {
         Ok(self.source_branch(project, branch).await?.protected)
     }
@@ -191,9 +191,36 @@ impl GithubClient {
     }
 
     /// Whether an active ruleset's rules other than content-only ones
-    /// apply to the branch name (`GET rules/branches/:branch`, every page;
-    /// a 404 is a server without rulesets).
+    /// apply to the branch name. The repository's branch rulesets are
+    /// listed first (`GET rulesets?targets=branch`, every page, which
+    /// includes those of the organisation above it): a repository none of
+    /// whose rulesets may apply to a branch
+    /// ([`wire::RulesetSummary::may_apply_to_branches`]) protects no name,
+    /// and that list is the same for every change, so after its first read
+    /// it answers `304 Not Modified`, which GitHub does not count against
+    /// the rate limit. Otherwise GitHub's own evaluation for the name
+    /// decides (`GET rules/branches/:branch`, every page): names are never
+    /// matched against patterns here. A 404 from the list leaves the
+    /// decision to the rules endpoint, whose 404 is a server without
+    /// rulesets.
     async fn ruleset_protects(&self, repo: &Repo<'_>, branch: &str) -> ForgeResult<bool> {
+        let list = Call::repo(Method::GET, repo, &["rulesets"]).query("targets", "branch");
+        match self
+            .http
+            .list::<wire::RulesetSummary>(list, "a list of rulesets")
+            .await
+        {
+            Ok(rulesets)
+                if !rulesets
+                    .iter()
+                    .any(wire::RulesetSummary::may_apply_to_branches) =>
+            {
+                return Ok(false);
+            }
+            Ok(_) => {}
+            Err(error) if error.kind == ForgeErrorKind::NotFound => {}
+            Err(error) => return Err(error),
+        }
         let call = Call::repo(Method::GET, repo, &["rules", "branches"]).branch_path(branch);
         match self
             .http

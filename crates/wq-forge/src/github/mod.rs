@@ -20,9 +20,9 @@
 //! | `diff_is_empty` | `GET commits/:base` and `GET commits/:head` (their trees compared; the tree of a commit this client made or read is known and not read again) |
 //! | `current_user` | `GET /user`, once per client (an error is not kept) |
 //! | `project_path` | `GET repos/:owner/:repo` |
-//! | `branch_protected` | `GET branches/:branch` (classic protection), then, unless that said protected, `GET rules/branches/:branch` (rulesets; every page) |
+//! | `branch_protected` | `GET branches/:branch` (classic protection), then, unless that said protected, the rulesets: `GET rulesets?targets=branch` (every page; `304` after the first read while nothing changes), and `GET rules/branches/:branch` (every page) only when a listed ruleset may apply to branches |
 //! | `source_branch` | the requests of `branch_protected`, whose `GET branches/:branch` also tells the head |
-//! | `protects_new_branch` | `GET rules/branches/:branch` (rulesets; every page): classic protection shows only in an existing branch's answer, and an existing branch refuses the creating commit |
+//! | `protects_new_branch` | the rulesets' requests of `branch_protected`: classic protection shows only in an existing branch's answer, and an existing branch refuses the creating commit |
 //!
 //! Every REST `GET` is conditional once its URL was read: the client keeps
 //! the last answer with its `ETag` and sends `If-None-Match`; a `304 Not

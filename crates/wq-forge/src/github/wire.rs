@@ -64,6 +64,30 @@ pub struct BranchRule {
     pub kind: String,
 }
 
+/// One item of `GET /repos/{o}/{r}/rulesets` (a summary: no conditions,
+/// no rules).
+#[derive(Debug, Deserialize)]
+pub struct RulesetSummary {
+    /// `active`, `evaluate` or `disabled`.
+    #[serde(default, deserialize_with = "null_default")]
+    pub enforcement: String,
+    /// `branch`, `tag`, `push` or `repository`; older servers leave it out.
+    #[serde(default)]
+    pub target: Option<String>,
+}
+
+impl RulesetSummary {
+    /// Whether its rules may apply to a branch name: everything but a
+    /// ruleset that says it enforces nothing (`evaluate`, `disabled`: the
+    /// rules endpoint leaves their rules out) or that it targets tags,
+    /// pushes or the repository itself. An unknown enforcement or a missing
+    /// target may.
+    pub fn may_apply_to_branches(&self) -> bool {
+        !matches!(self.enforcement.as_str(), "evaluate" | "disabled")
+            && !matches!(self.target.as_deref(), Some("tag" | "push" | "repository"))
+    }
+}
+
 /// Ruleset rule types that only constrain metadata or content of what is
 /// pushed (commit messages, author e-mails, names, file paths and sizes);
 /// every other rule type — `creation`, `update`, `deletion`,
@@ -676,6 +700,37 @@ pub fn details_str<'a>(body: &'a Value, key: &str) -> Option<&'a str> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn only_rulesets_that_say_they_cannot_apply_to_branches_are_passed_over() {
+        let may = |summary: Value| {
+            serde_json::from_value::<RulesetSummary>(summary)
+                .expect("a ruleset summary")
+                .may_apply_to_branches()
+        };
+        let base = |enforcement: &str| json!({"id": 1, "name": "r", "source": "o/r", "enforcement": enforcement});
+        assert!(may(base("active")), "no target: maybe a branch ruleset");
+        assert!(may(json!({"enforcement": "active", "target": "branch"})));
+        assert!(
+            may(json!({"enforcement": "enabled", "target": "branch"})),
+            "unknown enforcement"
+        );
+        assert!(
+            may(json!({"enforcement": null, "target": "branch"})),
+            "no enforcement"
+        );
+        assert!(may(
+            json!({"enforcement": "active", "target": "something_new"})
+        ));
+        assert!(!may(base("evaluate")));
+        assert!(!may(base("disabled")));
+        for target in ["tag", "push", "repository"] {
+            assert!(
+                !may(json!({"enforcement": "active", "target": target})),
+                "{target}"
+            );
+        }
+    }
 
     #[test]
     fn queue_states_normalize() {

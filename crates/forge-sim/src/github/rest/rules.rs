@@ -1,6 +1,7 @@
 //! Branch protection as GitHub reports it: classic protection (`"protected"` on branch objects)
 //! and rulesets (`GET /repos/{owner}/{repo}/rules/branches/{branch}`, the active rules that
-//! apply to a branch name, whether or not the branch exists).
+//! apply to a branch name, whether or not the branch exists; `GET /repos/{owner}/{repo}/rulesets`,
+//! the rulesets themselves, summarised as GitHub lists them).
 //!
 //! Ruleset `ref_name` conditions are `refs/heads/<pattern>`, `~DEFAULT_BRANCH` or `~ALL`;
 //! patterns use fnmatch syntax as GitHub does: `*` matches within one path segment, `**` across
@@ -18,10 +19,12 @@ use crate::github::model::{GhRepo, Ruleset};
 use crate::state::Shared;
 
 pub fn router() -> Router<Shared> {
-    Router::new().route(
-        "/repos/{owner}/{repo}/rules/branches/{*branch}",
-        get(branch_rules),
-    )
+    Router::new()
+        .route(
+            "/repos/{owner}/{repo}/rules/branches/{*branch}",
+            get(branch_rules),
+        )
+        .route("/repos/{owner}/{repo}/rulesets", get(list_rulesets))
 }
 
 /// fnmatch as GitHub's branch patterns use it (see the module docs).
@@ -104,6 +107,54 @@ pub fn rules_for(repo: &GhRepo, branch: &str) -> Vec<Value> {
             })
         })
         .collect()
+}
+
+/// `GET /repos/{owner}/{repo}/rulesets` (paged: `per_page`, `page`): every ruleset of the
+/// repository, whatever its enforcement, as "Get all repository rulesets" summarises them (no
+/// conditions, no rules). `targets` (comma-separated: `branch`, `tag`, `push`) keeps those of
+/// the targets named; the simulator's rulesets are all branch rulesets. `includes_parents` is
+/// accepted: a simulated repository has no organisation's rulesets above it.
+async fn list_rulesets(call: RepoCall) -> ApiResult<Response> {
+    let RepoCall {
+        ctx, target, uri, ..
+    } = call;
+    let query = uri.query().map(str::to_string);
+    let branch_target = super::query_param(&query, "targets")
+        .is_none_or(|targets| targets.split(',').any(|target| target.trim() == "branch"));
+    target.with_repo(|repo, _| {
+        let full = repo.full_name();
+        let listed = if branch_target {
+            repo.settings
+                .rulesets
+                .iter()
+                .map(|ruleset| {
+                    json!({
+                        "id": ruleset.id,
+                        "name": ruleset.name,
+                        "target": "branch",
+                        "source_type": "Repository",
+                        "source": full,
+                        "enforcement": ruleset.enforcement,
+                        "node_id": crate::github::model::node_id("RRS", &ruleset.id.to_string()),
+                        "_links": {
+                            "self": {"href": format!("{}/repos/{full}/rulesets/{}", ctx.base_url, ruleset.id)},
+                            "html": {"href": format!("{}/{full}/rules/{}", ctx.base_url, ruleset.id)},
+                        },
+                        "created_at": crate::github::json::ts(repo.created_at),
+                        "updated_at": crate::github::json::ts(repo.created_at),
+                    })
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let page = paginate(listed, &ctx.base_url, &uri);
+        Ok(reply_paged(
+            StatusCode::OK,
+            Value::Array(page.items),
+            page.link,
+        ))
+    })
 }
 
 /// `GET /repos/{owner}/{repo}/rules/branches/{branch}` (paged: `per_page`, `page`).
