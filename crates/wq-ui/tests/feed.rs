@@ -15,18 +15,24 @@ use wq_store::testing::append_uncommitted;
 use wq_testkit::{Backend, backend_tests};
 use wq_ui::events::{Feed, POLL_INTERVAL};
 
+/// The feed over `store`, with an authenticator that grants nothing (the
+/// feed reads no request).
+async fn start_feed(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Arc<Feed> {
+    let auth = wq_auth::Authenticator::new(
+        wq_testkit::oidc::settings("rules: []"),
+        reqwest::Client::new(),
+    )
+    .unwrap();
+    Feed::start(AppState::new(store, clock, Arc::new(auth))).await
+}
+
 backend_tests!(the_feed_reads_no_records_while_no_stream_listens);
 
 async fn the_feed_reads_no_records_while_no_stream_listens(backend: Backend) {
     let store = backend.fresh_store().await;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let now = clock.now();
-    let auth = wq_auth::Authenticator::new(
-        wq_testkit::oidc::settings("rules: []"),
-        reqwest::Client::new(),
-    )
-    .unwrap();
-    let feed = Feed::start(AppState::new(store.clone(), clock, Arc::new(auth))).await;
+    let feed = start_feed(store.clone(), clock).await;
     let insert = |id: ItemId| {
         let store = store.clone();
         async move {
@@ -83,12 +89,7 @@ async fn a_record_that_commits_late_is_sent_in_its_order_not_passed_over() {
     let store: Arc<dyn Store> = Arc::new(pg.clone());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let now = clock.now();
-    let auth = wq_auth::Authenticator::new(
-        wq_testkit::oidc::settings("rules: []"),
-        reqwest::Client::new(),
-    )
-    .unwrap();
-    let feed = Feed::start(AppState::new(store.clone(), clock, Arc::new(auth))).await;
+    let feed = start_feed(store.clone(), clock).await;
     let mut stream = feed.subscribe();
     feed.nudge();
     let (a, b) = (ItemId::new_v7(), ItemId::new_v7());

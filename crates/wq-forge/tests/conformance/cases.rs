@@ -11,27 +11,39 @@ use crate::harness::{Harness, SECRET};
 
 const STALE_SHA: &str = "ffffffffffffffffffffffffffffffffffffffff";
 
-/// A branch with one new file and a change request from it into `main`;
-/// returns (number, head sha).
-async fn open_change(forge: &dyn Forge, project: &str, branch: &str) -> (u64, String) {
-    let head = forge
+/// A new branch off `main` whose commit creates one file.
+async fn create_branch(
+    forge: &dyn Forge,
+    project: &str,
+    branch: &str,
+    path: &str,
+    content: &[u8],
+) -> wq_forge::PushedCommit {
+    forge
         .commit_files(&CommitRequest {
             project,
             branch,
             base_branch: "main",
             mode: CommitMode::CreateBranch,
             message: "workqueue change",
-            actions: &[FileAction {
-                op: FileOp::Create,
-                path: format!("{branch}.txt"),
-                previous_path: None,
-                content: Some(b"content\n".to_vec()),
-                execute_filemode: None,
-            }],
+            actions: &[action(FileOp::Create, path, Some(content))],
         })
         .await
         .expect("commit")
-        .sha;
+}
+
+/// A branch with one new file and a change request from it into `main`;
+/// returns (number, head sha).
+async fn open_change(forge: &dyn Forge, project: &str, branch: &str) -> (u64, String) {
+    let head = create_branch(
+        forge,
+        project,
+        branch,
+        &format!("{branch}.txt"),
+        b"content\n",
+    )
+    .await
+    .sha;
     let change = forge
         .create_change(&NewChange {
             project,
@@ -700,17 +712,7 @@ pub async fn changes_are_created_found_updated_closed_and_reopened<H: Harness>()
     let harness = H::start().await;
     let forge = harness.forge();
     let project = H::PROJECT;
-    forge
-        .commit_files(&CommitRequest {
-            project,
-            branch: "wq/pr",
-            base_branch: "main",
-            mode: CommitMode::CreateBranch,
-            message: "workqueue change",
-            actions: &[action(FileOp::Create, "pr.txt", Some(b"x"))],
-        })
-        .await
-        .expect("commit");
+    create_branch(forge, project, "wq/pr", "pr.txt", b"x").await;
     assert_eq!(
         forge
             .find_open_change(project, "wq/pr")
@@ -885,17 +887,7 @@ pub async fn a_label_a_person_adds_meanwhile_survives_an_update<H: Harness>() {
     let harness = H::start().await;
     let forge = harness.forge();
     let project = H::PROJECT;
-    forge
-        .commit_files(&CommitRequest {
-            project,
-            branch: "wq/labels",
-            base_branch: "main",
-            mode: CommitMode::CreateBranch,
-            message: "workqueue change",
-            actions: &[action(FileOp::Create, "labels.txt", Some(b"x"))],
-        })
-        .await
-        .expect("commit");
+    create_branch(forge, project, "wq/labels", "labels.txt", b"x").await;
     let created = forge
         .create_change(&NewChange {
             project,
