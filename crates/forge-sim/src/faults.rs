@@ -41,6 +41,10 @@ pub enum HttpFault {
         #[serde(default = "default_hang")]
         hang_secs: u64,
     },
+    /// A slow forge: wait this long (or until the hangs are cancelled),
+    /// then run the real handler and answer as it does: what happens
+    /// meanwhile is what the request sees.
+    Delay { millis: u64 },
 }
 
 fn default_retry_after() -> u64 {
@@ -269,7 +273,7 @@ pub struct Faults {
     /// Draws for rules with a `probability`.
     rng: Mutex<StdRng>,
     hang_cancel: tokio::sync::watch::Sender<u64>,
-    /// How many requests hang in a `timeout` fault right now.
+    /// How many requests hang in a `timeout` or `delay` fault right now.
     hanging: tokio::sync::watch::Sender<usize>,
 }
 
@@ -332,7 +336,8 @@ impl Faults {
         self.cancel_hangs();
     }
 
-    /// Ends every request currently hanging in a `timeout` fault (they answer 504).
+    /// Ends every request currently hanging in a `timeout` fault (they answer 504) or a `delay`
+    /// fault (they are handled now).
     pub fn cancel_hangs(&self) {
         self.hang_cancel.send_modify(|generation| *generation += 1);
     }
@@ -385,7 +390,7 @@ impl Faults {
         None
     }
 
-    /// A receiver of how many requests hang in a `timeout` fault right now.
+    /// A receiver of how many requests hang in a `timeout` or `delay` fault right now.
     pub fn subscribe_hanging(&self) -> tokio::sync::watch::Receiver<usize> {
         self.hanging.subscribe()
     }
@@ -449,7 +454,7 @@ fn fault_response(state: &Shared, fault: &HttpFault) -> Response {
             set("ratelimit-name", "throttle_authenticated_api".to_string());
             response
         }
-        HttpFault::Timeout { .. } => (
+        HttpFault::Timeout { .. } | HttpFault::Delay { .. } => (
             StatusCode::GATEWAY_TIMEOUT,
             axum::Json(serde_json::json!({ "message": "504 Gateway Timeout" })),
         )
@@ -462,6 +467,7 @@ fn fault_label(fault: &HttpFault) -> String {
         HttpFault::Status { status } => format!("status {status}"),
         HttpFault::RateLimit { retry_after_secs } => format!("rate_limit {retry_after_secs}s"),
         HttpFault::Timeout { hang_secs } => format!("timeout {hang_secs}s"),
+        HttpFault::Delay { millis } => format!("delay {millis}ms"),
     }
 }
 
@@ -498,7 +504,17 @@ pub async fn middleware(
         fault: rule.as_ref().map(|r| fault_label(&r.fault)),
         duration_ms: started.elapsed().as_millis() as u64,
     };
-    let Some(rule) = &rule else {
+    if let Some(FaultRule {
+        fault: HttpFault::Delay { millis },
+        ..
+    }) = &rule
+    {
+        state.faults.hang(Duration::from_millis(*millis)).await;
+    }
+    let Some(rule) = rule
+        .as_ref()
+        .filter(|r| !matches!(r.fault, HttpFault::Delay { .. }))
+    else {
         let response = next.run(request).await;
         state.log.record(entry(response.status().as_u16()));
         if may_change {

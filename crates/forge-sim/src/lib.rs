@@ -447,12 +447,13 @@ impl SimHandle {
         self.state.faults.clear();
     }
 
-    /// Releases requests hanging in `timeout` faults (they answer 504).
+    /// Releases requests hanging in `timeout` faults (they answer 504) and
+    /// `delay` faults (they are handled now).
     pub fn cancel_hangs(&self) {
         self.state.faults.cancel_hangs();
     }
 
-    /// A receiver of how many requests hang in `timeout` faults right now (e.g.
+    /// A receiver of how many requests hang in `timeout` or `delay` faults right now (e.g.
     /// `wait_for(|count| *count == 1)`): a counted request is held, [`SimHandle::cancel_hangs`]
     /// releases it, and it stops counting once answered or once its client has gone.
     pub fn hanging_requests(&self) -> tokio::sync::watch::Receiver<usize> {

@@ -45,6 +45,15 @@ impl FileEntry {
 /// A snapshot: path → file.
 pub type Tree = BTreeMap<String, FileEntry>;
 
+/// Whether git refuses `path` in a tree: empty, absolute, or with an
+/// empty, `.`, `..` or `.git` component.
+pub fn malformed_path(path: &str) -> bool {
+    path.is_empty()
+        || path.split('/').any(|part| {
+            part.is_empty() || part == "." || part == ".." || part.eq_ignore_ascii_case(".git")
+        })
+}
+
 /// One commit.
 #[derive(Debug, Clone)]
 pub struct Commit {

@@ -89,11 +89,13 @@ pub trait Forge: Send + Sync + 'static {
     /// True when a [`CommitMode::CreateBranch`] commit onto a branch that
     /// exists already is refused as [`ForgeErrorKind::Conflict`] before
     /// anything shows on any branch (GitLab's commits API with
-    /// `start_branch`; GitHub creates the ref last, and `POST git/refs`
-    /// refuses one that exists: the tree and commit written before it are
-    /// objects no branch reaches), so a first push needs no read of the
-    /// branch before it. False (the default) where the refusal would come
-    /// after a visible write.
+    /// `start_branch`; GitHub's client reads the branch with the base and
+    /// creates it with `createRef` before `createCommitOnBranch`, or with
+    /// `POST git/refs` after a tree and commit no branch reaches; a branch
+    /// that appears at exactly the base head between that read and the
+    /// commit holds the commit for a moment and is set back), so a first
+    /// push needs no read of the branch before it. False (the default)
+    /// where the refusal would come after a visible write.
     fn creates_branch_atomically(&self) -> bool {
         false
     }

@@ -2551,17 +2551,24 @@ async fn a_push_sends_text_inline_and_tells_an_empty_commit() {
     assert_eq!(file("run.sh").as_deref(), Some(&b"#!/bin/sh\n"[..]));
     assert_eq!(modes(&sim, &pushed.sha).await["run.sh"], "100755");
 
-    // Bytes that are not UTF-8 go through a blob of their own.
+    // Bytes that are not UTF-8 go through a blob of their own (a force
+    // update takes the Git data API).
     sim.clear_requests();
-    let binary = push(
-        "wq/binary",
-        vec![action(
-            FileOp::Create,
-            "data.bin",
-            Some(&[0xff, 0x00, 0xfe]),
-        )],
-    )
-    .await;
+    let binary = github
+        .commit_files(&CommitRequest {
+            project: REPO,
+            branch: "wq/binary",
+            base_branch: "main",
+            mode: CommitMode::ForceUpdate,
+            message: "workqueue change",
+            actions: &[action(
+                FileOp::Create,
+                "data.bin",
+                Some(&[0xff, 0x00, 0xfe]),
+            )],
+        })
+        .await
+        .expect("commit");
     assert_eq!(
         requests(&sim)
             .iter()
@@ -2575,7 +2582,8 @@ async fn a_push_sends_text_inline_and_tells_an_empty_commit() {
     );
     assert_eq!(binary.empty, Some(false));
 
-    // The same content as the base: the same tree, an empty commit.
+    // The same content as the base: the same tree, an empty commit, told
+    // by both ways of pushing.
     let readme = sim
         .github_file(REPO, "main", "README.md")
         .expect("main has a README");
@@ -2585,10 +2593,224 @@ async fn a_push_sends_text_inline_and_tells_an_empty_commit() {
     )
     .await;
     assert_eq!(same.empty, Some(true));
+    let mut kept = action(FileOp::Update, "README.md", Some(&readme));
+    kept.execute_filemode = Some(false);
+    let mut moved_back = action(FileOp::Move, "README.md", None);
+    moved_back.previous_path = Some("README.moved".into());
+    let same_again = push(
+        "wq/same-again",
+        vec![
+            kept,
+            {
+                let mut away = action(FileOp::Move, "README.moved", None);
+                away.previous_path = Some("README.md".into());
+                away
+            },
+            moved_back,
+        ],
+    )
+    .await;
+    assert_eq!(same_again.empty, Some(true));
     assert!(
         github
             .diff_is_empty(REPO, "main", &same.sha)
             .await
             .expect("diff")
+    );
+}
+
+/// A commit that creates its branch, with regular files only, is one
+/// GraphQL request after the base's: `createRef` at the base head and
+/// `createCommitOnBranch` on it. Binary content needs no blob request.
+#[tokio::test]
+async fn a_new_branch_is_one_graphql_request_after_the_base() {
+    let sim = start_stepped_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let github = client(&sim);
+    let main = sim.github_branch_head(REPO, "main").expect("main");
+    sim.clear_requests();
+    let message = "Add the data\n\nWhy it is needed.";
+    let pushed = github
+        .commit_files(&CommitRequest {
+            project: REPO,
+            branch: "wq/data",
+            base_branch: "main",
+            mode: CommitMode::CreateBranch,
+            message,
+            actions: &[
+                action(FileOp::Create, "data.bin", Some(&[0xff, 0x00, 0xfe])),
+                action(FileOp::Delete, "README.md", None),
+            ],
+        })
+        .await
+        .expect("commit");
+    assert_eq!(
+        requests(&sim),
+        [
+            ("POST".to_owned(), "/graphql".to_owned()),
+            ("POST".to_owned(), "/graphql".to_owned())
+        ]
+    );
+    assert_eq!(pushed.empty, Some(false));
+    assert_eq!(
+        sim.github_branch_head(REPO, "wq/data"),
+        Some(pushed.sha.clone())
+    );
+    let (_, commit) = rest(
+        &sim,
+        reqwest::Method::GET,
+        &format!("/repos/{REPO}/git/commits/{}", pushed.sha),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(commit["message"], message, "the message as given");
+    assert_eq!(commit["parents"][0]["sha"], main.as_str());
+    assert_eq!(
+        sim.github_file(REPO, "wq/data", "data.bin").as_deref(),
+        Some(&[0xff, 0x00, 0xfe][..])
+    );
+    assert_eq!(sim.github_file(REPO, "wq/data", "README.md"), None);
+    assert!(
+        !github
+            .diff_is_empty(REPO, "main", &pushed.sha)
+            .await
+            .expect("diff")
+    );
+
+    // A message GitHub would not give back byte for byte, and an
+    // executable file, take the Git data API.
+    for (branch, message, executable) in [
+        ("wq/message", "Add x\nno blank line", None),
+        ("wq/mode", "Add x", Some(true)),
+    ] {
+        sim.clear_requests();
+        let mut write = action(FileOp::Create, "x.sh", Some(b"x\n"));
+        write.execute_filemode = executable;
+        let pushed = github
+            .commit_files(&CommitRequest {
+                project: REPO,
+                branch,
+                base_branch: "main",
+                mode: CommitMode::CreateBranch,
+                message,
+                actions: &[write],
+            })
+            .await
+            .expect("commit");
+        let paths: Vec<String> = requests(&sim).into_iter().map(|(_, path)| path).collect();
+        assert_eq!(
+            paths,
+            [
+                "/graphql",
+                "/repos/octo/app/git/trees",
+                "/repos/octo/app/git/commits",
+                "/repos/octo/app/git/refs"
+            ],
+            "{branch}"
+        );
+        let (_, commit) = rest(
+            &sim,
+            reqwest::Method::GET,
+            &format!("/repos/{REPO}/git/commits/{}", pushed.sha),
+            Value::Null,
+        )
+        .await;
+        assert_eq!(commit["message"], message, "{branch}");
+    }
+}
+
+/// The mutations of one request run in order and a failed one does not
+/// stop the next. Whatever lands, the branch ends as the request found it
+/// unless the whole commit landed: a branch that appeared at the base head
+/// between the base's read and the commit is set back and the push is a
+/// conflict; one that appeared elsewhere is left alone (nothing was
+/// written); a commit refused after the branch was created deletes the
+/// branch, and the Git data API answers the refusal.
+#[tokio::test]
+async fn a_partial_graphql_commit_is_undone() {
+    let sim = start_stepped_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let github = client(&sim);
+    let main = sim.github_branch_head(REPO, "main").expect("main");
+    sim.github_move_branch(REPO, "elsewhere", &main)
+        .expect("branch");
+    let other = sim
+        .github_push_human_commit(REPO, "elsewhere", &[("e.txt", Some("e\n"))], "elsewhere")
+        .expect("a commit elsewhere");
+    let push = |branch: &'static str, path: &'static str| {
+        let github = &github;
+        async move {
+            github
+                .commit_files(&CommitRequest {
+                    project: REPO,
+                    branch,
+                    base_branch: "main",
+                    mode: CommitMode::CreateBranch,
+                    message: "workqueue change",
+                    actions: &[action(FileOp::Create, path, Some(b"x\n"))],
+                })
+                .await
+        }
+    };
+    // The branch appears while the commit's request is on its way.
+    for (branch, at) in [("wq/raced-at-base", &main), ("wq/raced-elsewhere", &other)] {
+        sim.clear_requests();
+        let mut delayed = FaultRule::new("POST", "/graphql", HttpFault::Delay { millis: 60_000 });
+        delayed.skip = 1;
+        sim.add_fault(delayed);
+        let mut hanging = sim.hanging_requests();
+        let (pushed, ()) = tokio::join!(push(branch, "x.txt"), async {
+            hanging
+                .wait_for(|count| *count == 1)
+                .await
+                .expect("hanging");
+            sim.github_move_branch(REPO, branch, at).expect("branch");
+            sim.cancel_hangs();
+        });
+        let error = pushed.expect_err("the branch exists");
+        assert_eq!(error.kind, ForgeErrorKind::Conflict, "{branch}: {error}");
+        assert_eq!(
+            sim.github_branch_head(REPO, branch).as_deref(),
+            Some(at.as_str()),
+            "{branch}: as it appeared"
+        );
+        let paths: Vec<String> = requests(&sim).into_iter().map(|(_, path)| path).collect();
+        let expected: &[&str] = if at == &main {
+            // The commit landed on it and was taken back.
+            &["/graphql", "/graphql", "/graphql"]
+        } else {
+            &[
+                "/graphql",
+                "/graphql",
+                "/repos/octo/app/git/trees",
+                "/repos/octo/app/git/commits",
+                "/repos/octo/app/git/refs",
+            ]
+        };
+        assert_eq!(paths, expected, "{branch}");
+        sim.clear_faults();
+    }
+
+    // A path git refuses: the branch created for it is deleted again, and
+    // the tree's refusal is the answer.
+    sim.clear_requests();
+    let error = push("wq/refused", "docs/../x.txt")
+        .await
+        .expect_err("refused");
+    assert_eq!(error.status, Some(422), "{error}");
+    assert!(
+        error.message.contains("malformed path component"),
+        "{error}"
+    );
+    assert_eq!(sim.github_branch_head(REPO, "wq/refused"), None);
+    let paths: Vec<String> = requests(&sim).into_iter().map(|(_, path)| path).collect();
+    assert_eq!(
+        paths,
+        [
+            "/graphql",
+            "/graphql",
+            "/graphql",
+            "/repos/octo/app/git/trees"
+        ]
     );
 }

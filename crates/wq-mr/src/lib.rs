@@ -162,7 +162,7 @@
 //! A first push creates the branch without a read of its own: GitLab
 //! refuses to create a branch that exists (400, before writing anything),
 //! and so does GitHub's client (the query that reads the base reads the
-//! branch too, and `POST git/refs` refuses an existing one); that refusal
+//! branch too, and its creation refuses an existing one); that refusal
 //! reads the branch and the change request open on it before any force
 //! push. One case is seen only after the push: a person's MR still open on
 //! a source branch that was deleted (GitLab keeps it open; GitHub closes a

@@ -981,20 +981,21 @@ pub async fn run(settings: Settings) -> Report {
 
     // Faults on.
     let rates = settings.rates;
-    for fault in [
-        HttpFault::Status { status: 503 },
-        HttpFault::RateLimit {
-            retry_after_secs: 1,
-        },
-        HttpFault::Timeout {
-            hang_secs: HANG_SECS,
-        },
+    for (fault, probability) in [
+        (HttpFault::Status { status: 503 }, rates.server_error),
+        (
+            HttpFault::RateLimit {
+                retry_after_secs: 1,
+            },
+            rates.rate_limit,
+        ),
+        (
+            HttpFault::Timeout {
+                hang_secs: HANG_SECS,
+            },
+            rates.hang,
+        ),
     ] {
-        let probability = match fault {
-            HttpFault::Status { .. } => rates.server_error,
-            HttpFault::RateLimit { .. } => rates.rate_limit,
-            HttpFault::Timeout { .. } => rates.hang,
-        };
         let mut rule = FaultRule::new("GET", "/", fault)
             .probability(probability)
             .times(u32::MAX);

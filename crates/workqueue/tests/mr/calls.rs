@@ -18,7 +18,7 @@ use crate::support::{
 
 backend_tests!(
     gitlab_a_typical_change_is_seven_calls_and_three_first_reads,
-    github_a_typical_change_is_eleven_calls_and_two_first_reads,
+    github_a_typical_change_is_nine_calls_and_two_first_reads,
     github_a_second_change_lists_the_rulesets_conditionally,
     a_reconcile_asked_for_before_the_creation_is_not_deferred,
     gitlab_a_crash_after_the_merge_request_is_opened_makes_no_second_one,
@@ -143,15 +143,16 @@ async fn gitlab_a_typical_change_is_seven_calls_and_three_first_reads(backend: B
 /// `304`, see `github_a_second_change_lists_the_rulesets_conditionally`);
 /// one GraphQL query reads the base branch's head, its tree, the paths
 /// the commit writes (no tree listing) and that the branch does not
-/// exist yet; the text goes inline in one tree (no blob), and the tree
-/// says it changes something (no comparison); the pull request is
+/// exist yet; one GraphQL request creates the branch and commits on it
+/// (no tree, commit or ref requests), and the commit's tree says it
+/// changes something (no comparison); the pull request is
 /// created without a lookup (the branch was new) and its answer is the
 /// first observation; the label's own webhook asks for no read; the first
 /// note is posted without listing the comments. The checks' webhook
 /// brings the one GraphQL read of the pull request, the merge (and its
 /// one poll) and the note's final edit. The repository is read once for
 /// many changes.
-async fn github_a_typical_change_is_eleven_calls_and_two_first_reads(backend: Backend) {
+async fn github_a_typical_change_is_nine_calls_and_two_first_reads(backend: Backend) {
     let h = Harness::start_with(backend, options(GITHUB, None)).await;
     let calls = typical_change(&h).await;
     assert_eq!(
@@ -159,13 +160,10 @@ async fn github_a_typical_change_is_eleven_calls_and_two_first_reads(backend: Ba
         expected(&[
             ("GET repos/*", 1),
             ("GET repos/*/rulesets", 1),
-            ("POST repos/*/git/trees", 1),
-            ("POST repos/*/git/commits", 1),
-            ("POST repos/*/git/refs", 1),
             ("POST repos/*/pulls", 1),
             ("POST repos/*/issues/*/labels", 1),
             ("POST repos/*/issues/*/comments", 1),
-            ("POST graphql", 2),
+            ("POST graphql", 3),
             ("PUT repos/*/pulls/*/merge-async", 1),
             ("GET repos/*/pulls/*/merge-async/*", 1),
             ("PATCH repos/*/issues/comments/*", 1),

@@ -189,8 +189,11 @@ async fn a_repository_without_a_queue_merges_directly(backend: Backend) {
     let main = h.branch_head("main").expect("main");
     assert_eq!(ends[0]["metadata"]["merge_commit_sha"], main.as_str());
     assert_eq!(merged["merge_commit_sha"], main.as_str());
-    // The branch and its one commit came through the Git data API.
-    assert_eq!(h.count("POST", "/git/commits"), 1);
+    // The branch and its one commit came in one GraphQL request, not
+    // through the Git data API.
+    for write in ["/git/trees", "/git/commits", "/git/refs"] {
+        assert_eq!(h.count("POST", write), 0, "{write}");
+    }
     assert_eq!(h.count("POST", "/pulls"), 1);
     h.finish().await;
 }

@@ -11,7 +11,8 @@
 //! A commit that creates its branch is refused before anything is written
 //! when the branch exists: the same query reads the branch
 //! ([`CommitMode::CreateBranch`]; `POST git/refs` would refuse it only
-//! after the tree and the commit were written).
+//! after the tree and the commit were written). It also reads the
+//! repository's node id, which GraphQL's `createRef` takes.
 //!
 //! The whole tree is still listed, over REST, where a path lookup cannot
 //! tell the answer: when a request removes files below a directory and
@@ -38,6 +39,9 @@ pub const LOOKUPS_PER_QUERY: usize = 100;
 pub(super) struct Base {
     pub sha: String,
     pub tree: String,
+    /// The repository's node id, when GraphQL read the base (a commit on a
+    /// new branch can then go through GraphQL).
+    pub repository_id: Option<String>,
     pub files: Files,
 }
 
@@ -182,7 +186,7 @@ fn lookup_query(first: bool, creates: bool, count: usize, offset: usize) -> Stri
     }
     let commit = if first {
         format!(
-            "ref(qualifiedName: $ref) {{ target {{ oid ... on Commit {{ tree {{ oid }}{fields} }} }} }}{branch}"
+            "id ref(qualifiedName: $ref) {{ target {{ oid ... on Commit {{ tree {{ oid }}{fields} }} }} }}{branch}"
         )
     } else {
         format!("object(oid: $oid) {{ ... on Commit {{ oid{fields} }} }}")
@@ -270,6 +274,7 @@ impl GithubClient {
         Ok(Base {
             sha: head.sha,
             tree: head.commit.tree.sha,
+            repository_id: None,
             files: Files::Listed(files),
         })
     }
@@ -284,6 +289,7 @@ impl GithubClient {
         let paths: Vec<&str> = lookups(request).into_iter().collect();
         let mut base: HashMap<String, Option<wire::TreeEntry>> = HashMap::new();
         let mut head: Option<(String, String)> = None;
+        let mut repository_id = None;
         let mut offset = 0;
         loop {
             let count = paths.len().saturating_sub(offset).min(LOOKUPS_PER_QUERY);
@@ -337,6 +343,7 @@ impl GithubClient {
                         return Err(format!("no commit and tree in {target}"));
                     };
                     head = Some((sha.to_owned(), tree.to_owned()));
+                    repository_id = repository["id"].as_str().map(str::to_owned);
                     target
                 }
                 Some(_) => &repository["object"],
@@ -364,6 +371,7 @@ impl GithubClient {
         Ok(Lookup::Found(Base {
             sha,
             tree,
+            repository_id,
             files: Files::LookedUp {
                 base,
                 changed: HashMap::new(),

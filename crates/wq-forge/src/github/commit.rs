@@ -1,5 +1,7 @@
-//! Commits through the Git data API (blobs, a tree, a commit, the ref) on
-//! the base [`super::base`] reads, and the empty-diff check.
+//! Commits on the base [`super::base`] reads: the request's actions
+//! checked and planned, then GraphQL for a new branch where it can
+//! ([`super::new_branch`]), else the Git data API (blobs, a tree, a
+//! commit, the ref); and the empty-diff check.
 
 use std::collections::HashMap;
 
@@ -11,17 +13,25 @@ use serde_json::{Value, json};
 use super::GithubClient;
 use super::base::{Base, Files};
 use super::http::{Call, Repo};
+use super::new_branch::NewBranchCommit;
 use super::wire;
 use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
 use crate::model::{CommitMode, CommitRequest, FileOp, PushedCommit};
 
 impl GithubClient {
-    /// The Git data API on the base branch's head and the files the
-    /// actions touch ([`GithubClient::commit_base`]): one tree on top
-    /// of the base tree, with UTF-8 content inline (the entry's `content`,
-    /// which GitHub writes out as a blob) and a blob (base64) only for
-    /// other bytes (a delete is `sha: null`, a move deletes the old path
-    /// and adds the new one, a chmod re-adds the existing blob with mode
+    /// A commit of the actions on the base branch's head, as its own
+    /// branch's head ([`GithubClient::commit_base`] reads the base and the
+    /// files the actions touch, against which every action is checked
+    /// first: [`plan`]).
+    ///
+    /// A commit that creates its branch goes through GraphQL when it can
+    /// ([`GithubClient::commit_on_new_branch`]): one request creates the
+    /// branch at the base and appends the commit. Otherwise, and whenever
+    /// that request wrote nothing, the Git data API: one tree on top of the
+    /// base tree, with UTF-8 content inline (the entry's `content`, which
+    /// GitHub writes out as a blob) and a blob (base64) only for other
+    /// bytes (a delete is `sha: null`, a move deletes the old path and adds
+    /// the new one, a chmod re-adds the existing blob with mode
     /// `100755`/`100644`); a commit whose parent is the base head; then the
     /// branch is created (`POST git/refs`, an existing branch is
     /// [`ForgeErrorKind::Conflict`]) or force-moved (`PATCH
@@ -33,67 +43,60 @@ impl GithubClient {
         request: &CommitRequest<'_>,
     ) -> ForgeResult<PushedCommit> {
         let repo = Repo::parse(request.project)?;
-        // The base's files, changed action by action: a delete or move takes only a file
-        // that exists (GitHub's `sha: null` on a directory would remove all of it), and a
-        // file never replaces a directory or sits under a file (GitHub's tree API would silently
-        // do either); GitLab's commits API refuses all of these.
         let Base {
             sha: base_sha,
             tree: base_tree,
+            repository_id,
             mut files,
         } = self.commit_base(&repo, request).await?;
-        let mut entries: Vec<Value> = Vec::new();
-        // The content of files this request writes inline, by path: a later
-        // move or chmod of one names it again (it has no blob sha yet).
-        let mut inline: HashMap<String, String> = HashMap::new();
-        for action in request.actions {
-            let path = action.path.as_str();
-            let op = action.op.as_str();
-            match action.op {
-                FileOp::Create | FileOp::Update => {
-                    let content = action.content.as_deref().ok_or_else(|| {
-                        ForgeError::invalid(format!("{op} {path}: content required"))
-                    })?;
-                    check_file_path(&files, op, path)?;
-                    let mode = file_mode(action.execute_filemode, files.file(path));
-                    let source = self.source_of(&repo, content).await?;
-                    entries.push(source.entry(path, &mode));
-                    files.insert(path, source.remember(path, &mode, &mut inline));
-                }
-                FileOp::Delete => {
-                    existing_file(&files, op, path)?;
-                    entries.push(delete_entry(path));
-                    files.remove(path);
-                    inline.remove(path);
-                }
-                FileOp::Move => {
-                    let previous = action.previous_path.as_deref().ok_or_else(|| {
-                        ForgeError::invalid(format!("move {path}: previous_path required"))
-                    })?;
-                    let old = existing_file(&files, op, previous)?.clone();
-                    files.remove(previous);
-                    check_file_path(&files, op, path)?;
-                    let mode = file_mode(action.execute_filemode, Some(&old));
-                    let kept = inline.remove(previous);
-                    let source = match action.content.as_deref() {
-                        Some(content) => self.source_of(&repo, content).await?,
-                        None => Source::existing(&old, kept),
-                    };
-                    entries.push(delete_entry(previous));
-                    entries.push(source.entry(path, &mode));
-                    files.insert(path, source.remember(path, &mode, &mut inline));
-                }
-                FileOp::Chmod => {
-                    let old = existing_file(&files, op, path)?.clone();
-                    let executable = action.execute_filemode.ok_or_else(|| {
-                        ForgeError::invalid(format!("chmod {path}: execute_filemode required"))
-                    })?;
-                    let mode = file_mode(Some(executable), None);
-                    let source = Source::existing(&old, inline.remove(path));
-                    entries.push(source.entry(path, &mode));
-                    files.insert(path, source.remember(path, &mode, &mut inline));
-                }
+        let planned = plan(request, &mut files)?;
+        if request.mode == CommitMode::CreateBranch
+            && let Some(repository_id) = repository_id.as_deref()
+            && let Some(commit) = NewBranchCommit::of(request, &planned)
+        {
+            let base = (base_sha.as_str(), base_tree.as_str());
+            if let Some(pushed) = self
+                .commit_on_new_branch(&repo, request, repository_id, base, &commit)
+                .await?
+            {
+                return Ok(pushed);
             }
+        }
+        // Content written more than once (moved after it was written) is
+        // one blob.
+        let mut blobs: HashMap<&[u8], String> = HashMap::new();
+        let mut entries: Vec<Value> = Vec::with_capacity(planned.len());
+        for step in &planned {
+            entries.push(match step {
+                Planned::Delete { path, .. } => delete_entry(path),
+                Planned::Write {
+                    path,
+                    mode,
+                    content: Content::Blob(sha),
+                    ..
+                } => blob_entry(path, mode, sha),
+                Planned::Write {
+                    path,
+                    mode,
+                    content: Content::Bytes(bytes),
+                    ..
+                } => match std::str::from_utf8(bytes) {
+                    Ok(text) => {
+                        json!({ "path": path, "mode": mode, "type": "blob", "content": text })
+                    }
+                    Err(_) => {
+                        let sha = match blobs.get(bytes) {
+                            Some(sha) => sha.clone(),
+                            None => {
+                                let sha = self.blob(&repo, bytes).await?;
+                                blobs.insert(bytes, sha.clone());
+                                sha
+                            }
+                        };
+                        blob_entry(path, mode, &sha)
+                    }
+                },
+            });
         }
         let tree: wire::Sha = self
             .http
@@ -138,16 +141,6 @@ impl GithubClient {
         Ok(PushedCommit {
             sha: commit.sha,
             empty: Some(empty),
-        })
-    }
-
-    /// Where the tree takes `content` from: inline when it is UTF-8 (an
-    /// entry's `content` is a string, which GitHub writes out as a blob),
-    /// else a blob of its own (base64).
-    async fn source_of(&self, repo: &Repo<'_>, content: &[u8]) -> ForgeResult<Source> {
-        Ok(match std::str::from_utf8(content) {
-            Ok(text) => Source::Inline(text.to_owned()),
-            Err(_) => Source::Blob(self.blob(repo, content).await?),
         })
     }
 
@@ -209,51 +202,126 @@ impl GithubClient {
     }
 }
 
-/// A file's content in a tree request: a blob by its sha, or text GitHub
-/// writes out as a blob.
-enum Source {
-    Blob(String),
-    Inline(String),
+/// One step of a request's commit, checked against the base's files.
+pub(super) enum Planned<'a> {
+    /// A file written at `path` with `mode`. `replaced` is the mode of the
+    /// file this write replaces, if any.
+    Write {
+        path: &'a str,
+        mode: String,
+        content: Content<'a>,
+        replaced: Option<String>,
+    },
+    /// The file at `path` removed.
+    Delete { path: &'a str },
 }
 
-impl Source {
-    /// An existing file's content: its text when this request wrote it
-    /// inline, else its blob.
-    fn existing(entry: &wire::TreeEntry, inline: Option<String>) -> Self {
-        match inline {
-            Some(text) => Self::Inline(text),
-            None => Self::Blob(entry.sha.clone()),
-        }
-    }
+/// A written file's content.
+pub(super) enum Content<'a> {
+    /// Bytes of the request (written, or moved after this request wrote
+    /// them).
+    Bytes(&'a [u8]),
+    /// An existing blob of the base, by its sha (a move or chmod that
+    /// keeps the content).
+    Blob(String),
+}
 
-    fn entry(&self, path: &str, mode: &str) -> Value {
-        match self {
-            Self::Blob(sha) => json!({ "path": path, "mode": mode, "type": "blob", "sha": sha }),
-            Self::Inline(text) => {
-                json!({ "path": path, "mode": mode, "type": "blob", "content": text })
+/// The steps of `request`'s actions on the base's `files`, which follow
+/// them: a delete or move takes only a file that exists (GitHub's `sha:
+/// null` on a directory would remove all of it), and a file never
+/// replaces a directory or sits under a file (GitHub's tree API would
+/// silently do either); GitLab's commits API refuses all of these. Nothing
+/// is written here.
+pub(super) fn plan<'a>(
+    request: &CommitRequest<'a>,
+    files: &mut Files,
+) -> ForgeResult<Vec<Planned<'a>>> {
+    let mut steps = Vec::with_capacity(request.actions.len());
+    // What this request wrote, by path: a later move or chmod of such a
+    // file takes its bytes (it has no blob sha yet).
+    let mut written: HashMap<&'a str, &'a [u8]> = HashMap::new();
+    for action in request.actions {
+        let path = action.path.as_str();
+        let op = action.op.as_str();
+        match action.op {
+            FileOp::Create | FileOp::Update => {
+                let content = action
+                    .content
+                    .as_deref()
+                    .ok_or_else(|| ForgeError::invalid(format!("{op} {path}: content required")))?;
+                check_file_path(files, op, path)?;
+                let replaced = files.file(path).map(|entry| entry.mode.clone());
+                let mode = file_mode(action.execute_filemode, files.file(path));
+                files.insert(path, tree_entry(path, &mode, ""));
+                written.insert(path, content);
+                steps.push(Planned::Write {
+                    path,
+                    mode,
+                    content: Content::Bytes(content),
+                    replaced,
+                });
+            }
+            FileOp::Delete => {
+                existing_file(files, op, path)?;
+                files.remove(path);
+                written.remove(path);
+                steps.push(Planned::Delete { path });
+            }
+            FileOp::Move => {
+                let previous = action.previous_path.as_deref().ok_or_else(|| {
+                    ForgeError::invalid(format!("move {path}: previous_path required"))
+                })?;
+                let old = existing_file(files, op, previous)?.clone();
+                files.remove(previous);
+                check_file_path(files, op, path)?;
+                let replaced = files.file(path).map(|entry| entry.mode.clone());
+                let mode = file_mode(action.execute_filemode, Some(&old));
+                let kept = written.remove(previous);
+                let content = match (action.content.as_deref(), kept) {
+                    (Some(content), _) | (None, Some(content)) => Content::Bytes(content),
+                    (None, None) => Content::Blob(old.sha.clone()),
+                };
+                let sha = match &content {
+                    Content::Bytes(bytes) => {
+                        written.insert(path, bytes);
+                        ""
+                    }
+                    Content::Blob(sha) => sha.as_str(),
+                };
+                files.insert(path, tree_entry(path, &mode, sha));
+                steps.push(Planned::Delete { path: previous });
+                steps.push(Planned::Write {
+                    path,
+                    mode,
+                    content,
+                    replaced,
+                });
+            }
+            FileOp::Chmod => {
+                let old = existing_file(files, op, path)?.clone();
+                let executable = action.execute_filemode.ok_or_else(|| {
+                    ForgeError::invalid(format!("chmod {path}: execute_filemode required"))
+                })?;
+                let mode = file_mode(Some(executable), None);
+                let content = match written.get(path) {
+                    Some(bytes) => Content::Bytes(bytes),
+                    None => Content::Blob(old.sha.clone()),
+                };
+                files.insert(path, tree_entry(path, &mode, &old.sha));
+                steps.push(Planned::Write {
+                    path,
+                    mode,
+                    content,
+                    replaced: Some(old.mode),
+                });
             }
         }
     }
+    Ok(steps)
+}
 
-    /// The file as later actions of the request see it (inline text kept
-    /// in `inline`, with no sha in its entry).
-    fn remember(
-        self,
-        path: &str,
-        mode: &str,
-        inline: &mut HashMap<String, String>,
-    ) -> wire::TreeEntry {
-        match self {
-            Self::Blob(sha) => {
-                inline.remove(path);
-                tree_entry(path, mode, &sha)
-            }
-            Self::Inline(text) => {
-                inline.insert(path.to_owned(), text);
-                tree_entry(path, mode, "")
-            }
-        }
-    }
+fn blob_entry(path: &str, mode: &str, sha: &str) -> Value {
+    json!({ "path": path, "mode": mode, "type": "blob", "sha": sha })
 }
 
 /// The git file mode for a new blob: as asked, else the existing file's,

@@ -16,7 +16,7 @@
 //! | `update_change` | `PATCH pulls/:n` (none when only labels change), one `POST` for the labels to add and a `DELETE` per label to remove, then the read of `get_change` |
 //! | `queue_entries` | 1 GraphQL query with an alias per pull request (up to [`QUEUE_ALIASES_PER_QUERY`]) |
 //! | `merge_change` | `PUT pulls/:n/merge-async`, then `GET pulls/:n/merge-async/:uuid` every [`MERGE_POLL_INTERVAL`] while pending, within [`MERGE_BUDGET`] |
-//! | `commit_files` | one GraphQL query for the base branch's head, its tree and each path the actions name with its parent directories (`Commit.file`, 100 paths a query), against which deletes, moves and writes are checked; the REST reads `GET branches/:base` and `GET git/trees/:tree?recursive=1` instead when that query fails or a path lookup cannot tell (a named directory with files removed below it); then `POST git/blobs` per file content that is not UTF-8 (UTF-8 goes inline in the tree), `POST git/trees`, `POST git/commits`, `POST git/refs` or `PATCH git/refs/heads/:branch` |
+//! | `commit_files` | one GraphQL query for the base branch's head, its tree and each path the actions name with its parent directories (`Commit.file`, 100 paths a query), against which deletes, moves and writes are checked; the REST reads `GET branches/:base` and `GET git/trees/:tree?recursive=1` instead when that query fails or a path lookup cannot tell (a named directory with files removed below it); then, for a new branch of regular files whose message GitHub gives back as is, one GraphQL request (`createRef` at the base head, `createCommitOnBranch`; a part that landed alone is undone with one more: `deleteRef` or `updateRef`); otherwise, or when that request wrote nothing, `POST git/blobs` per file content that is not UTF-8 (UTF-8 goes inline in the tree), `POST git/trees`, `POST git/commits`, `POST git/refs` or `PATCH git/refs/heads/:branch` |
 //! | `diff_is_empty` | `GET commits/:base` and `GET commits/:head` (their trees compared; the tree of a commit this client made or read is known and not read again) |
 //! | `current_user` | `GET /user`, once per client (an error is not kept) |
 //! | `project_path` | `GET repos/:owner/:repo` |
@@ -67,9 +67,12 @@
 //! poll, an unknown status) is an error and never claimed as merged or
 //! queued.
 //!
-//! **Commits** go through the Git data API: one tree on the base's tree
-//! (UTF-8 content inline, other bytes as blobs), a commit, the ref created
-//! or force-updated. A new tree with the base tree's SHA changes nothing:
+//! **Commits** that create their branch with regular files only go
+//! through GraphQL: the branch created at the base head and the commit
+//! appended to it in one request (see the `new_branch` module). The others
+//! go through the Git data API: one tree on the base's tree (UTF-8
+//! content inline, other bytes as blobs), a commit, the ref created or
+//! force-updated. A new tree with the base tree's SHA changes nothing:
 //! the push's answer tells the empty diff.
 //!
 //! **Webhooks** are authenticated by `X-Hub-Signature-256`, an HMAC-SHA256
@@ -89,6 +92,7 @@ mod client;
 mod commit;
 mod http;
 mod merge;
+mod new_branch;
 mod notes;
 mod queue;
 pub(crate) mod webhook;

@@ -158,8 +158,9 @@ enum Obj<'a> {
     Ref(&'a GhRepo, String),
     /// A commit of the repository as a `Commit` git object.
     Commit(&'a GhRepo, &'a Commit),
-    /// A mutation payload: type name, clientMutationId, and the entry it reports.
-    Payload(&'static str, Value, Option<Box<Obj<'a>>>),
+    /// A mutation payload: type name, clientMutationId, and the objects it
+    /// reports by field name (`None`: null).
+    Payload(&'static str, Value, Vec<(&'static str, Option<Obj<'a>>)>),
     /// A plain JSON object whose `__typename` key names its type.
     Static(Value),
 }
@@ -397,8 +398,12 @@ impl Exec<'_> {
                             .queue
                             .iter()
                             .find(|e| e.pr == number)
-                            .map(|e| Box::new(Obj::Entry(r, e)));
-                        let obj = Obj::Payload("EnqueuePullRequestPayload", cmid, entry);
+                            .map(|e| Obj::Entry(r, e));
+                        let obj = Obj::Payload(
+                            "EnqueuePullRequestPayload",
+                            cmid,
+                            vec![("mergeQueueEntry", entry)],
+                        );
                         self.resolve(gh, &obj, f, &[])
                     }
                 }
@@ -448,13 +453,251 @@ impl Exec<'_> {
                     if let Some(pr) = gh.repos.get(&key).and_then(|r| r.pulls.get(&number)) {
                         v["pullRequest"] = json!({ "__typename": "PullRequest", "id": pr.node_id, "number": pr.number });
                     }
-                    Box::new(Obj::Static(v))
+                    Obj::Static(v)
                 });
-                let obj = Obj::Payload("DequeuePullRequestPayload", cmid, entry);
+                let obj = Obj::Payload(
+                    "DequeuePullRequestPayload",
+                    cmid,
+                    vec![("mergeQueueEntry", entry)],
+                );
                 self.resolve(gh, &obj, f, &[])
             }
+            "createRef" => self.create_ref(gh, f, &input, cmid),
+            "updateRef" => self.update_ref(gh, f, &input, cmid),
+            "deleteRef" => self.delete_ref(gh, f, &input, cmid),
+            "createCommitOnBranch" => self.create_commit_on_branch(gh, f, &input, cmid),
             _ => self.undefined("Mutation", f, &[]),
         }
+    }
+
+    /// `createRef(input: {repositoryId, name, oid})`: a branch
+    /// (`refs/heads/...`; the simulator keeps no other refs) at a commit the
+    /// repository holds.
+    fn create_ref(&mut self, gh: &mut GithubState, f: &Field, input: &Value, cmid: Value) -> Value {
+        let text = |key: &str| input.get(key).and_then(Value::as_str).unwrap_or_default();
+        let (repository, name, oid) = (text("repositoryId"), text("name"), text("oid"));
+        let Some(key) = gh
+            .repos
+            .iter()
+            .find(|(_, r)| r.node_id == repository)
+            .map(|(k, _)| k.clone())
+        else {
+            return self.not_found(repository, f);
+        };
+        let Some(branch) = name.strip_prefix("refs/heads/") else {
+            return self.exec_error(
+                "UNPROCESSABLE",
+                format!("Only refs/heads/* references are supported by this simulator: {name}"),
+                f,
+                &[],
+            );
+        };
+        if !valid_branch_name(branch) {
+            return self.exec_error(
+                "UNPROCESSABLE",
+                format!("\"{name}\" is not a valid ref name."),
+                f,
+                &[],
+            );
+        }
+        let ctx = self.ctx.clone();
+        let (Some(r), env) = (gh.repos.get_mut(&key), &mut gh.env) else {
+            return Value::Null;
+        };
+        if r.git.branch_head(branch).is_some() {
+            return self.exec_error(
+                "UNPROCESSABLE",
+                format!("A ref named \"{name}\" already exists in the repository."),
+                f,
+                &[],
+            );
+        }
+        if r.git.commit(oid).is_none() {
+            return self.exec_error(
+                "UNPROCESSABLE",
+                format!("Could not resolve to a commit with the oid '{oid}'."),
+                f,
+                &[],
+            );
+        }
+        ops::set_branch(r, env, &ctx, branch, Some(oid));
+        self.ref_payload(gh, f, "CreateRefPayload", cmid, &key, branch)
+    }
+
+    /// `updateRef(input: {refId, oid, force})`: a fast-forward unless
+    /// `force`.
+    fn update_ref(&mut self, gh: &mut GithubState, f: &Field, input: &Value, cmid: Value) -> Value {
+        let id = input
+            .get("refId")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let oid = input.get("oid").and_then(Value::as_str).unwrap_or_default();
+        let force = input.get("force").and_then(Value::as_bool).unwrap_or(false);
+        let Some((key, branch)) = find_ref(gh, id) else {
+            return self.not_found(id, f);
+        };
+        let ctx = self.ctx.clone();
+        let (Some(r), env) = (gh.repos.get_mut(&key), &mut gh.env) else {
+            return Value::Null;
+        };
+        if r.git.commit(oid).is_none() {
+            return self.exec_error(
+                "UNPROCESSABLE",
+                format!("Could not resolve to a commit with the oid '{oid}'."),
+                f,
+                &[],
+            );
+        }
+        let current = r.git.branch_head(&branch).unwrap_or_default().to_owned();
+        if !force && !r.git.is_ancestor(&current, oid) {
+            return self.exec_error(
+                "UNPROCESSABLE",
+                "Update is not a fast forward".into(),
+                f,
+                &[],
+            );
+        }
+        ops::set_branch(r, env, &ctx, &branch, Some(oid));
+        self.ref_payload(gh, f, "UpdateRefPayload", cmid, &key, &branch)
+    }
+
+    /// `deleteRef(input: {refId})`; the default branch stays.
+    fn delete_ref(&mut self, gh: &mut GithubState, f: &Field, input: &Value, cmid: Value) -> Value {
+        let id = input
+            .get("refId")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Some((key, branch)) = find_ref(gh, id) else {
+            return self.not_found(id, f);
+        };
+        let ctx = self.ctx.clone();
+        let (Some(r), env) = (gh.repos.get_mut(&key), &mut gh.env) else {
+            return Value::Null;
+        };
+        if branch == r.git.default_branch() {
+            return self.exec_error(
+                "UNPROCESSABLE",
+                "Cannot delete the default branch".into(),
+                f,
+                &[],
+            );
+        }
+        ops::set_branch(r, env, &ctx, &branch, None);
+        let obj = Obj::Payload("DeleteRefPayload", cmid, Vec::new());
+        self.resolve(gh, &obj, f, &[])
+    }
+
+    /// `createCommitOnBranch(input: {branch, expectedHeadOid, fileChanges,
+    /// message})`, the branch named by its node id or by
+    /// `repositoryNameWithOwner` and `branchName` (see
+    /// [`ops::commit_on_branch`]).
+    fn create_commit_on_branch(
+        &mut self,
+        gh: &mut GithubState,
+        f: &Field,
+        input: &Value,
+        cmid: Value,
+    ) -> Value {
+        let branch = &input["branch"];
+        let target = match branch.get("id").and_then(Value::as_str) {
+            Some(id) => find_ref(gh, id),
+            None => {
+                let full = branch["repositoryNameWithOwner"]
+                    .as_str()
+                    .unwrap_or_default();
+                let name = branch["branchName"].as_str().unwrap_or_default();
+                full.split_once('/').and_then(|(owner, repo)| {
+                    gh.repo(owner, repo)
+                        .map(|_| (crate::github::repo_key(owner, repo), name.to_owned()))
+                })
+            }
+        };
+        let Some((key, name)) = target else {
+            return self.exec_error(
+                "NOT_FOUND",
+                format!("Could not resolve to a Ref with the name of {branch}."),
+                f,
+                &[],
+            );
+        };
+        let paths = |list: &str| -> Vec<&Value> {
+            input["fileChanges"][list]
+                .as_array()
+                .map(|items| items.iter().collect())
+                .unwrap_or_default()
+        };
+        let additions = paths("additions")
+            .into_iter()
+            .map(|a| {
+                (
+                    a["path"].as_str().unwrap_or_default(),
+                    a["contents"].as_str().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let deletions = paths("deletions")
+            .into_iter()
+            .map(|d| d["path"].as_str().unwrap_or_default())
+            .collect();
+        let request = ops::CommitOnBranch {
+            branch: &name,
+            expected_head: input["expectedHeadOid"].as_str().unwrap_or_default(),
+            additions,
+            deletions,
+            headline: input["message"]["headline"].as_str().unwrap_or_default(),
+            body: input["message"]["body"].as_str(),
+        };
+        let ctx = self.ctx.clone();
+        let (Some(r), env) = (gh.repos.get_mut(&key), &mut gh.env) else {
+            return Value::Null;
+        };
+        let sha = match ops::commit_on_branch(r, env, &ctx, &request) {
+            Ok(sha) => sha,
+            Err(message) => return self.exec_error("UNPROCESSABLE", message, f, &[]),
+        };
+        let Some(r) = gh.repos.get(&key) else {
+            return Value::Null;
+        };
+        let branch = name.strip_prefix("refs/heads/").unwrap_or(&name).to_owned();
+        let obj = Obj::Payload(
+            "CreateCommitOnBranchPayload",
+            cmid,
+            vec![
+                ("commit", r.git.commit(&sha).map(|c| Obj::Commit(r, c))),
+                ("ref", Some(Obj::Ref(r, branch))),
+            ],
+        );
+        self.resolve(gh, &obj, f, &[])
+    }
+
+    /// A payload reporting the branch `branch` of the repository at `key`.
+    fn ref_payload(
+        &mut self,
+        gh: &GithubState,
+        f: &Field,
+        type_name: &'static str,
+        cmid: Value,
+        key: &str,
+        branch: &str,
+    ) -> Value {
+        let Some(r) = gh.repos.get(key) else {
+            return Value::Null;
+        };
+        let obj = Obj::Payload(
+            type_name,
+            cmid,
+            vec![("ref", Some(Obj::Ref(r, branch.to_owned())))],
+        );
+        self.resolve(gh, &obj, f, &[])
+    }
+
+    fn not_found(&mut self, id: &str, f: &Field) -> Value {
+        self.exec_error(
+            "NOT_FOUND",
+            format!("Could not resolve to a node with the global id of '{id}'"),
+            f,
+            &[],
+        )
     }
 
     /// Resolves `f`'s selection set on `obj` (or reports a missing selection set).
@@ -720,10 +963,12 @@ impl Exec<'_> {
                     .collect();
                 self.connection(gh, "MergeQueueEntryConnection", items, f, path)
             }
-            (Obj::Payload(_, _, entry), "mergeQueueEntry") => match entry {
-                Some(e) => self.resolve(gh, e, f, path),
-                None => Value::Null,
-            },
+            (Obj::Payload(_, _, fields), name) if fields.iter().any(|(n, _)| *n == name) => {
+                match fields.iter().find(|(n, _)| *n == name) {
+                    Some((_, Some(obj))) => self.resolve(gh, obj, f, path),
+                    _ => Value::Null,
+                }
+            }
             _ => self.project(gh, stat, f, path, &type_of(obj)),
         }
     }
@@ -1192,7 +1437,7 @@ fn static_json(ctx: &Ctx, obj: &Obj<'_>) -> Value {
         }
         Obj::Ref(r, branch) => json!({
             "__typename": "Ref",
-            "id": model::node_id("REF", &format!("{}:refs/heads/{branch}", r.id)),
+            "id": ref_node_id(r, branch),
             "name": branch,
             "prefix": "refs/heads/",
         }),
@@ -1281,10 +1526,37 @@ fn find_pr(gh: &GithubState, id: &str) -> Option<(String, u64)> {
     })
 }
 
+/// A branch's `Ref` node id.
+fn ref_node_id(r: &GhRepo, branch: &str) -> String {
+    model::node_id("REF", &format!("{}:refs/heads/{branch}", r.id))
+}
+
+/// Finds a branch by its `Ref` node id: (repo key, branch).
+fn find_ref(gh: &GithubState, id: &str) -> Option<(String, String)> {
+    gh.repos.iter().find_map(|(k, r)| {
+        r.git
+            .branches()
+            .find(|(name, _)| ref_node_id(r, name) == id)
+            .map(|(name, _)| (k.clone(), name.clone()))
+    })
+}
+
+/// A branch name `createRef` takes (as the REST `POST git/refs` checks it).
+fn valid_branch_name(branch: &str) -> bool {
+    !branch.is_empty() && !branch.contains("..") && !branch.ends_with('/') && !branch.contains(' ')
+}
+
 fn find_node<'a>(gh: &'a GithubState, id: &str) -> Option<Obj<'a>> {
     for r in gh.repos.values() {
         if r.node_id == id {
             return Some(Obj::Repo(r));
+        }
+        if let Some((name, _)) = r
+            .git
+            .branches()
+            .find(|(name, _)| ref_node_id(r, name) == id)
+        {
+            return Some(Obj::Ref(r, name.clone()));
         }
         if let Some(p) = r.pulls.values().find(|p| p.node_id == id) {
             return Some(Obj::Pr(r, p));

@@ -8,6 +8,7 @@
 pub mod actions;
 mod async_merge;
 mod checks;
+mod commits;
 mod merge_groups;
 mod pulls;
 mod queue;
@@ -16,6 +17,7 @@ mod tick;
 
 pub use async_merge::{is_expired, run_async};
 pub use checks::{rerequest, start_checks};
+pub use commits::{CommitOnBranch, commit_on_branch};
 pub use pulls::{close_pr, merge_message, merge_pr, open_pr, reopen_pr, set_branch};
 pub use queue::{dequeue, enqueue};
 pub use repos::{create_repo, parse_merge_method};

@@ -343,7 +343,7 @@ async fn create_tree(call: RepoCall, body: Bytes) -> ApiResult<Response> {
         for item in items {
             let path = item
                 .path
-                .filter(|path| !path.is_empty() && !path.starts_with('/') && !path.ends_with('/'))
+                .filter(|path| !crate::repo::malformed_path(path))
                 .ok_or_else(|| {
                     ApiError::unprocessable("tree.path contains a malformed path component")
                 })?;
