@@ -168,6 +168,40 @@ pub trait Forge: Send + Sync + 'static {
     /// Posts a comment on the change request.
     async fn create_note(&self, project: &str, number: u64, body: &str) -> ForgeResult<NoteRef>;
 
+    /// Whether [`Forge::create_change`] takes a new change request's labels
+    /// in the creation itself (GitLab's API does; the default). False where
+    /// they cost requests of their own: they then go with the first note
+    /// ([`Forge::open_note`]).
+    fn labels_on_creation(&self) -> bool {
+        true
+    }
+
+    /// Adds `labels` to the change request `number` just created and posts
+    /// its first note, in as few requests as the forge allows (GitHub: one
+    /// GraphQL request). The default: the labels through
+    /// [`Forge::update_change`] (when there are any), then
+    /// [`Forge::create_note`]. An error may leave the labels added and the
+    /// note not, or both done: the caller looks again.
+    async fn open_note(
+        &self,
+        project: &str,
+        number: u64,
+        labels: &[String],
+        body: &str,
+    ) -> ForgeResult<NoteRef> {
+        if !labels.is_empty() {
+            let update = ChangeUpdate {
+                labels: Some(LabelChange {
+                    add: labels,
+                    remove: &[],
+                }),
+                ..ChangeUpdate::default()
+            };
+            self.update_change(project, number, &update).await?;
+        }
+        self.create_note(project, number, body).await
+    }
+
     /// The comments on a change request (id and body), oldest first.
     async fn list_notes(&self, project: &str, number: u64) -> ForgeResult<Vec<Note>>;
 

@@ -2814,3 +2814,83 @@ async fn a_partial_graphql_commit_is_undone() {
         ]
     );
 }
+
+/// A new pull request's labels go with its first note: the first time by
+/// name (`POST issues/:n/labels`, whose answer tells their node ids) and a
+/// comment of its own; then, for a pull request this client created, in
+/// the note's one GraphQL request by id. A pull request it did not create
+/// (no node id kept) takes REST again; without labels, the note alone.
+#[tokio::test]
+async fn a_new_pull_requests_labels_go_with_its_first_note() {
+    let sim = start_stepped_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let github = client(&sim);
+    let labels = vec!["workqueue".to_owned(), "Bot".to_owned()];
+    let mut notes = Vec::new();
+    for (branch, expected) in [
+        (
+            "wq/first",
+            &[
+                "/repos/octo/app/issues/1/labels",
+                "/repos/octo/app/issues/1/comments",
+            ][..],
+        ),
+        ("wq/second", &["/graphql"][..]),
+    ] {
+        let (number, _) = open_change(&github, branch).await;
+        sim.clear_requests();
+        let note = github
+            .open_note(REPO, number, &labels, "status")
+            .await
+            .expect("noted");
+        let paths: Vec<String> = requests(&sim).into_iter().map(|(_, path)| path).collect();
+        let expected: Vec<String> = expected
+            .iter()
+            .map(|path| path.replace("/1/", &format!("/{number}/")))
+            .collect();
+        assert_eq!(paths, expected, "{branch}");
+        let pr = sim.github_pr(REPO, number).expect("pr");
+        let names: Vec<&str> = pr["labels"]
+            .as_array()
+            .expect("labels")
+            .iter()
+            .filter_map(|label| label["name"].as_str())
+            .collect();
+        assert_eq!(names, ["workqueue", "Bot"], "{branch}");
+        let comments = github.list_notes(REPO, number).await.expect("notes");
+        assert_eq!(comments.len(), 1, "{branch}");
+        assert_eq!(
+            (comments[0].id, comments[0].body.as_str()),
+            (note.id, "status")
+        );
+        notes.push(note.id);
+    }
+    // Its node id is taken by the first note: another note on the same
+    // pull request is not a new one's.
+    sim.clear_requests();
+    let (number, _) = open_change(&github, "wq/third").await;
+    github
+        .open_note(REPO, number, &labels, "first")
+        .await
+        .expect("noted");
+    sim.clear_requests();
+    github
+        .open_note(REPO, number, &labels, "again")
+        .await
+        .expect("noted");
+    let paths: Vec<String> = requests(&sim).into_iter().map(|(_, path)| path).collect();
+    assert_eq!(
+        paths,
+        [
+            format!("/repos/octo/app/issues/{number}/labels"),
+            format!("/repos/octo/app/issues/{number}/comments")
+        ]
+    );
+    sim.clear_requests();
+    github
+        .open_note(REPO, number, &[], "no labels")
+        .await
+        .expect("noted");
+    let paths: Vec<String> = requests(&sim).into_iter().map(|(_, path)| path).collect();
+    assert_eq!(paths, [format!("/repos/octo/app/issues/{number}/comments")]);
+}

@@ -1194,3 +1194,42 @@ async fn every_list_is_read_past_its_first_page() {
     assert_eq!(found.number, iid, "the oldest, on the second page");
     assert_eq!(reads(&sim, "/merge_requests"), 2);
 }
+
+/// GitLab's creation takes the labels; `open_note` (the trait's default)
+/// still adds any it is given, through the merge request's update, before
+/// the note.
+#[tokio::test]
+async fn the_first_note_with_labels_is_an_update_and_a_note() {
+    let sim = start_sim().await;
+    sim.gitlab_project("team/noted")
+        .no_ci()
+        .create()
+        .expect("project");
+    let gitlab = client(&sim);
+    assert!(gitlab.labels_on_creation());
+    let (iid, _) = open_change(&gitlab, "team/noted", "wq/noted").await;
+    sim.clear_requests();
+    let labels = vec!["workqueue".to_owned()];
+    let note = gitlab
+        .open_note("team/noted", iid, &labels, "status")
+        .await
+        .expect("noted");
+    let methods: Vec<String> = sim.requests().into_iter().map(|r| r.method).collect();
+    assert_eq!(
+        methods.first().map(String::as_str),
+        Some("PUT"),
+        "{methods:?}"
+    );
+    assert_eq!(
+        methods.last().map(String::as_str),
+        Some("POST"),
+        "{methods:?}"
+    );
+    let change = gitlab.get_change("team/noted", iid).await.expect("read");
+    assert_eq!(change.labels, labels);
+    let notes = gitlab.list_notes("team/noted", iid).await.expect("notes");
+    assert!(
+        notes.iter().any(|n| n.id == note.id && n.body == "status"),
+        "{notes:?}"
+    );
+}

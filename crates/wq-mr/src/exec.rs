@@ -544,12 +544,19 @@ impl Run<'_> {
             .await
             .map_err(store_error)?;
         tracing::info!(item = %self.view.item.id, number = change.number, head = %head, "merge request ensured");
-        let reconcile = if fresh {
-            self.first_sight(&change).await?
+        // A change request just created: its first observation, then its
+        // first note, with the labels the creation did not take. A failed
+        // note fails the run; the next one finds the change request
+        // recorded, converges its labels, and leaves the note to
+        // `post_dashboard_note`.
+        let first = if fresh {
+            let reconcile = self.first_sight(&change).await?;
+            let note = self.first_note(&change, &labels).await?;
+            Some((reconcile, note))
         } else {
-            DimensionUpdate::new(NEEDS_RECONCILE, true)
+            None
         };
-        Ok(ExecOutcome::done()
+        let outcome = ExecOutcome::done()
             .with_dimension(
                 DimensionUpdate::new(NEEDS_MR, false).detail(serde_json::json!({
                     "number": change.number,
@@ -557,8 +564,81 @@ impl Run<'_> {
                     "head_sha": head,
                 })),
             )
-            .with_dimension(self.empty_check_later())
-            .with_dimension(reconcile))
+            .with_dimension(self.empty_check_later());
+        Ok(match first {
+            Some((reconcile, (note, written))) => written.recorded(
+                change.number,
+                outcome.with_dimension(reconcile).with_dimension(
+                    DimensionUpdate::new(NEEDS_DASHBOARD, false).detail(dashboard::written(
+                        change.number,
+                        written.id,
+                        &note,
+                        self.now(),
+                    )),
+                ),
+            ),
+            None => outcome.with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, true)),
+        })
+    }
+
+    /// The first status note of the change request just created, as the
+    /// dashboard step would write it once the first observation is
+    /// recorded, with the labels the creation did not take
+    /// ([`Forge::labels_on_creation`]; [`Forge::open_note`]). The intent is
+    /// stored first: a run after a crash that lost the note's id looks for
+    /// it before posting (see [`Run::write_note`]).
+    async fn first_note(
+        &self,
+        change: &ChangeRequest,
+        labels: &[String],
+    ) -> Result<(StatusNote, NoteWrite), ExecError> {
+        let mut view = self.view.clone();
+        if let Some(seen) = self.seen.get() {
+            view.dimensions
+                .retain(|row| row.dimension != NEEDS_RECONCILE);
+            view.dimensions.push(wq_core::Dimension {
+                dimension: NEEDS_RECONCILE.into(),
+                variant: String::new(),
+                status: DimensionStatus::True,
+                detail: seen.clone(),
+                pending_until: None,
+                updated_at: self.now(),
+            });
+        }
+        let note = StatusNote::of(
+            &self.mr.config.public_url,
+            &view,
+            self.details,
+            self.person_review(),
+        );
+        let body = self.outgoing(&note.body).into_owned();
+        let body_sha256 = hex::encode(Sha256::digest(body.as_bytes()));
+        self.mr
+            .store
+            .mark_note_intent(self.view.item.id, change.number, self.now())
+            .await
+            .map_err(store_error)?;
+        let labels: &[String] = if self.forge.labels_on_creation() {
+            &[]
+        } else {
+            labels
+        };
+        let posted = self
+            .forge
+            .open_note(self.project(), change.number, labels, &body)
+            .await
+            .map_err(|e| forge_failure("posting the status note", e))?;
+        let written = NoteWrite {
+            id: posted.id,
+            kind: Some("forge.note_posted"),
+            body_sha256,
+        };
+        *self
+            .written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((change.number, written.id, note.hash()));
+        Ok((note, written))
     }
 
     /// Opens the change request: `(change, created, fresh)`, `fresh` when
@@ -573,6 +653,8 @@ impl Run<'_> {
     ) -> Result<Result<(ChangeRequest, bool, bool), ExecOutcome>, ExecError> {
         let spec = &self.details.spec;
         let description = self.outgoing(&spec.description);
+        // Where the creation does not take them, they go with the first
+        // note (`first_note`).
         let created = self
             .forge
             .create_change(&NewChange {
@@ -581,7 +663,11 @@ impl Run<'_> {
                 target_branch: &spec.target_branch,
                 title: &spec.title,
                 description: &description,
-                labels,
+                labels: if self.forge.labels_on_creation() {
+                    labels
+                } else {
+                    &[]
+                },
             })
             .await;
         match created {
@@ -599,7 +685,12 @@ impl Run<'_> {
                     Err(end) => Ok(Err(end)),
                 }
             }
-            Err(error) => Ok(Ok((self.created_or_found(Err(error)).await?, true, false))),
+            // Made, but its answer lost: the labels are converged as for any
+            // change request found.
+            Err(error) => {
+                let found = self.created_or_found(Err(error)).await?;
+                Ok(Ok((self.sync_metadata(found, labels).await?, true, false)))
+            }
         }
     }
 

@@ -81,10 +81,15 @@ pub fn repo(ctx: &Ctx, r: &GhRepo) -> Value {
 }
 
 /// A label object.
+/// A label's node id, the same through REST and GraphQL.
+pub fn label_node_id(name: &str) -> String {
+    format!("LA_kwDO{}", user_id(name))
+}
+
 pub fn label(ctx: &Ctx, r: &GhRepo, name: &str) -> Value {
     json!({
         "id": user_id(&format!("label:{name}")),
-        "node_id": format!("LA_kwDO{}", user_id(name)),
+        "node_id": label_node_id(name),
         "url": format!("{}/repos/{}/labels/{name}", ctx.base_url, r.full_name()),
         "name": name,
         "color": "ededed",

@@ -21,7 +21,7 @@ fn create_repo(sim: &SimHandle, spec: GithubRepoSpec) {
 mod conditional;
 mod github_actions;
 mod github_control;
-mod github_graphql_git;
+mod github_graphql_writes;
 mod github_merge;
 mod github_rest;
 mod github_webhooks;

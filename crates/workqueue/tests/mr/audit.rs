@@ -129,10 +129,14 @@ async fn a_change_s_trail_runs_from_the_caller_to_the_merge(backend: Backend) {
         }
     }
     assert!(open.is_none(), "{open:?} never finished");
-    assert!(
-        of_kind(&records, "action.started").len() >= 3,
-        "{records:#?}"
-    );
+    // Opening the change request (pushed, created, first note) and the
+    // reconcile that merges it.
+    let actions: Vec<&Value> = of_kind(&records, "action.started")
+        .into_iter()
+        .map(|r| &r["trigger"]["action"])
+        .collect();
+    assert_eq!(actions, ["ensure_mr", "reconcile_mr"], "{records:#?}");
+    assert_eq!(posted[0]["trigger"]["action"], "ensure_mr", "{}", posted[0]);
     // In that order, each chained to the one before.
     let position = |kind: &str| records.iter().position(|r| r["kind"] == kind).unwrap();
     assert!(position("submission.created") < position("action.started"));

@@ -13,12 +13,12 @@ use reqwest::StatusCode;
 use wq_testkit::{Backend, backend_tests};
 
 use crate::support::{
-    CrashAt, CrashOnce, GITHUB, GithubRepo, Harness, Intercept, Options, dimension, manual,
+    CrashAt, CrashOnce, GITHUB, GithubRepo, Harness, Intercept, Options, PROJECT, dimension, manual,
 };
 
 backend_tests!(
     gitlab_a_typical_change_is_seven_calls_and_three_first_reads,
-    github_a_typical_change_is_nine_calls_and_two_first_reads,
+    github_a_typical_change_is_nine_calls_then_eight,
     github_a_second_change_lists_the_rulesets_conditionally,
     a_reconcile_asked_for_before_the_creation_is_not_deferred,
     gitlab_a_crash_after_the_merge_request_is_opened_makes_no_second_one,
@@ -140,23 +140,27 @@ async fn gitlab_a_typical_change_is_seven_calls_and_three_first_reads(backend: B
 
 /// GitHub: a first push lists the repository's rulesets (none: no read of
 /// the rules of the branch it creates; a later change's list is answered
-/// `304`, see `github_a_second_change_lists_the_rulesets_conditionally`);
-/// one GraphQL query reads the base branch's head, its tree, the paths
-/// the commit writes (no tree listing) and that the branch does not
+/// `304`); one GraphQL query reads the base branch's head, its tree, the
+/// paths the commit writes (no tree listing) and that the branch does not
 /// exist yet; one GraphQL request creates the branch and commits on it
 /// (no tree, commit or ref requests), and the commit's tree says it
-/// changes something (no comparison); the pull request is
-/// created without a lookup (the branch was new) and its answer is the
-/// first observation; the label's own webhook asks for no read; the first
-/// note is posted without listing the comments. The checks' webhook
-/// brings the one GraphQL read of the pull request, the merge (and its
-/// one poll) and the note's final edit. The repository is read once for
-/// many changes.
-async fn github_a_typical_change_is_nine_calls_and_two_first_reads(backend: Backend) {
+/// changes something (no comparison); the pull request is created without
+/// a lookup (the branch was new) and its answer is the first observation;
+/// the label's own webhook asks for no read; the first note is posted
+/// without listing the comments, with the labels. The checks' webhook
+/// brings the one GraphQL read of the pull request, the merge (and its one
+/// poll) and the note's final edit. The repository is read once for many
+/// changes.
+///
+/// The first change adds its labels by name (`POST issues/:n/labels`,
+/// whose answer tells their node ids) and posts its note apart; every
+/// later one adds them by id in the note's GraphQL request: eight calls,
+/// and the rulesets' list answered `304`.
+async fn github_a_typical_change_is_nine_calls_then_eight(backend: Backend) {
     let h = Harness::start_with(backend, options(GITHUB, None)).await;
-    let calls = typical_change(&h).await;
+    let first = typical_change_on(&h, "wq/first", "first\n").await;
     assert_eq!(
-        calls,
+        first,
         expected(&[
             ("GET repos/*", 1),
             ("GET repos/*/rulesets", 1),
@@ -169,6 +173,37 @@ async fn github_a_typical_change_is_nine_calls_and_two_first_reads(backend: Back
             ("PATCH repos/*/issues/comments/*", 1),
         ]),
     );
+    let second = typical_change_on(&h, "wq/second", "second\n").await;
+    assert_eq!(
+        second,
+        expected(&[
+            ("GET repos/*/rulesets", 1),
+            ("POST repos/*/pulls", 1),
+            ("POST graphql", 4),
+            ("PUT repos/*/pulls/*/merge-async", 1),
+            ("GET repos/*/pulls/*/merge-async/*", 1),
+            ("PATCH repos/*/issues/comments/*", 1),
+        ]),
+    );
+    let not_modified = h
+        .sim
+        .requests()
+        .iter()
+        .filter(|request| request.status == 304)
+        .count();
+    assert_eq!(not_modified, 1, "the rulesets' list");
+    // The second pull request has its labels, as the first.
+    let labels = |number: u64| {
+        let pr = h.sim.github_pr(PROJECT, number).expect("pull request");
+        pr["labels"]
+            .as_array()
+            .expect("labels")
+            .iter()
+            .map(|label| label["name"].clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(labels(2), labels(1));
+    assert!(!labels(2).is_empty());
     h.finish().await;
 }
 
@@ -303,10 +338,13 @@ async fn status_notes(h: &Harness, number: u64, id: &str) -> Vec<u64> {
         .collect()
 }
 
-/// The first status note is posted without listing the notes, so its post
-/// is remembered first: the process dies after the forge took the note
-/// and before its id was recorded, and the run after the crash looks for
-/// it (by its marker and the bot as author) instead of posting another.
+/// The first status note is posted without listing the notes (by
+/// `ensure_mr`, right after the change request is created and recorded),
+/// so its post is remembered first: the process dies after the forge took
+/// the note and before its id was recorded, and the runs after the crash
+/// look for it (by its marker and the bot as author) instead of posting
+/// another. The labels went with the note: they are there, and not added
+/// again.
 async fn a_crash_after_the_first_note_is_posted_posts_no_second_one(backend: Backend, forge: &str) {
     let mut h = Harness::start_with(backend, options(forge, Some(CrashAt::AfterNotePost))).await;
     let id = h
@@ -327,7 +365,13 @@ async fn a_crash_after_the_first_note_is_posted_posts_no_second_one(backend: Bac
     );
     let before = h.audit(&id).await;
     let open = Harness::unfinished(&before).expect("an unfinished action");
-    assert_eq!(open["trigger"]["action"], "post_dashboard_note", "{open}");
+    assert_eq!(open["trigger"]["action"], "ensure_mr", "{open}");
+    let labelled = if forge == GITHUB {
+        ("POST", "/labels")
+    } else {
+        ("PUT", "/merge_requests/1")
+    };
+    let labels_before = h.count(labelled.0, labelled.1);
 
     h.crash_and_restart().await;
     h.advance(Duration::from_secs(600)).await;
@@ -352,6 +396,11 @@ async fn a_crash_after_the_first_note_is_posted_posts_no_second_one(backend: Bac
         Harness::count_kind(&after, "forge.note_posted"),
         0,
         "the note was found, not posted again: {after:#?}"
+    );
+    assert_eq!(
+        h.count(labelled.0, labelled.1),
+        labels_before,
+        "the labels are there"
     );
     h.finish().await;
 }

@@ -659,10 +659,12 @@ async fn a_persons_note_with_the_marker_is_left_alone(backend: Backend) {
     h.finish().await;
 }
 
-/// GitHub labels a pull request in a call after the create: when that call
-/// fails (or the process dies between the two), the pull request the bot
-/// opened on the head workqueue pushed is still workqueue's, recorded at
-/// once and merged; the item does not fail with `branch_not_managed`.
+/// GitHub labels a pull request in a call after the create (with its
+/// first note, or by name): when that call fails (or the process dies
+/// between the two), the pull request the bot opened on the head workqueue
+/// pushed is still workqueue's, recorded at once; the run after the failed
+/// one adds the labels and the note, and the change merges. The item does
+/// not fail with `branch_not_managed`.
 async fn github_a_pr_whose_label_call_failed_is_still_workqueues(backend: Backend) {
     let h = Harness::start_with(backend, github()).await;
     h.sim.add_fault(FaultRule::pattern(
@@ -687,9 +689,18 @@ async fn github_a_pr_whose_label_call_failed_is_still_workqueues(backend: Backen
     assert_eq!(item["phase"], "active", "{item:#}");
     let number = item["detail"]["mr"]["number"].as_u64().unwrap();
     assert_eq!(h.count("POST", "/pulls"), 1, "one pull request");
+    // Past the failed run's backoff.
+    h.advance(Duration::from_secs(60)).await;
     h.approve_as(number, "alice");
     h.wait_phase(&id, "completed").await;
     assert!(h.change_state(number).3, "merged");
     assert_eq!(h.count("POST", "/pulls"), 1, "still one pull request");
+    let pr = h.sim.github_pr(PROJECT, number).expect("pull request");
+    assert!(
+        pr["labels"]
+            .as_array()
+            .is_some_and(|labels| !labels.is_empty()),
+        "labelled after all: {pr}"
+    );
     h.finish().await;
 }

@@ -942,6 +942,18 @@ impl TornRead {
     }
 }
 
+impl Intercept {
+    fn crash_after_note(&self, posted: &wq_forge::ForgeResult<wq_forge::NoteRef>) {
+        if self
+            .crash
+            .as_ref()
+            .is_some_and(|crash| crash.fire_at(CrashAt::AfterNotePost))
+        {
+            panic!("the process dies after the forge took the status note: {posted:?}");
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl Forge for Intercept {
     fn kind(&self) -> ForgeKind {
@@ -1081,13 +1093,21 @@ impl Forge for Intercept {
         body: &str,
     ) -> wq_forge::ForgeResult<wq_forge::NoteRef> {
         let posted = self.inner.create_note(project, number, body).await;
-        if self
-            .crash
-            .as_ref()
-            .is_some_and(|crash| crash.fire_at(CrashAt::AfterNotePost))
-        {
-            panic!("the process dies after the forge took the status note: {posted:?}");
-        }
+        self.crash_after_note(&posted);
+        posted
+    }
+    fn labels_on_creation(&self) -> bool {
+        self.inner.labels_on_creation()
+    }
+    async fn open_note(
+        &self,
+        project: &str,
+        number: u64,
+        labels: &[String],
+        body: &str,
+    ) -> wq_forge::ForgeResult<wq_forge::NoteRef> {
+        let posted = self.inner.open_note(project, number, labels, body).await;
+        self.crash_after_note(&posted);
         posted
     }
     async fn list_notes(

@@ -81,6 +81,9 @@ impl GithubClient {
             Err(error) => return Err(error),
         };
         let number = pr.number;
+        if let Some(node_id) = &pr.node_id {
+            self.keep_created(request.project, number, node_id);
+        }
         let mut change = pr.into_change();
         change.review_read = false;
         if !request.labels.is_empty() {
@@ -280,6 +283,11 @@ impl GithubClient {
             let call = Call::repo(Method::POST, repo, &["issues", &n, "labels"])
                 .body(json!({ "labels": labels.add }));
             let answer: Vec<wire::Label> = self.http.json(&call, "a list of labels").await?;
+            let ids = answer
+                .iter()
+                .filter_map(|l| Some((l.name.to_lowercase(), l.node_id.clone()?)))
+                .collect();
+            self.keep_label_ids(&format!("{}/{}", repo.owner, repo.name), Some(ids));
             now = answer.into_iter().map(|l| l.name).collect();
         }
         for extra in labels.remove {

@@ -24,10 +24,26 @@ pub struct GithubClient {
     /// The tree of each commit this client made or read, by repository and
     /// commit sha (a commit's tree never changes).
     commit_trees: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
+    /// The node id of each pull request this client created, by repository
+    /// and number, until its first note ([`GithubClient::open_note`]).
+    created: std::sync::Mutex<std::collections::HashMap<(String, u64), String>>,
+    /// Label node ids by repository and lower-case name, as GitHub
+    /// answered them (a label deleted since is an error, and forgotten).
+    label_ids: std::sync::Mutex<
+        std::collections::HashMap<String, std::collections::HashMap<String, String>>,
+    >,
 }
 
-/// How many commits' trees a client keeps (all are dropped when full).
+/// How many commits' trees a client keeps (all are dropped when full); as
+/// many created pull requests' node ids.
 const COMMIT_TREES: usize = 4096;
+
+/// A cache's lock: a panic elsewhere cannot leave a cache invalid.
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 impl fmt::Debug for GithubClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -55,6 +71,8 @@ impl GithubClient {
             merge_budget: MERGE_BUDGET,
             user: tokio::sync::OnceCell::new(),
             commit_trees: std::sync::Mutex::default(),
+            created: std::sync::Mutex::default(),
+            label_ids: std::sync::Mutex::default(),
         })
     }
 
@@ -77,13 +95,47 @@ impl GithubClient {
         );
     }
 
+    /// Keeps the node id of pull request `number` of `repo`, just created.
+    pub(super) fn keep_created(&self, repo: &str, number: u64, node_id: &str) {
+        let mut created = lock(&self.created);
+        if created.len() >= COMMIT_TREES {
+            created.clear();
+        }
+        created.insert((repo.to_ascii_lowercase(), number), node_id.to_owned());
+    }
+
+    /// The node id of pull request `number` of `repo` when this client
+    /// created it, taken: only its first note asks.
+    pub(super) fn take_created(&self, repo: &str, number: u64) -> Option<String> {
+        lock(&self.created).remove(&(repo.to_ascii_lowercase(), number))
+    }
+
+    /// The label node ids known for `repo`, by lower-case name.
+    pub(super) fn known_label_ids(&self, repo: &str) -> std::collections::HashMap<String, String> {
+        lock(&self.label_ids)
+            .get(&repo.to_ascii_lowercase())
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Keeps label node ids of `repo` (`None` forgets them all).
+    pub(super) fn keep_label_ids(&self, repo: &str, ids: Option<Vec<(String, String)>>) {
+        let mut known = lock(&self.label_ids);
+        match ids {
+            Some(ids) => known
+                .entry(repo.to_ascii_lowercase())
+                .or_default()
+                .extend(ids),
+            None => {
+                known.remove(&repo.to_ascii_lowercase());
+            }
+        }
+    }
+
     fn lock_trees(
         &self,
     ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), String>> {
-        // A cache only: a panic elsewhere cannot leave it invalid.
-        self.commit_trees
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.commit_trees)
     }
 
     /// Sets how `merge_change` follows a pending request: the wait between

@@ -12,7 +12,8 @@
 //! |---|---|
 //! | `get_change` | 1: one GraphQL query for the whole state (the pull request's fields and labels, review decision, reviews, review threads, merge queue entry, the head's check runs and statuses through `statusCheckRollup.contexts`); when it fails or does not tell everything (errors, more than 100 labels or checks), `GET pulls/:n` and for an open PR `GET commits/:head/check-runs` and `GET commits/:head/status` (one more each per further page of 100) make it up |
 //! | `find_open_change` | `GET pulls?state=open&head=owner:branch`, then `get_change` of the match |
-//! | `create_change` | `POST pulls` (its answer is the pull request: CI, reviews and threads unread), then one `POST issues/:n/labels` when there are labels |
+//! | `create_change` | `POST pulls` (its answer is the pull request: CI, reviews and threads unread), then one `POST issues/:n/labels` when there are labels (the `mr` type gives none: they go with the first note) |
+//! | `open_note` | of a pull request this client just created, with labels whose node ids it learnt from an earlier answer of `POST issues/:n/labels`: one GraphQL request (`addLabelsToLabelable`, `addComment`); else (a label not added by this client yet, a pull request it did not create) `POST issues/:n/labels` and `POST issues/:n/comments` |
 //! | `update_change` | `PATCH pulls/:n` (none when only labels change), one `POST` for the labels to add and a `DELETE` per label to remove, then the read of `get_change` |
 //! | `queue_entries` | 1 GraphQL query with an alias per pull request (up to [`QUEUE_ALIASES_PER_QUERY`]) |
 //! | `merge_change` | `PUT pulls/:n/merge-async`, then `GET pulls/:n/merge-async/:uuid` every [`MERGE_POLL_INTERVAL`] while pending, within [`MERGE_BUDGET`] |
@@ -206,6 +207,22 @@ impl Forge for GithubClient {
 
     async fn create_note(&self, project: &str, number: u64, body: &str) -> ForgeResult<NoteRef> {
         self.create_note(project, number, body).await
+    }
+
+    /// A pull request's labels are a request of their own (`POST
+    /// issues/:n/labels`); with the first note they are not.
+    fn labels_on_creation(&self) -> bool {
+        false
+    }
+
+    async fn open_note(
+        &self,
+        project: &str,
+        number: u64,
+        labels: &[String],
+        body: &str,
+    ) -> ForgeResult<NoteRef> {
+        self.open_note(project, number, labels, body).await
     }
 
     async fn list_notes(&self, project: &str, number: u64) -> ForgeResult<Vec<Note>> {

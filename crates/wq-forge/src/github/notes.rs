@@ -5,10 +5,100 @@ use serde_json::{Value, json};
 
 use super::GithubClient;
 use super::http::{Call, Repo};
+use super::wire;
 use crate::error::{ForgeError, ForgeResult};
-use crate::model::{Note, NoteRef};
+use crate::model::{LabelChange, Note, NoteRef};
+
+/// A new pull request's labels and its first note in one request.
+const LABELS_AND_NOTE: &str = "mutation($pr: ID!, $labels: [ID!]!, $body: String!) { \
+labels: addLabelsToLabelable(input: {labelableId: $pr, labelIds: $labels}) { clientMutationId } \
+note: addComment(input: {subjectId: $pr, body: $body}) { commentEdge { node { fullDatabaseId url } } } }";
 
 impl GithubClient {
+    /// The labels and the first note of a pull request this client just
+    /// created: one GraphQL request when it knows the labels' node ids
+    /// (learnt from GitHub's answers to adding labels by name). Otherwise
+    /// (a label it has not added yet, which the repository may not have:
+    /// GraphQL adds only labels that exist, REST makes them; a pull request
+    /// it did not create, a restart between), and for a part of the request
+    /// GitHub refused, REST.
+    pub(super) async fn open_note(
+        &self,
+        project: &str,
+        number: u64,
+        labels: &[String],
+        body: &str,
+    ) -> ForgeResult<NoteRef> {
+        let node = self.take_created(project, number);
+        if labels.is_empty() {
+            return self.create_note(project, number, body).await;
+        }
+        let repo = Repo::parse(project)?;
+        let known = self.known_label_ids(project);
+        let ids: Option<Vec<&String>> = labels
+            .iter()
+            .map(|label| known.get(&label.to_lowercase()))
+            .collect();
+        let (Some(node), Some(ids)) = (node, ids) else {
+            self.add_labels_rest(&repo, number, labels).await?;
+            return self.create_note(project, number, body).await;
+        };
+        let answer = self
+            .http
+            .graphql(
+                LABELS_AND_NOTE,
+                json!({ "pr": node, "labels": ids, "body": body }),
+            )
+            .await?;
+        let data = &answer["data"];
+        if data["labels"].is_null() {
+            tracing::info!(
+                project, number, errors = %wire::error_messages(&answer),
+                "GitHub did not add the labels by id; adding them by name"
+            );
+            self.keep_label_ids(project, None);
+            self.add_labels_rest(&repo, number, labels).await?;
+        }
+        if !data["note"].is_null() {
+            // Posted: its id is the REST comment id (`fullDatabaseId`, a
+            // `BigInt` GitHub sends as a string: issue comment ids passed
+            // 32 bits).
+            let posted = &data["note"]["commentEdge"]["node"];
+            let id = match &posted["fullDatabaseId"] {
+                Value::String(id) => id.parse().ok(),
+                id => id.as_u64(),
+            };
+            return match id {
+                Some(id) => Ok(NoteRef {
+                    id,
+                    url: posted["url"].as_str().map(str::to_owned),
+                }),
+                None => Err(ForgeError::rejected(
+                    Some(200),
+                    format!("GitHub answered a new comment without its id: {posted}"),
+                )),
+            };
+        }
+        tracing::info!(
+            project, number, errors = %wire::error_messages(&answer),
+            "GitHub did not take the comment through GraphQL; posting it over REST"
+        );
+        self.create_note(project, number, body).await
+    }
+
+    async fn add_labels_rest(
+        &self,
+        repo: &Repo<'_>,
+        number: u64,
+        labels: &[String],
+    ) -> ForgeResult<()> {
+        let add = LabelChange {
+            add: labels,
+            remove: &[],
+        };
+        self.change_labels(repo, number, &[], add).await.map(drop)
+    }
+
     pub(super) async fn create_note(
         &self,
         project: &str,

@@ -134,6 +134,9 @@ pub struct TreeEntry {
 #[derive(Debug, Deserialize)]
 pub struct Label {
     pub name: String,
+    /// The GraphQL node id (REST answers carry it).
+    #[serde(default)]
+    pub node_id: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -149,6 +152,9 @@ pub struct BranchRef {
 #[derive(Debug, Deserialize)]
 pub struct PullRequest {
     pub number: u64,
+    /// The GraphQL node id.
+    #[serde(default)]
+    pub node_id: Option<String>,
     #[serde(default, deserialize_with = "null_default")]
     pub html_url: String,
     pub state: String,

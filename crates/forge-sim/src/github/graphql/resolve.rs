@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 
 use super::parser::{self as gql, Document, Field, OperationKind, Selection};
 use crate::github::error::ApiError;
-use crate::github::json::{ts, ts_opt, user_id};
+use crate::github::json::{label_node_id, ts, ts_opt, user_id};
 use crate::github::model;
 use crate::github::model::{GhRepo, PullRequest, QueueEntry};
 use crate::github::rest::reply;
@@ -466,6 +466,8 @@ impl Exec<'_> {
             "updateRef" => self.update_ref(gh, f, &input, cmid),
             "deleteRef" => self.delete_ref(gh, f, &input, cmid),
             "createCommitOnBranch" => self.create_commit_on_branch(gh, f, &input, cmid),
+            "addLabelsToLabelable" => self.add_labels(gh, f, &input, cmid),
+            "addComment" => self.add_comment(gh, f, &input, cmid),
             _ => self.undefined("Mutation", f, &[]),
         }
     }
@@ -670,6 +672,104 @@ impl Exec<'_> {
         self.resolve(gh, &obj, f, &[])
     }
 
+    /// `addLabelsToLabelable(input: {labelableId, labelIds})`: labels of
+    /// the pull request's repository, by node id, added to it.
+    fn add_labels(&mut self, gh: &mut GithubState, f: &Field, input: &Value, cmid: Value) -> Value {
+        let id = input
+            .get("labelableId")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Some((key, number)) = find_pr(gh, id) else {
+            return self.not_found(id, f);
+        };
+        let ids: Vec<&str> = input
+            .get("labelIds")
+            .and_then(Value::as_array)
+            .map(|ids| ids.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let ctx = self.ctx.clone();
+        let (Some(r), env) = (gh.repos.get_mut(&key), &mut gh.env) else {
+            return Value::Null;
+        };
+        let mut names = Vec::with_capacity(ids.len());
+        for label in ids {
+            match r.labels.iter().find(|name| label_node_id(name) == label) {
+                Some(name) => names.push(name.clone()),
+                None => return self.not_found(label, f),
+            }
+        }
+        ops::add_labels(r, env, &ctx, number, &names);
+        let Some(r) = gh.repos.get(&key) else {
+            return Value::Null;
+        };
+        let labelable = r.pulls.get(&number).map(|pr| Obj::Pr(r, pr));
+        let obj = Obj::Payload(
+            "AddLabelsToLabelablePayload",
+            cmid,
+            vec![("labelable", labelable)],
+        );
+        self.resolve(gh, &obj, f, &[])
+    }
+
+    /// `addComment(input: {subjectId, body})` on a pull request.
+    fn add_comment(
+        &mut self,
+        gh: &mut GithubState,
+        f: &Field,
+        input: &Value,
+        cmid: Value,
+    ) -> Value {
+        let id = input
+            .get("subjectId")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let body = input
+            .get("body")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Some((key, number)) = find_pr(gh, id) else {
+            return self.not_found(id, f);
+        };
+        if body.is_empty() {
+            return self.exec_error("UNPROCESSABLE", "Body can't be blank".into(), f, &[]);
+        }
+        let ctx = self.ctx.clone();
+        let (Some(r), env) = (gh.repos.get_mut(&key), &mut gh.env) else {
+            return Value::Null;
+        };
+        let Some(comment) = ops::add_comment(r, env, &ctx, number, body.to_owned()) else {
+            return Value::Null;
+        };
+        let Some(r) = gh.repos.get(&key) else {
+            return Value::Null;
+        };
+        let edge = r.comments.iter().find(|c| c.id == comment).map(|c| {
+            let full = r.full_name();
+            Obj::Static(json!({
+                "__typename": "IssueCommentEdge",
+                "cursor": cursor(0),
+                "node": {
+                    "__typename": "IssueComment",
+                    "id": c.node_id,
+                    "databaseId": c.id,
+                    // A `BigInt`, which GitHub sends as a string.
+                    "fullDatabaseId": c.id.to_string(),
+                    "body": c.body,
+                    "url": format!("{}/{full}/pull/{number}#issuecomment-{}", ctx.base_url, c.id),
+                    "createdAt": ts(c.created_at),
+                    "author": actor(&c.user),
+                },
+            }))
+        });
+        let subject = r.pulls.get(&number).map(|pr| Obj::Pr(r, pr));
+        let obj = Obj::Payload(
+            "AddCommentPayload",
+            cmid,
+            vec![("commentEdge", edge), ("subject", subject)],
+        );
+        self.resolve(gh, &obj, f, &[])
+    }
+
     /// A payload reporting the branch `branch` of the repository at `key`.
     fn ref_payload(
         &mut self,
@@ -814,6 +914,22 @@ impl Exec<'_> {
                     None => Value::Null,
                 }
             }
+            (Obj::Repo(r), "label") => {
+                let name = self.arg(f, "name");
+                let Some(name) = name.as_str() else {
+                    return self.exec_error(
+                        "ARGUMENT_ERROR",
+                        "Field 'label' is missing required arguments: name".into(),
+                        f,
+                        path,
+                    );
+                };
+                // GitHub matches a label's name case-insensitively.
+                match r.labels.iter().find(|l| l.eq_ignore_ascii_case(name)) {
+                    Some(label) => self.resolve(gh, &Obj::Static(label_json(label)), f, path),
+                    None => Value::Null,
+                }
+            }
             (Obj::Repo(r), "defaultBranchRef") => {
                 let branch = r.git.default_branch();
                 match r.git.branch_head(branch) {
@@ -911,7 +1027,7 @@ impl Exec<'_> {
                 let items: Vec<Obj> = pr
                     .labels
                     .iter()
-                    .map(|l| Obj::Static(json!({ "__typename": "Label", "id": format!("LA_{}", user_id(l)), "name": l, "color": "ededed" })))
+                    .map(|l| Obj::Static(label_json(l)))
                     .collect();
                 self.connection(gh, "LabelConnection", items, f, path)
             }
@@ -1524,6 +1640,11 @@ fn find_pr(gh: &GithubState, id: &str) -> Option<(String, u64)> {
             .find(|p| p.node_id == id)
             .map(|p| (k.clone(), p.number))
     })
+}
+
+/// A label as GraphQL's `Label`.
+fn label_json(name: &str) -> Value {
+    json!({ "__typename": "Label", "id": label_node_id(name), "name": name, "color": "ededed", "description": Value::Null })
 }
 
 /// A branch's `Ref` node id.

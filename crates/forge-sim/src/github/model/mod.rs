@@ -387,6 +387,9 @@ pub struct GhRepo {
     pub trees: HashMap<String, Arc<Tree>>,
     pub settings: RepoSettings,
     pub pulls: BTreeMap<u64, PullRequest>,
+    /// The repository's labels by name: each label ever added to a pull
+    /// request (GitHub's REST API makes a label it does not know).
+    pub labels: std::collections::BTreeSet<String>,
     pub next_number: u64,
     pub comments: Vec<IssueComment>,
     pub check_script: Vec<CheckScript>,

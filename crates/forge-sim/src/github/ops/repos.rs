@@ -38,6 +38,7 @@ pub fn create_repo(
         trees: Default::default(),
         settings,
         pulls: Default::default(),
+        labels: Default::default(),
         next_number: 1,
         comments: Vec::new(),
         check_script: Vec::new(),

@@ -11,9 +11,7 @@ use serde_json::{Value, json};
 
 use super::{IdSegment, NumberSegment, RepoCall, paginate, query_param, reply, reply_paged};
 use crate::github::error::{ApiError, ApiResult, DOCS_URL, parse_body};
-use crate::github::model::{
-    self, AsyncMerge, AsyncStatus, GhRepo, IssueComment, MergeAction, Review,
-};
+use crate::github::model::{self, AsyncMerge, AsyncStatus, GhRepo, MergeAction, Review};
 use crate::github::{Ctx, Env, events, json as render, ops};
 use crate::state::Shared;
 
@@ -682,22 +680,8 @@ async fn add_labels(call: RepoCall<NumberSegment>, body: Bytes) -> ApiResult<Res
         names.push(name);
     }
     target.with_repo(|repo, env| {
-        let pr = repo
-            .pulls
-            .get_mut(&number)
-            .ok_or_else(ApiError::not_found)?;
-        let mut added = Vec::new();
-        for name in names {
-            if !pr.labels.contains(&name) {
-                pr.labels.push(name.clone());
-                added.push(name);
-            }
-        }
-        for name in added {
-            if let Some(pull) = repo.pulls.get(&number) {
-                let label = render::label(&ctx, repo, &name);
-                events::pull_request(env, &ctx, repo, pull, "labeled", json!({ "label": label }));
-            }
+        if !ops::add_labels(repo, env, &ctx, number, &names) {
+            return Err(ApiError::not_found());
         }
         Ok(reply(StatusCode::OK, labels_json(&ctx, repo, number)?))
     })
@@ -802,22 +786,16 @@ async fn create_comment(call: RepoCall<NumberSegment>, body: Bytes) -> ApiResult
         .filter(|text| !text.is_empty())
         .ok_or_else(|| ApiError::missing_field("IssueComment", "body"))?;
     target.with_repo(|repo, env| {
-        if !repo.pulls.contains_key(&number) {
-            return Err(ApiError::not_found());
-        }
-        let id = env.next_id();
-        let comment = IssueComment {
-            id,
-            node_id: model::node_id("IC", &id.to_string()),
-            issue_number: number,
-            user: ctx.sender.clone(),
-            body: text,
-            created_at: ctx.now,
-            updated_at: ctx.now,
-        };
-        let rendered = render::comment(&ctx, repo, &comment);
-        repo.comments.push(comment);
-        Ok(reply(StatusCode::CREATED, rendered))
+        let id = ops::add_comment(repo, env, &ctx, number, text).ok_or_else(ApiError::not_found)?;
+        let comment = repo
+            .comments
+            .iter()
+            .find(|comment| comment.id == id)
+            .ok_or_else(ApiError::not_found)?;
+        Ok(reply(
+            StatusCode::CREATED,
+            render::comment(&ctx, repo, comment),
+        ))
     })
 }
 

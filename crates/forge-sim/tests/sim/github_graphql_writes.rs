@@ -1,6 +1,8 @@
-//! GitHub's GraphQL git mutations: `createRef`, `createCommitOnBranch`,
-//! `updateRef` and `deleteRef`, as GitHub's GraphQL reference documents
-//! them, checked against what the REST git data API then shows.
+//! GitHub's GraphQL writes: the git mutations (`createRef`,
+//! `createCommitOnBranch`, `updateRef`, `deleteRef`) and a pull request's
+//! labels and comments (`addLabelsToLabelable`, `addComment`), as GitHub's
+//! GraphQL reference documents them, checked against what the REST API
+//! then shows.
 
 use crate::{REPO, create_repo};
 use base64::Engine as _;
@@ -223,4 +225,84 @@ async fn refs_are_moved_and_deleted_by_node_id() {
         gone["errors"].to_string().contains("Could not resolve"),
         "{gone}"
     );
+}
+
+/// A label is the repository's once a pull request had it (REST makes
+/// it); `Repository.label(name:)` finds it by name, whatever the case, with
+/// the node id REST gives it. One request adds labels by node id and
+/// comments: the comment is the one REST lists.
+#[tokio::test]
+async fn labels_and_a_comment_in_one_request() {
+    let sim = start_stepped_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let gh = ApiClient::github(&sim);
+    gh.commit_files(REPO, "first", &[("a.txt", "a\n")], "first")
+        .await;
+    let first = gh.open_pr(REPO, "first", "first").await;
+    gh.commit_files(REPO, "second", &[("b.txt", "b\n")], "second")
+        .await;
+    let second = gh.open_pr(REPO, "second", "second").await;
+    let lookup = "query { repository(owner: \"octo\", name: \"app\") { \
+        known: label(name: \"WORKQUEUE\") { id name } unknown: label(name: \"other\") { id } \
+        pullRequest(number: 2) { id } } }";
+    let before = gh.graphql(lookup, json!({})).await;
+    assert!(before["data"]["repository"]["known"].is_null(), "{before}");
+    let (status, labels) = gh
+        .post(
+            &format!("/repos/octo/app/issues/{first}/labels"),
+            json!({ "labels": ["workqueue"] }),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{labels}");
+    let after = gh.graphql(lookup, json!({})).await;
+    let repository = &after["data"]["repository"];
+    assert_eq!(repository["known"]["name"], "workqueue", "{after}");
+    assert_eq!(
+        repository["known"]["id"], labels[0]["node_id"],
+        "REST's node id"
+    );
+    assert!(repository["unknown"].is_null());
+
+    let write = "mutation($pr: ID!, $labels: [ID!]!, $body: String!) { \
+        labels: addLabelsToLabelable(input: {labelableId: $pr, labelIds: $labels}) { labelable { ... on PullRequest { number } } } \
+        note: addComment(input: {subjectId: $pr, body: $body}) { commentEdge { node { databaseId fullDatabaseId body } } } }";
+    let body = gh
+        .graphql(
+            write,
+            json!({
+                "pr": repository["pullRequest"]["id"],
+                "labels": [repository["known"]["id"]],
+                "body": "status",
+            }),
+        )
+        .await;
+    assert!(body.get("errors").is_none(), "{body}");
+    assert_eq!(body["data"]["labels"]["labelable"]["number"], second);
+    let node = &body["data"]["note"]["commentEdge"]["node"];
+    let id = node["databaseId"].as_u64().expect("comment id");
+    assert_eq!(
+        node["fullDatabaseId"],
+        id.to_string(),
+        "a BigInt, as a string"
+    );
+    let (_, labels) = gh
+        .get(&format!("/repos/octo/app/issues/{second}/labels"))
+        .await;
+    assert_eq!(labels[0]["name"], "workqueue");
+    let (_, comments) = gh
+        .get(&format!("/repos/octo/app/issues/{second}/comments"))
+        .await;
+    assert_eq!(comments[0]["id"], id);
+    assert_eq!(comments[0]["body"], "status");
+
+    // An unknown label id adds nothing; the comment of the same request
+    // still lands, and each field says how it went.
+    let body = gh
+        .graphql(
+            write,
+            json!({ "pr": repository["pullRequest"]["id"], "labels": ["LA_missing"], "body": "again" }),
+        )
+        .await;
+    assert_eq!(error_paths(&body), ["labels"], "{body}");
+    assert!(body["data"]["note"]["commentEdge"]["node"]["databaseId"].is_u64());
 }
