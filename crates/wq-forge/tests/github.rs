@@ -151,6 +151,11 @@ fn requests(sim: &SimHandle) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The paths of the requests the simulator served.
+fn paths(sim: &SimHandle) -> Vec<String> {
+    sim.requests().into_iter().map(|r| r.path).collect()
+}
+
 /// What every forge does with commit modes (create, force update, delete,
 /// move, chmod), branch heads and empty diffs is the conformance suite's;
 /// here: GitHub's modes and error kinds.
@@ -2697,9 +2702,9 @@ async fn a_new_branch_is_one_graphql_request_after_the_base() {
             })
             .await
             .expect("commit");
-        let paths: Vec<String> = requests(&sim).into_iter().map(|(_, path)| path).collect();
+        let served = paths(&sim);
         assert_eq!(
-            paths,
+            served,
             [
                 "/graphql",
                 "/repos/octo/app/git/trees",
@@ -2774,7 +2779,7 @@ async fn a_partial_graphql_commit_is_undone() {
             Some(at.as_str()),
             "{branch}: as it appeared"
         );
-        let paths: Vec<String> = requests(&sim).into_iter().map(|(_, path)| path).collect();
+        let served = paths(&sim);
         let expected: &[&str] = if at == &main {
             // The commit landed on it and was taken back.
             &["/graphql", "/graphql", "/graphql"]
@@ -2787,7 +2792,7 @@ async fn a_partial_graphql_commit_is_undone() {
                 "/repos/octo/app/git/refs",
             ]
         };
-        assert_eq!(paths, expected, "{branch}");
+        assert_eq!(served, expected, "{branch}");
         sim.clear_faults();
     }
 
@@ -2803,9 +2808,9 @@ async fn a_partial_graphql_commit_is_undone() {
         "{error}"
     );
     assert_eq!(sim.github_branch_head(REPO, "wq/refused"), None);
-    let paths: Vec<String> = requests(&sim).into_iter().map(|(_, path)| path).collect();
+    let served = paths(&sim);
     assert_eq!(
-        paths,
+        served,
         [
             "/graphql",
             "/graphql",
@@ -2843,12 +2848,12 @@ async fn a_new_pull_requests_labels_go_with_its_first_note() {
             .open_note(REPO, number, &labels, "status")
             .await
             .expect("noted");
-        let paths: Vec<String> = requests(&sim).into_iter().map(|(_, path)| path).collect();
+        let served = paths(&sim);
         let expected: Vec<String> = expected
             .iter()
             .map(|path| path.replace("/1/", &format!("/{number}/")))
             .collect();
-        assert_eq!(paths, expected, "{branch}");
+        assert_eq!(served, expected, "{branch}");
         let pr = sim.github_pr(REPO, number).expect("pr");
         let names: Vec<&str> = pr["labels"]
             .as_array()
@@ -2878,9 +2883,9 @@ async fn a_new_pull_requests_labels_go_with_its_first_note() {
         .open_note(REPO, number, &labels, "again")
         .await
         .expect("noted");
-    let paths: Vec<String> = requests(&sim).into_iter().map(|(_, path)| path).collect();
+    let served = paths(&sim);
     assert_eq!(
-        paths,
+        served,
         [
             format!("/repos/octo/app/issues/{number}/labels"),
             format!("/repos/octo/app/issues/{number}/comments")
@@ -2891,6 +2896,9 @@ async fn a_new_pull_requests_labels_go_with_its_first_note() {
         .open_note(REPO, number, &[], "no labels")
         .await
         .expect("noted");
-    let paths: Vec<String> = requests(&sim).into_iter().map(|(_, path)| path).collect();
-    assert_eq!(paths, [format!("/repos/octo/app/issues/{number}/comments")]);
+    let served = paths(&sim);
+    assert_eq!(
+        served,
+        [format!("/repos/octo/app/issues/{number}/comments")]
+    );
 }

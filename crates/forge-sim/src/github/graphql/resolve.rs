@@ -515,12 +515,7 @@ impl Exec<'_> {
             );
         }
         if r.git.commit(oid).is_none() {
-            return self.exec_error(
-                "UNPROCESSABLE",
-                format!("Could not resolve to a commit with the oid '{oid}'."),
-                f,
-                &[],
-            );
+            return self.unknown_commit(oid, f);
         }
         ops::set_branch(r, env, &ctx, branch, Some(oid));
         self.ref_payload(gh, f, "CreateRefPayload", cmid, &key, branch)
@@ -543,12 +538,7 @@ impl Exec<'_> {
             return Value::Null;
         };
         if r.git.commit(oid).is_none() {
-            return self.exec_error(
-                "UNPROCESSABLE",
-                format!("Could not resolve to a commit with the oid '{oid}'."),
-                f,
-                &[],
-            );
+            return self.unknown_commit(oid, f);
         }
         let current = r.git.branch_head(&branch).unwrap_or_default().to_owned();
         if !force && !r.git.is_ancestor(&current, oid) {
@@ -789,6 +779,15 @@ impl Exec<'_> {
             vec![("ref", Some(Obj::Ref(r, branch.to_owned())))],
         );
         self.resolve(gh, &obj, f, &[])
+    }
+
+    fn unknown_commit(&mut self, oid: &str, f: &Field) -> Value {
+        self.exec_error(
+            "UNPROCESSABLE",
+            format!("Could not resolve to a commit with the oid '{oid}'."),
+            f,
+            &[],
+        )
     }
 
     fn not_found(&mut self, id: &str, f: &Field) -> Value {
