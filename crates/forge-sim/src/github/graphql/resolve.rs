@@ -310,12 +310,7 @@ impl Exec<'_> {
                 let owner = self.arg(f, "owner");
                 let name = self.arg(f, "name");
                 let (Some(owner), Some(name)) = (owner.as_str(), name.as_str()) else {
-                    return self.exec_error(
-                        "ARGUMENT_ERROR",
-                        "Field 'repository' is missing required arguments: owner, name".into(),
-                        f,
-                        path,
-                    );
+                    return self.missing_arguments(f, path, "owner, name");
                 };
                 match gh.repo(owner, name) {
                     Some(r) => self.resolve(gh, &Obj::Repo(r), f, path),
@@ -366,11 +361,7 @@ impl Exec<'_> {
         match f.name.as_str() {
             "__typename" => json!("Mutation"),
             "enqueuePullRequest" => {
-                let pr_id = input
-                    .get("pullRequestId")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
+                let pr_id = input_text(&input, "pullRequestId").to_string();
                 let expected = input
                     .get("expectedHeadOid")
                     .and_then(Value::as_str)
@@ -409,11 +400,7 @@ impl Exec<'_> {
                 }
             }
             "dequeuePullRequest" => {
-                let id = input
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
+                let id = input_text(&input, "id").to_string();
                 let target = find_pr(gh, &id).or_else(|| {
                     gh.repos.iter().find_map(|(k, r)| {
                         r.queue
@@ -476,8 +463,11 @@ impl Exec<'_> {
     /// (`refs/heads/...`; the simulator keeps no other refs) at a commit the
     /// repository holds.
     fn create_ref(&mut self, gh: &mut GithubState, f: &Field, input: &Value, cmid: Value) -> Value {
-        let text = |key: &str| input.get(key).and_then(Value::as_str).unwrap_or_default();
-        let (repository, name, oid) = (text("repositoryId"), text("name"), text("oid"));
+        let (repository, name, oid) = (
+            input_text(input, "repositoryId"),
+            input_text(input, "name"),
+            input_text(input, "oid"),
+        );
         let Some(key) = gh
             .repos
             .iter()
@@ -524,11 +514,8 @@ impl Exec<'_> {
     /// `updateRef(input: {refId, oid, force})`: a fast-forward unless
     /// `force`.
     fn update_ref(&mut self, gh: &mut GithubState, f: &Field, input: &Value, cmid: Value) -> Value {
-        let id = input
-            .get("refId")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let oid = input.get("oid").and_then(Value::as_str).unwrap_or_default();
+        let id = input_text(input, "refId");
+        let oid = input_text(input, "oid");
         let force = input.get("force").and_then(Value::as_bool).unwrap_or(false);
         let Some((key, branch)) = find_ref(gh, id) else {
             return self.not_found(id, f);
@@ -555,10 +542,7 @@ impl Exec<'_> {
 
     /// `deleteRef(input: {refId})`; the default branch stays.
     fn delete_ref(&mut self, gh: &mut GithubState, f: &Field, input: &Value, cmid: Value) -> Value {
-        let id = input
-            .get("refId")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let id = input_text(input, "refId");
         let Some((key, branch)) = find_ref(gh, id) else {
             return self.not_found(id, f);
         };
@@ -665,10 +649,7 @@ impl Exec<'_> {
     /// `addLabelsToLabelable(input: {labelableId, labelIds})`: labels of
     /// the pull request's repository, by node id, added to it.
     fn add_labels(&mut self, gh: &mut GithubState, f: &Field, input: &Value, cmid: Value) -> Value {
-        let id = input
-            .get("labelableId")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let id = input_text(input, "labelableId");
         let Some((key, number)) = find_pr(gh, id) else {
             return self.not_found(id, f);
         };
@@ -709,14 +690,8 @@ impl Exec<'_> {
         input: &Value,
         cmid: Value,
     ) -> Value {
-        let id = input
-            .get("subjectId")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let body = input
-            .get("body")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let id = input_text(input, "subjectId");
+        let body = input_text(input, "body");
         let Some((key, number)) = find_pr(gh, id) else {
             return self.not_found(id, f);
         };
@@ -781,6 +756,15 @@ impl Exec<'_> {
         self.resolve(gh, &obj, f, &[])
     }
 
+    /// GraphQL's answer to a field called without its required arguments.
+    fn missing_arguments(&mut self, f: &Field, path: &[String], arguments: &str) -> Value {
+        let message = format!(
+            "Field '{}' is missing required arguments: {arguments}",
+            f.name
+        );
+        self.exec_error("ARGUMENT_ERROR", message, f, path)
+    }
+
     fn unknown_commit(&mut self, oid: &str, f: &Field) -> Value {
         self.exec_error(
             "UNPROCESSABLE",
@@ -842,12 +826,7 @@ impl Exec<'_> {
             (Obj::Repo(r), "pullRequest") => {
                 let n = self.arg(f, "number");
                 let Some(n) = n.as_u64() else {
-                    return self.exec_error(
-                        "ARGUMENT_ERROR",
-                        "Field 'pullRequest' is missing required arguments: number".into(),
-                        f,
-                        path,
-                    );
+                    return self.missing_arguments(f, path, "number");
                 };
                 match r.pulls.get(&n) {
                     Some(pr) => self.resolve(gh, &Obj::Pr(r, pr), f, path),
@@ -901,12 +880,7 @@ impl Exec<'_> {
             (Obj::Repo(r), "ref") => {
                 let name = self.arg(f, "qualifiedName");
                 let Some(name) = name.as_str() else {
-                    return self.exec_error(
-                        "ARGUMENT_ERROR",
-                        "Field 'ref' is missing required arguments: qualifiedName".into(),
-                        f,
-                        path,
-                    );
+                    return self.missing_arguments(f, path, "qualifiedName");
                 };
                 match qualified_branch(r, name) {
                     Some(branch) => self.resolve(gh, &Obj::Ref(r, branch), f, path),
@@ -916,12 +890,7 @@ impl Exec<'_> {
             (Obj::Repo(r), "label") => {
                 let name = self.arg(f, "name");
                 let Some(name) = name.as_str() else {
-                    return self.exec_error(
-                        "ARGUMENT_ERROR",
-                        "Field 'label' is missing required arguments: name".into(),
-                        f,
-                        path,
-                    );
+                    return self.missing_arguments(f, path, "name");
                 };
                 // GitHub matches a label's name case-insensitively.
                 match r.labels.iter().find(|l| l.eq_ignore_ascii_case(name)) {
@@ -957,12 +926,7 @@ impl Exec<'_> {
             (Obj::Commit(_, commit), "file") => {
                 let file = self.arg(f, "path");
                 let Some(file) = file.as_str() else {
-                    return self.exec_error(
-                        "ARGUMENT_ERROR",
-                        "Field 'file' is missing required arguments: path".into(),
-                        f,
-                        path,
-                    );
+                    return self.missing_arguments(f, path, "path");
                 };
                 match tree_entry(&commit.tree, file) {
                     Some(entry) => self.resolve(gh, &Obj::Static(entry), f, path),
@@ -1639,6 +1603,11 @@ fn find_pr(gh: &GithubState, id: &str) -> Option<(String, u64)> {
             .find(|p| p.node_id == id)
             .map(|p| (k.clone(), p.number))
     })
+}
+
+/// The string `key` of a mutation's input (empty when absent).
+fn input_text<'a>(input: &'a Value, key: &str) -> &'a str {
+    input.get(key).and_then(Value::as_str).unwrap_or_default()
 }
 
 /// A label as GraphQL's `Label`.
