@@ -2902,3 +2902,50 @@ async fn a_new_pull_requests_labels_go_with_its_first_note() {
         [format!("/repos/octo/app/issues/{number}/comments")]
     );
 }
+
+/// An answer forge-sim does not give: the branch and its commit landed,
+/// but the answer leaves out the commit's tree. The push is the commit all
+/// the same (the branch is this client's now), and whether it changes
+/// anything is left to a comparison (`empty: None`), never an error that
+/// would disown the branch.
+#[tokio::test]
+async fn a_landed_commit_without_its_tree_is_still_the_push() {
+    let base = "1111111111111111111111111111111111111111";
+    let landed = "3333333333333333333333333333333333333333";
+    let (url, seen) = scripted_github(vec![
+        (
+            200,
+            json!({ "data": { "repository": {
+                "id": "R_1",
+                "ref": { "target": { "oid": base, "tree": { "oid": "2222222222222222222222222222222222222222" }, "f0": null } },
+                "branch": null,
+            } } }),
+        ),
+        (
+            200,
+            json!({ "data": {
+                "created": { "ref": { "id": "REF_1" } },
+                "commit": { "commit": { "oid": landed, "tree": null }, "ref": { "id": "REF_1" } },
+            } }),
+        ),
+    ])
+    .await;
+    let github = GithubClient::new(&config(&url)).expect("client");
+    let pushed = github
+        .commit_files(&CommitRequest {
+            project: REPO,
+            branch: "wq/x",
+            base_branch: "main",
+            mode: CommitMode::CreateBranch,
+            message: "workqueue change",
+            actions: &[action(FileOp::Create, "a.txt", Some(b"a\n"))],
+        })
+        .await
+        .expect("pushed");
+    assert_eq!(pushed.sha, landed);
+    assert_eq!(pushed.empty, None);
+    assert_eq!(
+        *seen.lock().expect("log"),
+        ["POST /graphql", "POST /graphql"]
+    );
+}

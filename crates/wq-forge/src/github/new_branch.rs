@@ -172,17 +172,16 @@ impl GithubClient {
         let landed = &data["commit"]["commit"];
         match (created, landed["oid"].as_str()) {
             (Some(_), Some(sha)) => {
-                let Some(tree) = landed["tree"]["oid"].as_str() else {
-                    return Err(ForgeError::rejected(
-                        Some(200),
-                        format!("createCommitOnBranch answered commit {sha} without its tree"),
-                    ));
-                };
-                self.keep_tree(request.project, sha, tree);
+                // Without the commit's tree the push cannot tell whether it
+                // changes anything: the caller compares (`empty: None`).
+                let tree = landed["tree"]["oid"].as_str();
+                if let Some(tree) = tree {
+                    self.keep_tree(request.project, sha, tree);
+                }
                 self.keep_tree(request.project, base_sha, base_tree);
                 Ok(Some(PushedCommit {
                     sha: sha.to_owned(),
-                    empty: Some(tree == base_tree),
+                    empty: tree.map(|tree| tree == base_tree),
                 }))
             }
             (Some(ref_id), None) => {
