@@ -566,7 +566,7 @@ impl Run<'_> {
             )
             .with_dimension(self.empty_check_later());
         Ok(match first {
-            Some((reconcile, (note, written))) => written.recorded(
+            Some((reconcile, (note, written))) => written.recorded_with_labels(
                 change.number,
                 outcome.with_dimension(reconcile).with_dimension(
                     DimensionUpdate::new(NEEDS_DASHBOARD, false).detail(dashboard::written(
@@ -576,9 +576,21 @@ impl Run<'_> {
                         self.now(),
                     )),
                 ),
+                self.labels_with_note(&labels),
             ),
             None => outcome.with_dimension(DimensionUpdate::new(NEEDS_RECONCILE, true)),
         })
+    }
+
+    /// Of a new change request's `labels`, those that go with its first
+    /// note: all where the forge's creation does not take them
+    /// ([`Forge::labels_on_creation`]), else none.
+    fn labels_with_note<'l>(&self, labels: &'l [String]) -> &'l [String] {
+        if self.forge.labels_on_creation() {
+            &[]
+        } else {
+            labels
+        }
     }
 
     /// The first status note of the change request just created, as the
@@ -618,14 +630,14 @@ impl Run<'_> {
             .mark_note_intent(self.view.item.id, change.number, self.now())
             .await
             .map_err(store_error)?;
-        let labels: &[String] = if self.forge.labels_on_creation() {
-            &[]
-        } else {
-            labels
-        };
         let posted = self
             .forge
-            .open_note(self.project(), change.number, labels, &body)
+            .open_note(
+                self.project(),
+                change.number,
+                self.labels_with_note(labels),
+                &body,
+            )
             .await
             .map_err(|e| forge_failure("posting the status note", e))?;
         let written = NoteWrite {
@@ -1644,17 +1656,29 @@ pub(crate) struct NoteWrite {
 impl NoteWrite {
     /// `outcome` with the audit record of this write, if it wrote.
     pub(crate) fn recorded(&self, number: u64, outcome: ExecOutcome) -> ExecOutcome {
-        match self.kind {
-            Some(kind) => outcome.with_record(
-                kind,
-                serde_json::json!({
-                    "number": number,
-                    "note_id": self.id,
-                    "body_sha256": self.body_sha256,
-                }),
-            ),
-            None => outcome,
+        self.recorded_with_labels(number, outcome, &[])
+    }
+
+    /// [`NoteWrite::recorded`], naming the `labels` the same forge request
+    /// added (a first note's, [`Forge::open_note`]), when there are any.
+    pub(crate) fn recorded_with_labels(
+        &self,
+        number: u64,
+        outcome: ExecOutcome,
+        labels: &[String],
+    ) -> ExecOutcome {
+        let Some(kind) = self.kind else {
+            return outcome;
+        };
+        let mut metadata = serde_json::json!({
+            "number": number,
+            "note_id": self.id,
+            "body_sha256": self.body_sha256,
+        });
+        if !labels.is_empty() {
+            metadata["labels_added"] = serde_json::json!(labels);
         }
+        outcome.with_record(kind, metadata)
     }
 }
 

@@ -188,6 +188,26 @@ async fn a_repository_without_a_queue_merges_directly(backend: Backend) {
     assert_eq!(ends.len(), 1, "{records:#?}");
     let main = h.branch_head("main").expect("main");
     assert_eq!(ends[0]["metadata"]["merge_commit_sha"], main.as_str());
+    // The first note's request added the labels GitHub's creation does not
+    // take, and its record says so.
+    let posted: Vec<_> = records
+        .iter()
+        .filter(|r| r["kind"] == "forge.note_posted")
+        .collect();
+    assert_eq!(posted.len(), 1, "{records:#?}");
+    let added = &posted[0]["metadata"]["labels_added"];
+    assert!(
+        added.as_array().is_some_and(|labels| !labels.is_empty()),
+        "{}",
+        posted[0]
+    );
+    let on_github: Vec<Value> = merged["labels"]
+        .as_array()
+        .expect("labels")
+        .iter()
+        .map(|label| label["name"].clone())
+        .collect();
+    assert_eq!(added, &Value::from(on_github), "{merged}");
     assert_eq!(merged["merge_commit_sha"], main.as_str());
     // The branch and its one commit came in one GraphQL request, not
     // through the Git data API.

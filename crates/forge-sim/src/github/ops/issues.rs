@@ -6,10 +6,10 @@ use serde_json::json;
 use crate::github::model::{GhRepo, IssueComment, node_id};
 use crate::github::{Ctx, Env, events, json as render};
 
-/// Adds `names` to pull request `number` (each label of the repository's
-/// once: a name the repository has no label of gets one, as GitHub's REST
-/// API makes it). A `labeled` webhook for each label the pull request did
-/// not have. `false` when there is no such pull request.
+/// Adds `names` to pull request `number`; a name the repository has no
+/// label of becomes one of its labels, as GitHub's REST API makes it. A
+/// `labeled` webhook for each label the pull request did not have.
+/// `false` when there is no such pull request.
 pub fn add_labels(
     repo: &mut GhRepo,
     env: &mut Env,
