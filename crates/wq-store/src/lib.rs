@@ -68,7 +68,7 @@
 //! Both backends claim due items in batches with their snapshots
 //! ([`Store::item_claim_due`]) and park the loop's exits that arrive
 //! together with one statement per step for the whole batch (PostgreSQL's
-//! `wq_park_batch`, migration 0009; SQLite's `sqlite::park`), the audit
+//! `wq_park_batch`, migrations 0009 to 0019; SQLite's `sqlite::park`), the audit
 //! records chained in Rust to heads read in the same transaction.
 //!
 //! **Lock order (PostgreSQL).** A transaction that takes several locks on

@@ -23,6 +23,8 @@
 //! before and after the drain), which the machine's noise does not move; on
 //! SQLite also the time park jobs held the single writer's transaction per
 //! item, the part of the loop no other write can share.
+//! `WQ_BENCH_LOOP_IDLE` adds that many parked items, each with a timer 30
+//! minutes out, beside the loop's backlog (none by default).
 //! `WQ_BENCH_ARCHIVE=1` also ships each drain's records to the archive (a
 //! local directory, as the embedded default does) once the drain is over,
 //! and prints the machine's CPU that cost per record: the part of the
@@ -231,6 +233,13 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> Drained {
     // do, so the dimension table has its steady-state size (and statistics)
     // from the start.
     let seeding = Instant::now();
+    // `WQ_BENCH_LOOP_IDLE`: parked items besides the backlog (none by
+    // default), each with its timer 30 minutes out, as a deployment's
+    // merge requests waiting on reviews have; what the claims must not walk.
+    let idle = env_number("WQ_BENCH_LOOP_IDLE", 0);
+    if idle > 0 {
+        wq_store::testing::seed_items(&url, NOOP, idle, false, true).await;
+    }
     wq_store::testing::seed_items(&url, NOOP, backlog, true, true).await;
     // Real items are created with their first audit record; so are these,
     // so that a park's record moves a chain head that exists
@@ -239,7 +248,7 @@ async fn loop_throughput(backend: Backend, backlog: u64) -> Drained {
         wq_store::testing::seed_created_records(&url, NOOP).await;
     }
     println!(
-        "seeded: {backlog} items in {:.1} s",
+        "seeded: {backlog} items and {idle} idle ones in {:.1} s",
         seeding.elapsed().as_secs_f64()
     );
     let registry = Arc::new(

@@ -173,6 +173,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "audit_append_record",
             sql: include_str!("../../migrations/postgres/0018_audit_append_record.sql"),
         },
+        EmbeddedMigration {
+            version: 19,
+            description: "park_batch_one_pass",
+            sql: include_str!("../../migrations/postgres/0019_park_batch_one_pass.sql"),
+        },
     ])
 });
 

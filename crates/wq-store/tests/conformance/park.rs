@@ -290,7 +290,8 @@ pub async fn park_with_stale_lease_writes_nothing(db: &TestDb) {
 /// each get their own answer and write only their own item: an outcome
 /// with a detail and a timer, a park without an outcome, an item with an
 /// event waiting (outcome written, lease kept), and a stale lease (nothing
-/// written). Every record chains.
+/// written); some of the outcomes finish their item, whose timers all go.
+/// Every record chains.
 pub async fn parks_that_arrive_together_each_get_their_own_answer(db: &TestDb) {
     const ITEMS: usize = 24;
     let now = t0();
@@ -320,7 +321,8 @@ pub async fn parks_that_arrive_together_each_get_their_own_answer(db: &TestDb) {
             add_event(store, id, "note", later).await;
         }
         let outcome = (n % 4 != 1).then(|| OutcomeChanges {
-            phase: None,
+            // Every other parked outcome finishes its item.
+            phase: (n % 8 == 4).then_some(Phase::Completed),
             error: Some(format!("e{n}")),
             dimensions: vec![
                 DimensionUpdate::new("needs_x", false).detail(serde_json::json!({ "n": n })),
@@ -390,9 +392,19 @@ pub async fn parks_that_arrive_together_each_get_their_own_answer(db: &TestDb) {
                     serde_json::json!({}),
                     "a new row without a detail"
                 );
+                let finished = n % 8 == 4;
+                assert_eq!(
+                    item.phase,
+                    if finished {
+                        Phase::Completed
+                    } else {
+                        Phase::Active
+                    }
+                );
                 assert_eq!(
                     y.pending_until,
-                    Some(to_micros(later + Duration::minutes(1)))
+                    (!finished).then(|| to_micros(later + Duration::minutes(1))),
+                    "item {n}: a finished item's timers all go, the outcome's too"
                 );
                 let expected: &[&str] = if n % 4 == 0 {
                     &["item.created", "action.succeeded", "forge.note_posted"]
@@ -415,9 +427,10 @@ pub async fn parks_that_arrive_together_each_get_their_own_answer(db: &TestDb) {
                         "not parked"
                     );
                 }
-                assert!(
+                assert_eq!(
                     row("needs_u").unwrap().pending_until.is_some(),
-                    "not expired"
+                    !finished,
+                    "item {n}: not expired, kept unless the item finished"
                 );
             }
             1 => {
