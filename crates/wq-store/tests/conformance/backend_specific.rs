@@ -512,12 +512,13 @@ async fn sqlite_sweep_plan_never_walks_idle_items() {
     db.finish().await;
 }
 
-/// 200k idle items (a quarter of each phase, every active one with a timer
-/// 30 minutes out, 20 of them actionable), analyzed, on a connection that
-/// plans prepared statements generically (what a prepared statement may
-/// switch to after its first runs).
+/// 200k items (a quarter of each phase, every active one with a timer 30
+/// minutes out, `actionable` of the active ones actionable), analyzed, on a
+/// connection that plans prepared statements generically (what a prepared
+/// statement may switch to after its first runs).
 async fn postgres_idle_items(
     store: &wq_store::postgres::PgStore,
+    actionable: u32,
 ) -> sqlx::pool::PoolConnection<sqlx::Postgres> {
     let mut conn = store.pool().acquire().await.unwrap();
     for statement in [
@@ -529,12 +530,14 @@ async fn postgres_idle_items(
         "INSERT INTO work_item_statuses (work_item_id, dimension, status, pending_until, updated_at)
          SELECT id, 'needs_reconcile', 'false', now() + interval '30 minutes', now()
          FROM work_items WHERE phase = 'active'",
-        "UPDATE work_items SET actionable = true
-         WHERE id IN (SELECT id FROM work_items WHERE phase = 'active' LIMIT 20)",
+        &format!(
+            "UPDATE work_items SET actionable = true
+             WHERE id IN (SELECT id FROM work_items WHERE phase = 'active' LIMIT {actionable})"
+        ),
         "ANALYZE",
         "SET plan_cache_mode = force_generic_plan",
     ] {
-        sqlx::query(sqlx::AssertSqlSafe(statement))
+        sqlx::query(sqlx::AssertSqlSafe(statement.to_owned()))
             .execute(&mut *conn)
             .await
             .unwrap();
@@ -551,7 +554,7 @@ async fn postgres_sweep_plan_never_walks_idle_items() {
     let Backend::Postgres(store) = &db.backend else {
         unreachable!()
     };
-    let mut conn = postgres_idle_items(store).await;
+    let mut conn = postgres_idle_items(store, 20).await;
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "PREPARE sweep (text[], timestamptz, bigint) AS {}",
         include_str!("../../src/postgres/queries/sweep/candidates.sql")
@@ -579,15 +582,17 @@ async fn postgres_sweep_plan_never_walks_idle_items() {
 /// The engine's batch claim (items/claim_due.sql) with 200k idle items, as
 /// a generic plan: its expired timers come from their partial index, never
 /// from a scan of every dimension row (which took 120 ms a claim with a
-/// million parked items), and items are read through the actionable index
-/// or by id.
+/// million parked items), a backlog is read in the order of the actionable
+/// index, never sorted whole, and items are looked up by id: nothing scans
+/// or joins all of work_items.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_claim_plan_never_walks_idle_items() {
     let db = TestDb::postgres().await;
     let Backend::Postgres(store) = &db.backend else {
         unreachable!()
     };
-    let mut conn = postgres_idle_items(store).await;
+    // A backlog: 20,000 actionable items among them.
+    let mut conn = postgres_idle_items(store, 20_000).await;
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "PREPARE claim (text[], timestamptz, bigint, timestamptz, uuid) AS {}",
         include_str!("../../src/postgres/queries/items/claim_due.sql")
@@ -606,10 +611,18 @@ async fn postgres_claim_plan_never_walks_idle_items() {
     assert!(!plan.contains("Seq Scan on work_item_statuses"), "{plan}");
     assert!(!plan.contains("Seq Scan on work_items"), "{plan}");
     assert!(
+        !plan.contains("Hash Join") && !plan.contains("Merge Join"),
+        "{plan}"
+    );
+    assert!(
         plan.contains("Index Only Scan using work_item_statuses_pending_until"),
         "{plan}"
     );
-    assert!(plan.contains("work_items_actionable"), "{plan}");
+    assert!(
+        plan.contains("Index Scan using work_items_actionable"),
+        "{plan}"
+    );
+    assert!(!plan.contains("Sort Key: w.id"), "{plan}");
     drop(conn);
     db.finish().await;
 }
