@@ -36,8 +36,8 @@ SELECT c.id, c.item_type, c.phase, c.actionable, c.attempts, c.error, c.leased_u
        c.idempotency_key, c.caller_identity, c.created_at, c.updated_at, c.last_event_at,
        EXISTS (SELECT 1 FROM pending_events e WHERE e.work_item_id = c.id) AS has_events,
        coalesce(
-           (SELECT jsonb_agg(
-                       jsonb_build_object(
+           (SELECT json_agg(
+                       json_build_object(
                            'dimension', s.dimension,
                            'variant', s.variant,
                            'status', s.status,
@@ -48,6 +48,6 @@ SELECT c.id, c.item_type, c.phase, c.actionable, c.attempts, c.error, c.leased_u
                        ORDER BY s.dimension, s.variant)
             FROM work_item_statuses s
             WHERE s.work_item_id = c.id),
-           '[]'::jsonb
+           '[]'::json
        ) AS dimensions
 FROM claimed c
