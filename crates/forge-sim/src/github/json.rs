@@ -87,14 +87,15 @@ pub fn label_node_id(name: &str) -> String {
 }
 
 pub fn label(ctx: &Ctx, r: &GhRepo, name: &str) -> Value {
+    let details = r.labels.get(name).cloned().unwrap_or_default();
     json!({
         "id": user_id(&format!("label:{name}")),
         "node_id": label_node_id(name),
         "url": format!("{}/repos/{}/labels/{name}", ctx.base_url, r.full_name()),
         "name": name,
-        "color": "ededed",
+        "color": details.color,
         "default": false,
-        "description": Value::Null,
+        "description": details.description,
     })
 }
 

@@ -395,6 +395,26 @@ def github_checks(base, token, control):
         names = sorted(label.name for label in pull.get_labels())
         expect(names == ["one", "three", "two"], f"labels: {names}")
 
+    @check("github: a label named in another case is the repository's label")
+    def _():
+        created = repo.create_label("Needs-Review", "d73a4a", "waiting for a person")
+        expect(created.name == "Needs-Review" and created.color == "d73a4a", f"created {created}")
+        try:
+            repo.create_label("needs-review", "ededed")
+            raise AssertionError("a label differing only in case was made")
+        except github.GithubException as error:
+            expect(error.status == 422, f"status {error.status}")
+            codes = [e.get("code") for e in error.data.get("errors", [])]
+            expect(codes == ["already_exists"], f"errors {error.data}")
+        expect(repo.get_label("NEEDS-REVIEW").name == "Needs-Review", "get_label in another case")
+        pull = state["pull"]
+        pull.add_to_labels("needs-review")
+        names = sorted(label.name for label in pull.get_labels())
+        expect("Needs-Review" in names and "needs-review" not in names, f"labels: {names}")
+        pull.remove_from_labels("NEEDS-review")
+        names = sorted(label.name for label in pull.get_labels())
+        expect(names == ["one", "three", "two"], f"labels after removal: {names}")
+
     @check("github: check runs and statuses listed over pages")
     def _():
         commit = repo.get_commit(state["pull"].head.sha)

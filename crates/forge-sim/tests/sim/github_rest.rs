@@ -292,6 +292,109 @@ async fn git_data_api_builds_branches_and_guards_refs() {
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
+/// GitHub keeps one label per name whatever its case: a new label that
+/// differs from one of the repository's only in case is refused, and a
+/// name given in another case names the repository's label (added,
+/// read, removed and looked up by GraphQL as that label).
+#[tokio::test]
+async fn a_label_name_in_another_case_names_the_repositorys_label() {
+    let sim = start_stepped_sim().await;
+    create_repo(&sim, GithubRepoSpec::new("octo", "app"));
+    let gh = ApiClient::github(&sim);
+    gh.commit_files(REPO, "feature", &[("a.txt", "a\n")], "Add a")
+        .await;
+    let (status, _) = gh
+        .post(
+            "/repos/octo/app/pulls",
+            json!({ "title": "Add a", "head": "feature", "base": "main" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+
+    let (status, label) = gh
+        .post(
+            "/repos/octo/app/labels",
+            json!({ "name": "Bug", "color": "d73a4a", "description": "Something is wrong" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{label}");
+    assert_eq!(label["name"], "Bug");
+    assert_eq!(label["color"], "d73a4a");
+    assert_eq!(label["description"], "Something is wrong");
+    let (status, refused) = gh
+        .post("/repos/octo/app/labels", json!({ "name": "BUG" }))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(refused["errors"][0]["code"], "already_exists", "{refused}");
+    assert_eq!(refused["errors"][0]["field"], "name");
+    let (status, refused) = gh
+        .post(
+            "/repos/octo/app/labels",
+            json!({ "name": "x", "color": "red" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(refused["errors"][0]["field"], "color", "{refused}");
+
+    let (status, found) = gh.get("/repos/octo/app/labels/bUg").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(found["name"], "Bug");
+
+    // Added as `bug` and `Bug` again: the pull request has `Bug`, once.
+    let (status, labels) = gh
+        .post(
+            "/repos/octo/app/issues/1/labels",
+            json!({ "labels": ["bug", "new one"] }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let names = |labels: &serde_json::Value| -> Vec<String> {
+        labels
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(names(&labels), ["Bug", "new one"]);
+    assert_eq!(labels[0]["color"], "d73a4a");
+    let (_, labels) = gh
+        .post(
+            "/repos/octo/app/issues/1/labels",
+            json!({ "labels": ["BUG"] }),
+        )
+        .await;
+    assert_eq!(names(&labels), ["Bug", "new one"]);
+    let (_, all) = gh.get("/repos/octo/app/labels").await;
+    assert_eq!(
+        names(&all),
+        ["Bug", "new one"],
+        "no label was made for `bug`"
+    );
+
+    // GraphQL finds it by any case, with the node id REST gave.
+    let (status, answer) = gh
+        .post(
+            "/graphql",
+            json!({ "query": "query { repository(owner: \"octo\", name: \"app\") { label(name: \"BUG\") { id name } } }" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        answer["data"]["repository"]["label"]["name"], "Bug",
+        "{answer}"
+    );
+    assert_eq!(
+        answer["data"]["repository"]["label"]["id"],
+        labels[0]["node_id"]
+    );
+
+    // Removed by a name in another case.
+    let (status, labels) = gh.delete("/repos/octo/app/issues/1/labels/bUG").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(names(&labels), ["new one"]);
+}
+
 #[tokio::test]
 async fn pull_requests_open_update_list_label_and_comment() {
     let sim = start_stepped_sim().await;

@@ -664,7 +664,7 @@ impl Exec<'_> {
         };
         let mut names = Vec::with_capacity(ids.len());
         for label in ids {
-            match r.labels.iter().find(|name| label_node_id(name) == label) {
+            match r.labels.keys().find(|name| label_node_id(name) == label) {
                 Some(name) => names.push(name.clone()),
                 None => return self.not_found(label, f),
             }
@@ -893,8 +893,8 @@ impl Exec<'_> {
                     return self.missing_arguments(f, path, "name");
                 };
                 // GitHub matches a label's name case-insensitively.
-                match r.labels.iter().find(|l| l.eq_ignore_ascii_case(name)) {
-                    Some(label) => self.resolve(gh, &Obj::Static(label_json(label)), f, path),
+                match r.label_named(name) {
+                    Some(label) => self.resolve(gh, &Obj::Static(label_json(r, label)), f, path),
                     None => Value::Null,
                 }
             }
@@ -986,11 +986,11 @@ impl Exec<'_> {
                     .collect();
                 self.connection(gh, "PullRequestReviewConnection", items, f, path)
             }
-            (Obj::Pr(_, pr), "labels") => {
+            (Obj::Pr(r, pr), "labels") => {
                 let items: Vec<Obj> = pr
                     .labels
                     .iter()
-                    .map(|l| Obj::Static(label_json(l)))
+                    .map(|l| Obj::Static(label_json(r, l)))
                     .collect();
                 self.connection(gh, "LabelConnection", items, f, path)
             }
@@ -1610,9 +1610,10 @@ fn input_text<'a>(input: &'a Value, key: &str) -> &'a str {
     input.get(key).and_then(Value::as_str).unwrap_or_default()
 }
 
-/// A label as GraphQL's `Label`.
-fn label_json(name: &str) -> Value {
-    json!({ "__typename": "Label", "id": label_node_id(name), "name": name, "color": "ededed", "description": Value::Null })
+/// Label `name` of repository `r` as GraphQL's `Label`.
+fn label_json(r: &GhRepo, name: &str) -> Value {
+    let label = r.labels.get(name).cloned().unwrap_or_default();
+    json!({ "__typename": "Label", "id": label_node_id(name), "name": name, "color": label.color, "description": label.description })
 }
 
 /// A branch's `Ref` node id.

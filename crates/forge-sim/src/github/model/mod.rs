@@ -376,6 +376,24 @@ pub struct AsyncMerge {
     pub ttl_seconds: u64,
 }
 
+/// A repository label's colour and description (its name is its key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoLabel {
+    /// Six hex digits, without `#`.
+    pub color: String,
+    pub description: Option<String>,
+}
+
+impl Default for RepoLabel {
+    /// The colour GitHub gives a label made by adding it to an issue.
+    fn default() -> Self {
+        Self {
+            color: "ededed".to_owned(),
+            description: None,
+        }
+    }
+}
+
 /// A simulated GitHub repository.
 pub struct GhRepo {
     pub id: u64,
@@ -387,9 +405,11 @@ pub struct GhRepo {
     pub trees: HashMap<String, Arc<Tree>>,
     pub settings: RepoSettings,
     pub pulls: BTreeMap<u64, PullRequest>,
-    /// The repository's labels by name: each label ever added to a pull
-    /// request (GitHub's REST API makes a label it does not know).
-    pub labels: std::collections::BTreeSet<String>,
+    /// The repository's labels by name: those created (`POST
+    /// repos/:o/:r/labels`) and each one a pull request was given by a name
+    /// the repository had no label of (GitHub's REST API makes it). No two
+    /// differ only in case: see [`GhRepo::label_named`].
+    pub labels: BTreeMap<String, RepoLabel>,
     pub next_number: u64,
     pub comments: Vec<IssueComment>,
     pub check_script: Vec<CheckScript>,
@@ -408,6 +428,18 @@ pub struct GhRepo {
 }
 
 impl GhRepo {
+    /// The name of the repository's label that `name` names. GitHub
+    /// compares label names without regard to case: adding `bug` to an
+    /// issue where the repository has `Bug` adds `Bug`, and no second
+    /// label differing only in case can be made.
+    pub fn label_named(&self, name: &str) -> Option<&str> {
+        let folded = name.to_lowercase();
+        self.labels
+            .keys()
+            .find(|label| label.to_lowercase() == folded)
+            .map(String::as_str)
+    }
+
     /// GraphQL / REST `authorAssociation` of `login` with this repository.
     pub fn author_association(&self, login: &str) -> &'static str {
         if login == self.owner {

@@ -3,13 +3,14 @@
 
 use serde_json::json;
 
-use crate::github::model::{GhRepo, IssueComment, node_id};
+use crate::github::model::{GhRepo, IssueComment, RepoLabel, node_id};
 use crate::github::{Ctx, Env, events, json as render};
 
 /// Adds `names` to pull request `number`; a name the repository has no
-/// label of becomes one of its labels, as GitHub's REST API makes it. A
-/// `labeled` webhook for each label the pull request did not have.
-/// `false` when there is no such pull request.
+/// label of becomes one of its labels, as GitHub's REST API makes it, and
+/// a name that matches one of its labels but for case adds that label
+/// ([`GhRepo::label_named`]). A `labeled` webhook for each label the pull
+/// request did not have. `false` when there is no such pull request.
 pub fn add_labels(
     repo: &mut GhRepo,
     env: &mut Env,
@@ -17,17 +18,26 @@ pub fn add_labels(
     number: u64,
     names: &[String],
 ) -> bool {
-    let Some(pr) = repo.pulls.get_mut(&number) else {
+    if !repo.pulls.contains_key(&number) {
         return false;
-    };
+    }
     let mut added = Vec::new();
     for name in names {
-        if !pr.labels.contains(name) {
-            pr.labels.push(name.clone());
-            added.push(name.clone());
+        let label = match repo.label_named(name) {
+            Some(label) => label.to_owned(),
+            None => {
+                repo.labels.insert(name.clone(), RepoLabel::default());
+                name.clone()
+            }
+        };
+        let Some(pr) = repo.pulls.get_mut(&number) else {
+            return false;
+        };
+        if !pr.labels.contains(&label) {
+            pr.labels.push(label.clone());
+            added.push(label);
         }
     }
-    repo.labels.extend(names.iter().cloned());
     for name in added {
         if let Some(pull) = repo.pulls.get(&number) {
             let label = render::label(ctx, repo, &name);

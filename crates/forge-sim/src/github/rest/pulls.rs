@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::{IdSegment, NumberSegment, RepoCall, paginate, query_param, reply, reply_paged};
 use crate::github::error::{ApiError, ApiResult, DOCS_URL, parse_body};
-use crate::github::model::{self, AsyncMerge, AsyncStatus, GhRepo, MergeAction, Review};
+use crate::github::model::{self, AsyncMerge, AsyncStatus, GhRepo, MergeAction, RepoLabel, Review};
 use crate::github::{Ctx, Env, events, json as render, ops};
 use crate::state::Shared;
 
@@ -42,6 +42,11 @@ pub fn router() -> Router<Shared> {
             get(list_reviews).post(create_review),
         )
         .route(
+            "/repos/{owner}/{repo}/labels",
+            post(create_repo_label).get(list_repo_labels),
+        )
+        .route("/repos/{owner}/{repo}/labels/{name}", get(get_repo_label))
+        .route(
             "/repos/{owner}/{repo}/issues/{number}/labels",
             post(add_labels).get(list_labels),
         )
@@ -66,6 +71,20 @@ pub fn router() -> Router<Shared> {
 struct AsyncMergeSegments {
     number: u64,
     uuid: String,
+}
+
+/// `labels/{name}`: one label of a repository.
+#[derive(Deserialize)]
+struct RepoLabelSegment {
+    name: String,
+}
+
+/// `POST repos/:o/:r/labels`.
+#[derive(Deserialize)]
+struct CreateLabel {
+    name: Option<String>,
+    color: Option<String>,
+    description: Option<String>,
 }
 
 /// `{number}/labels/{name}`: one label of an issue.
@@ -687,6 +706,77 @@ async fn add_labels(call: RepoCall<NumberSegment>, body: Bytes) -> ApiResult<Res
     })
 }
 
+/// Creates a repository label: 201 and the label; 422 `already_exists`
+/// when the repository has a label of that name in any case, `invalid`
+/// for a colour that is not six hex digits (given without `#`).
+async fn create_repo_label(call: RepoCall, body: Bytes) -> ApiResult<Response> {
+    let RepoCall { ctx, target, .. } = call;
+    let request: CreateLabel = parse_body(&body)?;
+    let name = request.name.unwrap_or_default();
+    if name.trim().is_empty() {
+        return Err(ApiError::missing_field("Label", "name"));
+    }
+    let color = request
+        .color
+        .map(|color| color.trim_start_matches('#').to_lowercase())
+        .unwrap_or_else(|| RepoLabel::default().color);
+    if color.len() != 6 || !color.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(ApiError::invalid_field("Label", "color"));
+    }
+    target.with_repo(|repo, _| {
+        if repo.label_named(&name).is_some() {
+            return Err(ApiError::validation(
+                "Label",
+                Some("name"),
+                "already_exists",
+                None,
+            ));
+        }
+        repo.labels.insert(
+            name.clone(),
+            RepoLabel {
+                color,
+                description: request.description,
+            },
+        );
+        Ok(reply(StatusCode::CREATED, render::label(&ctx, repo, &name)))
+    })
+}
+
+/// A repository label by name, in any case.
+async fn get_repo_label(call: RepoCall<RepoLabelSegment>) -> ApiResult<Response> {
+    let RepoCall {
+        ctx,
+        segments: RepoLabelSegment { name },
+        target,
+        ..
+    } = call;
+    target.with_repo(|repo, _| {
+        let label = repo.label_named(&name).ok_or_else(ApiError::not_found)?;
+        Ok(reply(StatusCode::OK, render::label(&ctx, repo, label)))
+    })
+}
+
+/// The repository's labels, by name, in pages.
+async fn list_repo_labels(call: RepoCall) -> ApiResult<Response> {
+    let RepoCall {
+        ctx, target, uri, ..
+    } = call;
+    target.with_repo(|repo, _| {
+        let labels = repo
+            .labels
+            .keys()
+            .map(|name| render::label(&ctx, repo, name))
+            .collect();
+        let page = paginate(labels, &ctx.base_url, &uri);
+        Ok(reply_paged(
+            StatusCode::OK,
+            Value::Array(page.items),
+            page.link,
+        ))
+    })
+}
+
 async fn list_labels(call: RepoCall<NumberSegment>) -> ApiResult<Response> {
     let RepoCall {
         ctx,
@@ -716,6 +806,8 @@ async fn remove_label(call: RepoCall<LabelSegments>) -> ApiResult<Response> {
         ..
     } = call;
     target.with_repo(|repo, env| {
+        // The repository's label of that name, in any case.
+        let name = repo.label_named(&name).unwrap_or(&name).to_owned();
         let pr = repo
             .pulls
             .get_mut(&number)
