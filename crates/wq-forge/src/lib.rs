@@ -176,6 +176,12 @@ pub trait Forge: Send + Sync + 'static {
         true
     }
 
+    /// How this forge tells label names apart (GitLab: by case, the
+    /// default; GitHub: not).
+    fn label_case(&self) -> LabelCase {
+        LabelCase::Sensitive
+    }
+
     /// Adds `labels` to the change request `number` just created and posts
     /// its first note, in as few requests as the forge allows (GitHub: one
     /// GraphQL request). The default: the labels through

@@ -128,18 +128,49 @@ impl LabelChange<'_> {
     }
 }
 
+/// How a forge tells label names apart.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LabelCase {
+    /// Names that differ in case are different labels (GitLab: `Bug` and
+    /// `bug` can both exist).
+    #[default]
+    Sensitive,
+    /// One label per name whatever its case (GitHub): adding `bug` where
+    /// the repository has `Bug` adds `Bug`, and `bug` removes it.
+    Insensitive,
+}
+
+impl LabelCase {
+    /// Whether `a` and `b` name the same label.
+    pub fn same(self, a: &str, b: &str) -> bool {
+        match self {
+            Self::Sensitive => a == b,
+            Self::Insensitive => a == b || a.to_lowercase() == b.to_lowercase(),
+        }
+    }
+
+    /// Whether `labels` holds a label that `label` names.
+    pub fn contains(self, labels: &[String], label: &str) -> bool {
+        labels.iter().any(|other| self.same(other, label))
+    }
+}
+
 /// What takes a change request's labels from `current` (as last read) to
 /// `wanted`: the labels to add and the labels to remove, for a
-/// [`LabelChange`].
-pub fn label_diff(current: &[String], wanted: &[String]) -> (Vec<String>, Vec<String>) {
+/// [`LabelChange`], names compared as the forge compares them.
+pub fn label_diff(
+    current: &[String],
+    wanted: &[String],
+    case: LabelCase,
+) -> (Vec<String>, Vec<String>) {
     let add = wanted
         .iter()
-        .filter(|label| !current.contains(label))
+        .filter(|label| !case.contains(current, label))
         .cloned()
         .collect();
     let remove = current
         .iter()
-        .filter(|label| !wanted.contains(label))
+        .filter(|label| !case.contains(wanted, label))
         .cloned()
         .collect();
     (add, remove)

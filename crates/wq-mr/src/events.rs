@@ -111,7 +111,15 @@ async fn handle_forge_event(
             .await
             .map_err(store_error)?
             .is_some_and(|details| {
-                details.spec.labels.contains(&label) || label == mr.config.managed_label
+                // Named as the forge names labels: on GitHub, the `Bug` a
+                // submitted `bug` added.
+                let case = mr
+                    .forges()
+                    .get(&details.spec.forge)
+                    .map(|forge| forge.label_case())
+                    .unwrap_or_default();
+                case.contains(&details.spec.labels, &label)
+                    || case.same(&label, &mr.config.managed_label)
             }) =>
         {
             Ok(EventResult::ignored())

@@ -10,8 +10,8 @@ use sha2::{Digest, Sha256};
 use wq_core::{DimensionStatus, DimensionUpdate, ExecError, ExecOutcome, ItemView, Phase};
 use wq_forge::{
     ChangeRequest, ChangeState, ChangeUpdate, CiStatus, CommitMode, CommitRequest, Forge,
-    LabelChange, MergeOutcome, MergeParams, Mergeable, NewChange, PushedCommit, QueueEntry,
-    label_diff,
+    LabelCase, LabelChange, MergeOutcome, MergeParams, Mergeable, NewChange, PushedCommit,
+    QueueEntry, label_diff,
 };
 
 use crate::dashboard::{self, StatusNote};
@@ -83,7 +83,7 @@ impl Run<'_> {
     fn labels(&self) -> Vec<String> {
         let mut labels = self.details.spec.labels.clone();
         let managed = &self.mr.config.managed_label;
-        if !managed.is_empty() && !labels.contains(managed) {
+        if !managed.is_empty() && !self.forge.label_case().contains(&labels, managed) {
             labels.push(managed.clone());
         }
         labels
@@ -239,7 +239,8 @@ impl Run<'_> {
             return Ok(false);
         };
         let managed = &self.mr.config.managed_label;
-        let labelled = !managed.is_empty() && change.labels.contains(managed);
+        let labelled =
+            !managed.is_empty() && self.forge.label_case().contains(&change.labels, managed);
         if !labelled {
             let Some(head) = change.head_sha.as_deref() else {
                 return Ok(false);
@@ -779,14 +780,16 @@ impl Run<'_> {
     ) -> Result<ChangeRequest, ExecError> {
         let spec = &self.details.spec;
         let description = self.outgoing(&spec.description);
+        let case = self.forge.label_case();
         let next = converged_labels(
             &change.labels,
             self.details.applied_labels.as_deref().unwrap_or_default(),
             labels,
+            case,
         );
         // What differs from the labels just read, as additions and removals:
         // a label a person adds meanwhile is not in either and stays.
-        let (add, remove) = label_diff(&change.labels, &next);
+        let (add, remove) = label_diff(&change.labels, &next, case);
         let relabel = !add.is_empty() || !remove.is_empty();
         let retarget = change.target_branch != spec.target_branch.as_str();
         if change.title == spec.title && change.description == description && !relabel && !retarget
@@ -1629,15 +1632,22 @@ fn transient_backoff(
 
 /// The labels a change request should carry: its `current` ones without
 /// those workqueue `applied` earlier and no longer `wanted`, plus every
-/// wanted one (order kept, new ones last).
-fn converged_labels(current: &[String], applied: &[String], wanted: &[String]) -> Vec<String> {
+/// wanted one (order kept, new ones last), names compared as the forge
+/// compares them (`case`: on GitHub, `bug` wanted is the `Bug` the pull
+/// request carries).
+fn converged_labels(
+    current: &[String],
+    applied: &[String],
+    wanted: &[String],
+    case: LabelCase,
+) -> Vec<String> {
     let mut next: Vec<String> = current
         .iter()
-        .filter(|label| wanted.contains(label) || !applied.contains(label))
+        .filter(|label| case.contains(wanted, label) || !case.contains(applied, label))
         .cloned()
         .collect();
     for label in wanted {
-        if !next.contains(label) {
+        if !case.contains(&next, label) {
             next.push(label.clone());
         }
     }
@@ -1730,14 +1740,35 @@ mod tests {
         let current = strings(&["old", "managed", "person"]);
         let applied = strings(&["old", "managed"]);
         let wanted = strings(&["new", "managed"]);
+        for case in [LabelCase::Sensitive, LabelCase::Insensitive] {
+            assert_eq!(
+                converged_labels(&current, &applied, &wanted, case),
+                strings(&["managed", "person", "new"])
+            );
+            // Nothing known as applied: nothing is removed.
+            assert_eq!(
+                converged_labels(&current, &[], &wanted, case),
+                strings(&["old", "managed", "person", "new"])
+            );
+        }
+    }
+
+    #[test]
+    fn labels_converge_as_the_forge_compares_their_names() {
+        // The pull request carries the repository's `Bug` and `Managed`
+        // for the `bug` and `managed` workqueue applied.
+        let current = strings(&["Bug", "Managed", "person"]);
+        let applied = strings(&["bug", "managed"]);
+        let wanted = strings(&["managed"]);
+        let next = converged_labels(&current, &applied, &wanted, LabelCase::Insensitive);
+        assert_eq!(next, strings(&["Managed", "person"]));
         assert_eq!(
-            converged_labels(&current, &applied, &wanted),
-            strings(&["managed", "person", "new"])
+            label_diff(&current, &next, LabelCase::Insensitive),
+            (vec![], strings(&["Bug"])),
+            "`bug` is taken off as `Bug`; `managed` is not added again"
         );
-        // Nothing known as applied: nothing is removed.
-        assert_eq!(
-            converged_labels(&current, &[], &wanted),
-            strings(&["old", "managed", "person", "new"])
-        );
+        // Where case tells labels apart, `Bug` and `Managed` are others'.
+        let next = converged_labels(&current, &applied, &wanted, LabelCase::Sensitive);
+        assert_eq!(next, strings(&["Bug", "Managed", "person", "managed"]));
     }
 }

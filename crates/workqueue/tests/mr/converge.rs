@@ -24,6 +24,7 @@ backend_tests!(
     a_conflict_on_the_merge_call_fails_at_once,
     gitlab_a_metadata_only_resubmission_converges,
     github_a_metadata_only_resubmission_converges,
+    github_labels_named_in_another_case_are_the_repositorys,
     gitlab_a_new_target_branch_is_pushed_and_set,
     github_a_new_target_branch_is_pushed_and_set,
     github_a_pr_merged_before_the_update_is_seen_hands_the_content_to_generation_2,
@@ -345,6 +346,77 @@ async fn gitlab_a_metadata_only_resubmission_converges(backend: Backend) {
 
 async fn github_a_metadata_only_resubmission_converges(backend: Backend) {
     a_metadata_only_resubmission_converges(backend, GITHUB).await;
+}
+
+/// A person creates repository label `name` on GitHub.
+async fn create_repo_label(h: &Harness, name: &str) {
+    let status = h
+        .client
+        .post(format!("{}/repos/{PROJECT}/labels", h.sim.github_url()))
+        .header(
+            "Authorization",
+            format!("token {}", forge_sim::DEFAULT_TOKEN),
+        )
+        .json(&json!({ "name": name, "color": "d73a4a" }))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, StatusCode::CREATED);
+}
+
+/// GitHub keeps one label per name whatever its case. A repository whose
+/// labels are `Kept`, `Old` and `Managed-By::Workqueue` gets them for the
+/// submitted `kept` and `old` and the managed label; a resubmission that
+/// drops `old` takes `Old` off (workqueue applied it), and one that asks
+/// for `KEPT` adds nothing: no label request at all.
+async fn github_labels_named_in_another_case_are_the_repositorys(backend: Backend) {
+    let h = start(backend, GITHUB).await;
+    for name in ["Kept", "Old", "Managed-By::Workqueue"] {
+        create_repo_label(&h, name).await;
+    }
+    let branch = "wq/case";
+    let mut body = manual(h.change(branch, &[("c.txt", "c\n")]));
+    body["labels"] = json!(["old", "kept"]);
+    let id = h.submit_ok(&body, StatusCode::CREATED, "created").await;
+    let number = h.wait_mr(&id).await;
+    h.settle().await;
+    let (_, labels, _, _) = h.change_state(number);
+    assert_eq!(
+        sorted(labels),
+        ["Kept", "Managed-By::Workqueue", "Old"],
+        "the repository's labels, none made again in another case"
+    );
+
+    let label_writes = |h: &Harness| {
+        h.sim
+            .requests()
+            .iter()
+            .filter(|r| {
+                (r.method == "POST" || r.method == "DELETE")
+                    && r.path.contains(&format!("/issues/{number}/labels"))
+            })
+            .count()
+    };
+    let before = label_writes(&h);
+    body["labels"] = json!(["KEPT"]);
+    body["title"] = "Retitled".into();
+    let again = h.submit_ok(&body, StatusCode::OK, "updated").await;
+    assert_eq!(again, id);
+    h.wait_for(&id, "the title and labels on the forge", |_| {
+        let (title, labels, _, _) = h.change_state(number);
+        title == "Retitled" && sorted(labels) == ["Kept", "Managed-By::Workqueue"]
+    })
+    .await;
+    h.settle().await;
+    assert_eq!(
+        label_writes(&h) - before,
+        1,
+        "one label request: `Old` taken off; `KEPT` and the managed label are there already"
+    );
+    let (_, labels, _, _) = h.change_state(number);
+    assert_eq!(sorted(labels), ["Kept", "Managed-By::Workqueue"]);
+    h.finish().await;
 }
 
 async fn a_new_target_branch_is_pushed_and_set(backend: Backend, forge: &str) {

@@ -1099,6 +1099,9 @@ impl Forge for Intercept {
     fn labels_on_creation(&self) -> bool {
         self.inner.labels_on_creation()
     }
+    fn label_case(&self) -> wq_forge::LabelCase {
+        self.inner.label_case()
+    }
     async fn open_note(
         &self,
         project: &str,

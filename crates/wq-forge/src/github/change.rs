@@ -9,7 +9,7 @@ use super::http::{Call, Repo};
 use super::wire;
 use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
 use crate::model::{
-    ChangeRequest, ChangeState, ChangeUpdate, LabelChange, NewChange, QueueObservation,
+    ChangeRequest, ChangeState, ChangeUpdate, LabelCase, LabelChange, NewChange, QueueObservation,
 };
 
 /// `get_change`'s GraphQL query: the pull request's whole state in one
@@ -300,7 +300,7 @@ impl GithubClient {
                 Ok(answer) => now = answer.into_iter().map(|l| l.name).collect(),
                 // Removed meanwhile: what was wanted.
                 Err(error) if error.kind == ForgeErrorKind::NotFound => {
-                    now.retain(|l| l != extra);
+                    now.retain(|l| !LabelCase::Insensitive.same(l, extra));
                 }
                 Err(error) => return Err(error),
             }

@@ -108,8 +108,8 @@ use crate::config::ForgeKind;
 use crate::error::ForgeResult;
 use crate::events::{ForgeEvent, WebhookRejection};
 use crate::model::{
-    ChangeRequest, ChangeUpdate, CommitRequest, ForgeUser, MergeOutcome, MergeParams, NewChange,
-    Note, NoteRef, PushedCommit, QueueObservation, SourceBranch,
+    ChangeRequest, ChangeUpdate, CommitRequest, ForgeUser, LabelCase, MergeOutcome, MergeParams,
+    NewChange, Note, NoteRef, PushedCommit, QueueObservation, SourceBranch,
 };
 
 pub use self::ci::job_status;
@@ -213,6 +213,11 @@ impl Forge for GithubClient {
     /// issues/:n/labels`); with the first note they are not.
     fn labels_on_creation(&self) -> bool {
         false
+    }
+
+    /// GitHub keeps one label per name whatever its case.
+    fn label_case(&self) -> LabelCase {
+        LabelCase::Insensitive
     }
 
     async fn open_note(

@@ -906,7 +906,7 @@ pub async fn a_label_a_person_adds_meanwhile_survives_an_update<H: Harness>() {
     // After the read: a person's label.
     harness.label_as(created.number, "person", "dana").await;
     let wanted = ["kept".to_owned(), "new".to_owned()];
-    let (add, remove) = label_diff(&read.labels, &wanted);
+    let (add, remove) = label_diff(&read.labels, &wanted, forge.label_case());
     let updated = forge
         .update_change(
             project,
