@@ -269,23 +269,31 @@ fn sorted(mut labels: Vec<String>) -> Vec<String> {
     labels
 }
 
+/// A person's `POST` to `path` of the GitHub repository (after
+/// `repos/:owner/:repo`); its status.
+async fn github_post(h: &Harness, path: &str, body: Value) -> StatusCode {
+    h.client
+        .post(format!("{}/repos/{PROJECT}{path}", h.sim.github_url()))
+        .header(
+            "Authorization",
+            format!("token {}", forge_sim::DEFAULT_TOKEN),
+        )
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
 /// A person labels change request `number`.
 async fn person_label(h: &Harness, number: u64, label: &str) {
     let status = if h.forge == GITHUB {
-        h.client
-            .post(format!(
-                "{}/repos/{PROJECT}/issues/{number}/labels",
-                h.sim.github_url()
-            ))
-            .header(
-                "Authorization",
-                format!("token {}", forge_sim::DEFAULT_TOKEN),
-            )
-            .json(&json!({ "labels": [label] }))
-            .send()
-            .await
-            .unwrap()
-            .status()
+        github_post(
+            h,
+            &format!("/issues/{number}/labels"),
+            json!({ "labels": [label] }),
+        )
+        .await
     } else {
         h.gitlab_put(
             &format!("/merge_requests/{number}"),
@@ -350,18 +358,7 @@ async fn github_a_metadata_only_resubmission_converges(backend: Backend) {
 
 /// A person creates repository label `name` on GitHub.
 async fn create_repo_label(h: &Harness, name: &str) {
-    let status = h
-        .client
-        .post(format!("{}/repos/{PROJECT}/labels", h.sim.github_url()))
-        .header(
-            "Authorization",
-            format!("token {}", forge_sim::DEFAULT_TOKEN),
-        )
-        .json(&json!({ "name": name, "color": "d73a4a" }))
-        .send()
-        .await
-        .unwrap()
-        .status();
+    let status = github_post(h, "/labels", json!({ "name": name, "color": "d73a4a" })).await;
     assert_eq!(status, StatusCode::CREATED);
 }
 
