@@ -2730,7 +2730,8 @@ async fn a_new_branch_is_one_graphql_request_after_the_base() {
 /// between the base's read and the commit is set back and the push is a
 /// conflict; one that appeared elsewhere is left alone (nothing was
 /// written); a commit refused after the branch was created deletes the
-/// branch, and the Git data API answers the refusal.
+/// branch, and the Git data API answers the refusal. Each error says what
+/// was written and taken back on the way.
 #[tokio::test]
 async fn a_partial_graphql_commit_is_undone() {
     let sim = start_stepped_sim().await;
@@ -2779,6 +2780,13 @@ async fn a_partial_graphql_commit_is_undone() {
             Some(at.as_str()),
             "{branch}: as it appeared"
         );
+        // The error tells what was written and taken back (it is the
+        // failed action's audit record), and nothing where nothing was.
+        assert_eq!(
+            error.message.contains("was taken back"),
+            at == &main,
+            "{branch}: {error}"
+        );
         let served = paths(&sim);
         let expected: &[&str] = if at == &main {
             // The commit landed on it and was taken back.
@@ -2806,6 +2814,13 @@ async fn a_partial_graphql_commit_is_undone() {
     assert!(
         error.message.contains("malformed path component"),
         "{error}"
+    );
+    assert!(
+        error
+            .message
+            .contains("before it, a GraphQL request created branch wq/refused at")
+            && error.message.contains("the branch was deleted again"),
+        "the branch made and deleted on the way: {error}"
     );
     assert_eq!(sim.github_branch_head(REPO, "wq/refused"), None);
     let served = paths(&sim);

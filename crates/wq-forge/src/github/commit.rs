@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::GithubClient;
 use super::base::{Base, Files};
 use super::http::{Call, Repo};
-use super::new_branch::NewBranchCommit;
+use super::new_branch::{NewBranch, NewBranchCommit};
 use super::wire;
 use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
 use crate::model::{CommitMode, CommitRequest, FileOp, PushedCommit};
@@ -50,23 +50,50 @@ impl GithubClient {
             mut files,
         } = self.commit_base(&repo, request).await?;
         let planned = plan(request, &mut files)?;
+        let mut undone = None;
         if request.mode == CommitMode::CreateBranch
             && let Some(repository_id) = repository_id.as_deref()
             && let Some(commit) = NewBranchCommit::of(request, &planned)
         {
             let base = (base_sha.as_str(), base_tree.as_str());
-            if let Some(pushed) = self
+            match self
                 .commit_on_new_branch(&repo, request, repository_id, base, &commit)
                 .await?
             {
-                return Ok(pushed);
+                NewBranch::Pushed(pushed) => return Ok(pushed),
+                NewBranch::NothingWritten => {}
+                NewBranch::Undone(what) => undone = Some(what),
             }
         }
+        let base = (base_sha.as_str(), base_tree.as_str());
+        self.commit_git_data(&repo, request, base, &planned)
+            .await
+            .map_err(|error| match undone {
+                // What the failed push wrote and took back goes with its
+                // error (and so into the action's audit record).
+                Some(what) => ForgeError {
+                    message: format!("{} (before it, {what})", error.message),
+                    ..error
+                },
+                None => error,
+            })
+    }
+
+    /// The commit of `planned` on the base through the Git data API, and
+    /// the branch created or force-moved to it ([`GithubClient::commit_files`]).
+    async fn commit_git_data(
+        &self,
+        repo: &Repo<'_>,
+        request: &CommitRequest<'_>,
+        (base_sha, base_tree): (&str, &str),
+        planned: &[Planned<'_>],
+    ) -> ForgeResult<PushedCommit> {
+        let repo = *repo;
         // Content written more than once (moved after it was written) is
         // one blob.
         let mut blobs: HashMap<&[u8], String> = HashMap::new();
         let mut entries: Vec<Value> = Vec::with_capacity(planned.len());
-        for step in &planned {
+        for step in planned {
             entries.push(match step {
                 Planned::Delete { path, .. } => delete_entry(path),
                 Planned::Write {
@@ -118,7 +145,7 @@ impl GithubClient {
             )
             .await?;
         self.keep_tree(request.project, &commit.sha, &tree.sha);
-        self.keep_tree(request.project, &base_sha, &base_tree);
+        self.keep_tree(request.project, base_sha, base_tree);
         let empty = tree.sha == base_tree;
         match request.mode {
             CommitMode::CreateBranch => self.create_ref(&repo, request.branch, &commit.sha).await?,

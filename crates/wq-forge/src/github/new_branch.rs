@@ -15,14 +15,17 @@
 //!
 //! - both succeed: the commit is the branch head;
 //! - the ref was created but the commit refused: the ref is deleted again
-//!   and the Git data API tries, which answers the refusal its own way;
+//!   and the Git data API tries, which answers the refusal its own way
+//!   (its error then also tells of the branch made and deleted, so the
+//!   failed action's audit record names every write);
 //! - neither: nothing was written (the branch appeared meanwhile, which
 //!   the base read had not seen); the Git data API tries, and `POST
 //!   git/refs` answers an existing branch with a conflict;
 //! - the ref was not created but the commit landed: the branch appeared
 //!   meanwhile at exactly the base head and the commit went onto it. The
 //!   branch is set back to the base head, where it was, and the push is a
-//!   conflict, as for any branch that exists.
+//!   conflict, as for any branch that exists; the error names the commit
+//!   taken back.
 //!
 //! A request that failed as a whole (transport, HTTP error) may have
 //! landed: its error is the caller's, as a failed `POST git/refs` is.
@@ -37,6 +40,18 @@ use super::http::Repo;
 use super::wire;
 use crate::error::{ForgeError, ForgeErrorKind, ForgeResult};
 use crate::model::{CommitRequest, PushedCommit};
+
+/// What the one-request commit of a new branch came to.
+pub(super) enum NewBranch {
+    /// The branch and its commit.
+    Pushed(PushedCommit),
+    /// Nothing was written: the Git data API is to try.
+    NothingWritten,
+    /// The branch was created, its commit refused, and the branch deleted
+    /// again (what happened, for the error of the Git data API's try, if
+    /// that fails too).
+    Undone(String),
+}
 
 /// The request: the branch created at the base head, the commit appended.
 const CREATE_AND_COMMIT: &str = "mutation($repository: ID!, $ref: String!, $base: GitObjectID!, \
@@ -138,8 +153,7 @@ fn headline_and_body(message: &str) -> Option<(&str, Option<&str>)> {
 
 impl GithubClient {
     /// The commit of a new branch in one GraphQL request (see the module's
-    /// documentation). `None`: nothing was written, the Git data API is
-    /// to try.
+    /// documentation).
     pub(super) async fn commit_on_new_branch(
         &self,
         repo: &Repo<'_>,
@@ -147,7 +161,7 @@ impl GithubClient {
         repository_id: &str,
         (base_sha, base_tree): (&str, &str),
         commit: &NewBranchCommit<'_>,
-    ) -> ForgeResult<Option<PushedCommit>> {
+    ) -> ForgeResult<NewBranch> {
         let mut message = json!({ "headline": commit.headline });
         if let Some(body) = commit.body {
             message["body"] = json!(body);
@@ -179,20 +193,24 @@ impl GithubClient {
                     self.keep_tree(request.project, sha, tree);
                 }
                 self.keep_tree(request.project, base_sha, base_tree);
-                Ok(Some(PushedCommit {
+                Ok(NewBranch::Pushed(PushedCommit {
                     sha: sha.to_owned(),
                     empty: tree.map(|tree| tree == base_tree),
                 }))
             }
             (Some(ref_id), None) => {
+                let errors = wire::error_messages(&answer);
                 tracing::info!(
                     owner = repo.owner, repo = repo.name, branch = request.branch,
-                    errors = %wire::error_messages(&answer),
+                    errors = %errors,
                     "GitHub created the branch but refused the commit; deleting the branch and trying the Git data API"
                 );
                 self.undo(DELETE_REF, json!({ "ref": ref_id }), request)
                     .await?;
-                Ok(None)
+                Ok(NewBranch::Undone(format!(
+                    "a GraphQL request created branch {} at {base_sha} and GitHub refused its commit: {errors}; the branch was deleted again",
+                    request.branch
+                )))
             }
             (None, None) => {
                 tracing::info!(
@@ -200,7 +218,7 @@ impl GithubClient {
                     errors = %wire::error_messages(&answer),
                     "GitHub wrote nothing; trying the Git data API"
                 );
-                Ok(None)
+                Ok(NewBranch::NothingWritten)
             }
             (None, Some(sha)) => {
                 let ref_id = data["commit"]["ref"]["id"].as_str().unwrap_or_default();
@@ -221,7 +239,7 @@ impl GithubClient {
                     ForgeErrorKind::Conflict,
                     Some(422),
                     format!(
-                        "branch {}: Reference already exists in {}",
+                        "branch {}: Reference already exists in {} (it appeared at the base head {base_sha} while a GraphQL request committed; the commit {sha} that landed on it was taken back, the branch set back to {base_sha})",
                         request.branch, request.project
                     ),
                 ))
