@@ -136,6 +136,31 @@ async fn finish_refuses_an_item_left_actionable(backend: Backend) {
     );
 }
 
+/// Work under a lease no longer than the engine's (a run a late hint
+/// started, a lease a run could not release) is not left behind: `finish`
+/// waits for the lease to end, and the engine then does the work.
+async fn finish_waits_out_a_lease_the_engine_could_have_granted(backend: Backend) {
+    let app = chain_app(backend, &ChainType::new())
+        .engine_started(false)
+        .start()
+        .await;
+    let item = app.insert(CHAIN).await;
+    let now = app.clock.now();
+    app.store
+        .item_claim(ClaimParams {
+            id: item.id,
+            now,
+            lease_until: now + time::Duration::milliseconds(500),
+            handled_types: vec![CHAIN.to_owned()],
+        })
+        .await
+        .unwrap()
+        .expect("claimed");
+    // Quiescence, which `finish` proves, needs the item run and parked
+    // once its lease ended (`finish` panicked on it before).
+    app.finish().await;
+}
+
 async fn a_halted_app_is_resumed_over_its_database_address_and_tokens(backend: Backend) {
     let chain = ChainType::new();
     let first = chain_app(backend, &chain)
@@ -189,5 +214,6 @@ backend_tests!(
     a_finished_run_is_signalled,
     an_app_dropped_without_finish_panics,
     finish_refuses_an_item_left_actionable,
+    finish_waits_out_a_lease_the_engine_could_have_granted,
     a_halted_app_is_resumed_over_its_database_address_and_tokens,
 );
