@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use wq_core::{Clock, ItemId, SystemClock, TypeRegistry};
+use wq_core::{Clock, ItemId, SystemClock, TypeRegistry, WorkItem};
 use wq_store::{ClaimParams, NewItem};
 use wq_testkit::types::{CHAIN, CHAIN_STEPS, ChainType};
 use wq_testkit::{Backend, TestApp, TestAppBuilder, backend_tests};
@@ -108,26 +108,33 @@ async fn an_app_dropped_without_finish_panics(backend: Backend) {
     assert!(message.contains("without finish()"), "{message}");
 }
 
-async fn finish_refuses_an_item_left_actionable(backend: Backend) {
-    // Stopped, so no run claims the item before the test does.
+/// An app with its engine stopped (so no run claims the item before the
+/// test does) and one actionable chain item that the test leased for
+/// `lease`: the sweep passes it over while the lease lasts.
+async fn app_with_a_leased_item(backend: Backend, lease: time::Duration) -> (TestApp, WorkItem) {
     let app = chain_app(backend, &ChainType::new())
         .engine_started(false)
         .start()
         .await;
     let item = app.insert(CHAIN).await;
-    // A lease nobody releases: the sweep passes the item over, but it is
-    // still actionable.
     let now = app.clock.now();
     app.store
         .item_claim(ClaimParams {
             id: item.id,
             now,
-            lease_until: now + time::Duration::hours(1),
+            lease_until: now + lease,
             handled_types: vec![CHAIN.to_owned()],
         })
         .await
         .unwrap()
         .expect("claimed");
+    (app, item)
+}
+
+async fn finish_refuses_an_item_left_actionable(backend: Backend) {
+    // A lease nobody releases, longer than the engine grants: the item is
+    // still actionable.
+    let (app, item) = app_with_a_leased_item(backend, time::Duration::hours(1)).await;
     let finished = tokio::spawn(app.finish());
     let message = panic_of(finished).await;
     assert!(
@@ -140,22 +147,7 @@ async fn finish_refuses_an_item_left_actionable(backend: Backend) {
 /// started, a lease a run could not release) is not left behind: `finish`
 /// waits for the lease to end, and the engine then does the work.
 async fn finish_waits_out_a_lease_the_engine_could_have_granted(backend: Backend) {
-    let app = chain_app(backend, &ChainType::new())
-        .engine_started(false)
-        .start()
-        .await;
-    let item = app.insert(CHAIN).await;
-    let now = app.clock.now();
-    app.store
-        .item_claim(ClaimParams {
-            id: item.id,
-            now,
-            lease_until: now + time::Duration::milliseconds(500),
-            handled_types: vec![CHAIN.to_owned()],
-        })
-        .await
-        .unwrap()
-        .expect("claimed");
+    let (app, _) = app_with_a_leased_item(backend, time::Duration::milliseconds(500)).await;
     // Quiescence, which `finish` proves, needs the item run and parked
     // once its lease ended (`finish` panicked on it before).
     app.finish().await;
