@@ -581,7 +581,7 @@ async fn postgres_sweep_plan_never_walks_idle_items() {
 
 /// The engine's batch claim (items/claim_due.sql) with 200k idle items, as
 /// a generic plan: its expired timers come from their partial index, never
-/// from a scan of every dimension row (which took 120 ms a claim with a
+/// from a scan of every dimension row (which took 136 ms a claim with a
 /// million parked items), a backlog is read in the order of the actionable
 /// index, never sorted whole, and items are looked up by id: nothing scans
 /// or joins all of work_items.
