@@ -124,6 +124,14 @@ pub struct WorkItem {
     pub last_event_at: Option<OffsetDateTime>,
 }
 
+/// Which claim of its item a run holds. Every claim draws the item's next
+/// number and heartbeats keep it (they move only `leased_until`), so a
+/// write that must happen under this run's lease and no other names it
+/// (`wq_store`'s `finish_leased`): a later claim of the same item, after
+/// this lease expired, holds another number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseEpoch(pub i64);
+
 /// What deciders and event handlers see: the item, its dimensions and the
 /// time of the snapshot. Read-only by construction.
 #[derive(Debug, Clone)]
@@ -131,6 +139,9 @@ pub struct ItemView {
     pub item: WorkItem,
     pub dimensions: Vec<Dimension>,
     pub now: OffsetDateTime,
+    /// The claim the engine's run holds the item under; `None` outside a
+    /// run (a read for the API, a test's view).
+    pub lease: Option<LeaseEpoch>,
 }
 
 impl ItemView {
@@ -239,6 +250,7 @@ mod tests {
             },
             dimensions: Vec::new(),
             now,
+            lease: None,
         };
         view.apply_outcome(
             None,

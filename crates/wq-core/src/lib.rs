@@ -19,7 +19,7 @@ pub use api::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use dimension::{Dimension, DimensionStatus, DimensionUpdate};
 pub use event::{EventResult, PendingEvent};
-pub use item::{ItemId, ItemView, Phase, WorkItem};
+pub use item::{ItemId, ItemView, LeaseEpoch, Phase, WorkItem};
 pub use item_type::{
     Action, BoxError, BoxFuture, ExecError, ExecOutcome, ItemType, MigrateError, OutcomeRecord,
     Periodic, PeriodicResult, RegistryError, TypeRegistry, TypeRegistryBuilder,

@@ -18,6 +18,10 @@
 //!   its snapshot saw; `wq-store/tests/pg_claim_race.rs`). A heartbeat renews
 //!   it every third of the lease. Every write of a run compares the lease it
 //!   holds, so a worker whose lease was reclaimed cannot change the item.
+//!   Each claim also draws the item's next lease epoch, which heartbeats
+//!   keep; every view the run hands to its type names it
+//!   (`ItemView::lease`), so an executor's own transaction can write under
+//!   this run's lease and no later claim's (`wq_store`'s `finish_leased`).
 //! - **Backoff.** A failed action keeps the item leased until the backoff
 //!   ends ([`EngineConfig::backoff`]: doubling from `backoff_base`, 2 s,
 //!   at least the forge's `Retry-After`); the sweep skips leased items, so

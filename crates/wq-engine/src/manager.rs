@@ -828,6 +828,7 @@ impl ProcessingManager {
             manager: self,
             id,
             item_type,
+            epoch: lease.epoch,
             lease: Arc::new(tokio::sync::Mutex::new(lease)),
             lease_lost: CancellationToken::new(),
         };
@@ -876,6 +877,8 @@ struct ItemRun<'a> {
     manager: &'a ProcessingManager,
     id: ItemId,
     item_type: Arc<dyn ItemType>,
+    /// The claim this run holds (every view it hands out names it).
+    epoch: wq_core::LeaseEpoch,
     /// The lease as last written; held while writing so the heartbeat and
     /// the loop never race on the compare-and-set.
     lease: Arc<tokio::sync::Mutex<Lease>>,
@@ -998,6 +1001,7 @@ impl ItemRun<'_> {
             None => self.snapshot(now).await?,
         };
         snapshot.view.now = now;
+        snapshot.view.lease = Some(self.epoch);
 
         if snapshot.has_events {
             if self.flush(state, now).await? == Flow::Crash {
@@ -1238,6 +1242,7 @@ impl ItemRun<'_> {
             *lease = Lease {
                 id: self.id,
                 until: item.leased_until.unwrap_or(lease.until),
+                epoch: lease.epoch,
             };
             Ok(Step::Continue)
         }

@@ -70,6 +70,7 @@ mod tests {
                 })
                 .collect(),
             now: NOW,
+            lease: None,
         }
     }
 

@@ -176,12 +176,18 @@ impl Run<'_> {
         merge_commit_sha: Option<&str>,
     ) -> Result<ExecOutcome, ExecError> {
         let id = self.view.item.id;
+        let lease = self.view.lease.ok_or_else(|| {
+            ExecError::permanent(format!(
+                "item {id} completes only under its run's lease, and its view names none"
+            ))
+        })?;
         crate::metrics::merge(&self.details.spec.forge, "merged", None);
         let successor = self
             .mr
             .store
             .hand_over(
                 id,
+                lease,
                 merged_head,
                 self.view.item.caller_identity.as_deref(),
                 self.now(),

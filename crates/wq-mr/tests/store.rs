@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use time::OffsetDateTime;
 use time::macros::datetime;
-use wq_core::{ItemId, Phase};
+use wq_core::{ItemId, LeaseEpoch, Phase};
 use wq_forge::{FileAction, FileOp, QueueEntry};
 use wq_mr::spec::{Automation, MrSpec};
 use wq_mr::store::{
@@ -894,29 +894,50 @@ async fn a_transient_answer_allows_one_more_call_when_due(backend: Backend) {
 async fn a_merged_change_hands_new_content_to_the_next_generation(backend: Backend) {
     let (store, mr) = setup(backend).await;
     let (id, _) = upsert_as(&mr, &spec("1"), NOW, "alice", false).await;
-    // Not leased: nothing is written.
+    // Not leased: nothing is written, whatever claim the caller names.
     assert_eq!(
-        mr.hand_over(id, None, Some("alice"), NOW).await.unwrap(),
+        mr.hand_over(id, LeaseEpoch(1), None, Some("alice"), NOW)
+            .await
+            .unwrap(),
         None
     );
-    let lease_until = NOW + time::Duration::minutes(5);
-    store
-        .item_claim(wq_store::ClaimParams {
-            id,
-            now: NOW,
-            lease_until,
-            handled_types: vec!["mr".into()],
-        })
-        .await
-        .unwrap()
-        .expect("claimed");
-    let (same, outcome) = upsert_as(&mr, &spec("2"), NOW, "alice", false).await;
+    let claim = async |now: OffsetDateTime| {
+        store
+            .item_claim(wq_store::ClaimParams {
+                id,
+                now,
+                lease_until: now + time::Duration::minutes(5),
+                handled_types: vec!["mr".into()],
+            })
+            .await
+            .unwrap()
+            .expect("claimed")
+            .1
+    };
+    // A run whose lease expired and was claimed again by another: its
+    // hand-over writes nothing while the other run holds the item.
+    let stale = claim(NOW).await;
+    let later = NOW + time::Duration::minutes(6);
+    let lease = claim(later).await;
+    assert_ne!(stale.epoch, lease.epoch, "each claim draws its own epoch");
+    assert_eq!(
+        mr.hand_over(id, stale.epoch, None, Some("alice"), later)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store.item_get(id).await.unwrap().unwrap().phase,
+        Phase::Active,
+        "another run's lease does not let a stale run end the item"
+    );
+    let (same, outcome) = upsert_as(&mr, &spec("2"), later, "alice", false).await;
     assert_eq!(
         (same, outcome),
         (id, UpsertOutcome::Updated { content: true })
     );
     let next = mr
-        .hand_over(id, None, Some("alice"), NOW)
+        .hand_over(id, lease.epoch, None, Some("alice"), later)
         .await
         .unwrap()
         .expect("a successor");
@@ -933,10 +954,12 @@ async fn a_merged_change_hands_new_content_to_the_next_generation(backend: Backe
     assert_eq!(history.len(), 1);
     assert_eq!(history[0].outcome, "created");
     // The branch's live item is the new one; the old one is not again.
-    let (live, outcome) = upsert_as(&mr, &spec("2"), NOW, "alice", false).await;
+    let (live, outcome) = upsert_as(&mr, &spec("2"), later, "alice", false).await;
     assert_eq!((live, outcome), (next, UpsertOutcome::Unchanged));
     assert_eq!(
-        mr.hand_over(id, None, Some("alice"), NOW).await.unwrap(),
+        mr.hand_over(id, lease.epoch, None, Some("alice"), later)
+            .await
+            .unwrap(),
         None
     );
 }
@@ -963,7 +986,7 @@ async fn content_pushed_after_the_merged_head_is_the_next_generation(backend: Ba
                 .unwrap();
         }
         let id = id.expect("a push");
-        store
+        let (_, lease) = store
             .item_claim(wq_store::ClaimParams {
                 id,
                 now: NOW,
@@ -973,14 +996,14 @@ async fn content_pushed_after_the_merged_head_is_the_next_generation(backend: Ba
             .await
             .unwrap()
             .expect("claimed");
-        id
+        (id, lease.epoch)
     };
     let both = [("sha-1", "1"), ("sha-2", "2")];
 
     // The last push's head merged: nothing waits.
-    let id = pushed("wq/x", &both).await;
+    let (id, lease) = pushed("wq/x", &both).await;
     let merged_last = mr
-        .hand_over(id, Some("sha-2"), Some("alice"), NOW)
+        .hand_over(id, lease, Some("sha-2"), Some("alice"), NOW)
         .await
         .unwrap();
     assert_eq!(merged_last, None);
@@ -990,9 +1013,9 @@ async fn content_pushed_after_the_merged_head_is_the_next_generation(backend: Ba
     );
 
     // The same pushes on another branch, but the first head merged.
-    let id = pushed("wq/y", &both).await;
+    let (id, lease) = pushed("wq/y", &both).await;
     let next = mr
-        .hand_over(id, Some("sha-1"), Some("alice"), NOW)
+        .hand_over(id, lease, Some("sha-1"), Some("alice"), NOW)
         .await
         .unwrap()
         .expect("the content pushed after the merged head takes over");
@@ -1004,9 +1027,9 @@ async fn content_pushed_after_the_merged_head_is_the_next_generation(backend: Ba
 
     // A head that is no push of the line's (a person's commit on top of
     // the last push) falls back to the last push: nothing waits.
-    let id = pushed("wq/z", &[("sha-3", "2")]).await;
+    let (id, lease) = pushed("wq/z", &[("sha-3", "2")]).await;
     assert_eq!(
-        mr.hand_over(id, Some("a-persons-sha"), Some("alice"), NOW)
+        mr.hand_over(id, lease, Some("a-persons-sha"), Some("alice"), NOW)
             .await
             .unwrap(),
         None

@@ -17,6 +17,7 @@
 //!
 //! - `work_items`: `id` (UUIDv7), `item_type`, `phase`, `actionable`,
 //!   `attempts` (consecutive failures), `error`, `leased_until`,
+//!   `lease_epoch` (the number of its last claim, migration 0020),
 //!   `idempotency_key`, `caller_identity`, `created_at`, `updated_at`,
 //!   `last_event_at`, and the item's place `forge`, `project` (nullable,
 //!   from [`NewItem::place`]; migration 0003, backfilled for `mr` by its
@@ -243,10 +244,15 @@ pub struct ClaimDueParams {
 
 /// A held lease: the `leased_until` value the holder last wrote. Every loop
 /// write compares it, so a worker whose lease was reclaimed cannot write.
+/// `epoch` is the claim's number, which heartbeats keep: what an executor
+/// names to write under its run's lease and no later claim's (the type
+/// stores' `finish_leased` block; the engine hands it on in
+/// [`wq_core::ItemView::lease`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lease {
     pub id: ItemId,
     pub until: OffsetDateTime,
+    pub epoch: wq_core::LeaseEpoch,
 }
 
 /// A successful executor's changes (attempts reset to 0).

@@ -187,16 +187,18 @@ macro_rules! building_blocks {
             }
         }
 
-        /// Ends an active item whose lease is held (`leased_until` after
-        /// `now`) with a terminal `phase` and `error`, on the caller's
-        /// connection: for an executor that must end its item in the same
-        /// transaction as another write (a successor item). `actionable` is
-        /// left alone (the park step clears it); the executor's own outcome,
-        /// written under the lease, repeats the phase. `false` when the item
-        /// is no longer active or not leased.
+        /// Ends an active item under the caller's lease (the claim `epoch`
+        /// names, `leased_until` after `now`) with a terminal `phase` and
+        /// `error`, on the caller's connection: for an executor that must
+        /// end its item in the same transaction as another write (a
+        /// successor item). `actionable` is left alone (the park step clears
+        /// it); the executor's own outcome, written under the lease, repeats
+        /// the phase. `false` when the item is no longer active, or its
+        /// lease expired or is another claim's.
         pub async fn finish_leased(
             conn: &mut $Conn,
             id: wq_core::ItemId,
+            epoch: wq_core::LeaseEpoch,
             phase: wq_core::Phase,
             error: Option<&str>,
             now: time::OffsetDateTime,
@@ -206,6 +208,7 @@ macro_rules! building_blocks {
                 .bind(DbTime(now))
                 .bind(phase.as_str())
                 .bind(error)
+                .bind(epoch.0)
                 .fetch_optional(&mut *conn)
                 .await?
                 .is_some())
@@ -237,6 +240,7 @@ macro_rules! building_blocks {
                 item,
                 dimensions,
                 now: $crate::to_micros(now),
+                lease: None,
             }))
         }
 
@@ -620,14 +624,23 @@ macro_rules! impl_store {
                                 .bind(handled)
                                 .fetch_optional(&mut *conn)
                                 .await?;
-                            row.as_ref().map(common::item_from_row).transpose()
+                            row.as_ref()
+                                .map(|row| {
+                                    let epoch: i64 = $crate::codec::DbRow::decode(row, "lease_epoch")?;
+                                    Ok::<_, $crate::StoreError>((
+                                        common::item_from_row(row)?,
+                                        wq_core::LeaseEpoch(epoch),
+                                    ))
+                                })
+                                .transpose()
                         })
                     })
                     .await?;
-                Ok(item.map(|item| {
+                Ok(item.map(|(item, epoch)| {
                     let lease = $crate::Lease {
                         id: item.id,
                         until: $crate::to_micros(lease_until),
+                        epoch,
                     };
                     (item, lease)
                 }))
@@ -653,6 +666,7 @@ macro_rules! impl_store {
                 Ok($crate::Lease {
                     id: lease.id,
                     until: $crate::to_micros(until),
+                    epoch: lease.epoch,
                 })
             }
 

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 use wq_core::{
     Action, CommandReply, CommandSpec, CommandStatus, DimensionUpdate, EventResult, ExecError,
-    ExecOutcome, Headers, ItemId, ItemType, ItemView, PendingEvent, Permission, Phase,
+    ExecOutcome, Headers, ItemId, ItemType, ItemView, LeaseEpoch, PendingEvent, Permission, Phase,
     RequestError, Submission, SubmitOutcome, Submitted, TypeRegistry, WebhookError, WebhookReceipt,
     WebhookReceiver, WorkItem,
 };
@@ -31,10 +31,17 @@ pub const CHAIN_STEPS: [&str; 3] = ["step1", "step2", "step3"];
 pub struct Executions {
     counts: Arc<Mutex<HashMap<(ItemId, &'static str), u32>>>,
     order: Arc<Mutex<HashMap<ItemId, Vec<&'static str>>>>,
+    leases: Arc<Mutex<HashMap<ItemId, Vec<Option<LeaseEpoch>>>>>,
 }
 
 impl Executions {
-    fn record(&self, id: ItemId, action: &'static str) {
+    fn record(&self, id: ItemId, action: &'static str, lease: Option<LeaseEpoch>) {
+        self.leases
+            .lock()
+            .expect("executions lock")
+            .entry(id)
+            .or_default()
+            .push(lease);
         *self
             .counts
             .lock()
@@ -63,6 +70,16 @@ impl Executions {
     /// The actions run for `id`, in order.
     pub fn order(&self, id: ItemId) -> Vec<&'static str> {
         self.order
+            .lock()
+            .expect("executions lock")
+            .get(&id)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The lease epoch each execution's view named for `id`, in order.
+    pub fn leases(&self, id: ItemId) -> Vec<Option<LeaseEpoch>> {
+        self.leases
             .lock()
             .expect("executions lock")
             .get(&id)
@@ -272,7 +289,7 @@ impl ChainType {
                 ExecError::transient(format!("scripted failure of {action}"))
             });
         }
-        self.executions.record(id, action.name);
+        self.executions.record(id, action.name, view.lease);
         Ok(ExecOutcome::done().with_dimension(
             DimensionUpdate::new(format!("needs_{}", action.name), false)
                 .detail(serde_json::json!({ "ran_at": view.now.unix_timestamp() })),

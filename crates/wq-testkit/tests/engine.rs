@@ -248,6 +248,26 @@ async fn crash_at_every_step_converges(backend: Backend) {
             for action in ["step1", "step2", "step3", "extra"] {
                 assert!(chain.executions.count(*id, action) >= 1, "{point:?}");
             }
+            // Each run's executions name its own claim, a later run's a
+            // later one: where the crashed run executed an action, the
+            // restarted run's views name another lease epoch.
+            let leases = chain.executions.leases(*id);
+            let epochs: Vec<_> = leases
+                .iter()
+                .map(|lease| lease.expect("an executor's view names its run's lease").0)
+                .collect();
+            assert!(epochs.is_sorted(), "{point:?}: {epochs:?}");
+            let mut runs = epochs.clone();
+            runs.dedup();
+            let crashed_after_executing = matches!(
+                point,
+                FailPoint::AfterExecute | FailPoint::AfterOutcome | FailPoint::BeforePark
+            );
+            assert_eq!(
+                runs.len(),
+                if crashed_after_executing { 2 } else { 1 },
+                "{point:?}: {epochs:?}"
+            );
         }
         if uncommitted_points_repeat(point) {
             assert_eq!(

@@ -77,6 +77,7 @@ fn view(phase: Phase, error: Option<&str>, unmet: Option<&[&str]>) -> ItemView {
         },
         dimensions,
         now: NOW,
+        lease: None,
     }
 }
 

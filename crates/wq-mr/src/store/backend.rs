@@ -22,7 +22,7 @@ use std::pin::Pin;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
-use wq_core::ItemId;
+use wq_core::{ItemId, LeaseEpoch};
 use wq_store::StoreResult;
 
 use super::{
@@ -82,6 +82,7 @@ pub(super) trait MrBackend: Send + Sync + std::fmt::Debug {
     async fn hand_over(
         &self,
         id: ItemId,
+        lease: LeaseEpoch,
         merged_head: Option<String>,
         caller: Option<String>,
         now: OffsetDateTime,
@@ -749,6 +750,7 @@ macro_rules! mr_backend {
                 async fn hand_over(
                     &self,
                     id: ItemId,
+                    lease: wq_core::LeaseEpoch,
                     merged_head: Option<String>,
                     caller: Option<String>,
                     now: OffsetDateTime,
@@ -761,7 +763,7 @@ macro_rules! mr_backend {
                         // The upsert's locks, in its order: the branch, then
                         // the item (its row by the UPDATE below).
                         Self::lock_line(&mut *conn, spec, id).await?;
-                        if !blocks::finish_leased(&mut *conn, id, Phase::Completed, None, now)
+                        if !blocks::finish_leased(&mut *conn, id, lease, Phase::Completed, None, now)
                             .await?
                         {
                             return Ok(None);

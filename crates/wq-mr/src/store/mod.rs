@@ -14,7 +14,7 @@ mod sqlite;
 use std::sync::Arc;
 
 use time::OffsetDateTime;
-use wq_core::{ItemId, Phase};
+use wq_core::{ItemId, LeaseEpoch, Phase};
 use wq_forge::QueueEntry;
 use wq_store::{Backend, Store, StoreError, StoreResult};
 
@@ -500,8 +500,9 @@ impl MrStore {
 
     /// The item's change request merged, with `merged_head` as its head
     /// when known: in one transaction, the item ends `completed` (only
-    /// while it is active and leased: a run that lost its item writes
-    /// nothing) and, when its latest submitted state is not what merged
+    /// while it is active under `lease`, the caller's run's claim: a run
+    /// that lost its item writes nothing, even while another run holds it)
+    /// and, when its latest submitted state is not what merged
     /// (read in that transaction: the content or target branch other than
     /// what the push of the merged head carried, or, for a head that is no
     /// push of the branch line's, other than the last push's), a new
@@ -516,6 +517,7 @@ impl MrStore {
     pub async fn hand_over(
         &self,
         id: ItemId,
+        lease: LeaseEpoch,
         merged_head: Option<&str>,
         caller: Option<&str>,
         now: OffsetDateTime,
@@ -523,6 +525,7 @@ impl MrStore {
         self.backend
             .hand_over(
                 id,
+                lease,
                 merged_head.map(str::to_owned),
                 caller.map(str::to_owned),
                 now,

@@ -178,6 +178,11 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "park_batch_one_pass",
             sql: include_str!("../../migrations/postgres/0019_park_batch_one_pass.sql"),
         },
+        EmbeddedMigration {
+            version: 20,
+            description: "lease_epoch",
+            sql: include_str!("../../migrations/postgres/0020_lease_epoch.sql"),
+        },
     ])
 });
 
@@ -637,6 +642,7 @@ fn snapshot_from_row(row: &PgRow, now: OffsetDateTime) -> StoreResult<Snapshot> 
             item,
             dimensions,
             now: to_micros(now),
+            lease: None,
         },
         has_events,
     })
@@ -997,6 +1003,7 @@ async fn claim_one(pool: &PgPool, params: &ClaimParams) -> StoreResult<Claimed> 
     let lease = Lease {
         id: params.id,
         until: to_micros(params.lease_until),
+        epoch: lease_epoch(&row)?,
     };
     Ok(Some((snapshot, lease)))
 }
@@ -1039,10 +1046,16 @@ async fn claim_many(
         let lease = Lease {
             id,
             until: to_micros(params.lease_until),
+            epoch: lease_epoch(&row)?,
         };
         claimed.insert(id, (snapshot, lease));
     }
     Ok(claimed)
+}
+
+/// The lease epoch a claim drew, from its answer's row.
+fn lease_epoch(row: &PgRow) -> StoreResult<wq_core::LeaseEpoch> {
+    Ok(wq_core::LeaseEpoch(row.decode("lease_epoch")?))
 }
 
 /// What `wq_park_audited` answers.
@@ -1119,7 +1132,8 @@ impl_store!(PgStore, Postgres, {
             .map(|row| {
                 let snapshot = snapshot_from_row(row, params.now)?;
                 let id = snapshot.view.item.id;
-                Ok((snapshot, Lease { id, until }))
+                let epoch = lease_epoch(row)?;
+                Ok((snapshot, Lease { id, until, epoch }))
             })
             .collect()
     }

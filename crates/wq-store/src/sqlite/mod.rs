@@ -192,6 +192,16 @@ pub static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| {
             description: "audit_append_record",
             sql: include_str!("../../migrations/sqlite/0018_audit_append_record.sql"),
         },
+        EmbeddedMigration {
+            version: 19,
+            description: "park_batch_one_pass",
+            sql: include_str!("../../migrations/sqlite/0019_park_batch_one_pass.sql"),
+        },
+        EmbeddedMigration {
+            version: 20,
+            description: "lease_epoch",
+            sql: include_str!("../../migrations/sqlite/0020_lease_epoch.sql"),
+        },
     ])
 });
 
@@ -728,9 +738,11 @@ async fn claim_due(
     let until = crate::to_micros(params.lease_until);
     due.into_iter()
         .map(|item| {
+            // claim_ids.sql drew the next epoch of the one answered.
+            let epoch = wq_core::LeaseEpoch(item.lease_epoch + 1);
             let snapshot = item.into_snapshot(now, until)?;
             let id = snapshot.view.item.id;
-            Ok((snapshot, crate::Lease { id, until }))
+            Ok((snapshot, crate::Lease { id, until, epoch }))
         })
         .collect()
 }
@@ -749,6 +761,7 @@ struct DueItem {
     created_at: i64,
     updated_at: i64,
     last_event_at: Option<i64>,
+    lease_epoch: i64,
     has_events: i64,
     dimensions: Vec<common::SnapshotDimension>,
 }
@@ -779,6 +792,7 @@ impl DueItem {
                     .map(common::SnapshotDimension::into_dimension)
                     .collect::<StoreResult<_>>()?,
                 now,
+                lease: None,
             },
             has_events: self.has_events != 0,
         })

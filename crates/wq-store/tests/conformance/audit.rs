@@ -298,6 +298,7 @@ pub async fn every_loop_write_leaves_its_record_in_its_transaction(db: &TestDb) 
     let stale = Lease {
         id,
         until: now - Duration::hours(1),
+        epoch: wq_core::LeaseEpoch(0),
     };
     assert!(matches!(
         store
@@ -406,6 +407,7 @@ pub async fn an_action_starts_on_the_record_with_the_outcome_before_it(db: &Test
     let stale = Lease {
         id,
         until: now - Duration::hours(1),
+        epoch: wq_core::LeaseEpoch(0),
     };
     assert!(matches!(
         store

@@ -223,6 +223,7 @@ pub async fn release_with_and_without_not_before(db: &TestDb) {
                 Lease {
                     id: item.id,
                     until: now,
+                    epoch: lease.epoch,
                 },
                 None,
             )
@@ -448,6 +449,89 @@ pub async fn claim_snapshot_claims_and_reads_in_one_step(db: &TestDb) {
         .item_heartbeat(lease, now + LEASE + LEASE)
         .await
         .unwrap();
+}
+
+/// Every claim of an item, by each way the loop claims, draws a new lease
+/// epoch, and the heartbeat keeps it: the number an executor names to
+/// write under its own run's lease and no later one's.
+pub async fn every_claim_draws_its_own_lease_epoch(db: &TestDb) {
+    let store = db.store();
+    let store = store.as_ref();
+    let now = t0();
+    let ids = [
+        insert(store, TYPE_A, now).await.id,
+        insert(store, TYPE_A, now).await.id,
+        insert(store, TYPE_A, now).await.id,
+    ];
+    let params = |id: ItemId| ClaimParams {
+        id,
+        now,
+        lease_until: now + LEASE,
+        handled_types: handled(&[TYPE_A]),
+    };
+    let mut last = Vec::new();
+    for id in ids {
+        let lease = claim(store, id, now).await;
+        let renewed = store.item_heartbeat(lease, now + LEASE).await.unwrap();
+        assert_eq!(
+            renewed.epoch, lease.epoch,
+            "a heartbeat keeps the claim's epoch"
+        );
+        store.item_release(renewed, None).await.unwrap();
+        last.push(lease.epoch);
+    }
+    // Claims with their snapshots, arriving together (one statement for
+    // all on PostgreSQL), then one alone.
+    let together = tokio::join!(
+        store.item_claim_snapshot(params(ids[0])),
+        store.item_claim_snapshot(params(ids[1])),
+        store.item_claim_snapshot(params(ids[2])),
+    );
+    let together = [together.0, together.1, together.2];
+    for ((id, claimed), before) in ids.iter().zip(together).zip(&mut last) {
+        let (_, lease) = claimed.unwrap().expect("claimed");
+        assert_eq!(lease.id, *id);
+        assert!(
+            lease.epoch.0 > before.0,
+            "{id}: {:?} after {before:?}",
+            lease.epoch
+        );
+        store.item_release(lease, None).await.unwrap();
+        *before = lease.epoch;
+    }
+    let (_, alone) = store
+        .item_claim_snapshot(params(ids[0]))
+        .await
+        .unwrap()
+        .expect("claimed");
+    assert!(alone.epoch.0 > last[0].0);
+    store.item_release(alone, None).await.unwrap();
+    last[0] = alone.epoch;
+    // The batch claim of due items (released items stay actionable).
+    let due = claim_due(store, &[TYPE_A], now, 10).await;
+    assert_eq!(claimed_ids(&due), sorted(ids.to_vec()));
+    for (_, lease) in &due {
+        let index = ids.iter().position(|id| *id == lease.id).unwrap();
+        assert!(
+            lease.epoch.0 > last[index].0,
+            "{}: {:?} after {:?}",
+            lease.id,
+            lease.epoch,
+            last[index]
+        );
+    }
+    // A view the store reads names no run's lease: only the engine's run
+    // does.
+    assert_eq!(
+        store
+            .item_snapshot(ids[0], now)
+            .await
+            .unwrap()
+            .unwrap()
+            .view
+            .lease,
+        None
+    );
 }
 
 pub async fn concurrent_claims_have_exactly_one_winner(db: &TestDb) {

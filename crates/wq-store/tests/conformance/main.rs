@@ -148,6 +148,7 @@ conformance_suite!(
     park_refuses_while_events_are_pending,
     snapshot_reports_the_view_and_pending_events,
     claim_snapshot_claims_and_reads_in_one_step,
+    every_claim_draws_its_own_lease_epoch,
     claim_due_takes_what_the_sweep_finds_with_snapshots,
     concurrent_batch_claims_take_each_item_once,
     claim_due_after_an_id_goes_on_from_it,

@@ -4,7 +4,7 @@
 -- leased at $2; on the actionable branch only ids after $5 (an engine
 -- draining a backlog passes the last id it claimed, so the scan does not
 -- walk again over the index entries its earlier claims left behind; NULL:
--- from the start). Each gets the lease $4 and is returned as
+-- from the start). Each gets the lease $4 (and its next lease epoch) and is returned as
 -- items/snapshot.sql returns an item, in one statement: how an engine takes
 -- a batch of work.
 --
@@ -63,15 +63,17 @@ due AS (
 ),
 claimed AS (
     UPDATE work_items AS i
-    SET leased_until = $4
+    SET leased_until = $4,
+        lease_epoch = i.lease_epoch + 1
     FROM due
     WHERE i.id = due.id
       AND due.locked = (SELECT s.xmin::text FROM work_items AS s WHERE s.id = due.id)  -- not changed since the snapshot
     RETURNING i.id, i.item_type, i.phase, i.actionable, i.attempts, i.error, i.leased_until,
-              i.idempotency_key, i.caller_identity, i.created_at, i.updated_at, i.last_event_at
+              i.idempotency_key, i.caller_identity, i.created_at, i.updated_at, i.last_event_at, i.lease_epoch
 )
 SELECT c.id, c.item_type, c.phase, c.actionable, c.attempts, c.error, c.leased_until,
        c.idempotency_key, c.caller_identity, c.created_at, c.updated_at, c.last_event_at,
+       c.lease_epoch,
        EXISTS (SELECT 1 FROM pending_events e WHERE e.work_item_id = c.id) AS has_events,
        coalesce(
            (SELECT json_agg(

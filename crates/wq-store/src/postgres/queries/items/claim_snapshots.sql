@@ -1,7 +1,8 @@
 -- Claims many items (each as items/claim_snapshot.sql does) and returns
 -- each claimed one as items/snapshot.sql does, in one statement: for claims
 -- that arrive together from different workers. $1 ids, $2 each one's now,
--- $3 each one's lease_until, $4 handled types. Ids must be distinct.
+-- $3 each one's lease_until, $4 handled types. Ids must be distinct. Each
+-- claim draws its item's next lease epoch.
 --
 -- As in claim_snapshot.sql, a row changed since the statement's snapshot is
 -- not claimed (xmin check). Rows another transaction holds are skipped
@@ -26,14 +27,16 @@ locked AS (
 ),
 claimed AS (
     UPDATE work_items i
-    SET leased_until = locked.lease_until
+    SET leased_until = locked.lease_until,
+        lease_epoch = i.lease_epoch + 1
     FROM locked
     WHERE i.id = locked.id
     RETURNING i.id, i.item_type, i.phase, i.actionable, i.attempts, i.error, i.leased_until,
-              i.idempotency_key, i.caller_identity, i.created_at, i.updated_at, i.last_event_at
+              i.idempotency_key, i.caller_identity, i.created_at, i.updated_at, i.last_event_at, i.lease_epoch
 )
 SELECT c.id, c.item_type, c.phase, c.actionable, c.attempts, c.error, c.leased_until,
        c.idempotency_key, c.caller_identity, c.created_at, c.updated_at, c.last_event_at,
+       c.lease_epoch,
        EXISTS (SELECT 1 FROM pending_events e WHERE e.work_item_id = c.id) AS has_events,
        coalesce(
            (SELECT json_agg(

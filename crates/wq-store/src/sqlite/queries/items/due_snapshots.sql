@@ -70,6 +70,7 @@ SELECT json_group_array(json_object(
            'created_at', w.created_at,
            'updated_at', w.updated_at,
            'last_event_at', w.last_event_at,
+           'lease_epoch', w.lease_epoch,
            'has_events', EXISTS (SELECT 1 FROM pending_events AS e WHERE e.work_item_id = w.id),
            'dimensions', (
                SELECT json_group_array(json_object(
