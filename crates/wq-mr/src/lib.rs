@@ -128,11 +128,11 @@
 //! when its latest content (or target) is not what merged (what the push of
 //! the merged head carried, from `mr_pushes`; for a head that is no push of
 //! the line's, what was pushed last), [`MrStore::hand_over`] writes in one
-//! transaction
-//! the item's `completed` phase (only while it is active under the run's
-//! own lease, the epoch its view names, via `wq_store`'s `finish_leased`) and a new item of generation `max + 1`
-//! for the same branch line, with the latest submitted state, the same
-//! submitter and a `created` submission row; on PostgreSQL under the
+//! transaction the item's `completed` phase (only while it is active under
+//! the run's own lease, the epoch its view names, via `wq_store`'s
+//! `finish_leased`) and a new item of generation `max + 1` for the same
+//! branch line, with the latest submitted state, the same submitter and a
+//! `created` submission row; on PostgreSQL under the
 //! upsert's branch and item locks, so a submission never sees two live
 //! items. The outcome's `wake` asks the engine to run the new item. A MR a
 //! person closed cancels the item ([`CLOSED_ON_FORGE`]) instead.
