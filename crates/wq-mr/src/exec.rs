@@ -7,7 +7,9 @@
 //! made is never written over (issue #12).
 
 use sha2::{Digest, Sha256};
-use wq_core::{DimensionStatus, DimensionUpdate, ExecError, ExecOutcome, ItemView, Phase};
+use wq_core::{
+    DimensionStatus, DimensionUpdate, ExecError, ExecOutcome, ItemView, LeaseEpoch, Phase,
+};
 use wq_forge::{
     ChangeRequest, ChangeState, ChangeUpdate, CiStatus, CommitMode, CommitRequest, Forge,
     LabelCase, LabelChange, MergeOutcome, MergeParams, Mergeable, NewChange, PushedCommit,
@@ -68,6 +70,19 @@ pub(crate) struct Run<'a> {
 impl Run<'_> {
     fn now(&self) -> time::OffsetDateTime {
         self.mr.clock.now()
+    }
+
+    /// The claim this run holds the item under, which the writes that must
+    /// not outlive the run's lease name (the merge reservation, the
+    /// hand-over). The engine's views always name it; a view without one
+    /// fails the action rather than writing unfenced.
+    fn lease(&self) -> Result<LeaseEpoch, ExecError> {
+        self.view.lease.ok_or_else(|| {
+            ExecError::permanent(format!(
+                "item {} is written under its run's lease only, and its view names none",
+                self.view.item.id
+            ))
+        })
     }
 
     fn project(&self) -> &str {
@@ -176,11 +191,7 @@ impl Run<'_> {
         merge_commit_sha: Option<&str>,
     ) -> Result<ExecOutcome, ExecError> {
         let id = self.view.item.id;
-        let lease = self.view.lease.ok_or_else(|| {
-            ExecError::permanent(format!(
-                "item {id} completes only under its run's lease, and its view names none"
-            ))
-        })?;
+        let lease = self.lease()?;
         crate::metrics::merge(&self.details.spec.forge, "merged", None);
         let successor = self
             .mr
@@ -1289,13 +1300,14 @@ impl Run<'_> {
         let reserved = self
             .mr
             .store
-            .reserve_merge(id, &signature, &head, self.now())
+            .reserve_merge(id, self.lease()?, &signature, &head, self.now())
             .await
             .map_err(store_error)?;
         if !reserved {
             // The journal changed since it was read (another worker
-            // reserved): its attempt is the one.
-            tracing::info!(item = %id, "merge attempt reserved elsewhere; not calling the forge");
+            // reserved): its attempt is the one. Or this run's lease is
+            // gone: the run that holds the item now decides.
+            tracing::info!(item = %id, "merge attempt reserved elsewhere, or this run's lease is gone; not calling the forge");
             return Ok(ExecOutcome::done().with_dimension(rearm));
         }
         let result = self

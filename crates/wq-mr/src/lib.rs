@@ -183,7 +183,10 @@
 //! `retry-merge` authorized one evaluation. `in_flight` is stored before
 //! the call, and only if no attempt is in flight and the signature is new
 //! or a retry was authorized (a worker whose reading is stale gets no
-//! reservation and makes no call); the call carries the checked head SHA
+//! reservation and makes no call), and only under the run's own lease
+//! (the lease epoch of its view, unexpired: a run paused past its lease,
+//! or whose item another run claimed since, makes no call either); the
+//! call carries the checked head SHA
 //! (the forge refuses another head with 409); `accepted` (merged or queued
 //! in a merge train or merge queue) or `failed` with an `auto_merge` error
 //! after. An `in_flight` found by a later run (a crash) is never

@@ -49,6 +49,23 @@ async fn setup(backend: Backend) -> (Arc<dyn Store>, MrStore) {
     (store, mr)
 }
 
+/// Claims `id` as the engine's run that reserves its merges would, with a
+/// lease of a day from `NOW`: the lease epoch its reservations name.
+async fn run_lease(store: &dyn Store, id: ItemId) -> LeaseEpoch {
+    store
+        .item_claim(wq_store::ClaimParams {
+            id,
+            now: NOW,
+            lease_until: NOW + time::Duration::days(1),
+            handled_types: vec!["mr".into()],
+        })
+        .await
+        .unwrap()
+        .expect("claimed")
+        .1
+        .epoch
+}
+
 async fn upsert(mr: &MrStore, spec: &MrSpec, at: OffsetDateTime) -> (ItemId, UpsertOutcome) {
     upsert_as(mr, spec, at, "tester", false).await
 }
@@ -122,6 +139,7 @@ backend_tests!(
     upsert_outcomes_and_generations,
     the_merge_journal,
     a_reservation_is_taken_once_per_signature,
+    a_merge_is_reserved_only_under_the_runs_lease,
     only_a_granted_retry_stores_its_event,
     webhook_lookups_see_active_items_only,
     another_caller_may_not_update_or_retry_a_live_item,
@@ -141,7 +159,7 @@ backend_tests!(
 /// The merge queue sync's work list is read in pages, each after the last
 /// item of the one before: every watched item once, none left out.
 async fn the_queue_watch_pages_through_every_item(backend: Backend) {
-    let (_store, mr) = setup(backend).await;
+    let (store, mr) = setup(backend).await;
     let mut expected = Vec::new();
     for (project, number) in [
         ("team/b", 3),
@@ -169,7 +187,12 @@ async fn the_queue_watch_pages_through_every_item(backend: Backend) {
         )
         .await
         .unwrap();
-        assert!(mr.reserve_merge(id, "sig", "head", NOW).await.unwrap());
+        let lease = run_lease(store.as_ref(), id).await;
+        assert!(
+            mr.reserve_merge(id, lease, "sig", "head", NOW)
+                .await
+                .unwrap()
+        );
         expected.push((project.to_owned(), number, id));
     }
     // An item that is not watched (no attempt, not queued).
@@ -533,15 +556,20 @@ async fn upsert_outcomes_and_generations(backend: Backend) {
 }
 
 async fn the_merge_journal(backend: Backend) {
-    let (_store, mr) = setup(backend).await;
+    let (store, mr) = setup(backend).await;
     let (id, _) = upsert(&mr, &spec("1"), NOW).await;
+    let lease = run_lease(store.as_ref(), id).await;
     let cutoff = NOW - time::Duration::minutes(5);
     assert!(
         !mr.authorize_merge_retry(id, NOW, cutoff).await.unwrap(),
         "no attempt yet"
     );
 
-    assert!(mr.reserve_merge(id, "sig-1", "head", NOW).await.unwrap());
+    assert!(
+        mr.reserve_merge(id, lease, "sig-1", "head", NOW)
+            .await
+            .unwrap()
+    );
     let journal = mr.get(id).await.unwrap().unwrap().journal;
     assert_eq!(journal.result, Some(MergeResult::InFlight));
     assert_eq!(journal.signature.as_deref(), Some("sig-1"));
@@ -564,7 +592,11 @@ async fn the_merge_journal(backend: Backend) {
     assert!(journal.retry_authorized);
 
     // A reservation consumes the authorization; failed stores the error.
-    assert!(mr.reserve_merge(id, "sig-2", "head", later).await.unwrap());
+    assert!(
+        mr.reserve_merge(id, lease, "sig-2", "head", later)
+            .await
+            .unwrap()
+    );
     mr.merge_result(
         id,
         MergeResult::Failed,
@@ -601,10 +633,15 @@ async fn the_merge_journal(backend: Backend) {
 async fn only_a_granted_retry_stores_its_event(backend: Backend) {
     let (store, mr) = setup(backend).await;
     let (id, _) = upsert(&mr, &spec("1"), NOW).await;
+    let lease = run_lease(store.as_ref(), id).await;
     assert!(!mr.authorize_merge_retry(id, NOW, NOW).await.unwrap());
     assert_eq!(store.event_next(id).await.unwrap(), None, "refused");
 
-    assert!(mr.reserve_merge(id, "sig-1", "head", NOW).await.unwrap());
+    assert!(
+        mr.reserve_merge(id, lease, "sig-1", "head", NOW)
+            .await
+            .unwrap()
+    );
     mr.merge_result(
         id,
         MergeResult::Failed,
@@ -623,15 +660,24 @@ async fn only_a_granted_retry_stores_its_event(backend: Backend) {
 /// the same journal, only one gets it; a tried signature needs a change or
 /// an authorized retry.
 async fn a_reservation_is_taken_once_per_signature(backend: Backend) {
-    let (_store, mr) = setup(backend).await;
+    let (store, mr) = setup(backend).await;
     let (id, _) = upsert(&mr, &spec("1"), NOW).await;
-    assert!(mr.reserve_merge(id, "sig-1", "head", NOW).await.unwrap());
+    let lease = run_lease(store.as_ref(), id).await;
     assert!(
-        !mr.reserve_merge(id, "sig-1", "head", NOW).await.unwrap(),
+        mr.reserve_merge(id, lease, "sig-1", "head", NOW)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !mr.reserve_merge(id, lease, "sig-1", "head", NOW)
+            .await
+            .unwrap(),
         "the second worker with the same reading"
     );
     assert!(
-        !mr.reserve_merge(id, "sig-2", "head", NOW).await.unwrap(),
+        !mr.reserve_merge(id, lease, "sig-2", "head", NOW)
+            .await
+            .unwrap(),
         "not while an attempt is in flight"
     );
     mr.merge_result(
@@ -644,12 +690,16 @@ async fn a_reservation_is_taken_once_per_signature(backend: Backend) {
     .await
     .unwrap();
     assert!(
-        !mr.reserve_merge(id, "sig-1", "head", NOW).await.unwrap(),
+        !mr.reserve_merge(id, lease, "sig-1", "head", NOW)
+            .await
+            .unwrap(),
         "a failed signature is not tried again by itself"
     );
     assert!(mr.authorize_merge_retry(id, NOW, NOW).await.unwrap());
     assert!(
-        mr.reserve_merge(id, "sig-1", "head", NOW).await.unwrap(),
+        mr.reserve_merge(id, lease, "sig-1", "head", NOW)
+            .await
+            .unwrap(),
         "authorized"
     );
     assert!(!mr.get(id).await.unwrap().unwrap().journal.retry_authorized);
@@ -663,8 +713,54 @@ async fn a_reservation_is_taken_once_per_signature(backend: Backend) {
     .await
     .unwrap();
     assert!(
-        mr.reserve_merge(id, "sig-2", "head", NOW).await.unwrap(),
+        mr.reserve_merge(id, lease, "sig-2", "head", NOW)
+            .await
+            .unwrap(),
         "a new readiness state"
+    );
+}
+
+/// The reservation, after which the merge call is made, is fenced by the
+/// run's own lease: a run whose lease expired (paused past it, say), or
+/// whose item another run claimed since, reserves nothing and so calls
+/// nothing; the run that holds the item reserves.
+async fn a_merge_is_reserved_only_under_the_runs_lease(backend: Backend) {
+    let (store, mr) = setup(backend).await;
+    let (id, _) = upsert(&mr, &spec("1"), NOW).await;
+    let lease_length = time::Duration::minutes(5);
+    let claim = async |now: OffsetDateTime| {
+        store
+            .item_claim(wq_store::ClaimParams {
+                id,
+                now,
+                lease_until: now + lease_length,
+                handled_types: vec!["mr".into()],
+            })
+            .await
+            .unwrap()
+            .expect("claimed")
+            .1
+    };
+    let reserve = async |lease: LeaseEpoch, now: OffsetDateTime| {
+        mr.reserve_merge(id, lease, "sig", "head", now)
+            .await
+            .unwrap()
+    };
+    assert!(!reserve(LeaseEpoch(1), NOW).await, "not leased");
+    let stale = claim(NOW).await;
+    let expired = NOW + lease_length;
+    assert!(!reserve(stale.epoch, expired).await, "its lease expired");
+    let held = claim(expired).await;
+    assert!(
+        !reserve(stale.epoch, expired).await,
+        "another run holds the item"
+    );
+    let journal = mr.get(id).await.unwrap().unwrap().journal;
+    assert_eq!(journal.result, None, "nothing was reserved");
+    assert!(reserve(held.epoch, expired).await, "the run that holds it");
+    assert_eq!(
+        mr.get(id).await.unwrap().unwrap().journal.result,
+        Some(MergeResult::InFlight)
     );
 }
 
@@ -769,7 +865,12 @@ async fn postgres_writers_take_the_item_lock_before_its_rows() {
         panic!("a PostgreSQL store");
     };
     let (id, _) = upsert(&mr, &spec("1"), NOW).await;
-    assert!(mr.reserve_merge(id, "sig-1", "head", NOW).await.unwrap());
+    let lease = run_lease(store.as_ref(), id).await;
+    assert!(
+        mr.reserve_merge(id, lease, "sig-1", "head", NOW)
+            .await
+            .unwrap()
+    );
     mr.merge_result(
         id,
         MergeResult::Failed,
@@ -844,9 +945,14 @@ async fn postgres_writers_take_the_item_lock_before_its_rows() {
 }
 
 async fn a_transient_answer_allows_one_more_call_when_due(backend: Backend) {
-    let (_store, mr) = setup(backend).await;
+    let (store, mr) = setup(backend).await;
     let (id, _) = upsert(&mr, &spec("1"), NOW).await;
-    assert!(mr.reserve_merge(id, "sig", "head", NOW).await.unwrap());
+    let lease = run_lease(store.as_ref(), id).await;
+    assert!(
+        mr.reserve_merge(id, lease, "sig", "head", NOW)
+            .await
+            .unwrap()
+    );
     let due = NOW + time::Duration::seconds(30);
     mr.merge_transient(id, "502", Some(due), NOW).await.unwrap();
     let journal = mr.get(id).await.unwrap().unwrap().journal;
@@ -856,19 +962,27 @@ async fn a_transient_answer_allows_one_more_call_when_due(backend: Backend) {
         (1, Some(due))
     );
     assert!(
-        !mr.reserve_merge(id, "sig", "head", NOW + time::Duration::seconds(10))
+        !mr.reserve_merge(id, lease, "sig", "head", NOW + time::Duration::seconds(10))
             .await
             .unwrap(),
         "not before it is due"
     );
-    assert!(mr.reserve_merge(id, "sig", "head", due).await.unwrap());
+    assert!(
+        mr.reserve_merge(id, lease, "sig", "head", due)
+            .await
+            .unwrap()
+    );
     let journal = mr.get(id).await.unwrap().unwrap().journal;
     assert_eq!(journal.transient_failures, 1, "carried into its retry");
     assert_eq!(journal.retry_at, None);
     // The budget is spent: only retry-merge or a new state tries again.
     mr.merge_transient(id, "502", None, due).await.unwrap();
     let later = due + time::Duration::hours(1);
-    assert!(!mr.reserve_merge(id, "sig", "head", later).await.unwrap());
+    assert!(
+        !mr.reserve_merge(id, lease, "sig", "head", later)
+            .await
+            .unwrap()
+    );
     assert_eq!(
         mr.get(id)
             .await
@@ -878,7 +992,11 @@ async fn a_transient_answer_allows_one_more_call_when_due(backend: Backend) {
             .transient_failures,
         2
     );
-    assert!(mr.reserve_merge(id, "sig-2", "head", later).await.unwrap());
+    assert!(
+        mr.reserve_merge(id, lease, "sig-2", "head", later)
+            .await
+            .unwrap()
+    );
     assert_eq!(
         mr.get(id)
             .await

@@ -96,6 +96,7 @@ pub(super) trait MrBackend: Send + Sync + std::fmt::Debug {
     async fn reserve_merge(
         &self,
         id: ItemId,
+        lease: LeaseEpoch,
         signature: &str,
         head_sha: &str,
         now: OffsetDateTime,
@@ -675,6 +676,7 @@ macro_rules! mr_backend {
                 async fn reserve_merge(
                     &self,
                     id: ItemId,
+                    lease: wq_core::LeaseEpoch,
                     signature: &str,
                     head_sha: &str,
                     now: OffsetDateTime,
@@ -683,7 +685,8 @@ macro_rules! mr_backend {
                         .bind(Self::id(id))
                         .bind(signature.to_owned())
                         .bind(Self::at(now))
-                        .bind(false);
+                        .bind(false)
+                        .bind(lease.0);
                     let audit = wq_store::audit::NewAudit::new(id, now, wq_store::audit::ENGINE, "forge.merge_reserved")
                         .trigger(serde_json::json!({"source": "worker", "action": "reconcile_mr"}))
                         .metadata(serde_json::json!({"signature": signature, "expected_head_sha": head_sha}));

@@ -454,18 +454,20 @@ impl MrStore {
     /// Reserves an `in_flight` attempt for `signature`, durably, before the
     /// merge call; consumes a retry authorization. `false`: not reserved
     /// (an attempt is in flight, or this signature was tried and no retry
-    /// is authorized), so the caller must not call the forge.
+    /// is authorized, or the caller's run no longer holds the item under
+    /// `lease` at `now`), so the caller must not call the forge.
     /// `head_sha` is the head the merge call will be bound to (recorded in
     /// the audit record of the reservation).
     pub async fn reserve_merge(
         &self,
         id: ItemId,
+        lease: LeaseEpoch,
         signature: &str,
         head_sha: &str,
         now: OffsetDateTime,
     ) -> StoreResult<bool> {
         self.backend
-            .reserve_merge(id, signature, head_sha, now)
+            .reserve_merge(id, lease, signature, head_sha, now)
             .await
     }
 
