@@ -363,11 +363,19 @@ impl Run<'_> {
     ) -> Result<wq_forge::ForgeResult<PushedCommit>, ExecError> {
         let spec = &self.details.spec;
         let id = self.view.item.id;
-        self.mr
+        let marked = self
+            .mr
             .store
-            .mark_push_intent(id, self.now())
+            .mark_push_intent(id, self.lease()?, self.now())
             .await
             .map_err(store_error)?;
+        if !marked {
+            // Another run holds the item now (or will): what it pushes is
+            // not to be written over with this run's reading.
+            return Err(ExecError::transient(format!(
+                "item {id} is no longer held by this run; not pushing"
+            )));
+        }
         let pushed = self
             .forge
             .commit_files(&CommitRequest {

@@ -49,9 +49,9 @@ async fn setup(backend: Backend) -> (Arc<dyn Store>, MrStore) {
     (store, mr)
 }
 
-/// Claims `id` as the engine's run that reserves its merges would, with a
-/// lease of a day from `NOW`: the lease epoch its reservations name.
-async fn run_lease(store: &dyn Store, id: ItemId) -> LeaseEpoch {
+/// Claims `id` as the engine's run that pushes or reserves its merges
+/// would, with a lease of a day from `NOW`.
+async fn run_claim(store: &dyn Store, id: ItemId) -> wq_store::Lease {
     store
         .item_claim(wq_store::ClaimParams {
             id,
@@ -63,7 +63,11 @@ async fn run_lease(store: &dyn Store, id: ItemId) -> LeaseEpoch {
         .unwrap()
         .expect("claimed")
         .1
-        .epoch
+}
+
+/// The lease epoch of [`run_claim`]: what the run's fenced writes name.
+async fn run_lease(store: &dyn Store, id: ItemId) -> LeaseEpoch {
+    run_claim(store, id).await.epoch
 }
 
 async fn upsert(mr: &MrStore, spec: &MrSpec, at: OffsetDateTime) -> (ItemId, UpsertOutcome) {
@@ -368,7 +372,34 @@ async fn pushed_heads_belong_to_the_branch_line(backend: Backend) {
     let none = mr.branch_ownership(first, "aaa").await.unwrap();
     assert!(!none.pushed && !none.intent_pending);
     // An intent before the push: an unknown head counts until recorded.
-    mr.mark_push_intent(first, NOW).await.unwrap();
+    // Only the run that holds the item marks one: not before a claim, nor
+    // under an expired or overtaken lease.
+    assert!(
+        !mr.mark_push_intent(first, LeaseEpoch(1), NOW)
+            .await
+            .unwrap()
+    );
+    let claim = run_claim(store.as_ref(), first).await;
+    let lease = claim.epoch;
+    let after_lease = NOW + time::Duration::days(1);
+    assert!(
+        !mr.mark_push_intent(first, lease, after_lease)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !mr.mark_push_intent(first, LeaseEpoch(lease.0 + 1), NOW)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !mr.branch_ownership(first, "aaa")
+            .await
+            .unwrap()
+            .intent_pending,
+        "no intent marked"
+    );
+    assert!(mr.mark_push_intent(first, lease, NOW).await.unwrap());
     assert!(
         mr.branch_ownership(first, "aaa")
             .await
@@ -381,6 +412,7 @@ async fn pushed_heads_belong_to_the_branch_line(backend: Backend) {
     let after = mr.branch_ownership(first, "aaa").await.unwrap();
     assert!(after.pushed && !after.intent_pending, "{after:?}");
     assert!(!mr.branch_ownership(first, "bbb").await.unwrap().pushed);
+    store.item_release(claim, None).await.unwrap();
     // The next generation of the branch line owns the earlier heads.
     store
         .set_phase_for_test(first, Phase::Completed)

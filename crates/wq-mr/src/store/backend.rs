@@ -54,7 +54,12 @@ pub(super) trait MrBackend: Send + Sync + std::fmt::Debug {
         limit: u32,
     ) -> StoreResult<Vec<QueueWatch>>;
     async fn record_change(&self, id: ItemId, change: &RecordedChange<'_>) -> StoreResult<()>;
-    async fn mark_push_intent(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()>;
+    async fn mark_push_intent(
+        &self,
+        id: ItemId,
+        lease: LeaseEpoch,
+        now: OffsetDateTime,
+    ) -> StoreResult<bool>;
     async fn clear_push_intent(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()>;
     async fn mark_note_intent(
         &self,
@@ -551,11 +556,16 @@ macro_rules! mr_backend {
                 async fn mark_push_intent(
                     &self,
                     id: ItemId,
+                    lease: wq_core::LeaseEpoch,
                     now: OffsetDateTime,
-                ) -> StoreResult<()> {
-                    self.execute([sqlx::query(include_str!("sql/push_intent.sql"))
+                ) -> StoreResult<bool> {
+                    let statement = sqlx::query(include_str!("sql/push_intent.sql"))
                         .bind(Self::id(id))
-                        .bind(Self::at(now))])
+                        .bind(Self::at(now))
+                        .bind(lease.0);
+                    self.write(move |conn| Box::pin(async move {
+                        Ok(statement.fetch_optional(&mut *conn).await?.is_some())
+                    }))
                     .await
                 }
 

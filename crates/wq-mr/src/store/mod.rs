@@ -387,9 +387,16 @@ impl MrStore {
 
     /// Marks a push about to leave (cleared by [`MrStore::record_push`]):
     /// after a crash before the record, the branch's unknown head is still
-    /// recognised as this item's.
-    pub async fn mark_push_intent(&self, id: ItemId, now: OffsetDateTime) -> StoreResult<()> {
-        self.backend.mark_push_intent(id, now).await
+    /// recognised as this item's. Only under the caller's run's `lease`
+    /// (its epoch, unexpired at `now`); `false`: the run no longer holds
+    /// the item, and must not push.
+    pub async fn mark_push_intent(
+        &self,
+        id: ItemId,
+        lease: LeaseEpoch,
+        now: OffsetDateTime,
+    ) -> StoreResult<bool> {
+        self.backend.mark_push_intent(id, lease, now).await
     }
 
     /// Withdraws the push intent after the forge refused the push outright
