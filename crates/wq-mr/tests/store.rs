@@ -49,20 +49,30 @@ async fn setup(backend: Backend) -> (Arc<dyn Store>, MrStore) {
     (store, mr)
 }
 
-/// Claims `id` as the engine's run that pushes or reserves its merges
-/// would, with a lease of a day from `NOW`.
-async fn run_claim(store: &dyn Store, id: ItemId) -> wq_store::Lease {
+/// Claims `id` at `now` for `length`, as an engine's run does.
+async fn claim_at(
+    store: &dyn Store,
+    id: ItemId,
+    now: OffsetDateTime,
+    length: time::Duration,
+) -> wq_store::Lease {
     store
         .item_claim(wq_store::ClaimParams {
             id,
-            now: NOW,
-            lease_until: NOW + time::Duration::days(1),
+            now,
+            lease_until: now + length,
             handled_types: vec!["mr".into()],
         })
         .await
         .unwrap()
         .expect("claimed")
         .1
+}
+
+/// Claims `id` as the engine's run that pushes or reserves its merges
+/// would, with a lease of a day from `NOW`.
+async fn run_claim(store: &dyn Store, id: ItemId) -> wq_store::Lease {
+    claim_at(store, id, NOW, time::Duration::days(1)).await
 }
 
 /// The lease epoch of [`run_claim`]: what the run's fenced writes name.
@@ -548,16 +558,7 @@ async fn upsert_outcomes_and_generations(backend: Backend) {
     assert_eq!(stored.spec, retargeted);
 
     // Failed → retried, same item.
-    let (_, lease) = store
-        .item_claim(wq_store::ClaimParams {
-            id,
-            now: NOW,
-            lease_until: NOW + time::Duration::minutes(1),
-            handled_types: vec!["mr".into()],
-        })
-        .await
-        .unwrap()
-        .unwrap();
+    let lease = claim_at(store.as_ref(), id, NOW, time::Duration::minutes(1)).await;
     store
         .item_record_failure(RecordFailure {
             lease,
@@ -760,19 +761,7 @@ async fn a_merge_is_reserved_only_under_the_runs_lease(backend: Backend) {
     let (store, mr) = setup(backend).await;
     let (id, _) = upsert(&mr, &spec("1"), NOW).await;
     let lease_length = time::Duration::minutes(5);
-    let claim = async |now: OffsetDateTime| {
-        store
-            .item_claim(wq_store::ClaimParams {
-                id,
-                now,
-                lease_until: now + lease_length,
-                handled_types: vec!["mr".into()],
-            })
-            .await
-            .unwrap()
-            .expect("claimed")
-            .1
-    };
+    let claim = async |now| claim_at(store.as_ref(), id, now, lease_length).await;
     let reserve = async |lease: LeaseEpoch, now: OffsetDateTime| {
         mr.reserve_merge(id, lease, "sig", "head", now)
             .await
@@ -1051,19 +1040,7 @@ async fn a_merged_change_hands_new_content_to_the_next_generation(backend: Backe
             .unwrap(),
         None
     );
-    let claim = async |now: OffsetDateTime| {
-        store
-            .item_claim(wq_store::ClaimParams {
-                id,
-                now,
-                lease_until: now + time::Duration::minutes(5),
-                handled_types: vec!["mr".into()],
-            })
-            .await
-            .unwrap()
-            .expect("claimed")
-            .1
-    };
+    let claim = async |now| claim_at(store.as_ref(), id, now, time::Duration::minutes(5)).await;
     // A run whose lease expired and was claimed again by another: its
     // hand-over writes nothing while the other run holds the item.
     let stale = claim(NOW).await;
@@ -1136,16 +1113,7 @@ async fn content_pushed_after_the_merged_head_is_the_next_generation(backend: Ba
                 .unwrap();
         }
         let id = id.expect("a push");
-        let (_, lease) = store
-            .item_claim(wq_store::ClaimParams {
-                id,
-                now: NOW,
-                lease_until: NOW + time::Duration::minutes(5),
-                handled_types: vec!["mr".into()],
-            })
-            .await
-            .unwrap()
-            .expect("claimed");
+        let lease = claim_at(store.as_ref(), id, NOW, time::Duration::minutes(5)).await;
         (id, lease.epoch)
     };
     let both = [("sha-1", "1"), ("sha-2", "2")];
