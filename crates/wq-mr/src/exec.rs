@@ -73,8 +73,8 @@ impl Run<'_> {
     }
 
     /// The claim this run holds the item under, which the writes that must
-    /// not outlive the run's lease name (the merge reservation, the
-    /// hand-over). The engine's views always name it; a view without one
+    /// not outlive the run's lease name (the push intent, the merge
+    /// reservation, the hand-over). The engine's views always name it; a view without one
     /// fails the action rather than writing unfenced.
     fn lease(&self) -> Result<LeaseEpoch, ExecError> {
         self.view.lease.ok_or_else(|| {
