@@ -73,8 +73,8 @@ impl Run<'_> {
     }
 
     /// The claim this run holds the item under, which the writes that must
-    /// not outlive the run's lease name (the push intent, the merge
-    /// reservation, the hand-over). The engine's views always name it; a view without one
+    /// not outlive the run's lease name (the push and note intents, the
+    /// merge reservation, the hand-over). The engine's views always name it; a view without one
     /// fails the action rather than writing unfenced.
     fn lease(&self) -> Result<LeaseEpoch, ExecError> {
         self.view.lease.ok_or_else(|| {
@@ -87,6 +87,26 @@ impl Run<'_> {
 
     fn project(&self) -> &str {
         &self.details.spec.project
+    }
+
+    /// Stores the intent of a first status note on change request `number`
+    /// under this run's lease; a run that no longer holds the item posts
+    /// none (the run that holds it posts its own).
+    async fn mark_note_intent(&self, number: u64) -> Result<(), ExecError> {
+        let id = self.view.item.id;
+        let marked = self
+            .mr
+            .store
+            .mark_note_intent(id, self.lease()?, number, self.now())
+            .await
+            .map_err(store_error)?;
+        if marked {
+            Ok(())
+        } else {
+            Err(ExecError::transient(format!(
+                "item {id} is no longer held by this run; not posting its status note"
+            )))
+        }
     }
 
     /// A description or note body as sent to this forge: on GitLab, no line
@@ -651,11 +671,7 @@ impl Run<'_> {
         );
         let body = self.outgoing(&note.body).into_owned();
         let body_sha256 = hex::encode(Sha256::digest(body.as_bytes()));
-        self.mr
-            .store
-            .mark_note_intent(self.view.item.id, change.number, self.now())
-            .await
-            .map_err(store_error)?;
+        self.mark_note_intent(change.number).await?;
         let posted = self
             .forge
             .open_note(
@@ -1104,11 +1120,7 @@ impl Run<'_> {
         if self.details.note_intent != Some(number) {
             // No post started on this change request: there is nothing to
             // find.
-            self.mr
-                .store
-                .mark_note_intent(self.view.item.id, number, self.now())
-                .await
-                .map_err(store_error)?;
+            self.mark_note_intent(number).await?;
             let posted = self
                 .forge
                 .create_note(self.project(), number, &body)

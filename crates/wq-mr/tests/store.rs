@@ -477,8 +477,30 @@ async fn a_status_note_post_is_remembered_per_item(backend: Backend) {
     let (store, mr) = setup(backend).await;
     let (first, _) = upsert(&mr, &spec("1"), NOW).await;
     assert_eq!(mr.get(first).await.unwrap().unwrap().note_intent, None);
-    mr.mark_note_intent(first, 7, NOW).await.unwrap();
+    // Only the run that holds the item marks one: not before a claim, nor
+    // under an expired or overtaken lease.
+    assert!(
+        !mr.mark_note_intent(first, LeaseEpoch(1), 7, NOW)
+            .await
+            .unwrap()
+    );
+    let claim = run_claim(store.as_ref(), first).await;
+    let after_lease = NOW + time::Duration::days(1);
+    assert!(
+        !mr.mark_note_intent(first, claim.epoch, 7, after_lease)
+            .await
+            .unwrap()
+    );
+    let other = LeaseEpoch(claim.epoch.0 + 1);
+    assert!(!mr.mark_note_intent(first, other, 7, NOW).await.unwrap());
+    assert_eq!(mr.get(first).await.unwrap().unwrap().note_intent, None);
+    assert!(
+        mr.mark_note_intent(first, claim.epoch, 7, NOW)
+            .await
+            .unwrap()
+    );
     assert_eq!(mr.get(first).await.unwrap().unwrap().note_intent, Some(7));
+    store.item_release(claim, None).await.unwrap();
     store
         .set_phase_for_test(first, Phase::Completed)
         .await

@@ -64,9 +64,10 @@ pub(super) trait MrBackend: Send + Sync + std::fmt::Debug {
     async fn mark_note_intent(
         &self,
         id: ItemId,
+        lease: LeaseEpoch,
         number: u64,
         now: OffsetDateTime,
-    ) -> StoreResult<()>;
+    ) -> StoreResult<bool>;
     async fn branch_ownership(&self, id: ItemId, head: &str) -> StoreResult<BranchOwnership>;
     async fn change_created(&self, id: ItemId, number: u64) -> StoreResult<bool>;
     async fn submissions(&self, id: ItemId) -> StoreResult<Vec<SubmissionRecord>>;
@@ -583,13 +584,18 @@ macro_rules! mr_backend {
                 async fn mark_note_intent(
                     &self,
                     id: ItemId,
+                    lease: wq_core::LeaseEpoch,
                     number: u64,
                     now: OffsetDateTime,
-                ) -> StoreResult<()> {
-                    self.execute([sqlx::query(include_str!("sql/note_intent.sql"))
+                ) -> StoreResult<bool> {
+                    let statement = sqlx::query(include_str!("sql/note_intent.sql"))
                         .bind(Self::id(id))
                         .bind(signed(Some(number)))
-                        .bind(Self::at(now))])
+                        .bind(Self::at(now))
+                        .bind(lease.0);
+                    self.write(move |conn| Box::pin(async move {
+                        Ok(statement.fetch_optional(&mut *conn).await?.is_some())
+                    }))
                     .await
                 }
 

@@ -408,14 +408,17 @@ impl MrStore {
 
     /// Marks a status note post about to leave on change request `number`:
     /// after a crash before its id is recorded, the note is looked for
-    /// before another is posted.
+    /// before another is posted. Only under the caller's run's `lease` (its
+    /// epoch, unexpired at `now`); `false`: the run no longer holds the
+    /// item, and must not post.
     pub async fn mark_note_intent(
         &self,
         id: ItemId,
+        lease: LeaseEpoch,
         number: u64,
         now: OffsetDateTime,
-    ) -> StoreResult<()> {
-        self.backend.mark_note_intent(id, number, now).await
+    ) -> StoreResult<bool> {
+        self.backend.mark_note_intent(id, lease, number, now).await
     }
 
     /// Whether `head` on the item's branch is workqueue's (pushed on the
