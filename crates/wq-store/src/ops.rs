@@ -214,6 +214,27 @@ macro_rules! building_blocks {
                 .is_some())
         }
 
+        /// Whether the run that claimed `id` as `epoch` still holds it at
+        /// `now` (its lease not expired), on the caller's connection: a
+        /// type's write that must not outlive the run's lease (one that
+        /// decides a forge write) is made in the same transaction only when
+        /// this answers `true`. No lock is taken: another claim needs the
+        /// lease expired, which is time, not a row's state.
+        pub async fn lease_held(
+            conn: &mut $Conn,
+            id: wq_core::ItemId,
+            epoch: wq_core::LeaseEpoch,
+            now: time::OffsetDateTime,
+        ) -> $crate::StoreResult<bool> {
+            Ok(sqlx::query(sql!("items/lease_held.sql"))
+                .bind(DbId(id))
+                .bind(DbTime(now))
+                .bind(epoch.0)
+                .fetch_optional(&mut *conn)
+                .await?
+                .is_some())
+        }
+
         /// The item and its dimensions, on the caller's (read) transaction.
         async fn read_view(
             conn: &mut $Conn,

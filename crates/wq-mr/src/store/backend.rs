@@ -562,10 +562,13 @@ macro_rules! mr_backend {
                 ) -> StoreResult<bool> {
                     let statement = sqlx::query(include_str!("sql/push_intent.sql"))
                         .bind(Self::id(id))
-                        .bind(Self::at(now))
-                        .bind(lease.0);
+                        .bind(Self::at(now));
                     self.write(move |conn| Box::pin(async move {
-                        Ok(statement.fetch_optional(&mut *conn).await?.is_some())
+                        if !blocks::lease_held(&mut *conn, id, lease, now).await? {
+                            return Ok(false);
+                        }
+                        statement.execute(&mut *conn).await?;
+                        Ok(true)
                     }))
                     .await
                 }
@@ -591,10 +594,13 @@ macro_rules! mr_backend {
                     let statement = sqlx::query(include_str!("sql/note_intent.sql"))
                         .bind(Self::id(id))
                         .bind(signed(Some(number)))
-                        .bind(Self::at(now))
-                        .bind(lease.0);
+                        .bind(Self::at(now));
                     self.write(move |conn| Box::pin(async move {
-                        Ok(statement.fetch_optional(&mut *conn).await?.is_some())
+                        if !blocks::lease_held(&mut *conn, id, lease, now).await? {
+                            return Ok(false);
+                        }
+                        statement.execute(&mut *conn).await?;
+                        Ok(true)
                     }))
                     .await
                 }
@@ -701,14 +707,15 @@ macro_rules! mr_backend {
                         .bind(Self::id(id))
                         .bind(signature.to_owned())
                         .bind(Self::at(now))
-                        .bind(false)
-                        .bind(lease.0);
+                        .bind(false);
                     let audit = wq_store::audit::NewAudit::new(id, now, wq_store::audit::ENGINE, "forge.merge_reserved")
                         .trigger(serde_json::json!({"source": "worker", "action": "reconcile_mr"}))
                         .metadata(serde_json::json!({"signature": signature, "expected_head_sha": head_sha}));
                     let record = self
                         .write(move |conn| Box::pin(async move {
-                            if statement.fetch_optional(&mut *conn).await?.is_none() {
+                            if !blocks::lease_held(&mut *conn, id, lease, now).await?
+                                || statement.fetch_optional(&mut *conn).await?.is_none()
+                            {
                                 return Ok(None);
                             }
                             Ok(Some(blocks::append_audit(&mut *conn, audit).await?))

@@ -4,11 +4,11 @@
 -- retry was authorized (which it consumes), or an automatic retry after a
 -- transient answer is due (`merge_retry_at`, set only after a re-read proved
 -- the earlier call neither merged nor queued). The transient count carries
--- over to that automatic retry only. And only under the caller's run's
--- lease, $5 its lease epoch, unexpired at $3: a run whose lease expired
--- (paused past it, say) or was claimed again makes no merge call on a
--- reading another run may have overtaken. $1 id, $2 signature, $3 now,
--- $4 false.
+-- over to that automatic retry only. Made only while the caller's run
+-- holds the item (wq_store's lease_held, in the same transaction): a run
+-- whose lease expired (paused past it, say) or was claimed again makes no
+-- merge call on a reading another run may have overtaken. $1 id,
+-- $2 signature, $3 now, $4 false.
 UPDATE mr_details
 SET last_merge_signature = $2, last_merge_attempt_at = $3, last_merge_result = 'in_flight',
     merge_retry_authorized = $4,
@@ -23,8 +23,4 @@ WHERE work_item_id = $1
        OR last_merge_signature IS NULL
        OR last_merge_signature <> $2
        OR (last_merge_result = 'failed' AND merge_retry_at IS NOT NULL AND merge_retry_at <= $3))
-  AND EXISTS (SELECT 1 FROM work_items AS w
-              WHERE w.id = $1
-                AND w.lease_epoch = $5      -- this run's claim
-                AND w.leased_until > $3)    -- not expired
 RETURNING work_item_id
