@@ -227,6 +227,27 @@ macro_rules! mr_backend {
                     .await
                 }
 
+                /// Runs `statement` in one transaction through the write door,
+                /// only while the run that claimed `id` as `lease` holds it at
+                /// `now` (`wq_store`'s `lease_held`, first); `false`: it does
+                /// not, and nothing was written.
+                async fn execute_held(
+                    &self,
+                    id: ItemId,
+                    lease: wq_core::LeaseEpoch,
+                    now: OffsetDateTime,
+                    statement: Query,
+                ) -> StoreResult<bool> {
+                    self.write(move |conn| Box::pin(async move {
+                        if !blocks::lease_held(&mut *conn, id, lease, now).await? {
+                            return Ok(false);
+                        }
+                        statement.execute(&mut *conn).await?;
+                        Ok(true)
+                    }))
+                    .await
+                }
+
                 /// Runs `statements` and appends `audit` (last) in one
                 /// transaction; the record is logged once committed.
                 async fn execute_audited<const N: usize>(
@@ -563,14 +584,7 @@ macro_rules! mr_backend {
                     let statement = sqlx::query(include_str!("sql/push_intent.sql"))
                         .bind(Self::id(id))
                         .bind(Self::at(now));
-                    self.write(move |conn| Box::pin(async move {
-                        if !blocks::lease_held(&mut *conn, id, lease, now).await? {
-                            return Ok(false);
-                        }
-                        statement.execute(&mut *conn).await?;
-                        Ok(true)
-                    }))
-                    .await
+                    self.execute_held(id, lease, now, statement).await
                 }
 
                 async fn clear_push_intent(
@@ -595,14 +609,7 @@ macro_rules! mr_backend {
                         .bind(Self::id(id))
                         .bind(signed(Some(number)))
                         .bind(Self::at(now));
-                    self.write(move |conn| Box::pin(async move {
-                        if !blocks::lease_held(&mut *conn, id, lease, now).await? {
-                            return Ok(false);
-                        }
-                        statement.execute(&mut *conn).await?;
-                        Ok(true)
-                    }))
-                    .await
+                    self.execute_held(id, lease, now, statement).await
                 }
 
                 async fn branch_ownership(
