@@ -49,7 +49,15 @@ pub(crate) async fn execute(
         MrAction::CheckEmptyDiff => run.check_empty_diff().await,
         MrAction::PostDashboardNote => return run.post_dashboard_note().await,
         MrAction::RetryCiJobs => {
-            retry_ci_jobs(&mr.herder, run.forge, run.details, view, mr.clock.now()).await
+            retry_ci_jobs(
+                &mr.herder,
+                run.forge,
+                run.details,
+                view,
+                &run,
+                mr.clock.now(),
+            )
+            .await
         }
         MrAction::ReconcileMr => run.reconcile_mr().await,
     }?;

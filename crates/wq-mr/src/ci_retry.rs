@@ -45,7 +45,11 @@
 //! lost) is `already_retried`; one that is no longer failed is
 //! `not_failed`. Each pipeline's (GitHub: workflow run's) job list is read
 //! once per run and serves its jobs' checks; a trace is downloaded only
-//! when a matcher needs it.
+//! when a matcher needs it. Each retry is asked for only while the run
+//! still holds the item ([`StillHeld`], read right before the call): a run
+//! that stalled past its lease (a slow trace, a stopped process) leaves the
+//! job to the run that holds the item now, which reads the job list afresh
+//! and retries it once.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -355,20 +359,37 @@ const NEW_PIPELINE_GRACE: time::Duration = time::Duration::minutes(10);
 /// least; a longer `Retry-After` wins).
 const JOB_BACKOFF: time::Duration = time::Duration::minutes(1);
 
+/// Whether the executor's run still holds its item (its claim is the
+/// item's last and has not expired): asked right before each job retry.
+#[async_trait::async_trait]
+pub(crate) trait StillHeld: Sync {
+    async fn still_held(&self) -> Result<bool, ExecError>;
+}
+
 /// `retry_ci_jobs`: judge the pending jobs, retry the due ones. A forge
 /// error on one job's step (its trace, its retry) is that job's: a refusal
 /// settles it as `error`, a transient error postpones it and the jobs after
-/// it; either way the decisions already made in this run are kept.
+/// it; either way the decisions already made in this run are kept. A run
+/// that no longer holds the item (`held`) retries nothing more and fails
+/// transiently: its outcome would not be written, and the run that holds
+/// the item decides again.
 pub(crate) async fn retry_ci_jobs(
     herder: &Herder,
     forge: &dyn Forge,
     details: &MrDetails,
     view: &ItemView,
+    held: &dyn StillHeld,
     now: OffsetDateTime,
 ) -> Result<ExecOutcome, ExecError> {
     let before = CiRetryDetail::of(view);
     let mut detail = before.clone();
-    judge_all(herder, forge, details, &mut detail, now).await?;
+    let ctx = Judging {
+        herder,
+        held,
+        item: view.item.id,
+        now,
+    };
+    judge_all(&ctx, forge, details, &mut detail).await?;
     let mut outcome = ExecOutcome::done().with_dimension(detail.update(now));
     // Each job this run retried, with the forge's answer (the new job).
     for job in detail.jobs.iter().filter(|job| {
@@ -398,13 +419,21 @@ pub(crate) async fn retry_ci_jobs(
     })
 }
 
+/// What every job's judgement of one run shares.
+struct Judging<'a> {
+    herder: &'a Herder,
+    held: &'a dyn StillHeld,
+    item: wq_core::ItemId,
+    now: OffsetDateTime,
+}
+
 async fn judge_all(
-    herder: &Herder,
+    ctx: &Judging<'_>,
     forge: &dyn Forge,
     details: &MrDetails,
     detail: &mut CiRetryDetail,
-    now: OffsetDateTime,
 ) -> Result<(), ExecError> {
+    let now = ctx.now;
     let project = details.spec.project.as_str();
     if !details.spec.automation.ci_retry {
         for job in detail.jobs.iter_mut().filter(|j| j.state.is_open()) {
@@ -470,7 +499,11 @@ async fn judge_all(
             .get(&job.pipeline_id)
             .map(Vec::as_slice)
             .unwrap_or_default();
-        if let Err(failure) = judge(herder, ci, project, jobs, job, now).await {
+        if let Err(failure) = judge(ctx, ci, project, jobs, job).await {
+            let failure = match failure {
+                Stop::Step(failure) => failure,
+                Stop::NotHeld(error) => return Err(error),
+            };
             if failure.error.is_transient() {
                 let wait = failure
                     .error
@@ -557,16 +590,31 @@ struct StepFailure {
     error: wq_forge::ForgeError,
 }
 
+/// Why a job's judgement stopped short.
+enum Stop {
+    /// A forge error on the job's step: the job's own.
+    Step(StepFailure),
+    /// The run no longer holds the item (or could not tell): the whole
+    /// action ends, retrying nothing more.
+    NotHeld(ExecError),
+}
+
+impl From<StepFailure> for Stop {
+    fn from(failure: StepFailure) -> Self {
+        Self::Step(failure)
+    }
+}
+
 /// One due job: safety checks on the listed jobs, the verdict (reusing a
 /// scheduled one), the retry when due.
 async fn judge(
-    herder: &Herder,
+    ctx: &Judging<'_>,
     ci: &dyn CiJobs,
     project: &str,
     listed: &[CiJob],
     job: &mut TrackedJob,
-    now: OffsetDateTime,
-) -> Result<(), StepFailure> {
+) -> Result<(), Stop> {
+    let (herder, now) = (ctx.herder, ctx.now);
     let Some(current) = listed.iter().find(|j| j.id == job.id) else {
         job.state = JobState::Superseded;
         job.reason = Some("the job is not in its pipeline's job list".into());
@@ -663,6 +711,14 @@ async fn judge(
     }
     if job.not_before.is_some_and(|due| due > now) {
         return Ok(());
+    }
+    // The retry is this action's forge write: only under the run's lease.
+    if !ctx.held.still_held().await.map_err(Stop::NotHeld)? {
+        tracing::warn!(item_id = %ctx.item, job = job.id, "not retrying CI job {}: the item is no longer held by this run", job.id);
+        return Err(Stop::NotHeld(ExecError::transient(format!(
+            "item {} is no longer held by this run; not retrying CI job {}",
+            ctx.item, job.id
+        ))));
     }
     let new_job = ci
         .retry_job(project, job.id)

@@ -74,8 +74,9 @@ impl Run<'_> {
 
     /// The claim this run holds the item under, which the writes that must
     /// not outlive the run's lease name (the push and note intents, the
-    /// merge reservation, the hand-over). The engine's views always name it; a view without one
-    /// fails the action rather than writing unfenced.
+    /// merge reservation, the hand-over, and the check before a CI job's
+    /// retry). The engine's views always name it; a view without one fails
+    /// the action rather than writing unfenced.
     fn lease(&self) -> Result<LeaseEpoch, ExecError> {
         self.view.lease.ok_or_else(|| {
             ExecError::permanent(format!(
@@ -108,7 +109,20 @@ impl Run<'_> {
             )))
         }
     }
+}
 
+#[async_trait::async_trait]
+impl crate::ci_retry::StillHeld for Run<'_> {
+    async fn still_held(&self) -> Result<bool, ExecError> {
+        self.mr
+            .store
+            .holds(self.view.item.id, self.lease()?, self.now())
+            .await
+            .map_err(store_error)
+    }
+}
+
+impl Run<'_> {
     /// A description or note body as sent to this forge: on GitLab, no line
     /// can run a quick action (see [`crate::text`]).
     fn outgoing<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {

@@ -282,7 +282,10 @@
 //! workflow run's) job list
 //! once (a newer attempt → `already_retried`, no longer failed →
 //! `not_failed`), judges each pending job with `wq-herder` (a trace only
-//! when a matcher needs one) and retries the due ones. A forge error on one
+//! when a matcher needs one) and retries the due ones, each only while the
+//! run still holds the item (`MrStore::holds`, read right before the call;
+//! a run that lost it fails transiently and leaves the job to the run that
+//! holds it). A forge error on one
 //! job's step is that job's (refused → `error`, transient → tried again in
 //! a minute), never the item's; `pending_until` is the earliest
 //! `not_before` (`finished_at` + the matcher's delay). The matchers are the

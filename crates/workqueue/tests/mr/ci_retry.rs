@@ -20,6 +20,7 @@ backend_tests!(
     a_refused_retry_settles_the_job_and_the_item_stays_active,
     a_merge_request_pipeline_job_failing_before_its_pipeline_is_read_is_retried,
     a_lost_job_hook_is_made_up_by_the_reconcile,
+    a_run_that_lost_its_item_retries_no_job,
 );
 
 /// Retries runner system failures at once.
@@ -32,6 +33,8 @@ matchers:
 
 /// The GitLab job retry endpoint, for faults.
 const RETRY_PATH: &str = "/api/v4/projects/*/jobs/*/retry";
+/// The GitLab pipeline jobs list, read before a retry, for faults.
+const PIPELINE_JOBS_PATH: &str = "/api/v4/projects/*/pipelines/*/jobs";
 
 /// Retries runner system failures by `failure_reason` alone (no trace
 /// read), after 60 s and then 300 s.
@@ -755,5 +758,90 @@ async fn a_lost_job_hook_is_made_up_by_the_reconcile(backend: Backend) {
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["state"], "retried");
     assert_eq!(listed[0]["matcher"], "runner-system-failure");
+    h.finish().await;
+}
+
+/// A run that stalls past its lease while it judges a failed job (here a
+/// slow read of the pipeline's jobs), and whose item another run claims
+/// meanwhile, retries nothing: the retry is asked for only while the run
+/// still holds the item. The run that holds the item next retries the job,
+/// once.
+async fn a_run_that_lost_its_item_retries_no_job(backend: Backend) {
+    let h = Harness::start_with(
+        backend,
+        Options {
+            jobs: vec![JobSpec::new(
+                "unit",
+                JobOutcome::flaky(1, "runner_system_failure", RUNNER_TRACE),
+            )],
+            ci_retry: Some(RUNNER_ONLY),
+            ..Options::default()
+        },
+    )
+    .await;
+    let id = h
+        .submit_ok(
+            &change("wq/stalled", &[("s.txt", "s\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    h.wait_for(&id, "the failure scheduled", |item| {
+        jobs(item).iter().any(|j| j["state"] == "scheduled")
+    })
+    .await;
+    assert_eq!(retries(&h), 0, "not before the delay");
+
+    // The run that takes the due job up stalls on the job list.
+    h.sim.add_fault(FaultRule::pattern(
+        "GET",
+        PIPELINE_JOBS_PATH,
+        HttpFault::Delay { millis: 20_000 },
+    ));
+    let mut hanging = h.sim.hanging_requests();
+    let engine = h.app().engine.clone();
+    engine.wait_idle().await;
+    h.clock.advance(time::Duration::seconds(61));
+    engine.sweep_now().await.expect("sweep");
+    tokio::time::timeout(Duration::from_secs(30), hanging.wait_for(|n| *n == 1))
+        .await
+        .expect("the run reaches the job list")
+        .expect("the sim runs");
+
+    // Its lease runs out, and another run claims the item.
+    h.clock.advance(time::Duration::seconds(120));
+    let now = wq_core::Clock::now(h.clock.as_ref());
+    let store = &h.app().store;
+    let item_id = id.parse().expect("an item id");
+    let (_, other) = store
+        .item_claim(wq_store::ClaimParams {
+            id: item_id,
+            now,
+            lease_until: now + time::Duration::seconds(60),
+            handled_types: vec!["mr".to_owned()],
+        })
+        .await
+        .expect("claim")
+        .expect("the stalled run's lease expired: the item is claimable");
+    h.sim.cancel_hangs();
+    engine.wait_idle().await;
+    assert_eq!(
+        retries(&h),
+        0,
+        "the stalled run, which no longer holds the item, retried nothing"
+    );
+    let item = h.item(&id).await;
+    assert_eq!(jobs(&item)[0]["state"], "scheduled", "{item:#}");
+
+    // The other run lets go; the next run retries the job once.
+    store.item_release(other, None).await.expect("release");
+    let item = wait_moving_the_clock(&h, &id, "the job retried", |item| {
+        jobs(item).iter().any(|j| j["state"] == "retried")
+    })
+    .await;
+    assert_eq!(retries(&h), 1, "retried once, by the run holding the item");
+    assert_eq!(item["attempts"], 0, "{item:#}");
+    h.wait_phase(&id, "completed").await;
+    assert_eq!(retries(&h), 1);
     h.finish().await;
 }

@@ -70,6 +70,7 @@ pub(super) trait MrBackend: Send + Sync + std::fmt::Debug {
     ) -> StoreResult<bool>;
     async fn branch_ownership(&self, id: ItemId, head: &str) -> StoreResult<BranchOwnership>;
     async fn change_created(&self, id: ItemId, number: u64) -> StoreResult<bool>;
+    async fn holds(&self, id: ItemId, lease: LeaseEpoch, now: OffsetDateTime) -> StoreResult<bool>;
     async fn submissions(&self, id: ItemId) -> StoreResult<Vec<SubmissionRecord>>;
     async fn record_push(
         &self,
@@ -632,6 +633,16 @@ macro_rules! mr_backend {
                         .bind(signed(Some(number)))
                         .fetch_one(self.store.pool())
                         .await?)
+                }
+
+                async fn holds(
+                    &self,
+                    id: ItemId,
+                    lease: wq_core::LeaseEpoch,
+                    now: OffsetDateTime,
+                ) -> StoreResult<bool> {
+                    let mut conn = self.store.pool().acquire().await?;
+                    blocks::lease_held(&mut conn, id, lease, now).await
                 }
 
                 async fn submissions(&self, id: ItemId) -> StoreResult<Vec<SubmissionRecord>> {

@@ -433,6 +433,19 @@ impl MrStore {
         self.backend.change_created(id, number).await
     }
 
+    /// Whether the run that claimed `id` as `lease` still holds it at
+    /// `now` (its claim is the item's last, and unexpired): asked before a
+    /// forge write that no intent fences (a CI job's retry), so that a run
+    /// that lost the item leaves the write to the run that holds it.
+    pub async fn holds(
+        &self,
+        id: ItemId,
+        lease: LeaseEpoch,
+        now: OffsetDateTime,
+    ) -> StoreResult<bool> {
+        self.backend.holds(id, lease, now).await
+    }
+
     /// The item's accepted submissions, oldest first.
     pub async fn submissions(&self, id: ItemId) -> StoreResult<Vec<SubmissionRecord>> {
         self.backend.submissions(id).await
