@@ -6,7 +6,10 @@
 //!   [`crate::sqlite::append_audit`]): no change without its record, no
 //!   record of a change that did not commit. Appends come last in their
 //!   transaction (on PostgreSQL they take the chain's lock, the last lock
-//!   any transaction takes).
+//!   any transaction takes). A new item's first record
+//!   (`append_first_audit`, given the [`NewChain`] of the item's insert)
+//!   needs neither that lock nor a head read: its chain starts empty, in a
+//!   transaction no other one can see into.
 //! - **Tamper-evident.** Each item's records form a chain: a record carries
 //!   the SHA-256 of the item's previous record (`prev_hash`, empty for the
 //!   first) and of its own canonical JSON ([`canonical`]: keys sorted, no
@@ -257,6 +260,26 @@ pub fn bounded(text: &str, max: usize) -> (&str, bool) {
         end -= 1;
     }
     (&text[..end], true)
+}
+
+/// The proof that an item's audit chain starts in the caller's
+/// transaction: made only by `insert_new_item`, which inserted the item
+/// there, and taken by `append_first_audit`, which appends its first
+/// record without a chain lock or a head read.
+#[derive(Debug)]
+pub struct NewChain {
+    item: ItemId,
+}
+
+impl NewChain {
+    pub(crate) fn new(item: ItemId) -> Self {
+        Self { item }
+    }
+
+    /// The item whose chain this is.
+    pub fn item(&self) -> ItemId {
+        self.item
+    }
 }
 
 /// A record to append. Its JSON fields are kept as canonical text

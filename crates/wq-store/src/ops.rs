@@ -135,6 +135,42 @@ macro_rules! building_blocks {
             Ok(records.remove(0))
         }
 
+        /// [`insert_item`], and the proof that the item's audit chain starts
+        /// in this transaction, which [`append_first_audit`] takes.
+        pub async fn insert_new_item(
+            conn: &mut $Conn,
+            item: &$crate::NewItem,
+        ) -> $crate::StoreResult<(wq_core::WorkItem, $crate::audit::NewChain)> {
+            let work_item = insert_item(conn, item).await?;
+            Ok((work_item, $crate::audit::NewChain::new(item.id)))
+        }
+
+        /// Appends the first record of the item [`insert_new_item`] inserted
+        /// on this transaction (`chain`), last in the transaction as
+        /// [`append_audits`]. The chain is new and no other transaction
+        /// can see the item yet, so the record needs no chain lock and no
+        /// head read: its previous hash is empty (on PostgreSQL one plain
+        /// insert instead of `wq_audit_append_record`). A record of another
+        /// item is refused ([`StoreError::Conflict`](crate::StoreError)).
+        pub async fn append_first_audit(
+            conn: &mut $Conn,
+            chain: $crate::audit::NewChain,
+            record: $crate::audit::NewAudit,
+        ) -> $crate::StoreResult<$crate::audit::AuditRecord> {
+            if record.item_id != chain.item() {
+                return Err($crate::StoreError::Conflict(format!(
+                    "the first audit record of item {} was given for item {}",
+                    chain.item(),
+                    record.item_id
+                )));
+            }
+            #[cfg(feature = "testing")]
+            if !$crate::testing::audit_enabled() {
+                return Ok(record.chained(String::new()));
+            }
+            append_first_record(conn, record).await
+        }
+
         /// Appends audit records, in order, on the caller's transaction, each
         /// chained to its item's last one (PostgreSQL: in one round trip);
         /// call it last in the transaction.
@@ -369,8 +405,10 @@ macro_rules! impl_store {
                 let (work_item, record) = self
                     .write(move |conn| {
                         Box::pin(async move {
-                            let work_item = insert_item(conn, &item).await?;
-                            let record = append_audit(conn, $crate::audit::created(&item)).await?;
+                            let (work_item, chain) = insert_new_item(conn, &item).await?;
+                            let record =
+                                append_first_audit(conn, chain, $crate::audit::created(&item))
+                                    .await?;
                             Ok((work_item, record))
                         })
                     })

@@ -38,11 +38,12 @@ pub fn batching_enabled() -> bool {
 static RECORD_FUNCTION_OFF: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
-/// Makes PostgreSQL's single audit appends go through `wq_audit_append`,
-/// as before migration 0018 added `wq_audit_append_record` (`false`), or
-/// through the latter again, process-wide: for tests that write a trail
-/// on a schema migrated only part of the way. Both chain alike. Only with
-/// the `testing` feature.
+/// Makes PostgreSQL's single audit appends (a new item's first record
+/// too) go through `wq_audit_append`, as before migration 0018 added
+/// `wq_audit_append_record` (`false`), or through the latter again (and a
+/// first record through `audit/append_first.sql`), process-wide: for tests
+/// that write a trail on a schema migrated only part of the way. All chain
+/// alike. Only with the `testing` feature.
 pub fn set_append_record_function(enabled: bool) {
     RECORD_FUNCTION_OFF.store(!enabled, std::sync::atomic::Ordering::SeqCst);
 }

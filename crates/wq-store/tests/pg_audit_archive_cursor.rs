@@ -328,3 +328,44 @@ async fn the_cursor_starts_below_the_oldest_record_not_archived_before_it() {
     drop(store);
     drop_postgres_database(&url).await;
 }
+
+/// A new item's first record (`append_first_audit`, which takes no chain
+/// lock) holds the archive's horizon back like every append: the trail's
+/// barrier is taken before its number is drawn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_items_first_record_holds_the_horizon_back_too() {
+    let url = fresh_postgres_url().await;
+    let store = PgStore::connect(&url, 4).await.unwrap();
+    store.migrate().await.unwrap();
+    let now = OffsetDateTime::now_utc();
+    let (_, early) = two_archived_items(&store, now).await;
+    let settled = store.audit_horizon(false).await.unwrap().unwrap();
+
+    let item = step_item(ItemId::new_v7(), now);
+    let mut slow = store.pool().begin().await.unwrap();
+    let (_, chain) = wq_store::postgres::insert_new_item(&mut slow, &item)
+        .await
+        .unwrap();
+    let low = wq_store::postgres::append_first_audit(
+        &mut slow,
+        chain,
+        NewAudit::new(item.id, now, "tester", "item.created"),
+    )
+    .await
+    .unwrap()
+    .seq;
+    let mut fast = store.pool().begin().await.unwrap();
+    let high = append_in(&mut fast, early, "step.fast").await;
+    fast.commit().await.unwrap();
+    assert!(settled < low && low < high);
+
+    assert_eq!(
+        store.audit_horizon(false).await.unwrap(),
+        None,
+        "the first record in progress holds the horizon"
+    );
+    slow.commit().await.unwrap();
+    assert_eq!(store.audit_horizon(false).await.unwrap(), Some(high));
+    drop(store);
+    drop_postgres_database(&url).await;
+}

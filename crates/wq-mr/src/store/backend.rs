@@ -324,7 +324,7 @@ macro_rules! mr_backend {
                                 .fetch_one(&mut *conn)
                                 .await?;
                         let id = ItemId::new_v7();
-                        blocks::insert_item(
+                        let (_, chain) = blocks::insert_new_item(
                             &mut *conn,
                             &NewItem {
                                 id,
@@ -347,7 +347,7 @@ macro_rules! mr_backend {
                         let outcome = UpsertOutcome::Created;
                         Self::record_submission(conn, id, generation, input, outcome).await?;
                         let audit = submission_audit(id, generation, input, outcome, None);
-                        let record = blocks::append_audit(&mut *conn, audit).await?;
+                        let record = blocks::append_first_audit(&mut *conn, chain, audit).await?;
                         return Ok((Upserted { id, outcome }, Some(record)));
                     };
                     let id = Self::read_id(&live, 0)?;

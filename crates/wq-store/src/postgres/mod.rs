@@ -600,6 +600,39 @@ pub(crate) async fn append_audit_records(
     crate::audit::appended(records, answer)
 }
 
+/// The first record of an item inserted on this transaction: its chain is
+/// new, so it is chained after the empty hash here and inserted as it is
+/// (`audit/append_first.sql`), under the trail's barrier alone.
+pub(crate) async fn append_first_record(
+    conn: &mut PgConnection,
+    record: crate::audit::NewAudit,
+) -> StoreResult<crate::audit::AuditRecord> {
+    // A schema before migration 0015 stores hashes as text: tests that
+    // write there append as it did.
+    #[cfg(feature = "testing")]
+    if !crate::testing::append_record_function_enabled() {
+        let mut appended = append_audit_records(conn, vec![record]).await?;
+        return Ok(appended.remove(0));
+    }
+    let id = uuid::Uuid::now_v7();
+    let texts = record.texts();
+    let hash = record.digest_as(id, &texts, "");
+    let seq: i64 = sqlx::query_scalar(sql!("audit/append_first.sql"))
+        .bind(id)
+        .bind(record.item_id.0)
+        .bind(to_micros(record.at))
+        .bind(record.actor.as_str())
+        .bind(record.kind.as_str())
+        .bind(texts.old_state)
+        .bind(texts.new_state)
+        .bind(texts.trigger)
+        .bind(texts.metadata)
+        .bind(hash.as_str())
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(record.into_record(id, seq, String::new(), hash))
+}
+
 /// One audit record appended through `wq_audit_append_record`.
 async fn append_audit_record(
     conn: &mut PgConnection,

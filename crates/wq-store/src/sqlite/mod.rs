@@ -639,6 +639,31 @@ pub(crate) fn remember_head(item: ItemId, head: String) {
     heads.insert(item, head);
 }
 
+/// The first record of an item inserted on this transaction: its chain is
+/// new, so it is chained after the empty hash and inserted as it is
+/// (`audit/append.sql`), without the head guess's check.
+pub(crate) async fn append_first_record(
+    conn: &mut SqliteConnection,
+    record: crate::audit::NewAudit,
+) -> StoreResult<crate::audit::AuditRecord> {
+    let id = uuid::Uuid::now_v7();
+    let texts = record.texts();
+    let hash = record.digest_as(id, &texts, "");
+    let seq = insert_record(
+        conn,
+        sql!("audit/append.sql"),
+        id,
+        &record,
+        &texts,
+        "",
+        &hash,
+    )
+    .await?
+    .ok_or_else(|| StoreError::Corrupt("an audit append inserted nothing".into()))?;
+    remember_head(record.item_id, hash.clone());
+    Ok(record.into_record(id, seq, String::new(), hash))
+}
+
 /// Audit appends under the write lock, which already serialises every
 /// chain: hash in Rust after the head, insert. Each record is first
 /// appended after the head [`HEADS`] guesses, checked in the insert

@@ -1003,3 +1003,102 @@ async fn sqlite_audit_appends_chain_to_the_stored_head_not_a_remembered_one() {
     );
     assert_eq!(store.audit_verify().await.unwrap(), (5, None));
 }
+
+/// `append_first_audit` takes the first record of the item whose insert
+/// gave the chain, and no other item's: the record of another item is
+/// refused and nothing of it is written; the item's own starts its chain,
+/// which the next append continues and verification accepts.
+macro_rules! first_record_case {
+    ($name:ident, $variant:ident, $module:ident, $db:expr, |$b:ident| $begin:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let db = $db;
+            let store = db.store();
+            let Backend::$variant(backend) = &db.backend else {
+                unreachable!()
+            };
+            let now = t0();
+            let other = insert(store.as_ref(), TYPE_A, now).await.id;
+            let item = new_item(TYPE_A, None, now);
+
+            let mut tx = {
+                let $b = backend;
+                $begin
+            };
+            let (_, chain) = wq_store::$module::insert_new_item(&mut tx, &item)
+                .await
+                .unwrap();
+            let refused = wq_store::$module::append_first_audit(
+                &mut tx,
+                chain,
+                wq_store::audit::NewAudit::new(other, now, "tester", "item.created"),
+            )
+            .await
+            .expect_err("another item's record");
+            assert!(
+                matches!(&refused, StoreError::Conflict(message) if message.contains(&other.to_string())),
+                "{refused}"
+            );
+            tx.rollback().await.unwrap();
+            assert!(store.item_get(item.id).await.unwrap().is_none());
+
+            let mut tx = {
+                let $b = backend;
+                $begin
+            };
+            let (_, chain) = wq_store::$module::insert_new_item(&mut tx, &item)
+                .await
+                .unwrap();
+            let first = wq_store::$module::append_first_audit(
+                &mut tx,
+                chain,
+                wq_store::audit::NewAudit::new(item.id, now, "tester", "item.created"),
+            )
+            .await
+            .unwrap();
+            tx.commit().await.unwrap();
+            assert_eq!(first.prev_hash, "", "a chain starts empty");
+            let next = store
+                .audit_append(wq_store::audit::NewAudit::new(item.id, now, "engine", "step.next"))
+                .await
+                .unwrap();
+            assert_eq!(next.prev_hash, first.hash, "the next record follows it");
+            let trail = store
+                .audit_list(wq_store::audit::AuditQuery {
+                    item_id: Some(item.id),
+                    limit: 10,
+                    ..wq_store::audit::AuditQuery::default()
+                })
+                .await
+                .unwrap();
+            assert_eq!(trail, vec![first, next]);
+            let of_other = store
+                .audit_list(wq_store::audit::AuditQuery {
+                    item_id: Some(other),
+                    limit: 10,
+                    ..wq_store::audit::AuditQuery::default()
+                })
+                .await
+                .unwrap();
+            assert_eq!(of_other.len(), 1, "only its own creation: {of_other:?}");
+            assert_eq!(store.audit_verify().await.unwrap(), (3, None));
+            db.finish().await;
+        }
+    };
+}
+
+first_record_case!(
+    sqlite_a_first_record_starts_its_own_items_chain_only,
+    Sqlite,
+    sqlite,
+    TestDb::sqlite().await,
+    |store| store.begin_write().await.unwrap()
+);
+
+first_record_case!(
+    postgres_a_first_record_starts_its_own_items_chain_only,
+    Postgres,
+    postgres,
+    TestDb::postgres().await,
+    |store| store.pool().begin().await.unwrap()
+);
