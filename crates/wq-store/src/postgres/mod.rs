@@ -617,7 +617,28 @@ pub(crate) async fn append_first_record(
     let id = uuid::Uuid::now_v7();
     let texts = record.texts();
     let hash = record.digest_as(id, &texts, "");
-    let seq: i64 = sqlx::query_scalar(sql!("audit/append_first.sql"))
+    let (seq,): (i64,) = bind_record(
+        sqlx::query_as(sql!("audit/append_first.sql")),
+        id,
+        &record,
+        &texts,
+    )
+    .bind(hash.as_str())
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(record.into_record(id, seq, String::new(), hash))
+}
+
+/// A record's own fields, bound as `$1`-`$9` of `audit/append_record.sql`
+/// and `audit/append_first.sql`: id, item, time, actor, kind, and the JSON
+/// fields as their canonical text.
+fn bind_record<'q, O>(
+    query: sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments>,
+    id: uuid::Uuid,
+    record: &'q crate::audit::NewAudit,
+    texts: &crate::audit::Texts<'q>,
+) -> sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments> {
+    query
         .bind(id)
         .bind(record.item_id.0)
         .bind(to_micros(record.at))
@@ -627,10 +648,6 @@ pub(crate) async fn append_first_record(
         .bind(texts.new_state)
         .bind(texts.trigger)
         .bind(texts.metadata)
-        .bind(hash.as_str())
-        .fetch_one(&mut *conn)
-        .await?;
-    Ok(record.into_record(id, seq, String::new(), hash))
 }
 
 /// One audit record appended through `wq_audit_append_record`.
@@ -641,21 +658,16 @@ async fn append_audit_record(
     let id = uuid::Uuid::now_v7();
     let texts = record.texts();
     let (prefix, suffix) = record.hash_parts_as(id, &texts);
-    let (seq, prev_hash, hash): (i64, String, String) =
-        sqlx::query_as(sql!("audit/append_record.sql"))
-            .bind(id)
-            .bind(record.item_id.0)
-            .bind(to_micros(record.at))
-            .bind(record.actor.as_str())
-            .bind(record.kind.as_str())
-            .bind(texts.old_state)
-            .bind(texts.new_state)
-            .bind(texts.trigger)
-            .bind(texts.metadata)
-            .bind(prefix)
-            .bind(suffix)
-            .fetch_one(&mut *conn)
-            .await?;
+    let (seq, prev_hash, hash): (i64, String, String) = bind_record(
+        sqlx::query_as(sql!("audit/append_record.sql")),
+        id,
+        &record,
+        &texts,
+    )
+    .bind(prefix)
+    .bind(suffix)
+    .fetch_one(&mut *conn)
+    .await?;
     Ok(record.into_record(id, seq, prev_hash, hash))
 }
 
