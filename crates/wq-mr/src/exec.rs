@@ -109,20 +109,7 @@ impl Run<'_> {
             )))
         }
     }
-}
 
-#[async_trait::async_trait]
-impl crate::ci_retry::StillHeld for Run<'_> {
-    async fn still_held(&self) -> Result<bool, ExecError> {
-        self.mr
-            .store
-            .holds(self.view.item.id, self.lease()?, self.now())
-            .await
-            .map_err(store_error)
-    }
-}
-
-impl Run<'_> {
     /// A description or note body as sent to this forge: on GitLab, no line
     /// can run a quick action (see [`crate::text`]).
     fn outgoing<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
@@ -1662,6 +1649,19 @@ impl Run<'_> {
             )
             .await
             .map_err(|e| forge_failure("correcting the merge request's title and description", e))
+    }
+}
+
+/// The CI retry's lease check (`ci_retry::StillHeld`): the run's own claim,
+/// read right before each job retry.
+#[async_trait::async_trait]
+impl crate::ci_retry::StillHeld for Run<'_> {
+    async fn still_held(&self) -> Result<bool, ExecError> {
+        self.mr
+            .store
+            .holds(self.view.item.id, self.lease()?, self.now())
+            .await
+            .map_err(store_error)
     }
 }
 
