@@ -46,10 +46,13 @@
 //! `not_failed`. Each pipeline's (GitHub: workflow run's) job list is read
 //! once per run and serves its jobs' checks; a trace is downloaded only
 //! when a matcher needs it. Each retry is asked for only while the run
-//! still holds the item ([`StillHeld`], read right before the call): a run
+//! still holds the item ([`RetryRun::still_held`], read right before the call): a run
 //! that stalled past its lease (a slow trace, a stopped process) leaves the
 //! job to the run that holds the item now, which reads the job list afresh
-//! and retries it once.
+//! and retries it once. Each retry the forge answered is recorded
+//! (`forge.job_retried`, [`RetryRun::job_retried`]) right after the call,
+//! in its own transaction: it happened, so the trail keeps it even when the
+//! run's outcome is refused because its lease ran out meanwhile.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -359,57 +362,44 @@ const NEW_PIPELINE_GRACE: time::Duration = time::Duration::minutes(10);
 /// least; a longer `Retry-After` wins).
 const JOB_BACKOFF: time::Duration = time::Duration::minutes(1);
 
-/// Whether the executor's run still holds its item (its claim is the
-/// item's last and has not expired): asked right before each job retry.
+/// What a CI retry asks of the run making it.
 #[async_trait::async_trait]
-pub(crate) trait StillHeld: Sync {
+pub(crate) trait RetryRun: Sync {
+    /// Whether the run still holds its item (its claim is the item's last
+    /// and has not expired): asked right before each job retry.
     async fn still_held(&self) -> Result<bool, ExecError>;
+    /// Records `forge.job_retried` (`metadata`: the job and the forge's
+    /// answer) in its own transaction, right after the call, whether or not
+    /// the run still holds the item: the retry happened.
+    async fn job_retried(&self, metadata: serde_json::Value) -> Result<(), ExecError>;
 }
 
 /// `retry_ci_jobs`: judge the pending jobs, retry the due ones. A forge
 /// error on one job's step (its trace, its retry) is that job's: a refusal
 /// settles it as `error`, a transient error postpones it and the jobs after
 /// it; either way the decisions already made in this run are kept. A run
-/// that no longer holds the item (`held`) retries nothing more and fails
+/// that no longer holds the item (`run`) retries nothing more and fails
 /// transiently: its outcome would not be written, and the run that holds
-/// the item decides again.
+/// the item decides again. Each retry made is on the trail already
+/// ([`RetryRun::job_retried`]).
 pub(crate) async fn retry_ci_jobs(
     herder: &Herder,
     forge: &dyn Forge,
     details: &MrDetails,
     view: &ItemView,
-    held: &dyn StillHeld,
+    run: &dyn RetryRun,
     now: OffsetDateTime,
 ) -> Result<ExecOutcome, ExecError> {
     let before = CiRetryDetail::of(view);
     let mut detail = before.clone();
     let ctx = Judging {
         herder,
-        held,
+        run,
         item: view.item.id,
         now,
     };
     judge_all(&ctx, forge, details, &mut detail).await?;
-    let mut outcome = ExecOutcome::done().with_dimension(detail.update(now));
-    // Each job this run retried, with the forge's answer (the new job).
-    for job in detail.jobs.iter().filter(|job| {
-        job.state == JobState::Retried
-            && !before
-                .jobs
-                .iter()
-                .any(|old| old.id == job.id && old.state == JobState::Retried)
-    }) {
-        outcome = outcome.with_record(
-            "forge.job_retried",
-            serde_json::json!({
-                "job_id": job.id,
-                "name": job.name,
-                "pipeline_id": job.pipeline_id,
-                "matcher": job.matcher,
-                "new_job_id": job.retried_as,
-            }),
-        );
-    }
+    let outcome = ExecOutcome::done().with_dimension(detail.update(now));
     // The status note says why jobs were (not) retried: refresh it when
     // that changed.
     Ok(if detail.note_section() != before.note_section() {
@@ -422,7 +412,7 @@ pub(crate) async fn retry_ci_jobs(
 /// What every job's judgement of one run shares.
 struct Judging<'a> {
     herder: &'a Herder,
-    held: &'a dyn StillHeld,
+    run: &'a dyn RetryRun,
     item: wq_core::ItemId,
     now: OffsetDateTime,
 }
@@ -502,7 +492,7 @@ async fn judge_all(
         if let Err(failure) = judge(ctx, ci, project, jobs, job).await {
             let failure = match failure {
                 Stop::Step(failure) => failure,
-                Stop::NotHeld(error) => return Err(error),
+                Stop::Run(error) => return Err(error),
             };
             if failure.error.is_transient() {
                 let wait = failure
@@ -594,9 +584,9 @@ struct StepFailure {
 enum Stop {
     /// A forge error on the job's step: the job's own.
     Step(StepFailure),
-    /// The run no longer holds the item (or could not tell): the whole
-    /// action ends, retrying nothing more.
-    NotHeld(ExecError),
+    /// The run no longer holds the item, or could not tell or record a
+    /// retry made: the whole action ends, retrying nothing more.
+    Run(ExecError),
 }
 
 impl From<StepFailure> for Stop {
@@ -713,9 +703,9 @@ async fn judge(
         return Ok(());
     }
     // The retry is this action's forge write: only under the run's lease.
-    if !ctx.held.still_held().await.map_err(Stop::NotHeld)? {
+    if !ctx.run.still_held().await.map_err(Stop::Run)? {
         tracing::warn!(item_id = %ctx.item, job = job.id, "not retrying CI job {}: the item is no longer held by this run", job.id);
-        return Err(Stop::NotHeld(ExecError::transient(format!(
+        return Err(Stop::Run(ExecError::transient(format!(
             "item {} is no longer held by this run; not retrying CI job {}",
             ctx.item, job.id
         ))));
@@ -729,6 +719,16 @@ async fn judge(
         })?;
     let new_id = new_job.map(|new| new.id);
     tracing::info!(job = job.id, new_job = ?new_id, name = %job.name, matcher = ?job.matcher, "CI job retried");
+    ctx.run
+        .job_retried(serde_json::json!({
+            "job_id": job.id,
+            "name": job.name,
+            "pipeline_id": job.pipeline_id,
+            "matcher": job.matcher,
+            "new_job_id": new_id,
+        }))
+        .await
+        .map_err(Stop::Run)?;
     crate::metrics::ci_retry(job.matcher.as_deref(), "retried");
     job.state = JobState::Retried;
     job.retried_as = new_id;

@@ -1652,14 +1652,23 @@ impl Run<'_> {
     }
 }
 
-/// The CI retry's lease check (`ci_retry::StillHeld`): the run's own claim,
-/// read right before each job retry.
+/// What the CI retry asks of its run (`ci_retry::RetryRun`): the run's own
+/// claim, read right before each job retry, and each retry's record, made
+/// right after it.
 #[async_trait::async_trait]
-impl crate::ci_retry::StillHeld for Run<'_> {
+impl crate::ci_retry::RetryRun for Run<'_> {
     async fn still_held(&self) -> Result<bool, ExecError> {
         self.mr
             .store
             .holds(self.view.item.id, self.lease()?, self.now())
+            .await
+            .map_err(store_error)
+    }
+
+    async fn job_retried(&self, metadata: serde_json::Value) -> Result<(), ExecError> {
+        self.mr
+            .store
+            .record_job_retried(self.view.item.id, metadata, self.now())
             .await
             .map_err(store_error)
     }

@@ -21,6 +21,7 @@ backend_tests!(
     a_merge_request_pipeline_job_failing_before_its_pipeline_is_read_is_retried,
     a_lost_job_hook_is_made_up_by_the_reconcile,
     a_run_that_lost_its_item_retries_no_job,
+    a_retry_whose_run_lost_its_item_meanwhile_is_on_the_trail,
 );
 
 /// Retries runner system failures at once.
@@ -845,5 +846,119 @@ async fn a_run_that_lost_its_item_retries_no_job(backend: Backend) {
     assert_eq!(item["attempts"], 0, "{item:#}");
     h.wait_phase(&id, "completed").await;
     assert_eq!(retries(&h), 1);
+    h.finish().await;
+}
+
+/// The `forge.job_retried` records of the item's trail.
+async fn retried_records(h: &Harness, id: &str) -> Vec<Value> {
+    h.audit(id)
+        .await
+        .into_iter()
+        .filter(|r| r["kind"] == "forge.job_retried")
+        .collect()
+}
+
+/// A retry the forge made for a run whose lease ran out while the call was
+/// in flight: the run's outcome is refused, yet the retry happened, so its
+/// record is on the trail, once; the run holding the item finds the job
+/// already retried and retries nothing more.
+async fn a_retry_whose_run_lost_its_item_meanwhile_is_on_the_trail(backend: Backend) {
+    let h = Harness::start_with(
+        backend,
+        Options {
+            jobs: vec![JobSpec::new(
+                "unit",
+                JobOutcome::flaky(1, "runner_system_failure", RUNNER_TRACE),
+            )],
+            ci_retry: Some(RUNNER_ONLY),
+            ..Options::default()
+        },
+    )
+    .await;
+    let id = h
+        .submit_ok(
+            &change("wq/slow-retry", &[("s.txt", "s\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let item = h
+        .wait_for(&id, "the failure scheduled", |item| {
+            jobs(item).iter().any(|j| j["state"] == "scheduled")
+        })
+        .await;
+    let job_id = jobs(&item)[0]["id"].clone();
+
+    // The run that retries the due job waits on the forge's answer.
+    h.sim.add_fault(FaultRule::pattern(
+        "POST",
+        RETRY_PATH,
+        HttpFault::Delay { millis: 20_000 },
+    ));
+    let mut hanging = h.sim.hanging_requests();
+    let engine = h.app().engine.clone();
+    engine.wait_idle().await;
+    // The delay counts from the job's finish, which the sim stamps in real
+    // time after the clock's start: past it with room to spare.
+    h.clock.advance(time::Duration::seconds(90));
+    engine.sweep_now().await.expect("sweep");
+    tokio::time::timeout(Duration::from_secs(30), hanging.wait_for(|n| *n == 1))
+        .await
+        .expect("the run asks for the retry")
+        .expect("the sim runs");
+
+    // Its lease runs out and another run claims the item; then the forge
+    // retries the job and answers.
+    h.clock.advance(time::Duration::seconds(120));
+    let now = wq_core::Clock::now(h.clock.as_ref());
+    let store = &h.app().store;
+    let (_, other) = store
+        .item_claim(wq_store::ClaimParams {
+            id: id.parse().expect("an item id"),
+            now,
+            lease_until: now + time::Duration::seconds(60),
+            handled_types: vec!["mr".to_owned()],
+        })
+        .await
+        .expect("claim")
+        .expect("the waiting run's lease expired: the item is claimable");
+    h.sim.cancel_hangs();
+    engine.wait_idle().await;
+    assert_eq!(retries(&h), 1, "the forge retried the job");
+    let item = h.item(&id).await;
+    assert_eq!(
+        jobs(&item)[0]["state"],
+        "scheduled",
+        "the run's outcome was refused: {item:#}"
+    );
+    let recorded = retried_records(&h, &id).await;
+    assert_eq!(
+        recorded.len(),
+        1,
+        "the retry is on the trail: {recorded:#?}"
+    );
+    let metadata = &recorded[0]["metadata"];
+    assert_eq!(metadata["job_id"], job_id, "{metadata}");
+    assert!(
+        metadata["new_job_id"].is_u64(),
+        "the forge's answer: {metadata}"
+    );
+    assert_eq!(metadata["matcher"], "runner-system-failure");
+    assert_eq!(recorded[0]["trigger"]["action"], "retry_ci_jobs");
+
+    // The run holding the item now finds the job retried and leaves it.
+    store.item_release(other, None).await.expect("release");
+    let item = wait_moving_the_clock(&h, &id, "the job settled", |item| {
+        jobs(item)[0]["state"] != "scheduled"
+    })
+    .await;
+    assert_eq!(jobs(&item)[0]["state"], "already_retried", "{item:#}");
+    h.wait_phase(&id, "completed").await;
+    assert_eq!(retries(&h), 1, "retried once in all");
+    assert_eq!(
+        retried_records(&h, &id).await.len(),
+        1,
+        "recorded once in all"
+    );
     h.finish().await;
 }

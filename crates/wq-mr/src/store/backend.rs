@@ -79,6 +79,12 @@ pub(super) trait MrBackend: Send + Sync + std::fmt::Debug {
         pushed: (&str, &str),
         now: OffsetDateTime,
     ) -> StoreResult<()>;
+    async fn record_job_retried(
+        &self,
+        id: ItemId,
+        metadata: serde_json::Value,
+        now: OffsetDateTime,
+    ) -> StoreResult<()>;
     async fn merge_transient(
         &self,
         id: ItemId,
@@ -692,6 +698,18 @@ macro_rules! mr_backend {
                             .bind(target_branch.to_owned()),
                     ], audit)
                     .await
+                }
+
+                async fn record_job_retried(
+                    &self,
+                    id: ItemId,
+                    metadata: serde_json::Value,
+                    now: OffsetDateTime,
+                ) -> StoreResult<()> {
+                    let audit = wq_store::audit::NewAudit::new(id, now, wq_store::audit::ENGINE, "forge.job_retried")
+                        .trigger(serde_json::json!({"source": "worker", "action": "retry_ci_jobs"}))
+                        .metadata(metadata);
+                    self.execute_audited([], audit).await
                 }
 
                 async fn observe(

@@ -464,6 +464,18 @@ impl MrStore {
         self.backend.record_push(id, head_sha, pushed, now).await
     }
 
+    /// A CI job the forge retried (`forge.job_retried`, `metadata`: the job
+    /// and the forge's answer), recorded in its own transaction right
+    /// after the call, unfenced: the retry happened whoever holds the item.
+    pub async fn record_job_retried(
+        &self,
+        id: ItemId,
+        metadata: serde_json::Value,
+        now: OffsetDateTime,
+    ) -> StoreResult<()> {
+        self.backend.record_job_retried(id, metadata, now).await
+    }
+
     /// Stores what a read of the change request saw.
     pub async fn observe(
         &self,
