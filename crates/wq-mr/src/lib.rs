@@ -285,7 +285,9 @@
 //! when a matcher needs one) and retries the due ones, each only while the
 //! run still holds the item (`MrStore::holds`, read right before the call;
 //! a run that lost it fails transiently and leaves the job to the run that
-//! holds it). A forge error on one
+//! holds it); each retry the forge answered is recorded right after the
+//! call (`MrStore::record_job_retried`, its own transaction, unfenced), so
+//! it stays on the trail when the run's outcome is refused. A forge error on one
 //! job's step is that job's (refused → `error`, transient → tried again in
 //! a minute), never the item's; `pending_until` is the earliest
 //! `not_before` (`finished_at` + the matcher's delay). The matchers are the
