@@ -45,7 +45,7 @@ pub use state::AppState;
 /// Header carrying the request id (set when absent, echoed in the response).
 const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The whole HTTP surface: the routes of [`openapi::routes`] (each with
+/// The whole HTTP surface: the routes of `openapi::routes` (each with
 /// its documentation), the bearer check on `/api/v1`, the document at
 /// `/api/openapi.json`, and the middleware.
 pub fn router(state: AppState, config: &ApiConfig) -> Router {

@@ -5,7 +5,7 @@
 //! `#[utoipa::path]`, the wire types derive `utoipa::ToSchema`, and
 //! [`crate::router`] mounts the handlers through utoipa-axum's
 //! `OpenApiRouter`, so a route and its documentation are one entry
-//! ([`routes`]). [`document`] then adds what only the running service
+//! ([`routes`]). `document` then adds what only the running service
 //! knows, from its [`TypeRegistry`] and webhook receivers:
 //!
 //! - the submission body of `POST /api/v1/work-items`: a `oneOf` by

@@ -1,5 +1,5 @@
 //! The metrics of the forge clients' HTTP calls, recorded around every
-//! request both clients send ([`observe`]). Labels: `forge` (`gitlab`,
+//! request both clients send (`observe`). Labels: `forge` (`gitlab`,
 //! `github`), `host` (the API's host and port: one per configured
 //! instance) and `endpoint`, a low-cardinality class of the request
 //! (`PUT projects/*/merge_requests/*/merge`): the method and the path's

@@ -46,11 +46,11 @@
 //! `not_failed`. Each pipeline's (GitHub: workflow run's) job list is read
 //! once per run and serves its jobs' checks; a trace is downloaded only
 //! when a matcher needs it. Each retry is asked for only while the run
-//! still holds the item ([`RetryRun::still_held`], read right before the call): a run
+//! still holds the item (`RetryRun::still_held`, read right before the call): a run
 //! that stalled past its lease (a slow trace, a stopped process) leaves the
 //! job to the run that holds the item now, which reads the job list afresh
 //! and retries it once. Each retry the forge answered is recorded
-//! (`forge.job_retried`, [`RetryRun::job_retried`]) right after the call,
+//! (`forge.job_retried`, `RetryRun::job_retried`) right after the call,
 //! in its own transaction: it happened, so the trail keeps it even when the
 //! run's outcome is refused because its lease ran out meanwhile.
 

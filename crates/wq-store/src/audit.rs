@@ -109,7 +109,7 @@ fn dimensions_summary(dimensions: &[wq_core::DimensionUpdate]) -> Value {
 /// Every park with an outcome writes these, so their fields are written as
 /// canonical JSON text directly (keys in byte order), not built as JSON
 /// values first: `{"dimensions":[...],"error":...,"phase":...}` (the
-/// dimension rows as [`dimensions_summary`] has them) and
+/// dimension rows as `dimensions_summary` has them) and
 /// `{"action":...,"source":"worker"}`.
 pub fn succeeded(
     item_id: ItemId,

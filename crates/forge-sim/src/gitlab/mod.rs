@@ -1,7 +1,7 @@
 //! Simulated GitLab (REST v4 subset): state, routing, auth and parameter parsing.
 //!
 //! Layout as in the GitHub half: [`model`] holds the entities and derived merge-request state,
-//! [`json`] the REST renderings, [`hooks`] the webhook payloads, [`quick_actions`] the note
+//! [`json`](mod@json) the REST renderings, [`hooks`] the webhook payloads, [`quick_actions`] the note
 //! command parser, [`ops`] the state transitions, [`rest`] the HTTP surface.
 //!
 //! Pipelines: every push to a branch that is the source of an open merge request starts a branch

@@ -13,7 +13,7 @@
 //! re-checks the row after the first commits and finds it leased (or, in a
 //! batch, skips the row the first holds). Claims and parks that arrive
 //! together from different workers share one statement and one commit
-//! ([`crate::coalesce`]: `items/claim_snapshots.sql`, `wq_park_many`); alone,
+//! (`coalesce`: `items/claim_snapshots.sql`, `wq_park_many`); alone,
 //! each runs as before, in one round trip.
 //! Every loop write compares `leased_until` with the holder's [`Lease`].
 //! The loop's exit ([`Store::item_park`]) and [`Store::event_insert`] both take
