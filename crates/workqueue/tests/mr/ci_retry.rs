@@ -762,6 +762,44 @@ async fn a_lost_job_hook_is_made_up_by_the_reconcile(backend: Backend) {
     h.finish().await;
 }
 
+/// Lets the run that takes the item's due job up hang on `method` `path`
+/// (forge-sim holds the request until `cancel_hangs`), moves the clock past
+/// its lease and claims the item through the store, as another run would:
+/// the other run's lease, for `item_release`.
+async fn stall_then_take_over(h: &Harness, id: &str, method: &str, path: &str) -> wq_store::Lease {
+    h.sim.add_fault(FaultRule::pattern(
+        method,
+        path,
+        HttpFault::Delay { millis: 20_000 },
+    ));
+    let mut hanging = h.sim.hanging_requests();
+    let engine = h.app().engine.clone();
+    engine.wait_idle().await;
+    // The delay counts from the job's finish, which the sim stamps in real
+    // time after the clock's start: past it with room to spare.
+    h.clock.advance(time::Duration::seconds(90));
+    engine.sweep_now().await.expect("sweep");
+    tokio::time::timeout(Duration::from_secs(30), hanging.wait_for(|n| *n == 1))
+        .await
+        .unwrap_or_else(|_| panic!("the run reaches {method} {path}"))
+        .expect("the sim runs");
+    h.clock.advance(time::Duration::seconds(120));
+    let now = wq_core::Clock::now(h.clock.as_ref());
+    let (_, other) = h
+        .app()
+        .store
+        .item_claim(wq_store::ClaimParams {
+            id: id.parse().expect("an item id"),
+            now,
+            lease_until: now + time::Duration::seconds(60),
+            handled_types: vec!["mr".to_owned()],
+        })
+        .await
+        .expect("claim")
+        .expect("the stalled run's lease expired: the item is claimable");
+    other
+}
+
 /// A run that stalls past its lease while it judges a failed job (here a
 /// slow read of the pipeline's jobs), and whose item another run claims
 /// meanwhile, retries nothing: the retry is asked for only while the run
@@ -793,39 +831,11 @@ async fn a_run_that_lost_its_item_retries_no_job(backend: Backend) {
     .await;
     assert_eq!(retries(&h), 0, "not before the delay");
 
-    // The run that takes the due job up stalls on the job list.
-    h.sim.add_fault(FaultRule::pattern(
-        "GET",
-        PIPELINE_JOBS_PATH,
-        HttpFault::Delay { millis: 20_000 },
-    ));
-    let mut hanging = h.sim.hanging_requests();
+    // The run that takes the due job up stalls on the job list; its lease
+    // runs out, and another run claims the item.
+    let other = stall_then_take_over(&h, &id, "GET", PIPELINE_JOBS_PATH).await;
     let engine = h.app().engine.clone();
-    engine.wait_idle().await;
-    // The delay counts from the job's finish, which the sim stamps in real
-    // time after the clock's start: past it with room to spare.
-    h.clock.advance(time::Duration::seconds(90));
-    engine.sweep_now().await.expect("sweep");
-    tokio::time::timeout(Duration::from_secs(30), hanging.wait_for(|n| *n == 1))
-        .await
-        .expect("the run reaches the job list")
-        .expect("the sim runs");
-
-    // Its lease runs out, and another run claims the item.
-    h.clock.advance(time::Duration::seconds(120));
-    let now = wq_core::Clock::now(h.clock.as_ref());
     let store = &h.app().store;
-    let item_id = id.parse().expect("an item id");
-    let (_, other) = store
-        .item_claim(wq_store::ClaimParams {
-            id: item_id,
-            now,
-            lease_until: now + time::Duration::seconds(60),
-            handled_types: vec!["mr".to_owned()],
-        })
-        .await
-        .expect("claim")
-        .expect("the stalled run's lease expired: the item is claimable");
     h.sim.cancel_hangs();
     engine.wait_idle().await;
     assert_eq!(
@@ -889,39 +899,12 @@ async fn a_retry_whose_run_lost_its_item_meanwhile_is_on_the_trail(backend: Back
         .await;
     let job_id = jobs(&item)[0]["id"].clone();
 
-    // The run that retries the due job waits on the forge's answer.
-    h.sim.add_fault(FaultRule::pattern(
-        "POST",
-        RETRY_PATH,
-        HttpFault::Delay { millis: 20_000 },
-    ));
-    let mut hanging = h.sim.hanging_requests();
-    let engine = h.app().engine.clone();
-    engine.wait_idle().await;
-    // The delay counts from the job's finish, which the sim stamps in real
-    // time after the clock's start: past it with room to spare.
-    h.clock.advance(time::Duration::seconds(90));
-    engine.sweep_now().await.expect("sweep");
-    tokio::time::timeout(Duration::from_secs(30), hanging.wait_for(|n| *n == 1))
-        .await
-        .expect("the run asks for the retry")
-        .expect("the sim runs");
-
-    // Its lease runs out and another run claims the item; then the forge
+    // The run that retries the due job waits on the forge's answer; its
+    // lease runs out and another run claims the item; then the forge
     // retries the job and answers.
-    h.clock.advance(time::Duration::seconds(120));
-    let now = wq_core::Clock::now(h.clock.as_ref());
+    let other = stall_then_take_over(&h, &id, "POST", RETRY_PATH).await;
+    let engine = h.app().engine.clone();
     let store = &h.app().store;
-    let (_, other) = store
-        .item_claim(wq_store::ClaimParams {
-            id: id.parse().expect("an item id"),
-            now,
-            lease_until: now + time::Duration::seconds(60),
-            handled_types: vec!["mr".to_owned()],
-        })
-        .await
-        .expect("claim")
-        .expect("the waiting run's lease expired: the item is claimable");
     h.sim.cancel_hangs();
     engine.wait_idle().await;
     assert_eq!(retries(&h), 1, "the forge retried the job");
