@@ -16,13 +16,17 @@
 //! created with (`WQ_BENCH_HISTORY=0`: none). Workers: `WQ_BENCH_WORKERS`,
 //! runs at once: `WQ_BENCH_MAX_RUNS` (the engine's defaults otherwise);
 //! rounds of the with/without comparisons: `WQ_BENCH_ROUNDS` (1), each
-//! running both variants, in turns first. Each drain also prints the CPU
-//! the engine's process and the whole machine used per item (Linux's
-//! `/proc`), and the trail's cost in the machine's CPU per item; on
+//! running both variants, in turns first, after a drain that is not
+//! counted (`WQ_BENCH_WARMUP` items, 10,000 by default; 0: none). Each
+//! drain also prints the CPU the engine's process and the whole machine
+//! used per item (Linux's `/proc`), and the trail's cost in the machine's
+//! CPU per item; on
 //! PostgreSQL also the WAL the server wrote per item (the insert position
 //! before and after the drain), which the machine's noise does not move; on
 //! SQLite also the time park jobs held the single writer's transaction per
 //! item, the part of the loop no other write can share.
+//! `WQ_BENCH_LOG=<file>` logs as the service does (JSON lines at INFO,
+//! each audit record one line) to that file; without it nothing is logged.
 //! `WQ_BENCH_LOOP_IDLE` adds that many parked items, each with a timer 30
 //! minutes out, beside the loop's backlog (none by default).
 //! `WQ_BENCH_ARCHIVE=1` also ships each drain's records to the archive (a
@@ -70,6 +74,21 @@ fn idle_sizes() -> Vec<u64> {
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     // `cargo bench` passes `--bench`; nothing else is accepted.
+    if let Ok(path) = std::env::var("WQ_BENCH_LOG") {
+        // As the service logs (`workqueue::logging`, `--log-format json`):
+        // JSON lines at INFO, each audit record one of them, each line
+        // written as it comes; here to a file instead of stderr.
+        let file = std::fs::File::create(&path).expect("WQ_BENCH_LOG: a file to create");
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            .with_writer(std::sync::Mutex::new(file))
+            .with_ansi(false)
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .init();
+        println!("logging: JSON lines at INFO to {path}");
+    }
     let backlog = env_number("WQ_BENCH_ITEMS", 100_000);
     let sizes = idle_sizes();
     println!("# workqueue queue benchmark");
@@ -89,6 +108,15 @@ async fn main() {
         // `WQ_BENCH_ROUNDS` rounds (medians), so a change in the machine's
         // load during the run shifts every variant alike.
         let rounds = env_number("WQ_BENCH_ROUNDS", 1).max(1);
+        // A drain before the rounds, not counted: the process's first drain
+        // pays for what every later one finds ready (its threads, the
+        // allocator's pages, the server's first reads of its catalogs), and
+        // the first round's first variant would carry it alone.
+        let warm_up = env_number("WQ_BENCH_WARMUP", backlog.min(10_000));
+        if warm_up > 0 {
+            println!("(warm-up: {warm_up} items, not counted)");
+            loop_throughput(backend, warm_up).await;
+        }
         // Each round runs both orders' halves alternately (on then off, off
         // then on), so that neither variant always runs first; its own
         // cost is the paired ratio of that round.
