@@ -100,7 +100,9 @@
 //!   `target_branch` it carried (what merged, when that head merges).
 //! - `mr_submissions` (migration 1002): the submission history:
 //!   `work_item_id`, `generation`, `content_hash`, `outcome`,
-//!   `caller_identity`, `submitted_at`.
+//!   `caller_identity`, `submitted_at`. On PostgreSQL an unchanged
+//!   submission's row and its audit record are written by one call,
+//!   `mr_record_unchanged` (migration 1007).
 //!
 //! # Dimensions and the decider
 //!

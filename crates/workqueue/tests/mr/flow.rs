@@ -146,6 +146,21 @@ async fn resubmitting_the_same_content_is_unchanged_and_writes_nothing(backend: 
         "{created}"
     );
     assert!(unchanged["metadata"].get("files").is_none(), "{unchanged}");
+    // Chained after the item's last record like every append (on
+    // PostgreSQL it is written with the history's row in one call), and in
+    // the history beside the created one.
+    for pair in trail.windows(2) {
+        assert_eq!(pair[1]["prev_hash"], pair[0]["hash"], "{trail:#?}");
+    }
+    let (_, broken) = h.app().store.audit_verify().await.unwrap();
+    assert!(broken.is_none(), "{broken:?}");
+    let outcomes: Vec<Value> = h.item(&id).await["detail"]["submissions"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .map(|submission| submission["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes, [json!("created"), json!("unchanged")]);
     h.finish().await;
 }
 

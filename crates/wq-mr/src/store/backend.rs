@@ -215,6 +215,9 @@ macro_rules! mr_backend {
                     migration(1006, "mr_lookup_indexes", include_str!(
                         concat!("../../migrations/", $dir, "/1006_mr_lookup_indexes.sql")
                     )),
+                    migration(1007, "mr_unchanged_in_one_call", include_str!(
+                        concat!("../../migrations/", $dir, "/1007_mr_unchanged_in_one_call.sql")
+                    )),
                 ])
             });
 
@@ -275,7 +278,7 @@ macro_rules! mr_backend {
                 }
 
                 /// One row of the submission history, in the upsert's transaction.
-                async fn record_submission(
+                pub(super) async fn record_submission(
                     conn: &mut Connection,
                     id: ItemId,
                     generation: i64,
@@ -373,12 +376,12 @@ macro_rules! mr_backend {
                     if refused_to(outcome, owner.as_deref(), caller, admin) {
                         return Ok((Upserted { id, outcome: UpsertOutcome::NotOwner }, None));
                     }
-                    Self::record_submission(conn, id, generation, input, outcome).await?;
                     let audit = submission_audit(id, generation, input, outcome, Some(phase_and(phase, previous)));
                     if outcome == UpsertOutcome::Unchanged {
-                        let record = blocks::append_audit(&mut *conn, audit).await?;
+                        let record = Self::record_unchanged(conn, id, generation, input, audit).await?;
                         return Ok((Upserted { id, outcome }, Some(record)));
                     }
+                    Self::record_submission(conn, id, generation, input, outcome).await?;
                     if outcome == UpsertOutcome::Retried {
                         blocks::retry_item(&mut *conn, id, now).await?;
                     }

@@ -10,10 +10,12 @@ use sqlx::{ColumnIndex, PgConnection, PgPool, Row};
 use time::OffsetDateTime;
 use wq_core::ItemId;
 use wq_store::StoreResult;
-use wq_store::postgres::{PgStore, lock_item};
+use wq_store::audit::{AuditRecord, NewAudit};
+use wq_store::postgres::{AuditAppend, PgStore, lock_item};
 use wq_store::to_micros;
 
-use super::backend::{BoxFuture, mr_backend};
+use super::UpsertOutcome;
+use super::backend::{BoxFuture, OwnedInput, mr_backend};
 use crate::spec::MrSpec;
 
 #[derive(Debug)]
@@ -123,6 +125,31 @@ impl PgBackend {
         // creates items for a branch, under the branch lock, so this finds
         // the same item or none (it became terminal).
         Self::live_by_branch(conn, spec, LIVE_BY_BRANCH_LOCKED).await
+    }
+
+    /// An unchanged submission's history row and its audit record in one
+    /// call (`mr_record_unchanged`, migration 1007), where the trail is on.
+    async fn record_unchanged(
+        conn: &mut PgConnection,
+        id: ItemId,
+        generation: i64,
+        input: &OwnedInput,
+        audit: NewAudit,
+    ) -> StoreResult<AuditRecord> {
+        if !AuditAppend::enabled() {
+            Self::record_submission(conn, id, generation, input, UpsertOutcome::Unchanged).await?;
+            return wq_store::postgres::append_audit(conn, audit).await;
+        }
+        let append = AuditAppend::new(audit);
+        let query = sqlx::query_as(include_str!("postgres/record_unchanged.sql"))
+            .bind(Self::id(id))
+            .bind(generation)
+            .bind(&input.content_hash)
+            .bind(&input.caller_identity)
+            .bind(Self::at(input.now));
+        let (seq, prev_hash, hash): (i64, String, String) =
+            append.bind(query).fetch_one(&mut *conn).await?;
+        Ok(append.appended(seq, prev_hash, hash))
     }
 
     async fn live_by_branch(

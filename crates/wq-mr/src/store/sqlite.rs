@@ -7,10 +7,12 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{ColumnIndex, Row, SqliteConnection, SqlitePool};
 use time::OffsetDateTime;
 use wq_core::ItemId;
+use wq_store::audit::{AuditRecord, NewAudit};
 use wq_store::sqlite::{SqliteStore, from_micros, id_text, micros, parse_id};
 use wq_store::{StoreError, StoreResult};
 
-use super::backend::{BoxFuture, mr_backend};
+use super::UpsertOutcome;
+use super::backend::{BoxFuture, OwnedInput, mr_backend};
 use crate::spec::MrSpec;
 
 #[derive(Debug)]
@@ -100,6 +102,18 @@ impl SqliteBackend {
             .bind(spec.source_branch.as_str())
             .fetch_optional(conn)
             .await?)
+    }
+
+    /// An unchanged submission's history row, then its audit record.
+    async fn record_unchanged(
+        conn: &mut SqliteConnection,
+        id: ItemId,
+        generation: i64,
+        input: &OwnedInput,
+        audit: NewAudit,
+    ) -> StoreResult<AuditRecord> {
+        Self::record_submission(conn, id, generation, input, UpsertOutcome::Unchanged).await?;
+        wq_store::sqlite::append_audit(conn, audit).await
     }
 }
 

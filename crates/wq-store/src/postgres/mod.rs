@@ -655,20 +655,75 @@ async fn append_audit_record(
     conn: &mut PgConnection,
     record: crate::audit::NewAudit,
 ) -> StoreResult<crate::audit::AuditRecord> {
-    let id = uuid::Uuid::now_v7();
-    let texts = record.texts();
-    let (prefix, suffix) = record.hash_parts_as(id, &texts);
-    let (seq, prev_hash, hash): (i64, String, String) = bind_record(
-        sqlx::query_as(sql!("audit/append_record.sql")),
-        id,
-        &record,
-        &texts,
-    )
-    .bind(prefix)
-    .bind(suffix)
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(record.into_record(id, seq, prev_hash, hash))
+    let append = AuditAppend::new(record);
+    let (seq, prev_hash, hash): (i64, String, String) = append
+        .bind(sqlx::query_as(sql!("audit/append_record.sql")))
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(append.appended(seq, prev_hash, hash))
+}
+
+/// An audit record ready for `wq_audit_append_record`'s eleven parameters
+/// (migration 0018), for an item type's store module whose own SQL
+/// function writes its rows and then appends the record through that
+/// function: one round trip where its statements and
+/// [`append_audits`](blocks::append_audits) after them take two. The
+/// function must call `wq_audit_append_record` after its own statements
+/// (in PL/pgSQL, where each statement's foreign-key checks run before the
+/// next), so that the chain's lock is still the last one its transaction
+/// takes, as with `append_audits`.
+#[derive(Debug)]
+pub struct AuditAppend {
+    id: uuid::Uuid,
+    record: crate::audit::NewAudit,
+    prefix: String,
+    suffix: String,
+}
+
+impl AuditAppend {
+    /// `record`, with its id and its canonical text's parts around the
+    /// previous hash.
+    pub fn new(record: crate::audit::NewAudit) -> Self {
+        let id = uuid::Uuid::now_v7();
+        let (prefix, suffix) = record.hash_parts_as(id, &record.texts());
+        Self {
+            id,
+            record,
+            prefix,
+            suffix,
+        }
+    }
+
+    /// Whether records are written: not where a benchmark turned the trail
+    /// off (`testing::set_audit`, only with the `testing` feature), where
+    /// [`append_audits`](blocks::append_audits) writes none and the caller
+    /// writes its rows alone.
+    pub fn enabled() -> bool {
+        #[cfg(feature = "testing")]
+        if !crate::testing::audit_enabled() || !crate::testing::append_record_function_enabled() {
+            return false;
+        }
+        true
+    }
+
+    /// Binds the record as the query's next eleven parameters, in
+    /// `wq_audit_append_record`'s order: id, item, time, actor, kind, the
+    /// JSON fields as their canonical text, and its canonical text's parts
+    /// before and after the previous hash.
+    pub fn bind<'q, O>(
+        &'q self,
+        query: sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments> {
+        bind_record(query, self.id, &self.record, &self.record.texts())
+            .bind(self.prefix.as_str())
+            .bind(self.suffix.as_str())
+    }
+
+    /// The record as appended, from `wq_audit_append_record`'s answer: its
+    /// sequence number, its previous hash and its hash (hex).
+    pub fn appended(self, seq: i64, prev_hash: String, hash: String) -> crate::audit::AuditRecord {
+        self.record.into_record(self.id, seq, prev_hash, hash)
+    }
 }
 
 // --- one-statement loop steps ------------------------------------------------
