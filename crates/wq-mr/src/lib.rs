@@ -100,9 +100,10 @@
 //!   `target_branch` it carried (what merged, when that head merges).
 //! - `mr_submissions` (migration 1002): the submission history:
 //!   `work_item_id`, `generation`, `content_hash`, `outcome`,
-//!   `caller_identity`, `submitted_at`. On PostgreSQL an unchanged
-//!   submission's row and its audit record are written by one call,
-//!   `mr_record_unchanged` (migration 1007).
+//!   `caller_identity`, `submitted_at`. An unchanged submission's row and
+//!   its audit record are written by one call: `mr_record_unchanged`
+//!   (migration 1007) on PostgreSQL, one query of both statements on
+//!   SQLite.
 //!
 //! # Dimensions and the decider
 //!

@@ -3,7 +3,8 @@
 //! ([`SqliteStore::write`]), so it shares the batches and the single writer
 //! with the generic tables' writes.
 
-use sqlx::sqlite::SqliteRow;
+use sqlx::Arguments as _;
+use sqlx::sqlite::{SqliteArguments, SqliteRow};
 use sqlx::{ColumnIndex, Row, SqliteConnection, SqlitePool};
 use time::OffsetDateTime;
 use wq_core::ItemId;
@@ -104,7 +105,9 @@ impl SqliteBackend {
             .await?)
     }
 
-    /// An unchanged submission's history row, then its audit record.
+    /// An unchanged submission's history row, then its audit record, in
+    /// one call on the writer's connection where the chain's head is the
+    /// one this process remembers (`execute_then_append_audit`).
     async fn record_unchanged(
         conn: &mut SqliteConnection,
         id: ItemId,
@@ -112,8 +115,18 @@ impl SqliteBackend {
         input: &OwnedInput,
         audit: NewAudit,
     ) -> StoreResult<AuditRecord> {
-        Self::record_submission(conn, id, generation, input, UpsertOutcome::Unchanged).await?;
-        wq_store::sqlite::append_audit(conn, audit).await
+        let mut arguments = SqliteArguments::default();
+        let encoded = (|| {
+            arguments.add(Self::id(id))?;
+            arguments.add(generation)?;
+            arguments.add(input.content_hash.clone())?;
+            arguments.add(UpsertOutcome::Unchanged.as_str())?;
+            arguments.add(input.caller_identity.clone())?;
+            arguments.add(Self::at(input.now))
+        })();
+        encoded.map_err(sqlx::Error::Encode)?;
+        let statement = include_str!("sql/insert_submission.sql");
+        wq_store::sqlite::execute_then_append_audit(conn, statement, arguments, audit).await
     }
 }
 

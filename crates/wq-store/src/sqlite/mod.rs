@@ -680,32 +680,125 @@ pub(crate) async fn append_audit_records(
     let mut appended = Vec::with_capacity(records.len());
     for record in records {
         let id = uuid::Uuid::now_v7();
-        let texts = record.texts();
         let guess = guess_head(record.item_id);
-        let hash = record.digest_as(id, &texts, &guess);
+        let hash = record.digest_as(id, &record.texts(), &guess);
         let if_head = sql!("audit/append_if_head.sql");
-        let (seq, prev, hash) =
-            match insert_record(conn, if_head, id, &record, &texts, &guess, &hash).await? {
-                Some(seq) => (seq, guess, hash),
-                None => {
-                    let prev: String = sqlx::query_scalar(sql!("audit/head.sql"))
-                        .bind(DbId(record.item_id))
-                        .fetch_one(&mut *conn)
-                        .await?;
-                    let hash = record.digest_as(id, &texts, &prev);
-                    let append = sql!("audit/append.sql");
-                    let seq = insert_record(conn, append, id, &record, &texts, &prev, &hash)
-                        .await?
-                        .ok_or_else(|| {
-                            StoreError::Corrupt("an audit append inserted nothing".into())
-                        })?;
-                    (seq, prev, hash)
-                }
-            };
-        remember_head(record.item_id, hash.clone());
-        appended.push(record.into_record(id, seq, prev, hash));
+        let inserted =
+            insert_record(conn, if_head, id, &record, &record.texts(), &guess, &hash).await?;
+        appended.push(appended_or_after_head(conn, id, record, inserted, guess, hash).await?);
     }
     Ok(appended)
+}
+
+/// The record appended as `id` after the `guess`ed head with `hash`, if
+/// that insert made it (`inserted`, its sequence number); else read the
+/// head and append it after that (`audit/append.sql`). Remembers the head.
+async fn appended_or_after_head(
+    conn: &mut SqliteConnection,
+    id: uuid::Uuid,
+    record: crate::audit::NewAudit,
+    inserted: Option<i64>,
+    guess: String,
+    hash: String,
+) -> StoreResult<crate::audit::AuditRecord> {
+    let (seq, prev, hash) = match inserted {
+        Some(seq) => (seq, guess, hash),
+        None => {
+            let prev: String = sqlx::query_scalar(sql!("audit/head.sql"))
+                .bind(DbId(record.item_id))
+                .fetch_one(&mut *conn)
+                .await?;
+            let texts = record.texts();
+            let hash = record.digest_as(id, &texts, &prev);
+            let append = sql!("audit/append.sql");
+            let seq = insert_record(conn, append, id, &record, &texts, &prev, &hash)
+                .await?
+                .ok_or_else(|| StoreError::Corrupt("an audit append inserted nothing".into()))?;
+            (seq, prev, hash)
+        }
+    };
+    remember_head(record.item_id, hash.clone());
+    Ok(record.into_record(id, seq, prev, hash))
+}
+
+/// Runs `statement`, one statement whose parameters are numbered (`?1` or
+/// `$1` on) and given in `arguments`, then appends `record` after it as
+/// [`append_audits`](blocks::append_audits) does, last: where the chain's
+/// head is the one this process remembers, the statement and
+/// `audit/append_if_head.sql` (its parameters numbered after the
+/// statement's) run as one query, one call on the connection's thread
+/// where two statements take two. A store module's write that ends with
+/// one row and its record takes this instead of its statement and
+/// `append_audits`; SQLite runs a connection's calls on a thread of its
+/// own, and on the single writer each hand-over counts.
+pub async fn execute_then_append_audit(
+    conn: &mut SqliteConnection,
+    statement: &'static str,
+    arguments: sqlx::sqlite::SqliteArguments,
+    record: crate::audit::NewAudit,
+) -> StoreResult<crate::audit::AuditRecord> {
+    #[cfg(feature = "testing")]
+    if !crate::testing::audit_enabled() {
+        sqlx::query_with(statement, arguments)
+            .execute(&mut *conn)
+            .await?;
+        return Ok(record.chained(String::new()));
+    }
+    let query = then_append_if_head(statement, sqlx::Arguments::len(&arguments));
+    let id = uuid::Uuid::now_v7();
+    let texts = record.texts();
+    let guess = guess_head(record.item_id);
+    let hash = record.digest_as(id, &texts, &guess);
+    let row = bind_audit_fields(
+        sqlx::query_with(query, arguments)
+            .bind(DbId(ItemId(id)))
+            .bind(DbId(record.item_id)),
+        &record,
+        &texts,
+        &guess,
+        &hash,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    let inserted = row.map(|row| row.try_get::<i64, _>(0)).transpose()?;
+    appended_or_after_head(conn, id, record, inserted, guess, hash).await
+}
+
+/// `statement` followed by `audit/append_if_head.sql` with its parameters
+/// numbered after the statement's `params`, made once per statement.
+fn then_append_if_head(statement: &'static str, params: usize) -> &'static str {
+    static QUERIES: LazyLock<std::sync::Mutex<HashMap<(usize, usize), &'static str>>> =
+        LazyLock::new(std::sync::Mutex::default);
+    let key = (statement.as_ptr() as usize, params);
+    let mut queries = QUERIES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    queries.entry(key).or_insert_with(|| {
+        let append = renumbered(sql!("audit/append_if_head.sql"), params);
+        // The separator on a line of its own: the statement may end with
+        // a comment.
+        let statement = statement.trim_end().trim_end_matches(';');
+        let query = format!("{statement}\n;\n{append}");
+        Box::leak(query.into_boxed_str())
+    })
+}
+
+/// `sql` with each parameter `?N` numbered `?N+by`.
+fn renumbered(sql: &str, by: usize) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut rest = sql;
+    while let Some(at) = rest.find('?') {
+        out.push_str(&rest[..=at]);
+        rest = &rest[at + 1..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 {
+            let n: usize = rest[..digits].parse().expect("ASCII digits");
+            out.push_str(&(n + by).to_string());
+            rest = &rest[digits..];
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Runs `statement` (`audit/append.sql` or `audit/append_if_head.sql`)

@@ -1102,3 +1102,65 @@ first_record_case!(
     TestDb::postgres().await,
     |store| store.pool().begin().await.unwrap()
 );
+
+/// A store module's row and its record in one call on SQLite
+/// (`execute_then_append_audit`): the statement runs once and the record
+/// chains after the item's last one, also where the head this process
+/// remembers for the item is not stored (its append was rolled back), and
+/// a statement that ends with a comment is still a statement of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_row_and_its_record_in_one_call_chain_after_a_stale_head() {
+    use sqlx::Arguments as _;
+    use wq_store::audit::NewAudit;
+
+    let db = TestDb::sqlite().await;
+    let Backend::Sqlite(sqlite) = &db.backend else {
+        unreachable!()
+    };
+    let store = db.store();
+    let now = t0();
+    let id = insert(store.as_ref(), TYPE_A, now).await.id;
+    let bump = "UPDATE work_items SET attempts = attempts + $2 WHERE id = $1 -- the item";
+    let call = |kind: &'static str| {
+        let mut arguments = sqlx::sqlite::SqliteArguments::default();
+        arguments.add(wq_store::sqlite::id_text(id)).unwrap();
+        arguments.add(1_i64).unwrap();
+        (arguments, NewAudit::new(id, now, "tester", kind))
+    };
+
+    let mut tx = sqlite.begin_write().await.unwrap();
+    let (arguments, record) = call("test.rolled_back");
+    wq_store::sqlite::execute_then_append_audit(&mut tx, bump, arguments, record)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+
+    let mut appended = Vec::new();
+    for kind in ["test.first", "test.second"] {
+        let mut tx = sqlite.begin_write().await.unwrap();
+        let (arguments, record) = call(kind);
+        appended.push(
+            wq_store::sqlite::execute_then_append_audit(&mut tx, bump, arguments, record)
+                .await
+                .unwrap(),
+        );
+        tx.commit().await.unwrap();
+    }
+    assert_eq!(store.item_get(id).await.unwrap().unwrap().attempts, 2);
+    let trail = store
+        .audit_list(wq_store::audit::AuditQuery {
+            item_id: Some(id),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = trail.iter().map(|record| record.kind.as_str()).collect();
+    assert_eq!(kinds, ["item.created", "test.first", "test.second"]);
+    for pair in trail.windows(2) {
+        assert_eq!(pair[1].prev_hash, pair[0].hash);
+    }
+    assert_eq!(trail[1..], appended[..], "stored as answered");
+    assert_eq!(store.audit_verify().await.unwrap(), (3, None));
+    db.finish().await;
+}
