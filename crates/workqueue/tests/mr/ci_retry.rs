@@ -776,8 +776,21 @@ async fn stall_then_take_over(h: &Harness, id: &str, method: &str, path: &str) -
     let engine = h.app().engine.clone();
     engine.wait_idle().await;
     // The delay counts from the job's finish, which the sim stamps in real
-    // time after the clock's start: past it with room to spare.
-    h.clock.advance(time::Duration::seconds(90));
+    // time, so the test's clock may be anywhere before or after it: move
+    // it to just past the time the item's detail says the job is due.
+    let item = h.item(id).await;
+    let due = jobs(&item)
+        .iter()
+        .filter_map(|job| job["not_before"].as_str())
+        .map(|at| {
+            time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
+                .expect("not_before in RFC 3339")
+        })
+        .min()
+        .unwrap_or_else(|| panic!("a scheduled job has its time: {item:#}"));
+    let until_due = due - wq_core::Clock::now(h.clock.as_ref());
+    h.clock
+        .advance(until_due.max(time::Duration::ZERO) + time::Duration::seconds(1));
     engine.sweep_now().await.expect("sweep");
     tokio::time::timeout(Duration::from_secs(30), hanging.wait_for(|n| *n == 1))
         .await
