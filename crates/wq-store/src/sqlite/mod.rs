@@ -767,13 +767,12 @@ pub async fn execute_then_append_audit(
 /// `statement` followed by `audit/append_if_head.sql` with its parameters
 /// numbered after the statement's `params`, made once per statement.
 fn then_append_if_head(statement: &'static str, params: usize) -> &'static str {
-    static QUERIES: LazyLock<std::sync::Mutex<HashMap<(usize, usize), &'static str>>> =
-        LazyLock::new(std::sync::Mutex::default);
-    let key = (statement.as_ptr() as usize, params);
+    type Queries = HashMap<(&'static str, usize), &'static str>;
+    static QUERIES: LazyLock<std::sync::Mutex<Queries>> = LazyLock::new(std::sync::Mutex::default);
     let mut queries = QUERIES
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    queries.entry(key).or_insert_with(|| {
+    queries.entry((statement, params)).or_insert_with(|| {
         let append = renumbered(sql!("audit/append_if_head.sql"), params);
         // The separator on a line of its own: the statement may end with
         // a comment.
@@ -1037,5 +1036,22 @@ mod tests {
         assert_eq!(url, "sqlite::memory:");
         assert_eq!(synchronous, Synchronous::Full);
         assert!(split_synchronous_option("sqlite:x.db?synchronous=off").is_err());
+    }
+
+    #[test]
+    fn parameters_are_numbered_after_the_statements() {
+        assert_eq!(renumbered("?1, ?10 and ?2", 6), "?7, ?16 and ?8");
+        assert_eq!(renumbered("no parameter ? here", 6), "no parameter ? here");
+        let query = then_append_if_head("UPDATE t SET a = $1 -- a comment", 1);
+        assert!(
+            query.starts_with("UPDATE t SET a = $1 -- a comment\n;\n"),
+            "{query}"
+        );
+        assert!(query.contains("SELECT ?2, ?3, ?4"), "{query}");
+        assert!(
+            query.contains("?11, ?12\n") && query.contains("= ?11"),
+            "{query}"
+        );
+        assert!(!query.contains("?13"), "{query}");
     }
 }
