@@ -354,9 +354,8 @@ macro_rules! mr_backend {
                             .execute(&mut *conn)
                             .await?;
                         let outcome = UpsertOutcome::Created;
-                        Self::record_submission(conn, id, generation, input, outcome).await?;
                         let audit = submission_audit(id, generation, input, outcome, None);
-                        let record = blocks::append_first_audit(&mut *conn, chain, audit).await?;
+                        let record = Self::record_created(conn, chain, generation, input, audit).await?;
                         return Ok((Upserted { id, outcome }, Some(record)));
                     };
                     let id = Self::read_id(&live, 0)?;

@@ -10,7 +10,7 @@ use sqlx::{ColumnIndex, PgConnection, PgPool, Row};
 use time::OffsetDateTime;
 use wq_core::ItemId;
 use wq_store::StoreResult;
-use wq_store::audit::{AuditRecord, NewAudit};
+use wq_store::audit::{AuditRecord, NewAudit, NewChain};
 use wq_store::postgres::{AuditAppend, PgStore, lock_item};
 use wq_store::to_micros;
 
@@ -125,6 +125,20 @@ impl PgBackend {
         // creates items for a branch, under the branch lock, so this finds
         // the same item or none (it became terminal).
         Self::live_by_branch(conn, spec, LIVE_BY_BRANCH_LOCKED).await
+    }
+
+    /// A new item's submission's history row, then its first audit record
+    /// (one plain insert, `append_first_audit`).
+    async fn record_created(
+        conn: &mut PgConnection,
+        chain: NewChain,
+        generation: i64,
+        input: &OwnedInput,
+        audit: NewAudit,
+    ) -> StoreResult<AuditRecord> {
+        let outcome = UpsertOutcome::Created;
+        Self::record_submission(conn, chain.item(), generation, input, outcome).await?;
+        wq_store::postgres::append_first_audit(conn, chain, audit).await
     }
 
     /// An unchanged submission's history row and its audit record in one

@@ -8,7 +8,7 @@ use sqlx::sqlite::{SqliteArguments, SqliteRow};
 use sqlx::{ColumnIndex, Row, SqliteConnection, SqlitePool};
 use time::OffsetDateTime;
 use wq_core::ItemId;
-use wq_store::audit::{AuditRecord, NewAudit};
+use wq_store::audit::{AuditRecord, NewAudit, NewChain};
 use wq_store::sqlite::{SqliteStore, from_micros, id_text, micros, parse_id};
 use wq_store::{StoreError, StoreResult};
 
@@ -105,6 +105,22 @@ impl SqliteBackend {
             .await?)
     }
 
+    /// A new item's submission's history row, then its first audit record,
+    /// in one call on the writer's connection
+    /// (`execute_then_append_audit`; a new chain's head is the empty one it
+    /// guesses for an item it does not know).
+    async fn record_created(
+        conn: &mut SqliteConnection,
+        chain: NewChain,
+        generation: i64,
+        input: &OwnedInput,
+        audit: NewAudit,
+    ) -> StoreResult<AuditRecord> {
+        let id = chain.item();
+        Self::record_submission_audited(conn, id, generation, input, UpsertOutcome::Created, audit)
+            .await
+    }
+
     /// An unchanged submission's history row, then its audit record, in
     /// one call on the writer's connection where the chain's head is the
     /// one this process remembers (`execute_then_append_audit`).
@@ -115,12 +131,26 @@ impl SqliteBackend {
         input: &OwnedInput,
         audit: NewAudit,
     ) -> StoreResult<AuditRecord> {
+        let outcome = UpsertOutcome::Unchanged;
+        Self::record_submission_audited(conn, id, generation, input, outcome, audit).await
+    }
+
+    /// The submission history's row (`sql/insert_submission.sql`) and
+    /// `audit` as one query.
+    async fn record_submission_audited(
+        conn: &mut SqliteConnection,
+        id: ItemId,
+        generation: i64,
+        input: &OwnedInput,
+        outcome: UpsertOutcome,
+        audit: NewAudit,
+    ) -> StoreResult<AuditRecord> {
         let mut arguments = SqliteArguments::default();
         let encoded = (|| {
             arguments.add(Self::id(id))?;
             arguments.add(generation)?;
             arguments.add(input.content_hash.clone())?;
-            arguments.add(UpsertOutcome::Unchanged.as_str())?;
+            arguments.add(outcome.as_str())?;
             arguments.add(input.caller_identity.clone())?;
             arguments.add(Self::at(input.now))
         })();
