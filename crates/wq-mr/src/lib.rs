@@ -103,7 +103,7 @@
 //!   `caller_identity`, `submitted_at`. An unchanged submission's row and
 //!   its audit record are written by one call: `mr_record_unchanged`
 //!   (migration 1007) on PostgreSQL, one query of both statements on
-//!   SQLite.
+//!   SQLite (where a created submission's are too).
 //!
 //! # Dimensions and the decider
 //!
