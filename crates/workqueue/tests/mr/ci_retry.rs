@@ -762,6 +762,37 @@ async fn a_lost_job_hook_is_made_up_by_the_reconcile(backend: Backend) {
     h.finish().await;
 }
 
+/// A merge request on `branch` whose one job failed once with a runner
+/// failure the rule retries, waiting for the retry's delay (its job
+/// `scheduled`): the harness, the item's id and the item.
+async fn a_retry_scheduled(backend: Backend, branch: &str) -> (Harness, String, Value) {
+    let h = Harness::start_with(
+        backend,
+        Options {
+            jobs: vec![JobSpec::new(
+                "unit",
+                JobOutcome::flaky(1, "runner_system_failure", RUNNER_TRACE),
+            )],
+            ci_retry: Some(RUNNER_ONLY),
+            ..Options::default()
+        },
+    )
+    .await;
+    let id = h
+        .submit_ok(
+            &change(branch, &[("s.txt", "s\n")]),
+            StatusCode::CREATED,
+            "created",
+        )
+        .await;
+    let item = h
+        .wait_for(&id, "the failure scheduled", |item| {
+            jobs(item).iter().any(|j| j["state"] == "scheduled")
+        })
+        .await;
+    (h, id, item)
+}
+
 /// Lets the run that takes the item's due job up hang on `method` `path`
 /// (forge-sim holds the request until `cancel_hangs`), moves the clock past
 /// its lease and claims the item through the store, as another run would:
@@ -819,29 +850,7 @@ async fn stall_then_take_over(h: &Harness, id: &str, method: &str, path: &str) -
 /// still holds the item. The run that holds the item next retries the job,
 /// once.
 async fn a_run_that_lost_its_item_retries_no_job(backend: Backend) {
-    let h = Harness::start_with(
-        backend,
-        Options {
-            jobs: vec![JobSpec::new(
-                "unit",
-                JobOutcome::flaky(1, "runner_system_failure", RUNNER_TRACE),
-            )],
-            ci_retry: Some(RUNNER_ONLY),
-            ..Options::default()
-        },
-    )
-    .await;
-    let id = h
-        .submit_ok(
-            &change("wq/stalled", &[("s.txt", "s\n")]),
-            StatusCode::CREATED,
-            "created",
-        )
-        .await;
-    h.wait_for(&id, "the failure scheduled", |item| {
-        jobs(item).iter().any(|j| j["state"] == "scheduled")
-    })
-    .await;
+    let (h, id, _) = a_retry_scheduled(backend, "wq/stalled").await;
     assert_eq!(retries(&h), 0, "not before the delay");
 
     // The run that takes the due job up stalls on the job list; its lease
@@ -886,30 +895,7 @@ async fn retried_records(h: &Harness, id: &str) -> Vec<Value> {
 /// record is on the trail, once; the run holding the item finds the job
 /// already retried and retries nothing more.
 async fn a_retry_whose_run_lost_its_item_meanwhile_is_on_the_trail(backend: Backend) {
-    let h = Harness::start_with(
-        backend,
-        Options {
-            jobs: vec![JobSpec::new(
-                "unit",
-                JobOutcome::flaky(1, "runner_system_failure", RUNNER_TRACE),
-            )],
-            ci_retry: Some(RUNNER_ONLY),
-            ..Options::default()
-        },
-    )
-    .await;
-    let id = h
-        .submit_ok(
-            &change("wq/slow-retry", &[("s.txt", "s\n")]),
-            StatusCode::CREATED,
-            "created",
-        )
-        .await;
-    let item = h
-        .wait_for(&id, "the failure scheduled", |item| {
-            jobs(item).iter().any(|j| j["state"] == "scheduled")
-        })
-        .await;
+    let (h, id, item) = a_retry_scheduled(backend, "wq/slow-retry").await;
     let job_id = jobs(&item)[0]["id"].clone();
 
     // The run that retries the due job waits on the forge's answer; its
