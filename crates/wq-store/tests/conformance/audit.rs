@@ -187,6 +187,57 @@ pub async fn audit_list_filters_by_item_since_actor_kind_and_seq(db: &TestDb) {
         .await
         .unwrap();
     assert_eq!(page.len(), 2);
+
+    // A record numbered after the others whose time is before theirs (its
+    // change was made earlier, its transaction wrote later): a time filter
+    // holds record by record, not from where the numbers pass the time.
+    store
+        .audit_append(record(b, now + Duration::minutes(1), "engine", "late"))
+        .await
+        .unwrap();
+    let since = |minutes: i64, item_id: Option<ItemId>| AuditQuery {
+        since: Some(now + Duration::minutes(minutes)),
+        item_id,
+        ..AuditQuery::default()
+    };
+    assert_eq!(
+        list(since(5, None)).await,
+        vec![(b, "action.succeeded".into()), (a, "forge.merge".into())]
+    );
+    assert_eq!(
+        list(since(1, None)).await,
+        vec![
+            (b, "action.succeeded".into()),
+            (a, "forge.merge".into()),
+            (b, "late".into())
+        ]
+    );
+    assert_eq!(
+        list(since(1, Some(b))).await,
+        vec![(b, "action.succeeded".into()), (b, "late".into())]
+    );
+    assert_eq!(list(since(11, None)).await, vec![]);
+    // Of one item, after a sequence number and up to another.
+    assert_eq!(
+        list(AuditQuery {
+            item_id: Some(a),
+            after: third.seq - 3,
+            until: Some(third.seq),
+            ..AuditQuery::default()
+        })
+        .await,
+        vec![(a, "submission.created".into()), (a, "forge.merge".into())]
+    );
+    // Up to a sequence number alone: the records from the start up to it.
+    assert_eq!(
+        list(AuditQuery {
+            until: Some(third.seq - 1),
+            ..AuditQuery::default()
+        })
+        .await
+        .len(),
+        4
+    );
 }
 
 /// The kinds of an item's records, in order.

@@ -1164,3 +1164,48 @@ async fn sqlite_a_row_and_its_record_in_one_call_chain_after_a_stale_head() {
     assert_eq!(store.audit_verify().await.unwrap(), (3, None));
     db.finish().await;
 }
+
+/// SQLite plans a statement once, whatever its parameters: the trail's
+/// list (`audit/list.sql`) reads an item's records through the item's
+/// index, the records since a time from the first one at or after it
+/// (found through the index on times), and stops at its last sequence
+/// number by range. With one plan for every query it read the trail in
+/// sequence order from the start and tested each record.
+#[tokio::test]
+async fn sqlite_audit_list_reads_through_its_indexes() {
+    let db = TestDb::sqlite().await;
+    let Backend::Sqlite(sqlite) = &db.backend else {
+        unreachable!()
+    };
+    let statement = include_str!("../../src/sqlite/queries/audit/list.sql");
+    let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN QUERY PLAN {statement}"
+    )))
+    .bind(0_i64)
+    .bind(None::<String>)
+    .bind(None::<i64>)
+    .bind(None::<String>)
+    .bind(None::<String>)
+    .bind(100_i64)
+    .bind(None::<i64>)
+    .fetch_all(sqlite.pool())
+    .await
+    .unwrap();
+    let details: Vec<&str> = plan.iter().map(|(.., detail)| detail.as_str()).collect();
+    for expected in [
+        "SEARCH audit_records USING INDEX audit_records_item (work_item_id=? AND seq>? AND seq<?)",
+        "SEARCH audit_records USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)",
+        "SEARCH s USING COVERING INDEX audit_records_at (at>?)",
+    ] {
+        assert!(
+            details.contains(&expected),
+            "the plan has {expected:?}: {details:#?}"
+        );
+    }
+    assert!(
+        !details
+            .iter()
+            .any(|detail| detail.starts_with("SCAN audit_records")),
+        "no arm reads the whole trail: {details:#?}"
+    );
+}
