@@ -1,7 +1,8 @@
 //! Queue benchmark, on SQLite and PostgreSQL in one run:
 //! - items per second through the full claim → event check → decide →
 //!   execute → park loop with a no-op executor, from a backlog;
-//! - API reads per second (item detail and list page);
+//! - API reads per second (item detail, list page and an item's audit
+//!   trail);
 //! - sweep query time with 10,000 to 1,000,000 idle items.
 //!
 //! `cargo bench -p wq-testkit --bench queue`; sizes can be lowered with
@@ -412,10 +413,19 @@ async fn ship(store: Arc<dyn wq_store::Store>) -> f64 {
     machine
 }
 
+/// What [`api_reads`] reads.
+#[derive(Clone, Copy)]
+enum Read {
+    Detail,
+    List,
+    Trail,
+}
+
 async fn api_reads(backend: Backend) {
     let url = backend.fresh_url().await;
     let store = open_store(&url).await;
     wq_store::testing::seed_items(&url, NOOP, 10_000, false, true).await;
+    wq_store::testing::seed_created_records(&url, NOOP).await;
     let ids: Vec<_> = store
         .item_list(ItemListParams {
             limit: 500,
@@ -440,7 +450,14 @@ async fn api_reads(backend: Backend) {
         let _ = stopped.await;
     }));
     let base = format!("http://{address}");
-    for (name, detail) in [("item detail", true), ("list page of 50", false)] {
+    // An item's audit trail is read from a trail of every seeded item's
+    // record (`item.created`), as the item's page and `workqueue items
+    // audit` read it.
+    for (name, read) in [
+        ("item detail", Read::Detail),
+        ("list page of 50", Read::List),
+        ("item audit trail", Read::Trail),
+    ] {
         let client = wq_testkit::bearer_client(&tokens.admin);
         let done = Arc::new(AtomicU64::new(0));
         let until = Instant::now() + Duration::from_secs(5);
@@ -453,10 +470,12 @@ async fn api_reads(backend: Backend) {
             tasks.push(tokio::spawn(async move {
                 let mut n = worker;
                 while Instant::now() < until {
-                    let url = if detail {
-                        format!("{base}/api/v1/work-items/{}", ids[n % ids.len()])
-                    } else {
-                        format!("{base}/api/v1/work-items?limit=50")
+                    let url = match read {
+                        Read::Detail => format!("{base}/api/v1/work-items/{}", ids[n % ids.len()]),
+                        Read::List => format!("{base}/api/v1/work-items?limit=50"),
+                        Read::Trail => {
+                            format!("{base}/api/v1/work-items/{}/audit", ids[n % ids.len()])
+                        }
                     };
                     let response = client.get(url).send().await.expect("request");
                     assert!(response.status().is_success());
