@@ -1209,3 +1209,67 @@ async fn sqlite_audit_list_reads_through_its_indexes() {
         "no arm reads the whole trail: {details:#?}"
     );
 }
+
+/// The SQLite list's records since a time, where sequence numbers and
+/// times disagree and the first matching record is beyond the next 1,000
+/// numbers (so the statement finds it through the index on times), and
+/// where it is among them: every record at or after the time, in order,
+/// and no other.
+#[tokio::test]
+async fn sqlite_audit_list_since_a_time_finds_each_record_at_or_after_it() {
+    let db = TestDb::sqlite().await;
+    let Backend::Sqlite(sqlite) = &db.backend else {
+        unreachable!()
+    };
+    let store = db.store();
+    let item = ItemId::new_v7();
+    let start = t0();
+    // Record n at start + n s, but two written late: number 10 at
+    // start + 2,000 s and number 1,100 at start + 5,000 s.
+    let at = |seq: i64| match seq {
+        10 => start + Duration::seconds(2_000),
+        1_100 => start + Duration::seconds(5_000),
+        n => start + Duration::seconds(n),
+    };
+    let mut tx = sqlite.begin_write().await.unwrap();
+    for seq in 1..=1_500_i64 {
+        sqlx::query(
+            "INSERT INTO audit_records (seq, id, work_item_id, at, actor, kind, metadata, \
+             prev_hash, hash) VALUES (?1, ?2, ?3, ?4, 'tester', 'test', '{}', '', '')",
+        )
+        .bind(seq)
+        .bind(uuid::Uuid::now_v7().to_string())
+        .bind(wq_store::sqlite::id_text(item))
+        .bind((at(seq).unix_timestamp_nanos() / 1_000) as i64)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+
+    for (since, after) in [
+        (1_400, 0),
+        (1_400, 20),
+        (1_400, 1_050),
+        (1_400, 1_450),
+        (6_000, 0),
+    ] {
+        let since = start + Duration::seconds(since);
+        let listed: Vec<i64> = store
+            .audit_list(wq_store::audit::AuditQuery {
+                since: Some(since),
+                after,
+                limit: 10_000,
+                ..wq_store::audit::AuditQuery::default()
+            })
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|record| record.seq)
+            .collect();
+        let expected: Vec<i64> = (after + 1..=1_500)
+            .filter(|&seq| at(seq) >= since)
+            .collect();
+        assert_eq!(listed, expected, "since {since}, after {after}");
+    }
+}

@@ -13,11 +13,13 @@
 --
 -- - an item's records, through its index (work_item_id, seq);
 -- - the others in sequence order, from after ?1 and, with a time, from
---   before the first record at or after it: the lowest sequence number
---   among the records at or after ?3, from the index on (at, seq). That is
---   exact (a record is numbered when it is written, and its time is when
---   its change was made, so numbers and times need not agree), and reads
---   as many index entries as records match the time.
+--   the first record after ?1 at or after it. A record is numbered when it
+--   is written and its time is when its change was made, so numbers and
+--   times need not agree: that record is the first one after ?1 found
+--   among the next 1,000 numbers (most pages of a time long past find it
+--   there), else the lowest number among all the records at or after ?3,
+--   from the index on (at, seq), which reads as many index entries as
+--   records match the time (a recent time: few).
 --
 -- Both arms stop at ?7 by range, not by testing each record.
 SELECT seq, id, work_item_id, at, actor, kind, old_state, new_state, trigger, metadata,
@@ -37,7 +39,14 @@ FROM audit_records
 WHERE ?2 IS NULL
   AND seq > max(?1, CASE
                         WHEN ?3 IS NULL THEN ?1
-                        ELSE coalesce((SELECT min(s.seq) - 1
+                        ELSE coalesce((SELECT p.seq - 1
+                                       FROM audit_records AS p
+                                       WHERE p.seq > ?1
+                                         AND p.seq <= ?1 + 1000
+                                         AND p.at >= ?3
+                                       ORDER BY p.seq
+                                       LIMIT 1),
+                                      (SELECT min(s.seq) - 1
                                        FROM audit_records AS s INDEXED BY audit_records_at
                                        WHERE s.at >= ?3),
                                       (SELECT max(s.seq) FROM audit_records AS s),
