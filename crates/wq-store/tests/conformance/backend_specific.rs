@@ -1168,8 +1168,8 @@ async fn sqlite_a_row_and_its_record_in_one_call_chain_after_a_stale_head() {
 /// SQLite plans a statement once, whatever its parameters: the trail's
 /// list (`audit/list.sql`) reads an item's records through the item's
 /// index, the records since a time from the first one at or after it
-/// (found through the index on times), and stops at its last sequence
-/// number by range. With one plan for every query it read the trail in
+/// (among the next numbers by range, else through the index on times),
+/// and stops at its last sequence number by range. With one plan for every query it read the trail in
 /// sequence order from the start and tested each record.
 #[tokio::test]
 async fn sqlite_audit_list_reads_through_its_indexes() {
@@ -1208,6 +1208,7 @@ async fn sqlite_audit_list_reads_through_its_indexes() {
             .any(|detail| detail.starts_with("SCAN audit_records")),
         "no arm reads the whole trail: {details:#?}"
     );
+    db.finish().await;
 }
 
 /// The SQLite list's records since a time, where sequence numbers and
@@ -1272,4 +1273,5 @@ async fn sqlite_audit_list_since_a_time_finds_each_record_at_or_after_it() {
             .collect();
         assert_eq!(listed, expected, "since {since}, after {after}");
     }
+    db.finish().await;
 }
